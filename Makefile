@@ -1,0 +1,34 @@
+# Everything runs from .venv at the repository root; every target builds it when missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: venv test lint demo bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml runtime/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch is pinned: 2.13.0 installs from a local CPU wheel; unpinned pulls GB of CUDA.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e runtime -e '.[dev]'
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check skyinfra runtime tests examples
+	$(BIN)/ruff format --check skyinfra runtime tests examples
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	$(BIN)/python -m skyinfra.demo
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.time_to_first_step
+
+clean:
+	rm -rf $(VENV) .skyinfra .pytest_cache .mypy_cache .ruff_cache
