@@ -1,0 +1,250 @@
+"""The `skyinfra` command line (click). `main` is the console script entry point.
+
+Every user-caused error is a SkyinfraError: printed as one message, exit with its exit_code
+(2 for a bad spec or usage). Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from skyinfra import __version__
+from skyinfra import cluster as cluster_ops
+from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
+from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
+from skyinfra.spec import load_spec, parse_plugin_flag
+from skyinfra.workspace import Workspace, clusters_dir, find_workspace
+
+DEFAULT_SPEC = Path("skyinfra.toml")
+
+dir_option = click.option(
+    "--dir",
+    "clusters_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder holding cluster workspaces (default .skyinfra/clusters, or $SKYINFRA_DIR).",
+)
+cluster_option = click.option(
+    "--cluster",
+    "cluster_name",
+    default=None,
+    help="Cluster name (default: the only cluster, or skyinfra.toml's name).",
+)
+
+
+def echo(line: str) -> None:
+    click.echo(line)
+
+
+def _default_cluster_name() -> str | None:
+    if DEFAULT_SPEC.is_file():
+        try:
+            return load_spec(DEFAULT_SPEC, {}).name
+        except SpecError:
+            return None
+    return None
+
+
+def _workspace(clusters_root: Path | None, name: str | None) -> Workspace:
+    return find_workspace(clusters_dir(clusters_root), name, _default_cluster_name())
+
+
+def _int_or_raw(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    return int(text) if text.lstrip("-").isdigit() else value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="skyinfra")
+def cli() -> None:
+    """Multi-node clusters from reviewable Terraform; run JAX, Keras and PyTorch code on them."""
+
+
+@cli.command()
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Cluster spec TOML (default ./skyinfra.toml when present).",
+)
+@click.option("--name", default=None, help="Cluster name.")
+@click.option("--provider", default=None, help="local or aws.")
+@click.option("--nodes", default=None, help="Number of nodes.")
+@click.option("--procs-per-node", default=None, help="Processes per node (integer or 'auto').")
+@click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    help="Plugin NAME[:key=value,...]; repeat for several (replaces the file's list).",
+)
+@click.option(
+    "--package",
+    "packages",
+    multiple=True,
+    help="Extra pip requirement for every node; repeatable (replaces the file's list).",
+)
+@dir_option
+def up(
+    spec_path: Path | None,
+    name: str | None,
+    provider: str | None,
+    nodes: str | None,
+    procs_per_node: str | None,
+    plugins: tuple[str, ...],
+    packages: tuple[str, ...],
+    clusters_root: Path | None,
+) -> None:
+    """Create or update a cluster: validate the spec, render Terraform, apply it."""
+    overrides: dict[str, Any] = {
+        "name": name,
+        "provider": provider,
+        "nodes": _int_or_raw(nodes),
+        "procs_per_node": _int_or_raw(procs_per_node),
+        "plugins": [parse_plugin_flag(p, f"--plugin {p}") for p in plugins] if plugins else None,
+        "python_packages": list(packages) if packages else None,
+    }
+    spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
+    ws = Workspace(clusters_dir(clusters_root) / spec.name)
+    _, topology = cluster_ops.up(spec, ws, echo)
+    echo(
+        f"[skyinfra] cluster {spec.name!r} is up: {len(topology['nodes'])} node(s), "
+        f"head {topology['head_addr']}:{topology['head_port']}"
+    )
+    echo(f"[skyinfra] topology: {ws.topology_file}")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@cluster_option
+@dir_option
+@click.option("--all-logs", is_flag=True, help="Stream every node's output, not only node 0's.")
+@click.argument("entry")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    all_logs: bool,
+    entry: str,
+    args: tuple[str, ...],
+) -> None:
+    """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
+
+    The current directory is copied to every node (minus .skyinfraignore patterns), output of
+    node 0 is streamed (--all-logs: all nodes), the first failure ends the other nodes.
+    Results and logs go to the workspace's runs/<id>/.
+    """
+    ws = _workspace(clusters_root, cluster_name)
+    if not ws.topology_file.is_file():
+        raise WorkspaceError(
+            f"cluster {ws.name!r} is down (no topology.json); run `skyinfra up` first"
+        )
+    topology = ws.read_json(ws.topology_file)
+    src = Path.cwd()
+    report = run_on_cluster(
+        transport=cluster_ops.transport_for(ws, topology),
+        topology=topology,
+        topology_file=ws.topology_file,
+        runs_dir=ws.runs_dir,
+        src=src,
+        entry=entry,
+        args=list(args),
+        all_logs=all_logs,
+        extra_ignores=cluster_ops.topology_path_inside(src, ws),
+        echo=echo,
+    )
+    echo(f"[skyinfra] run {report.run_id}:")
+    for outcome in report.outcomes.values():
+        echo(f"  node-{outcome.node}: {describe_exit(outcome)}")
+    for outcome in report.outcomes.values():
+        if isinstance(outcome.result, dict):
+            for worker in outcome.result.get("workers", []):
+                value = json.dumps(worker.get("value"), sort_keys=True)
+                echo(f"  node-{outcome.node} worker {worker.get('worker')}: {value}")
+    echo(f"[skyinfra] results and logs: {report.run_dir}")
+    raise_for_failure(report)
+
+
+@cli.command()
+@cluster_option
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) -> None:
+    """Show whether a cluster is up, its Terraform resources and its nodes."""
+    info = cluster_ops.status(_workspace(clusters_root, cluster_name))
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    echo(
+        f"cluster {info['cluster']} ({info['provider']}): {info['state']}, "
+        f"{len(info['resources'])} resource(s)"
+    )
+    echo(f"  workspace: {info['workspace']}")
+    for node in info["nodes"]:
+        ready = "" if "ready" not in node else (" ready" if node["ready"] else " MISSING")
+        echo(f"  {node['name']}: {node['private_ip']} {node['instance_id']}{ready}")
+
+
+@cli.command()
+@cluster_option
+@dir_option
+def topology(cluster_name: str | None, clusters_root: Path | None) -> None:
+    """Print the cluster's topology.json (schema 1)."""
+    ws = _workspace(clusters_root, cluster_name)
+    click.echo(json.dumps(ws.read_json(ws.topology_file), indent=2))
+
+
+@cli.command()
+@cluster_option
+@dir_option
+def down(cluster_name: str | None, clusters_root: Path | None) -> None:
+    """Destroy the cluster (terraform destroy): no node directory or process is left."""
+    ws = _workspace(clusters_root, cluster_name)
+    cluster_ops.down(ws, echo)
+    echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@cluster_option
+@dir_option
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def tf(
+    ctx: click.Context, cluster_name: str | None, clusters_root: Path | None, args: tuple[str, ...]
+) -> None:
+    """Run the embedded Terraform in the cluster's workspace: skyinfra tf -- state list."""
+    if not args:
+        raise click.UsageError(
+            "give Terraform arguments after --, e.g. `skyinfra tf -- state list`"
+        )
+    from skyinfra.terraform import EmbeddedTerraform
+
+    ws = _workspace(clusters_root, cluster_name)
+    ctx.exit(EmbeddedTerraform(ws.path).raw(list(args)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        result = cli.main(args=argv, prog_name="skyinfra", standalone_mode=False)
+    except click.exceptions.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except SkyinfraError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(err.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

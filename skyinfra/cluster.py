@@ -1,0 +1,167 @@
+"""Cluster life cycle behind the CLI: up, down, status, and the transport for `run`.
+
+The local target lives here; the AWS target plugs in through ``skyinfra.aws.target`` (owned
+by the AWS work): a module with ``render_files(spec, workspace) -> dict[str, str]`` and
+``transport(workspace, topology) -> NodeTransport``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from skyinfra.errors import SkyinfraError, WorkspaceError
+from skyinfra.render import local_context, render_root
+from skyinfra.spec import ClusterSpec, validate_spec
+from skyinfra.terraform import EmbeddedTerraform, PlanSummary, format_event
+from skyinfra.topology import topology_from_outputs
+from skyinfra.transport import LocalTransport, NodeTransport
+from skyinfra.wheel import build_runtime_wheel
+from skyinfra.workspace import Workspace
+
+Echo = Callable[[str], None]
+
+
+class ProviderUnavailableError(SkyinfraError):
+    """The spec names a provider whose target is not installed in this build."""
+
+    exit_code = 2
+
+
+def _aws_target() -> Any:
+    try:
+        return importlib.import_module("skyinfra.aws.target")
+    except ModuleNotFoundError as err:
+        raise ProviderUnavailableError(
+            "provider 'aws' is not available in this build (skyinfra.aws.target is missing); "
+            "use provider 'local'"
+        ) from err
+
+
+def render_files(spec: ClusterSpec, ws: Workspace) -> dict[str, str]:
+    if spec.provider == "aws":
+        files: dict[str, str] = _aws_target().render_files(spec, ws)
+        return files
+    assert spec.local is not None  # validate_spec sets it for provider local
+    wheel = build_runtime_wheel()
+    context = local_context(
+        spec,
+        workspace_dir=ws.path,
+        node_root=ws.nodes_dir,
+        python=spec.local.python or sys.executable,
+        wheel_path=wheel.path,
+        wheel_sha256=wheel.source_sha256,
+    )
+    return render_root("local", context)
+
+
+def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
+    def on_event(event: dict[str, Any]) -> None:
+        line = format_event(event)
+        if line:
+            echo(f"  {line}")
+
+    return on_event
+
+
+def up(spec: ClusterSpec, ws: Workspace, echo: Echo) -> tuple[PlanSummary, dict[str, Any]]:
+    """Render, init, plan, apply when there are changes, write topology.json."""
+    if ws.exists():
+        previous = load_spec_of(ws)
+        if previous.provider != spec.provider:
+            raise WorkspaceError(
+                f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
+                f"run `skyinfra down --cluster {spec.name}` before changing it to {spec.provider!r}"
+            )
+    files = render_files(spec, ws)  # may build the wheel: before any workspace write
+    ws.write_files(files)
+    ws.write_json(ws.spec_file, spec.to_dict())
+    engine = EmbeddedTerraform(ws.path)
+    on_event = progress_printer(echo)
+    echo(f"[skyinfra] terraform init in {ws.path}")
+    engine.init()
+    echo("[skyinfra] terraform plan")
+    summary = engine.plan(on_event=on_event)
+    if summary.no_changes:
+        echo("[skyinfra] no changes: the cluster already matches the spec")
+    else:
+        echo(
+            f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to change, "
+            f"{summary.remove} to destroy)"
+        )
+        engine.apply(on_event=on_event)
+    topology = topology_from_outputs(engine.output(), spec)
+    ws.write_json(ws.topology_file, topology)
+    return summary, topology
+
+
+def load_spec_of(ws: Workspace) -> ClusterSpec:
+    raw = ws.read_json(ws.spec_file)
+    # spec.json is our own to_dict() output: nested tables become the spec file's shape.
+    raw = {k: v for k, v in raw.items() if v is not None}
+    if raw.get("local") is not None and raw["local"].get("python") is None:
+        raw["local"].pop("python", None)
+    if raw.get("aws") is not None:
+        raw["aws"] = {
+            k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in raw["aws"].items()
+            if v is not None
+        }
+    return validate_spec(raw)
+
+
+def down(ws: Workspace, echo: Echo) -> None:
+    engine = EmbeddedTerraform(ws.path)
+    if not (ws.path / ".terraform").is_dir():
+        engine.init()
+    echo(f"[skyinfra] terraform destroy in {ws.path}")
+    engine.destroy(on_event=progress_printer(echo))
+    ws.topology_file.unlink(missing_ok=True)
+    remaining = engine.state_list()
+    if remaining:
+        raise WorkspaceError(
+            f"cluster {ws.name!r}: resources left in state after destroy: {remaining}"
+        )
+
+
+def status(ws: Workspace) -> dict[str, Any]:
+    spec = load_spec_of(ws)
+    engine = EmbeddedTerraform(ws.path)
+    resources = engine.state_list() if ws.state_file.is_file() else []
+    topology = ws.read_json(ws.topology_file) if ws.topology_file.is_file() else None
+    nodes = []
+    if topology is not None:
+        for node in topology["nodes"]:
+            entry = {
+                k: node[k] for k in ("index", "name", "private_ip", "public_ip", "instance_id")
+            }
+            if spec.provider == "local":
+                entry["ready"] = (ws.nodes_dir / node["name"] / ".skyinfra-node").is_file()
+            nodes.append(entry)
+    return {
+        "cluster": spec.name,
+        "provider": spec.provider,
+        "workspace": str(ws.path),
+        "state": "up" if resources else "down",
+        "resources": resources,
+        "nodes": nodes,
+    }
+
+
+def transport_for(ws: Workspace, topology: dict[str, Any]) -> NodeTransport:
+    if topology.get("provider") == "aws":
+        transport: NodeTransport = _aws_target().transport(ws, topology)
+        return transport
+    return LocalTransport({n["index"]: ws.nodes_dir / n["name"] for n in topology["nodes"]})
+
+
+def topology_path_inside(src: Path, ws: Workspace) -> list[str]:
+    """Workspace paths under the copied directory, to keep them out of the copy."""
+    try:
+        rel = ws.path.parent.resolve().relative_to(src.resolve())
+    except ValueError:
+        return []
+    return [str(rel)] if str(rel) != "." else []

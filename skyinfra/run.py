@@ -1,0 +1,223 @@
+"""`skyinfra run`: copy the working directory to every node, launch the runtime on all of them
+in parallel, stream output, stop at the first failure, and collect results into runs/<id>/.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skyinfra.errors import RunError
+from skyinfra.transport.base import NodeProcess, NodeTransport
+
+IGNORE_FILE = ".skyinfraignore"
+# Never shipped: VCS data, environments, caches, and skyinfra's own workspaces.
+DEFAULT_IGNORES = (
+    ".git",
+    ".venv",
+    "venv",
+    ".skyinfra",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".mypy_cache",
+)
+
+
+def read_ignore_patterns(src: Path) -> list[str]:
+    patterns = list(DEFAULT_IGNORES)
+    ignore_file = src / IGNORE_FILE
+    if ignore_file.is_file():
+        for line in ignore_file.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                patterns.append(line.rstrip("/"))
+    return patterns
+
+
+def make_ignore(patterns: Sequence[str], extra_paths: Sequence[str] = ()) -> Callable[[str], bool]:
+    """gitignore-like: a pattern with '/' matches the relative path, else any path component."""
+
+    def ignored(rel: str) -> bool:
+        if rel in extra_paths:
+            return True
+        name = rel.rsplit("/", 1)[-1]
+        for pattern in patterns:
+            p = pattern.lstrip("/")
+            if "/" in pattern:
+                if fnmatch.fnmatchcase(rel, p):
+                    return True
+            elif fnmatch.fnmatchcase(name, p):
+                return True
+        return False
+
+    return ignored
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+@dataclass
+class NodeOutcome:
+    node: int
+    exit_code: int | None = None
+    ended_by_us: bool = False
+    result: Any = None
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    run_dir: Path
+    outcomes: dict[int, NodeOutcome] = field(default_factory=dict)
+    first_failure: int | None = None
+
+
+def run_on_cluster(
+    *,
+    transport: NodeTransport,
+    topology: dict[str, Any],
+    topology_file: Path,
+    runs_dir: Path,
+    src: Path,
+    entry: str,
+    args: Sequence[str],
+    all_logs: bool,
+    extra_ignores: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+) -> RunReport:
+    nodes = [n["index"] for n in topology["nodes"]]
+    run_id = new_run_id()
+    run_dir = runs_dir / run_id
+    run_dir.mkdir(parents=True)
+    report = RunReport(run_id, run_dir, {i: NodeOutcome(i) for i in nodes})
+    ignore = make_ignore(read_ignore_patterns(src), extra_ignores)
+
+    for i in nodes:
+        root = transport.node_root(i)
+        transport.copy_dir(i, src, f"{root}/work", ignore)
+        transport.put_file(i, topology_file, f"{root}/topology.json")
+
+    procs: dict[int, NodeProcess] = {}
+    events: queue.Queue[tuple[int, str | None]] = queue.Queue()
+    log_files = {i: (run_dir / f"node-{i}.log").open("w", encoding="utf-8") for i in nodes}
+
+    def pump(i: int, proc: NodeProcess) -> None:
+        for line in proc.lines():
+            events.put((i, line))
+        events.put((i, None))
+
+    try:
+        for i in nodes:
+            root = transport.node_root(i)
+            argv = [
+                f"{root}/venv/bin/skyinfra-runtime", "launch",
+                "--topology", f"{root}/topology.json",
+                "--node", str(i),
+                "--result", f"{root}/runs/{run_id}/result.json",
+                entry,
+            ]  # fmt: skip
+            if args:
+                argv += ["--", *args]
+            env = {
+                "SKYINFRA_TOPOLOGY": f"{root}/topology.json",
+                "SKYINFRA_NODE": str(i),
+                "SKYINFRA_RUN_ID": run_id,
+                "PYTHONUNBUFFERED": "1",
+            }
+            procs[i] = transport.start(i, argv, env=env, cwd=f"{root}/work", tag=run_id)
+            threading.Thread(target=pump, args=(i, procs[i]), daemon=True).start()
+
+        open_streams = set(nodes)
+        while open_streams:
+            i, line = events.get()
+            if line is None:
+                open_streams.discard(i)
+                code = procs[i].wait()
+                report.outcomes[i].exit_code = code
+                if code != 0 and report.first_failure is None:
+                    report.first_failure = i
+                    echo(f"[skyinfra] node-{i} exited with {code}; ending the other nodes")
+                    for j, other in procs.items():
+                        if j != i and other.poll() is None:
+                            report.outcomes[j].ended_by_us = True
+                            other.kill()
+                continue
+            log_files[i].write(line + "\n")
+            log_files[i].flush()
+            if all_logs or i == 0:
+                echo(f"[node-{i}] {line}")
+    except KeyboardInterrupt:
+        for proc in procs.values():
+            proc.kill()
+        raise
+    finally:
+        for f in log_files.values():
+            f.close()
+
+    for i in nodes:
+        local = run_dir / f"node-{i}.result.json"
+        if transport.fetch(i, f"{transport.node_root(i)}/runs/{run_id}/result.json", local):
+            try:
+                report.outcomes[i].result = json.loads(local.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                report.outcomes[i].result = None
+
+    summary = {
+        "run_id": run_id,
+        "entry": entry,
+        "args": list(args),
+        "first_failure": report.first_failure,
+        "nodes": [
+            {
+                "node": o.node,
+                "exit_code": o.exit_code,
+                "ended_by_skyinfra": o.ended_by_us,
+                "result": o.result,
+            }
+            for o in report.outcomes.values()
+        ],
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def describe_exit(outcome: NodeOutcome) -> str:
+    if outcome.ended_by_us:
+        return f"ended by skyinfra after another node failed (exit {outcome.exit_code})"
+    if outcome.exit_code == 0:
+        return "ok (exit 0)"
+    meaning = {
+        1: "user code raised",
+        2: "bad usage or entrypoint",
+        3: "topology or plugin set-up failed",
+        130: "interrupted",
+    }
+    extra = meaning.get(outcome.exit_code or 0, "")
+    return f"failed (exit {outcome.exit_code}{', ' + extra if extra else ''})"
+
+
+def raise_for_failure(report: RunReport) -> None:
+    if report.first_failure is None:
+        return
+    first = report.outcomes[report.first_failure]
+    codes = {i: o.exit_code if o.exit_code is not None else -1 for i, o in report.outcomes.items()}
+    err = RunError(
+        f"run {report.run_id} failed on node {first.node} "
+        f"(node-{first.node}, exit {first.exit_code}); "
+        f"logs in {report.run_dir}",
+        node=first.node,
+        exit_codes=codes,
+    )
+    code = first.exit_code or 1
+    err.exit_code = code if 0 < code < 126 else 1
+    raise err

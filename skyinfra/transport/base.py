@@ -1,0 +1,43 @@
+"""The NodeTransport protocol: what `skyinfra run` needs from a node, whatever the target."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+# Decides, for a path relative to the copied directory, whether to leave it out.
+IgnoreFn = Callable[[str], bool]
+
+
+class NodeProcess(Protocol):
+    """A command running on a node; output is stdout and stderr merged, line by line."""
+
+    node: int
+
+    def lines(self) -> Iterator[str]: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
+class NodeTransport(Protocol):
+    def node_root(self, node: int) -> str:
+        """The node's own directory (holds venv/, work/, runs/)."""
+        ...
+
+    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
+        """Make ``dest`` on the node an exact copy of ``src`` minus ignored paths."""
+        ...
+
+    def put_file(self, node: int, src: Path, dest: str) -> None: ...
+
+    def start(
+        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
+    ) -> NodeProcess:
+        """Start ``argv`` on the node in ``cwd`` with ``env`` added; ``tag`` names the run."""
+        ...
+
+    def fetch(self, node: int, remote: str, local: Path) -> bool:
+        """Copy a file back; False when it does not exist on the node."""
+        ...

@@ -1,0 +1,135 @@
+"""LocalTransport: every node is a directory on this machine, reached with subprocesses.
+
+Each process starts in its own session (process group), and its id is recorded in the node's
+``pids/`` folder while it runs, so `kill` ends the whole tree (the runtime may spawn one worker
+per device) and the destroy provisioner can end anything left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from skyinfra.errors import TransportError
+from skyinfra.transport.base import IgnoreFn
+
+# Variables of the operator's own Python that must not leak into a node's interpreter.
+_DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+
+
+class LocalProcess:
+    def __init__(self, node: int, popen: subprocess.Popen[str], pid_file: Path) -> None:
+        self.node = node
+        self._popen = popen
+        self._pid_file = pid_file
+
+    def lines(self) -> Iterator[str]:
+        assert self._popen.stdout is not None
+        for line in self._popen.stdout:
+            yield line.rstrip("\n")
+
+    def poll(self) -> int | None:
+        code = self._popen.poll()
+        if code is not None:
+            self._pid_file.unlink(missing_ok=True)
+        return code
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._popen.wait(timeout)
+        self._pid_file.unlink(missing_ok=True)
+        return code
+
+    def kill(self) -> None:
+        """TERM the process group, then KILL what is left after a grace period."""
+        pgid = self._popen.pid
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self._popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                continue
+            # The leader is gone; make sure no child of it lingers in the group.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            break
+        self._pid_file.unlink(missing_ok=True)
+
+
+class LocalTransport:
+    def __init__(self, node_dirs: Mapping[int, Path]) -> None:
+        self._dirs = {i: Path(d) for i, d in node_dirs.items()}
+
+    def _dir(self, node: int) -> Path:
+        try:
+            d = self._dirs[node]
+        except KeyError:
+            raise TransportError(f"no node {node} (nodes: {sorted(self._dirs)})") from None
+        if not (d / ".skyinfra-node").is_file():
+            raise TransportError(
+                f"node {node}: {d} is not a bootstrapped node directory (run `skyinfra up`)"
+            )
+        return d
+
+    def node_root(self, node: int) -> str:
+        return str(self._dir(node))
+
+    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
+        target = Path(dest)
+        if target.exists():
+            shutil.rmtree(target)
+        src = src.resolve()
+
+        def _ignore(directory: str, names: list[str]) -> set[str]:
+            rel_dir = os.path.relpath(directory, src)
+            prefix = "" if rel_dir == "." else rel_dir + "/"
+            return {n for n in names if ignore(prefix + n)}
+
+        shutil.copytree(src, target, ignore=_ignore, symlinks=True)
+
+    def put_file(self, node: int, src: Path, dest: str) -> None:
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+
+    def start(
+        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
+    ) -> LocalProcess:
+        node_dir = self._dir(node)
+        venv_bin = node_dir / "venv" / "bin"
+        full_env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+        full_env["PATH"] = f"{venv_bin}{os.pathsep}{full_env.get('PATH', '')}"
+        full_env["VIRTUAL_ENV"] = str(node_dir / "venv")
+        full_env.update(env)
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                start_new_session=True,  # own process group: kill() reaches every child
+            )
+        except OSError as err:
+            raise TransportError(f"node {node}: cannot start {argv[0]}: {err}", argv=argv) from err
+        pid_file = node_dir / "pids" / f"{tag}.pid"
+        pid_file.parent.mkdir(exist_ok=True)
+        pid_file.write_text(str(popen.pid))
+        return LocalProcess(node, popen, pid_file)
+
+    def fetch(self, node: int, remote: str, local: Path) -> bool:
+        src = Path(remote)
+        if not src.is_file():
+            return False
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, local)
+        return True
