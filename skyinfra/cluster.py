@@ -23,6 +23,8 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 Echo = Callable[[str], None]
+# The saved plan `up` applies (deleted afterwards: it can hold variable values).
+PLAN_FILE = "skyinfra.tfplan"
 
 
 class ProviderUnavailableError(SkyinfraError):
@@ -84,7 +86,7 @@ def up(spec: ClusterSpec, ws: Workspace, echo: Echo) -> tuple[PlanSummary, dict[
     echo(f"[skyinfra] terraform init in {ws.path}")
     engine.init()
     echo("[skyinfra] terraform plan")
-    summary = engine.plan(on_event=on_event)
+    summary = engine.plan(out=PLAN_FILE, on_event=on_event)
     if summary.no_changes:
         echo("[skyinfra] no changes: the cluster already matches the spec")
     else:
@@ -92,7 +94,8 @@ def up(spec: ClusterSpec, ws: Workspace, echo: Echo) -> tuple[PlanSummary, dict[
             f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to change, "
             f"{summary.remove} to destroy)"
         )
-        engine.apply(on_event=on_event)
+        engine.apply(PLAN_FILE, on_event=on_event)
+    (ws.path / PLAN_FILE).unlink(missing_ok=True)
     topology = topology_from_outputs(engine.output(), spec)
     ws.write_json(ws.topology_file, topology)
     return summary, topology

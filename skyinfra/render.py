@@ -25,6 +25,8 @@ TEMPLATES_DIR = INFRA_DIR / "templates"
 
 def hcl(value: Any) -> str:
     """An HCL literal for a string, number, bool, None, list or map (maps keep key order)."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # StrictUndefined raises UndefinedError naming the missing variable
     if value is None:
         return "null"
     if isinstance(value, bool):

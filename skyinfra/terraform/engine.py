@@ -46,9 +46,13 @@ class TerraformEngine(Protocol):
     def init(self, on_event: EventHandler | None = None) -> None: ...
     def validate(self) -> dict[str, Any]: ...
     def plan(
-        self, *, destroy: bool = False, on_event: EventHandler | None = None
+        self,
+        *,
+        destroy: bool = False,
+        out: str | None = None,
+        on_event: EventHandler | None = None,
     ) -> PlanSummary: ...
-    def apply(self, on_event: EventHandler | None = None) -> None: ...
+    def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None: ...
     def destroy(self, on_event: EventHandler | None = None) -> None: ...
     def output(self) -> dict[str, Any]: ...
     def show(self) -> dict[str, Any]: ...
@@ -215,10 +219,19 @@ class EmbeddedTerraform:
             ) from e
         return result
 
-    def plan(self, *, destroy: bool = False, on_event: EventHandler | None = None) -> PlanSummary:
+    def plan(
+        self,
+        *,
+        destroy: bool = False,
+        out: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> PlanSummary:
+        """Plan; with ``out`` the plan is saved so that apply does exactly what was shown."""
         args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", "-lock-timeout=30s"]
         if destroy:
             args.append("-destroy")
+        if out:
+            args.append(f"-out={out}")
         _, events = self._json_command(args, "plan", on_event, ok=(0, 2))
         for event in events:
             if event.get("type") == "change_summary":
@@ -226,12 +239,9 @@ class EmbeddedTerraform:
                 return PlanSummary(int(c["add"]), int(c["change"]), int(c["remove"]))
         return PlanSummary(0, 0, 0)
 
-    def apply(self, on_event: EventHandler | None = None) -> None:
-        self._json_command(
-            ["apply", "-input=false", "-no-color", "-auto-approve", "-lock-timeout=30s"],
-            "apply",
-            on_event,
-        )
+    def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None:
+        args = ["apply", "-input=false", "-no-color", "-auto-approve", "-lock-timeout=30s"]
+        self._json_command([*args, plan_file] if plan_file else args, "apply", on_event)
 
     def destroy(self, on_event: EventHandler | None = None) -> None:
         self._json_command(

@@ -1,0 +1,27 @@
+"""What `skyinfra run` copies to nodes: defaults and .skyinfraignore patterns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skyinfra.run import make_ignore, read_ignore_patterns
+
+
+def test_defaults_keep_workspaces_and_environments_out(tmp_path: Path) -> None:
+    ignored = make_ignore(read_ignore_patterns(tmp_path))
+    for rel in (".skyinfra", ".git", ".venv", "pkg/__pycache__", "pkg/mod.pyc"):
+        assert ignored(rel), rel
+    for rel in ("train.py", "data/digits.csv", "pkg/mod.py"):
+        assert not ignored(rel), rel
+
+
+def test_ignore_file_patterns(tmp_path: Path) -> None:
+    (tmp_path / ".skyinfraignore").write_text("# comment\n\n*.ckpt\ndata/raw/\n/notes.md\n")
+    ignored = make_ignore(read_ignore_patterns(tmp_path), extra_paths=["infra/clusters"])
+    assert ignored("model.ckpt")
+    assert ignored("sub/model.ckpt")
+    assert ignored("raw") is False  # 'data/raw' holds a '/': matched against the full path only
+    assert ignored("data/raw")
+    assert ignored("notes.md")
+    assert ignored("infra/clusters")
+    assert not ignored("train.py")

@@ -1,0 +1,173 @@
+"""Spec validation: good specs load; bad ones exit 2 through the CLI, name the field, write nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skyinfra.errors import SpecError
+from skyinfra.spec import load_spec, parse_plugin_flag, validate_spec
+from tests.conftest import skyinfra_argv
+
+
+def test_minimal_spec_gets_defaults() -> None:
+    spec = validate_spec({"name": "demo"})
+    assert spec.provider == "local"
+    assert spec.nodes == 1
+    assert spec.head_port == 29500
+    assert spec.local is not None and spec.local.base_address == "127.0.0.2"
+    assert spec.aws is None
+
+
+def test_file_then_flags_override(tmp_path: Path) -> None:
+    path = tmp_path / "skyinfra.toml"
+    path.write_text(
+        'name = "fromfile"\nnodes = 3\nplugins = ["jax", {name = "keras", options = {backend = "jax"}}]\n'
+        'python_packages = ["numpy>=1.26"]\n'
+    )
+    spec = load_spec(path, {"nodes": 2, "name": None})
+    assert spec.name == "fromfile"
+    assert spec.nodes == 2
+    assert [p.name for p in spec.plugins] == ["jax", "keras"]
+    assert spec.plugins[1].options == {"backend": "jax"}
+    assert spec.python_packages == ("numpy>=1.26",)
+
+
+def test_aws_section_is_validated_and_kept() -> None:
+    spec = validate_spec(
+        {
+            "name": "gpu",
+            "provider": "aws",
+            "nodes": 2,
+            "aws": {
+                "region": "eu-west-1",
+                "instance_type": "g5.12xlarge",
+                "ssh_cidrs": ["203.0.113.4/32"],
+                "efa": True,
+                "jax_extra": "cuda12",
+            },
+        }
+    )
+    assert spec.aws is not None
+    assert spec.aws.region == "eu-west-1"
+    assert spec.aws.ami is None
+    assert spec.aws.disk_gb == 200
+    assert spec.local is None
+
+
+def test_plugin_flag_parsing() -> None:
+    assert parse_plugin_flag("keras:backend=jax") == {
+        "name": "keras",
+        "options": {"backend": "jax"},
+    }
+    assert parse_plugin_flag("jax") == {"name": "jax", "options": {}}
+    with pytest.raises(SpecError, match="plugins"):
+        parse_plugin_flag("keras:backend")
+
+
+AWS_OK = {"region": "us-east-1", "instance_type": "g5.xlarge", "ssh_cidrs": ["10.0.0.0/8"]}
+
+
+def _aws(**changes: object) -> str:
+    fields = {**AWS_OK, **changes}
+    lines = []
+    for key, value in fields.items():
+        if isinstance(value, str):
+            lines.append(f'{key} = "{value}"')
+        elif isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, list):
+            lines.append(f"{key} = [" + ", ".join(f'"{v}"' for v in value) + "]")
+        else:
+            lines.append(f"{key} = {value}")
+    return 'name = "c"\nprovider = "aws"\n[aws]\n' + "\n".join(lines) + "\n"
+
+
+# (spec file text, extra CLI flags, field the message must name)
+BAD_SPECS = [
+    ('name = "Bad_Name"\n', [], "'name'"),
+    ("nodes = 2\n", [], "'name'"),  # name missing
+    ('name = "c"\nprovider = "gcp"\n', [], "'provider'"),
+    ('name = "c"\nnodes = 0\n', [], "'nodes'"),
+    ('name = "c"\n', ["--nodes", "abc"], "'nodes'"),
+    ('name = "c"\nnodes = 33\n', [], "'nodes'"),
+    ('name = "c"\nnodes = true\n', [], "'nodes'"),
+    ('name = "c"\nplugins = ["tensorflow"]\n', [], "'plugins[0].name'"),
+    ('name = "c"\n', ["--plugin", "keras:backend=mxnet"], "'plugins[0].options.backend'"),
+    ('name = "c"\nplugins = ["jax:speed=fast"]\n', [], "'plugins[0].options.speed'"),
+    ('name = "c"\nplugins = ["jax", "jax"]\n', [], "'plugins[1]'"),
+    ('name = "c"\npython_packages = ["--index-url=http://x"]\n', [], "'python_packages[0]'"),
+    ('name = "c"\npython_packages = ["numpy; rm -rf /"]\n', [], "'python_packages[0]'"),
+    ('name = "c"\nhead_port = 80\n', [], "'head_port'"),
+    ('name = "c"\nprocs_per_node = "many"\n', [], "'procs_per_node'"),
+    ('name = "c"\ncolour = "blue"\n', [], "'colour'"),
+    ('name = "c"\n[local]\nbase_address = "10.0.0.1"\n', [], "'local.base_address'"),
+    ('name = "c"\n[local]\npython = "/no/such/python"\n', [], "'local.python'"),
+    ('name = "c"\nprovider = "aws"\n', [], "'aws'"),
+    (_aws(region="mars-1"), [], "'aws.region'"),
+    (_aws(instance_type="huge"), [], "'aws.instance_type'"),
+    (_aws(ami="ubuntu"), [], "'aws.ami'"),
+    (_aws(disk_gb=2), [], "'aws.disk_gb'"),
+    (_aws(ssh_cidrs=["10.0.0.1/8"]), [], "'aws.ssh_cidrs[0]'"),
+    (_aws(ssh_cidrs=[]), [], "'aws.ssh_cidrs'"),
+    (_aws(efa="yes"), [], "'aws.efa'"),
+    (_aws(jax_extra="rocm"), [], "'aws.jax_extra'"),
+    (_aws(subnet_id="net-1"), [], "'aws.subnet_id'"),
+    (_aws(idle_shutdown_minutes=-5), [], "'aws.idle_shutdown_minutes'"),
+    ("name = [\n", [], "'--spec'"),  # not TOML
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "field"), BAD_SPECS, ids=[b[2] + str(i) for i, b in enumerate(BAD_SPECS)]
+)
+def test_bad_spec_exits_2_names_field_writes_nothing(
+    tmp_path: Path, clean_env: dict[str, str], text: str, flags: list[str], field: str
+) -> None:
+    (tmp_path / "skyinfra.toml").write_text(text)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = subprocess.run(
+        [*skyinfra_argv(), "up", *flags],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert field in proc.stderr, proc.stderr
+    assert "expected" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .skyinfra, no cache
+
+
+def test_bad_spec_count_meets_the_issue() -> None:
+    assert len(BAD_SPECS) >= 15
+
+
+def test_usage_error_exits_2(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [*skyinfra_argv(), "up", "--no-such-flag"],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "no-such-flag" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["up", "run", "status", "topology", "down", "tf"])
+def test_every_command_has_help(command: str, clean_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [*skyinfra_argv(), command, "--help"],
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    assert "Usage:" in proc.stdout
