@@ -1,4 +1,4 @@
-"""Spec validation: good specs load; bad ones exit 2 through the CLI, name the field, write nothing."""
+"""Spec validation: good specs load; bad ones exit 2 via the CLI, name the field, write nothing."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def test_minimal_spec_gets_defaults() -> None:
 def test_file_then_flags_override(tmp_path: Path) -> None:
     path = tmp_path / "skyinfra.toml"
     path.write_text(
-        'name = "fromfile"\nnodes = 3\nplugins = ["jax", {name = "keras", options = {backend = "jax"}}]\n'
+        'name = "fromfile"\nnodes = 3\n'
+        'plugins = ["jax", {name = "keras", options = {backend = "jax"}}]\n'
         'python_packages = ["numpy>=1.26"]\n'
     )
     spec = load_spec(path, {"nodes": 2, "name": None})

@@ -41,7 +41,10 @@ def test_topology_matches_the_readme_contract() -> None:
         "head_addr": "127.0.0.2",
         "head_port": 29500,
         "procs_per_node": 1,
-        "plugins": [{"name": "jax", "options": {}}, {"name": "keras", "options": {"backend": "jax"}}],
+        "plugins": [
+            {"name": "jax", "options": {}},
+            {"name": "keras", "options": {"backend": "jax"}},
+        ],
         "nodes": [
             {"index": 0, "name": "node-0", "private_ip": "127.0.0.2", "public_ip": None,
              "instance_id": "local-demo-0", "accelerator": None},
