@@ -16,7 +16,6 @@ import pytest
 
 from skyinfra import render
 from skyinfra.render import INFRA_DIR
-from skyinfra.spec import validate_spec
 from skyinfra.terraform import EmbeddedTerraform
 from tests.conftest import skyinfra_argv
 from tests.unit.test_render import golden_context
@@ -75,8 +74,9 @@ def test_up_twice_is_a_no_op_and_down_cleans_up(
     for i in range(2):
         node = ws / "nodes" / f"node-{i}"
         assert (node / ".skyinfra-node").is_file()
+        node_python = str(node / "venv" / "bin" / "python")
         probe = subprocess.run(
-            [str(node / "venv" / "bin" / "python"), "-c", "import skyinfra_runtime, sys; print(skyinfra_runtime.__file__)"],
+            [node_python, "-c", "import skyinfra_runtime as r; print(r.__file__)"],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         # The node's own wheel wins over the operator's (editable) runtime.
@@ -88,7 +88,7 @@ def test_up_twice_is_a_no_op_and_down_cleans_up(
     assert "no changes" in second.stdout
     assert json.loads((ws / "terraform.tfstate").read_text())["serial"] == serial
     plan = subprocess.run(
-        [*skyinfra_argv(), "tf", "--cluster", "twice", "--", "plan", "-detailed-exitcode", "-input=false"],
+        [*skyinfra_argv(), "tf", "--cluster", "twice", "--", "plan", "-detailed-exitcode"],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert plan.returncode == 0, plan.stdout + plan.stderr  # 0 = no changes (2 would be changes)
