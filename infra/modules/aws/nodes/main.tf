@@ -1,0 +1,157 @@
+locals {
+  # Node names are the stable keys of every per-node resource and of the topology output.
+  nodes = {
+    for index in range(var.node_count) : "node-${index}" => {
+      index      = index
+      private_ip = cidrhost(var.subnet_cidr_block, var.private_ip_host_offset + index)
+    }
+  }
+
+  efa_enabled = var.efa_interface_count > 0
+
+  # One EFA interface per network card, keyed "<node>/<card>". AWS: the primary interface is
+  # network card 0, device index 0; on the other cards an EFA (with ENA) interface takes
+  # device index 1. https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+  efa_interfaces = merge([
+    for node, attrs in local.nodes : {
+      for card in range(var.efa_interface_count) : "${node}/${card}" => {
+        node         = node
+        card         = card
+        device_index = card == 0 ? 0 : 1
+        private_ip   = card == 0 ? attrs.private_ip : null
+      }
+    }
+  ]...)
+
+  # Fixed precedence: caller's tags < instance tags < the identity tags set here.
+  base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
+}
+
+################################################################################
+# Key pair, instance profile, placement group
+################################################################################
+
+resource "aws_key_pair" "this" {
+  key_name   = "${var.name}-key"
+  public_key = var.ssh_public_key
+
+  tags = merge(local.base_tags, { Name = "${var.name}-key" })
+}
+
+data "aws_iam_policy_document" "assume_role" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "this" {
+  name                  = "${var.name}-node"
+  description           = "skyinfra cluster ${var.name}: node role (no permissions unless policies are given)"
+  assume_role_policy    = data.aws_iam_policy_document.assume_role.json
+  force_detach_policies = true
+
+  tags = merge(local.base_tags, { Name = "${var.name}-node" })
+}
+
+resource "aws_iam_role_policy_attachment" "this" {
+  for_each = toset(var.instance_profile_policy_arns)
+
+  role       = aws_iam_role.this.name
+  policy_arn = each.value
+}
+
+resource "aws_iam_instance_profile" "this" {
+  name = "${var.name}-node"
+  role = aws_iam_role.this.name
+
+  tags = merge(local.base_tags, { Name = "${var.name}-node" })
+}
+
+resource "aws_placement_group" "this" {
+  count = var.placement_group_enabled ? 1 : 0
+
+  name     = "${var.name}-cluster"
+  strategy = "cluster"
+
+  tags = merge(local.base_tags, { Name = "${var.name}-cluster" })
+}
+
+################################################################################
+# EFA interfaces (only when efa_interface_count > 0)
+################################################################################
+
+resource "aws_network_interface" "efa" {
+  for_each = local.efa_interfaces
+
+  subnet_id       = var.subnet_id
+  security_groups = var.security_group_ids
+  interface_type  = "efa"
+  private_ips     = each.value.private_ip == null ? null : [each.value.private_ip]
+  description     = "skyinfra ${var.name} ${each.value.node} EFA card ${each.value.card}"
+
+  tags = merge(local.base_tags, { Name = "${var.name}-${each.value.node}-efa${each.value.card}" })
+}
+
+################################################################################
+# Nodes
+################################################################################
+
+resource "aws_instance" "this" {
+  for_each = local.nodes
+
+  ami                  = var.ami_id
+  instance_type        = var.instance_type
+  key_name             = aws_key_pair.this.key_name
+  iam_instance_profile = aws_iam_instance_profile.this.name
+  placement_group      = var.placement_group_enabled ? aws_placement_group.this[0].id : null
+
+  # Without EFA the instance's own primary interface carries the fixed address; with EFA the
+  # card-0 interface does, and AWS then refuses subnet, groups and public-address settings on
+  # the instance itself (they belong to the interfaces).
+  subnet_id                   = local.efa_enabled ? null : var.subnet_id
+  private_ip                  = local.efa_enabled ? null : each.value.private_ip
+  vpc_security_group_ids      = local.efa_enabled ? null : var.security_group_ids
+  associate_public_ip_address = local.efa_enabled ? null : var.associate_public_ip_address
+
+  dynamic "network_interface" {
+    for_each = { for key, eni in local.efa_interfaces : key => eni if eni.node == each.key }
+    content {
+      network_interface_id = aws_network_interface.efa[network_interface.key].id
+      device_index         = network_interface.value.device_index
+      network_card_index   = network_interface.value.card
+    }
+  }
+
+  # An idle node ends itself with `shutdown`; terminate rather than stop so it stops costing.
+  instance_initiated_shutdown_behavior = "terminate"
+  monitoring                           = var.detailed_monitoring
+  ebs_optimized                        = true
+
+  user_data        = try(var.user_data[each.key].text, null)
+  user_data_base64 = try(var.user_data[each.key].base64, null)
+
+  # IMDSv2 only; hop limit 1 keeps the instance credentials away from containers on the node.
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1
+  }
+
+  root_block_device {
+    volume_type           = "gp3"
+    volume_size           = var.root_volume_size_gb
+    encrypted             = true
+    delete_on_termination = true
+  }
+
+  tags = merge(local.base_tags, var.instance_tags, {
+    Name             = "${var.name}-${each.key}"
+    "skyinfra:node"  = each.key
+    "skyinfra:index" = tostring(each.value.index)
+  })
+  volume_tags = merge(local.base_tags, { Name = "${var.name}-${each.key}-root" })
+}

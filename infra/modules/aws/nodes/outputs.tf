@@ -1,0 +1,28 @@
+output "nodes" {
+  description = "Every node keyed by name: index, instance_id, private_ip, public_ip (null without one), availability_zone, efa_interface_ids."
+  value = {
+    for node, attrs in local.nodes : node => {
+      index             = attrs.index
+      instance_id       = aws_instance.this[node].id
+      private_ip        = aws_instance.this[node].private_ip
+      public_ip         = aws_instance.this[node].public_ip == "" ? null : aws_instance.this[node].public_ip
+      availability_zone = aws_instance.this[node].availability_zone
+      efa_interface_ids = [for key, eni in aws_network_interface.efa : eni.id if local.efa_interfaces[key].node == node]
+    }
+  }
+}
+
+output "planned_private_ips" {
+  description = "Fixed private address of every node, known before anything is created."
+  value       = { for node, attrs in local.nodes : node => attrs.private_ip }
+}
+
+output "placement_group_name" {
+  description = "Name of the cluster placement group, or null when off."
+  value       = try(aws_placement_group.this[0].name, null)
+}
+
+output "instance_profile_name" {
+  description = "Name of the nodes' instance profile."
+  value       = aws_iam_instance_profile.this.name
+}

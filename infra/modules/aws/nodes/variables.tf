@@ -1,0 +1,184 @@
+variable "name" {
+  description = "Cluster name; nodes are tagged \"<name>-node-<index>\"."
+  type        = string
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,38}[a-z0-9]$", var.name))
+    error_message = "The name must be 2-40 characters of lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "node_count" {
+  description = "Number of nodes; they are named node-0 .. node-<n-1>."
+  type        = number
+  nullable    = false
+
+  validation {
+    condition     = var.node_count >= 1 && var.node_count <= 64 && floor(var.node_count) == var.node_count
+    error_message = "The node_count must be a whole number from 1 to 64."
+  }
+}
+
+variable "instance_type" {
+  description = "EC2 instance type of every node, for example p4d.24xlarge."
+  type        = string
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]*\\.[a-z0-9]+$", var.instance_type))
+    error_message = "The instance_type must look like family.size, for example g5.xlarge or p4d.24xlarge."
+  }
+}
+
+variable "ami_id" {
+  description = "Concrete AMI id (resolved once by the operator, so a new AMI release never shows up as a replacement)."
+  type        = string
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^ami-[0-9a-f]{8,17}$", var.ami_id))
+    error_message = "The ami_id must be a concrete AMI id such as ami-0123456789abcdef0, not an SSM parameter path."
+  }
+}
+
+variable "subnet_id" {
+  description = "Subnet the nodes are placed in."
+  type        = string
+  nullable    = false
+}
+
+variable "subnet_cidr_block" {
+  description = "IPv4 CIDR block of subnet_id; node i gets the address cidrhost(subnet_cidr_block, private_ip_host_offset + i)."
+  type        = string
+  nullable    = false
+
+  validation {
+    condition     = can(cidrhost(var.subnet_cidr_block, 0)) && !can(regex(":", var.subnet_cidr_block))
+    error_message = "The subnet_cidr_block must be an IPv4 CIDR block such as 10.42.0.0/24."
+  }
+}
+
+variable "private_ip_host_offset" {
+  description = "Host number of node-0's private address inside the subnet."
+  type        = number
+  default     = 10
+  nullable    = false
+
+  # AWS reserves the first four addresses (network, VPC router, DNS, future use) and the
+  # last one of every subnet: https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html
+  validation {
+    condition     = var.private_ip_host_offset >= 4 && floor(var.private_ip_host_offset) == var.private_ip_host_offset
+    error_message = "The private_ip_host_offset must be a whole number >= 4: AWS reserves the first four addresses of every subnet."
+  }
+}
+
+variable "security_group_ids" {
+  description = "Security groups of every node (and of every EFA interface)."
+  type        = list(string)
+  nullable    = false
+
+  validation {
+    condition     = length(var.security_group_ids) > 0
+    error_message = "Give at least one security group id."
+  }
+}
+
+variable "ssh_public_key" {
+  description = "OpenSSH public key installed for the AMI's default user (an aws_key_pair is created from it)."
+  type        = string
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+", var.ssh_public_key))
+    error_message = "The ssh_public_key must be one OpenSSH public key line (ssh-ed25519 AAAA..., ssh-rsa AAAA... or ecdsa-sha2-...)."
+  }
+}
+
+variable "root_volume_size_gb" {
+  description = "Size of the encrypted gp3 root volume in GiB (Deep Learning AMIs need at least 100)."
+  type        = number
+  default     = 200
+  nullable    = false
+
+  validation {
+    condition     = var.root_volume_size_gb >= 8 && var.root_volume_size_gb <= 16384
+    error_message = "The root_volume_size_gb must be between 8 and 16384 GiB (gp3 limits)."
+  }
+}
+
+variable "associate_public_ip_address" {
+  description = "Give each node a public IPv4 address (ignored with EFA: AWS refuses public addresses on instances launched with several network interfaces)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "placement_group_enabled" {
+  description = "Create a cluster placement group and launch every node into it (low-latency, same rack)."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
+variable "efa_interface_count" {
+  description = "Number of EFA interfaces per node, one per network card; 0 turns EFA off. Use the instance type's maximum (DescribeInstanceTypes NetworkInfo.EfaInfo.MaximumEfaInterfaces), as AWS documents for each type."
+  type        = number
+  default     = 0
+  nullable    = false
+
+  validation {
+    condition     = var.efa_interface_count >= 0 && var.efa_interface_count <= 32 && floor(var.efa_interface_count) == var.efa_interface_count
+    error_message = "The efa_interface_count must be a whole number from 0 (EFA off) to 32."
+  }
+}
+
+variable "user_data" {
+  description = "Per-node user data keyed by node name: exactly one of text (plain #cloud-config, under 16 KB) or base64 (for gzip-compressed data)."
+  type = map(object({
+    text   = optional(string)
+    base64 = optional(string)
+  }))
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = alltrue([for node, data in var.user_data : (data.text == null) != (data.base64 == null)])
+    error_message = "Each user_data entry must set exactly one of text or base64."
+  }
+
+  # EC2 limits user data to 16 KB before base64 encoding:
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
+  validation {
+    condition     = alltrue([for node, data in var.user_data : data.text == null || length(coalesce(data.text, "")) <= 16384])
+    error_message = "A user_data text entry is over EC2's 16 KB limit: gzip it and pass it as base64."
+  }
+}
+
+variable "instance_profile_policy_arns" {
+  description = "Managed policies attached to the nodes' role. Empty by default: the runtime wheel comes from a presigned URL, so nodes need no AWS permissions."
+  type        = list(string)
+  default     = []
+  nullable    = false
+}
+
+variable "tags" {
+  description = "Tags for every resource (lowest precedence)."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+}
+
+variable "instance_tags" {
+  description = "Extra tags for the instances only; override tags, are overridden by the Name and skyinfra:* tags this module sets."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+}
+
+variable "detailed_monitoring" {
+  description = "Enable 1-minute CloudWatch detailed monitoring (billed per instance; basic 5-minute monitoring is always on)."
+  type        = bool
+  default     = false
+  nullable    = false
+}

