@@ -27,7 +27,7 @@ AWS_PROVIDER_SUBPATH = "registry.terraform.io/hashicorp/aws"
 
 
 def find_plugin_mirror() -> Path | None:
-    """The filesystem mirror holding hashicorp/aws, from SKYINFRA_TF_PLUGIN_MIRROR or a known place."""
+    """The mirror holding hashicorp/aws: SKYINFRA_TF_PLUGIN_MIRROR, else a known place."""
     candidates = [os.environ.get("SKYINFRA_TF_PLUGIN_MIRROR", ""), *KNOWN_MIRROR_LOCATIONS]
     for candidate in candidates:
         if candidate and (Path(candidate) / AWS_PROVIDER_SUBPATH).is_dir():

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from aws_tf import Terraform, find_plugin_mirror, write_cli_config  # noqa: E402
-
-from aws_tf import MODULES, REGION  # noqa: E402
+# pytest puts this folder (no __init__.py) on sys.path, which makes aws_tf importable.
+from aws_tf import REGION, Terraform, find_plugin_mirror, write_cli_config
 
 
 def free_port() -> int:

@@ -1,0 +1,152 @@
+"""Render a node's cloud-init user data: one ``#cloud-config`` document (pure).
+
+The document writes the topology and the node's identity, fetches the runtime wheel from a
+presigned URL, checks its sha256, runs the node bootstrap shared with the local target,
+marks the node ready and (by default) installs an idle-shutdown timer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from skyinfra.errors import SpecError
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
+REPO_BOOTSTRAP_SCRIPT = (
+    Path(__file__).resolve().parents[2] / "infra" / "scripts" / "bootstrap-node.sh"
+)
+
+# JAX's CUDA wheels: https://docs.jax.dev/en/latest/installation.html
+JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
+DEFAULT_IDLE_SHUTDOWN_MINUTES = 60
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
+_EXTRA_RE = re.compile(r"^[a-z0-9_]+$")
+# Values that must never reach user data (it is readable by every process on the node
+# through the instance metadata service, and shows in the console).
+_SECRET_PATTERNS = (
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    re.compile(r"(?<![A-Za-z0-9/+=])aws_secret_access_key\s*[=:]", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True)
+class NodeUserData:
+    """What one node's user data needs, as plain values."""
+
+    cluster_name: str
+    node_index: int
+    topology_json: str
+    wheel_url: str
+    wheel_sha256: str
+    wheel_filename: str
+    bootstrap_script: str
+    jax_extra: str | None = "cuda12"
+    python_packages: Sequence[str] = ()
+    idle_shutdown_minutes: int | None = DEFAULT_IDLE_SHUTDOWN_MINUTES
+    ssh_user: str = "ubuntu"
+    python: str = "python3"
+    node_dir: str = "/opt/skyinfra/node"
+    forbidden_values: Iterable[str] = field(default=(), repr=False)
+
+
+def default_bootstrap_script() -> str:
+    """The node bootstrap the local target runs too (infra/scripts/bootstrap-node.sh)."""
+    return REPO_BOOTSTRAP_SCRIPT.read_text()
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def _check(params: NodeUserData) -> None:
+    if not _SHA256_RE.match(params.wheel_sha256):
+        raise SpecError("wheel_sha256", params.wheel_sha256, "64 lower-case hex digits")
+    if not _WHEEL_RE.match(params.wheel_filename):
+        raise SpecError("wheel_filename", params.wheel_filename, "a wheel file name ending in .whl")
+    if not params.wheel_url.startswith("https://") and not params.wheel_url.startswith("http://"):
+        raise SpecError("wheel_url", params.wheel_url, "an http(s) URL (a presigned S3 URL)")
+    if params.jax_extra is not None and not _EXTRA_RE.match(params.jax_extra):
+        raise SpecError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
+    if params.idle_shutdown_minutes is not None and params.idle_shutdown_minutes < 0:
+        raise SpecError(
+            "aws.idle_shutdown_minutes", params.idle_shutdown_minutes, "minutes >= 1, or 0 for off"
+        )
+    try:
+        topology = json.loads(params.topology_json)
+    except ValueError as err:
+        raise SpecError("topology", params.topology_json[:80], f"JSON ({err})") from None
+    if not isinstance(topology, dict) or topology.get("schema") != 1:
+        raise SpecError(
+            "topology", params.topology_json[:80], 'a schema 1 topology ({"schema": 1, ...})'
+        )
+    if not params.bootstrap_script.startswith("#!"):
+        raise SpecError(
+            "bootstrap_script", params.bootstrap_script[:40], "a script starting with #!"
+        )
+
+
+def render_user_data(params: NodeUserData) -> str:
+    """The node's ``#cloud-config`` document. Raises SpecError for bad input or a leaked secret."""
+    _check(params)
+    packages = [f"jax[{params.jax_extra}]"] if params.jax_extra else []
+    packages += list(params.python_packages)
+    document = (
+        _environment()
+        .get_template("user-data.yaml.j2")
+        .render(
+            cluster_name=params.cluster_name,
+            node_index=params.node_index,
+            topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
+            bootstrap_script=params.bootstrap_script.rstrip("\n"),
+            wheel_url=params.wheel_url,
+            wheel_sha256=params.wheel_sha256,
+            wheel_filename=params.wheel_filename,
+            python=params.python,
+            packages=packages,
+            find_links=[JAX_FIND_LINKS] if params.jax_extra else [],
+            idle_shutdown_minutes=params.idle_shutdown_minutes or 0,
+            ssh_user=params.ssh_user,
+            node_dir=params.node_dir,
+            config_dir="/etc/skyinfra",
+            script_dir="/opt/skyinfra",
+            state_dir="/var/lib/skyinfra",
+        )
+    )
+    assert_no_secret(document, params.forbidden_values)
+    return document
+
+
+def assert_no_secret(document: str, forbidden_values: Iterable[str] = ()) -> None:
+    """Refuse user data that holds a private key, an AWS secret key, or a caller-named secret."""
+    for value in forbidden_values:
+        if value and len(value) >= 8 and value in document:
+            raise SpecError(
+                "user_data",
+                "<redacted>",
+                "no secrets: a credential would end up in the instance's user data; "
+                "remove it from the spec and hand it to the job at run time instead",
+            )
+    for pattern in _SECRET_PATTERNS:
+        if pattern.search(document):
+            raise SpecError(
+                "user_data",
+                "<redacted>",
+                f"no secrets: the user data matches {pattern.pattern!r}; "
+                "remove the key or credential from what the nodes receive",
+            )

@@ -1,0 +1,154 @@
+"""cloud-init user data: schema-valid (cloud-init's own validator), small, secret-free."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skyinfra.aws.cloudinit import (
+    JAX_FIND_LINKS,
+    NodeUserData,
+    default_bootstrap_script,
+    render_user_data,
+)
+from skyinfra.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
+from skyinfra.errors import SpecError
+
+TOPOLOGY = {
+    "schema": 1,
+    "cluster": "demo",
+    "provider": "aws",
+    "head_addr": "10.42.0.10",
+    "head_port": 29500,
+    "nodes": [
+        {
+            "index": i,
+            "name": f"node-{i}",
+            "private_ip": f"10.42.0.{10 + i}",
+            "public_ip": None,
+            "instance_id": None,
+            "accelerator": {"type": "A100", "count": 8},
+        }
+        for i in range(3)
+    ],
+}
+
+
+def params(**overrides: object) -> NodeUserData:
+    base: dict[str, object] = {
+        "cluster_name": "demo",
+        "node_index": 1,
+        "topology_json": json.dumps(TOPOLOGY),
+        "wheel_url": "https://bucket.s3.amazonaws.com/w/skyinfra_runtime-0.1.0-py3-none-any.whl"
+        "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=7200&X-Amz-Signature=0f0f",
+        "wheel_sha256": "ab" * 32,
+        "wheel_filename": "skyinfra_runtime-0.1.0-py3-none-any.whl",
+        "bootstrap_script": default_bootstrap_script(),
+    }
+    base.update(overrides)
+    return NodeUserData(**base)  # type: ignore[arg-type]
+
+
+VARIANTS = {
+    "defaults": params(),
+    "no-idle-timer-plugins-pinned": params(
+        idle_shutdown_minutes=0, python_packages=["keras==3.6.0", "torch==2.13.0"]
+    ),
+    "cuda13-head-node": params(node_index=0, jax_extra="cuda13", idle_shutdown_minutes=15),
+    "no-jax": params(jax_extra=None, python_packages=["numpy==2.1.0"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_cloud_init_schema_accepts_variant(name: str, tmp_path: Path) -> None:
+    cloud_init = shutil.which("cloud-init")
+    if cloud_init is None:
+        pytest.skip("cloud-init is not installed (Debian package cloud-init; CI installs it)")
+    path = tmp_path / "user-data"
+    path.write_text(render_user_data(VARIANTS[name]))
+    result = subprocess.run(
+        [cloud_init, "schema", "--config-file", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Valid cloud-config" in result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_user_data_fits_ec2_limit_as_plain_text(name: str) -> None:
+    document = render_user_data(VARIANTS[name])
+    assert document.startswith("#cloud-config\n")
+    assert len(document.encode()) < USER_DATA_LIMIT_BYTES
+    assert encode_user_data(document) == {"text": document}
+
+
+def files_of(document: str) -> dict[str, str]:
+    return {f["path"]: f["content"] for f in yaml.safe_load(document)["write_files"]}
+
+
+def test_content_topology_identity_bootstrap_and_install() -> None:
+    files = files_of(render_user_data(params(python_packages=["keras==3.6.0"])))
+    assert json.loads(files["/etc/skyinfra/topology.json"]) == TOPOLOGY
+    assert "SKYINFRA_NODE=1\n" in files["/etc/skyinfra/node.env"]
+    # The very script the local target runs, byte for byte.
+    assert files["/opt/skyinfra/bootstrap-node.sh"] == default_bootstrap_script()
+    provision = files["/opt/skyinfra/provision.sh"]
+    assert "sha256sum --check --strict" in provision
+    assert "'jax[cuda12]'" in provision
+    assert f"--find-links {JAX_FIND_LINKS}" in provision
+    assert "--package keras==3.6.0" in provision
+    assert "systemctl enable --now skyinfra-idle.timer" in provision
+    assert "/etc/systemd/system/skyinfra-idle.timer" in files
+
+
+def test_idle_timer_off_by_explicit_setting() -> None:
+    document = render_user_data(params(idle_shutdown_minutes=0))
+    assert "skyinfra-idle" not in document
+    assert "shutdown" not in document
+
+
+def test_secret_in_spec_never_reaches_user_data() -> None:
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    # A spec carrying a secret where the nodes would see it: as a pip requirement URL.
+    leaky = params(
+        python_packages=[f"https://user:{secret}@pypi.example/pkg.whl"], forbidden_values=[secret]
+    )
+    with pytest.raises(SpecError) as err:
+        render_user_data(leaky)
+    assert secret not in str(err.value)
+    # Secret-looking settings the nodes do not need never enter the document at all.
+    document = render_user_data(params(forbidden_values=[secret]))
+    assert secret not in document
+    with pytest.raises(SpecError, match="PRIVATE KEY"):
+        render_user_data(
+            params(bootstrap_script="#!/bin/sh\n# -----BEGIN OPENSSH PRIVATE KEY-----\n")
+        )
+
+
+def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
+    big_script = "#!/bin/sh\n" + "".join(f"echo line {i} of a long script\n" for i in range(900))
+    document = render_user_data(params(bootstrap_script=big_script))
+    assert len(document.encode()) > USER_DATA_LIMIT_BYTES
+    encoded = encode_user_data(document)
+    assert set(encoded) == {"base64"}
+    assert gzip.decompress(base64.b64decode(encoded["base64"])).decode() == document
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("wheel_sha256", "xyz", "64 lower-case hex"),
+        ("wheel_filename", "runtime.tar.gz", "ending in .whl"),
+        ("topology_json", '{"schema": 2}', "schema 1"),
+        ("jax_extra", "cuda12; rm -rf /", "extra name"),
+    ],
+)
+def test_bad_input_names_the_field(field: str, value: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        render_user_data(params(**{field: value}))
