@@ -1,0 +1,290 @@
+"""boto3 checks before any Terraform runs: credentials, instance type in the AZ, AMI, vCPU quota.
+
+Every failure is one :class:`PreflightError` saying what to do. The checks take a boto3
+session (and an optional emulator) so they run unchanged against AWS, LocalStack or moto.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+from skyinfra.aws.endpoints import Emulator, boto3_client_kwargs
+from skyinfra.errors import PreflightError
+
+# The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), through its public SSM
+# parameter: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
+DEFAULT_DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
+
+# Service Quotas codes of the EC2 "Running On-Demand <class> instances" quotas, which count
+# vCPUs across every running instance of the class in the region:
+# https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html
+ON_DEMAND_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
+    "standard": ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "x": ("L-7295265B", "Running On-Demand X instances"),
+    "f": ("L-74FC7D96", "Running On-Demand F instances"),
+    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
+    "dl": ("L-6E869C2A", "Running On-Demand DL instances"),
+    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
+}
+_STANDARD_LETTERS = set("acdhimrtz")
+
+_BAD_CREDENTIAL_CODES = {
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "AuthFailure",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidAccessKeyId",
+}
+
+
+def quota_class(instance_type: str) -> str | None:
+    """The on-demand quota class of an instance type ("p" for p4d.24xlarge), or None."""
+    match = re.match(r"^([a-z]+)", instance_type)
+    if match is None:
+        return None
+    letters = match.group(1)
+    for prefix in ("trn", "inf", "dl", "vt"):
+        if letters.startswith(prefix):
+            return prefix
+    first = letters[0]
+    if first in ("p", "g", "x", "f"):
+        return first
+    if first in _STANDARD_LETTERS:
+        return "standard"
+    return None
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """What later steps need: the concrete AMI, the account, the type's accelerators and EFA."""
+
+    account_id: str
+    region: str
+    availability_zone: str
+    instance_type: str
+    ami_id: str
+    vcpus_per_node: int
+    gpu_name: str | None
+    gpu_count: int
+    efa_interface_count: int
+    quota_vcpus: float | None
+    running_vcpus: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def _client(
+    session: boto3.session.Session, service: str, region: str, emulator: Emulator | None
+) -> Any:
+    return session.client(service, **boto3_client_kwargs(region, emulator))
+
+
+def _credentials_error(err: Exception) -> PreflightError:
+    return PreflightError(
+        f"AWS rejected the credentials ({err}). Check AWS_PROFILE / AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (or run `aws sso login`), then try again."
+    )
+
+
+def check_credentials(sts: Any) -> str:
+    """The account id of the caller; PreflightError when there are no valid credentials."""
+    try:
+        return str(sts.get_caller_identity()["Account"])
+    except NoCredentialsError:
+        raise PreflightError(
+            "no AWS credentials found. Set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, or run `aws configure`, then try again."
+        ) from None
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in _BAD_CREDENTIAL_CODES:
+            raise _credentials_error(err) from None
+        raise PreflightError(f"could not check the AWS credentials: {err}") from None
+
+
+def describe_type(ec2: Any, instance_type: str) -> dict[str, Any]:
+    try:
+        types = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in (
+            "InvalidInstanceType",
+            "InvalidParameterValue",
+        ):
+            types = []
+        else:
+            raise PreflightError(
+                f"could not describe instance type {instance_type!r}: {err}"
+            ) from None
+    if not types:
+        raise PreflightError(
+            f"instance type {instance_type!r} does not exist in this region. Pick one listed by "
+            "`aws ec2 describe-instance-types` (for example g5.xlarge or p4d.24xlarge) and set "
+            "aws.instance_type."
+        )
+    return dict(types[0])
+
+
+def check_offered(ec2: Any, instance_type: str, availability_zone: str) -> None:
+    offerings = ec2.describe_instance_type_offerings(
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+    )["InstanceTypeOfferings"]
+    zones = sorted({o["Location"] for o in offerings})
+    if availability_zone not in zones:
+        where = (
+            f"it is offered in {', '.join(zones)}" if zones else "no zone of this region offers it"
+        )
+        raise PreflightError(
+            f"instance type {instance_type!r} is not offered in {availability_zone}; {where}. "
+            "Choose another availability zone or instance type."
+        )
+
+
+def resolve_ami(ssm: Any, parameter: str) -> str:
+    """Resolve the AMI's SSM parameter once, to a concrete id for the tfvars."""
+    try:
+        value = str(ssm.get_parameter(Name=parameter)["Parameter"]["Value"])
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code")
+        if code == "ParameterNotFound":
+            raise PreflightError(
+                f"the AMI parameter {parameter} does not exist in this region. Set aws.ami to a "
+                "concrete AMI id, or pick a region where the Deep Learning AMI is published."
+            ) from None
+        if code == "AccessDeniedException":
+            raise PreflightError(
+                f"not allowed to read SSM parameter {parameter}: grant ssm:GetParameter, or set "
+                "aws.ami to a concrete AMI id."
+            ) from None
+        raise PreflightError(f"could not resolve the AMI through {parameter}: {err}") from None
+    if not re.match(r"^ami-[0-9a-f]{8,17}$", value):
+        raise PreflightError(
+            f"SSM parameter {parameter} holds {value!r}, not an AMI id; set aws.ami."
+        )
+    return value
+
+
+def running_vcpus(ec2: Any, klass: str, vcpus_of: Callable[[str], int]) -> int:
+    """vCPUs of the running/pending instances in the region that count against ``klass``'s quota."""
+    total = 0
+    paginator = ec2.get_paginator("describe_instances")
+    states = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    for page in paginator.paginate(Filters=states):
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                if quota_class(instance["InstanceType"]) == klass:
+                    cpu = instance.get("CpuOptions") or {}
+                    count = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 0)
+                    total += count or vcpus_of(instance["InstanceType"])
+    return total
+
+
+def quota_vcpus(quotas: Any, quota_code: str) -> float | None:
+    """The applied quota value, else the AWS default, else None (no answer)."""
+    for call in (quotas.get_service_quota, quotas.get_aws_default_service_quota):
+        try:
+            return float(call(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]["Value"])
+        except (ClientError, KeyError):
+            continue
+    return None
+
+
+def run_preflight(
+    *,
+    region: str,
+    availability_zone: str,
+    instance_type: str,
+    node_count: int,
+    ami_id: str | None = None,
+    ami_parameter: str = DEFAULT_DLAMI_PARAMETER,
+    session: boto3.session.Session | None = None,
+    emulator: Emulator | None = None,
+) -> PreflightResult:
+    """All checks, in the order a user would fix them. No Terraform runs before this passes."""
+    session = session or boto3.session.Session()
+    warnings: list[str] = []
+    try:
+        account = check_credentials(_client(session, "sts", region, emulator))
+        ec2 = _client(session, "ec2", region, emulator)
+        info = describe_type(ec2, instance_type)
+        check_offered(ec2, instance_type, availability_zone)
+        ami = ami_id or resolve_ami(_client(session, "ssm", region, emulator), ami_parameter)
+
+        vcpus = int(info["VCpuInfo"]["DefaultVCpus"])
+        gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
+        network = info.get("NetworkInfo") or {}
+        efa = (
+            int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
+            if network.get("EfaSupported")
+            else 0
+        )
+
+        klass = quota_class(instance_type)
+        quota: float | None = None
+        running = 0
+        if klass is None:
+            warnings.append(f"no known vCPU quota for {instance_type!r}; quota not checked")
+        else:
+            code, title = ON_DEMAND_VCPU_QUOTAS[klass]
+            quota = quota_vcpus(_client(session, "service-quotas", region, emulator), code)
+            if quota is None:
+                warnings.append(
+                    f"Service Quotas gave no answer for {title} ({code}); going on without a "
+                    "quota check"
+                )
+            else:
+                cache: dict[str, int] = {instance_type: vcpus}
+
+                def vcpus_of(name: str) -> int:
+                    if name not in cache:
+                        cache[name] = int(describe_type(ec2, name)["VCpuInfo"]["DefaultVCpus"])
+                    return cache[name]
+
+                running = running_vcpus(ec2, klass, vcpus_of)
+                requested = vcpus * node_count
+                if running + requested > quota:
+                    raise PreflightError(
+                        f"not enough vCPU quota for {node_count} x {instance_type}: {title} "
+                        f"({code}) is {quota:g} vCPUs in {region}, {running} are in use and "
+                        f"{requested} are requested. Request an increase in the Service Quotas "
+                        f"console (quota {code}) or ask for fewer/smaller nodes."
+                    )
+    except NoRegionError:
+        raise PreflightError("no AWS region given: set aws.region in the spec.") from None
+    except NoCredentialsError:
+        raise PreflightError(
+            "no AWS credentials found. Set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, then try again."
+        ) from None
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in _BAD_CREDENTIAL_CODES:
+            raise _credentials_error(err) from None
+        raise PreflightError(f"an AWS check failed: {err}") from None
+    except BotoCoreError as err:
+        raise PreflightError(f"could not reach AWS: {err}. Check the network and region.") from None
+
+    return PreflightResult(
+        account_id=account,
+        region=region,
+        availability_zone=availability_zone,
+        instance_type=instance_type,
+        ami_id=ami,
+        vcpus_per_node=vcpus,
+        gpu_name=str(gpus[0]["Name"]) if gpus else None,
+        gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
+        efa_interface_count=efa,
+        quota_vcpus=quota,
+        running_vcpus=running,
+        warnings=warnings,
+    )

