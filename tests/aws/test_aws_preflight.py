@@ -136,7 +136,7 @@ def test_no_quota_answer_warns_and_goes_on(seeded: dict[str, float], aws_env: st
 
 
 def test_missing_ami_parameter(aws_env: str) -> None:
-    with pytest.raises(PreflightError, match="does not exist in this region. Set aws.ami"):
+    with pytest.raises(PreflightError, match=r"does not exist in this region\. Set aws\.ami"):
         preflight(aws_env, ami_parameter="/aws/service/deeplearning/ami/none/latest/ami-id")
 
 
@@ -164,7 +164,7 @@ def test_bad_credentials(moto_auth: None, aws_env: str) -> None:
     session = boto3.session.Session(
         aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="not-a-real-secret"
     )
-    with pytest.raises(PreflightError, match="AWS rejected the credentials.*AWS_ACCESS_KEY_ID"):
+    with pytest.raises(PreflightError, match=r"AWS rejected the credentials.*AWS_ACCESS_KEY_ID"):
         preflight(aws_env, session=session)
 
 

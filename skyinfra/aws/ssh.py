@@ -1,0 +1,254 @@
+"""SshTransport: reach AWS nodes over SSH (paramiko), with the same surface as LocalTransport.
+
+Commands run in the node's own process group (the session sshd creates for them); its id is
+recorded in the node's ``pids/`` folder so `kill` ends the whole tree and the idle timer sees
+that the node is busy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import shlex
+import stat
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from skyinfra.errors import TransportError
+from skyinfra.transport.base import IgnoreFn
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """How to reach one node."""
+
+    host: str
+    user: str = "ubuntu"
+    port: int = 22
+
+
+class SshProcess:
+    """A command running on a node; stdout and stderr arrive merged, line by line."""
+
+    def __init__(
+        self, node: int, transport: SshTransport, channel: paramiko.Channel, pid_file: str
+    ) -> None:
+        self.node = node
+        self._transport = transport
+        self._channel = channel
+        self._pid_file = pid_file
+
+    def lines(self) -> Iterator[str]:
+        stream = self._channel.makefile("r")
+        for line in stream:
+            yield str(line).rstrip("\n")
+
+    def poll(self) -> int | None:
+        if self._channel.exit_status_ready():
+            return self._channel.recv_exit_status()
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._channel.exit_status_ready():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"node {self.node}: command still running after {timeout}s")
+            time.sleep(0.05)
+        return self._channel.recv_exit_status()
+
+    def kill(self, grace_s: float = 10.0) -> None:
+        """TERM the remote process group, then KILL it after ``grace_s`` seconds."""
+        pid_file = shlex.quote(self._pid_file)
+        steps = int(max(grace_s, 0.5) / 0.5)
+        script = (
+            f"pid=$(cat {pid_file} 2>/dev/null) || exit 0; "
+            'kill -TERM -- "-$pid" 2>/dev/null || exit 0; '
+            f"for _ in $(seq {steps}); do "
+            'kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done; '
+            'kill -KILL -- "-$pid" 2>/dev/null; '
+            f"rm -f {pid_file}"
+        )
+        self._transport.check_call(self.node, script)
+        with contextlib.suppress(TimeoutError):
+            self.wait(timeout=5)
+
+
+class SshTransport:
+    """Nodes reached over SSH with one private key; host keys are pinned in ``known_hosts``.
+
+    A host key seen for the first time is recorded in ``known_hosts`` (the file belongs to
+    this cluster: the nodes are new, so there is no earlier key to check against); a changed
+    key afterwards is refused.
+    """
+
+    def __init__(
+        self,
+        targets: Mapping[int, SshTarget],
+        *,
+        key_path: Path,
+        known_hosts: Path,
+        node_root: str = "/opt/skyinfra/node",
+        connect_timeout_s: float = 20.0,
+    ) -> None:
+        self._targets = dict(targets)
+        self._key_path = key_path
+        self._known_hosts = known_hosts
+        self._root = node_root
+        self._timeout = connect_timeout_s
+        self._clients: dict[int, paramiko.SSHClient] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ connections
+
+    def _client(self, node: int) -> paramiko.SSHClient:
+        with self._lock:
+            if node in self._clients:
+                return self._clients[node]
+            try:
+                target = self._targets[node]
+            except KeyError:
+                raise TransportError(f"no node {node} (nodes: {sorted(self._targets)})") from None
+            client = paramiko.SSHClient()
+            if self._known_hosts.is_file():
+                client.load_host_keys(str(self._known_hosts))
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            try:
+                client.connect(
+                    target.host,
+                    port=target.port,
+                    username=target.user,
+                    key_filename=str(self._key_path),
+                    timeout=self._timeout,
+                    banner_timeout=self._timeout,
+                    auth_timeout=self._timeout,
+                    allow_agent=False,
+                    look_for_keys=False,
+                )
+            except paramiko.BadHostKeyException as err:
+                raise TransportError(
+                    f"node {node} ({target.host}:{target.port}): host key changed since it was "
+                    f"recorded in {self._known_hosts}; if the node was replaced, remove its line"
+                ) from err
+            except (paramiko.SSHException, OSError) as err:
+                raise TransportError(
+                    f"node {node}: cannot connect to {target.user}@{target.host}:{target.port} "
+                    f"with key {self._key_path}: {err}"
+                ) from err
+            self._known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            client.save_host_keys(str(self._known_hosts))
+            self._clients[node] = client
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+    def _exec(self, node: int, command: str) -> paramiko.Channel:
+        transport = self._client(node).get_transport()
+        if transport is None or not transport.is_active():
+            raise TransportError(f"node {node}: SSH connection is closed")
+        channel = transport.open_session()
+        channel.set_combine_stderr(True)
+        channel.exec_command(command)
+        return channel
+
+    def check_call(self, node: int, script: str) -> str:
+        """Run a shell snippet, return its output; TransportError on non-zero exit."""
+        channel = self._exec(node, script)
+        output = channel.makefile("r").read().decode(errors="replace")
+        code = channel.recv_exit_status()
+        if code != 0:
+            raise TransportError(
+                f"node {node}: remote command failed",
+                argv=["sh", "-c", script],
+                returncode=code,
+                stderr=output,
+            )
+        return str(output)
+
+    # ------------------------------------------------------------------ NodeTransport
+
+    def node_root(self, node: int) -> str:
+        return self._root
+
+    def start(
+        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
+    ) -> SshProcess:
+        """Start ``argv`` in ``cwd`` with ``env`` added and the node's venv first on PATH."""
+        if not argv:
+            raise TransportError(f"node {node}: empty command")
+        pid_file = posixpath.join(self._root, "pids", f"{tag}.pid")
+        venv = posixpath.join(self._root, "venv")
+        exports = "".join(
+            f"export {name}={shlex.quote(value)}; "
+            for name, value in {
+                "VIRTUAL_ENV": venv,
+                **dict(env),
+            }.items()
+        )
+        # The shell sshd starts leads its own session and process group: its pid is the
+        # group id `kill` signals. `exec` keeps that pid for the user's command.
+        command = (
+            f"mkdir -p {shlex.quote(posixpath.dirname(pid_file))} && "
+            f"echo $$ > {shlex.quote(pid_file)} && "
+            f"cd {shlex.quote(cwd)} && "
+            f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'
+            f"exec {shlex.join(argv)}"
+        )
+        return SshProcess(node, self, self._exec(node, command), pid_file)
+
+    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
+        """Make ``dest`` an exact copy of ``src`` minus ignored paths (SFTP)."""
+        src = src.resolve()
+        self.check_call(node, f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(dest)}")
+        sftp = self._client(node).open_sftp()
+        try:
+            for path in sorted(src.rglob("*")):
+                rel = path.relative_to(src).as_posix()
+                if any(
+                    ignore("/".join(rel.split("/")[: i + 1])) for i in range(rel.count("/") + 1)
+                ):
+                    continue
+                remote = posixpath.join(dest, rel)
+                if path.is_symlink():
+                    sftp.symlink(str(path.readlink()), remote)
+                elif path.is_dir():
+                    sftp.mkdir(remote)
+                else:
+                    sftp.put(str(path), remote)
+                    sftp.chmod(remote, stat.S_IMODE(path.stat().st_mode))
+        except OSError as err:
+            raise TransportError(f"node {node}: copying {src} to {dest} failed: {err}") from err
+        finally:
+            sftp.close()
+
+    def put_file(self, node: int, src: Path, dest: str) -> None:
+        self.check_call(node, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '.')}")
+        sftp = self._client(node).open_sftp()
+        try:
+            sftp.put(str(src), dest)
+        except OSError as err:
+            raise TransportError(f"node {node}: uploading {src} to {dest} failed: {err}") from err
+        finally:
+            sftp.close()
+
+    def fetch(self, node: int, remote: str, local: Path) -> bool:
+        """Copy a file back; False when it does not exist on the node."""
+        sftp = self._client(node).open_sftp()
+        try:
+            try:
+                sftp.stat(remote)
+            except FileNotFoundError:
+                return False
+            local.parent.mkdir(parents=True, exist_ok=True)
+            sftp.get(remote, str(local))
+            return True
+        finally:
+            sftp.close()

@@ -1,0 +1,163 @@
+"""SshTransport against a real sshd on 127.0.0.1, started by the test with throwaway keys."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+
+from skyinfra.aws.ssh import SshTarget, SshTransport
+from skyinfra.errors import TransportError
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshTarget, Path]]:
+    if not os.access(SSHD, os.X_OK):
+        pytest.skip("sshd not found: install openssh-server (Debian package; CI installs it)")
+    base = tmp_path_factory.mktemp("sshd")
+    host_key = base / "host_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    user_key = base / "user_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(user_key)], check=True)
+    authorized = base / "authorized_keys"
+    authorized.write_text((base / "user_ed25519.pub").read_text())
+    authorized.chmod(0o600)
+    port = free_port()
+    config = base / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
+        f"AuthorizedKeysFile {authorized}\nPidFile {base}/sshd.pid\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        "StrictModes no\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # Wait until sshd accepts connections (it needs a moment to bind).
+        for _ in range(100):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.skip(f"sshd did not start: {proc.stderr.read() if proc.stderr else ''}")
+                time.sleep(0.1)
+        yield SshTarget(host="127.0.0.1", user=getpass.getuser(), port=port), user_key
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def transport(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[SshTransport]:
+    target, key = sshd
+    root = tmp_path / "node"
+    ssh = SshTransport(
+        {0: target}, key_path=key, known_hosts=tmp_path / "known_hosts", node_root=str(root)
+    )
+    yield ssh
+    ssh.close()
+
+
+def test_run_streams_output_with_env_and_cwd(transport: SshTransport, tmp_path: Path) -> None:
+    work = tmp_path / "work dir"
+    work.mkdir()
+    proc = transport.start(
+        0,
+        ["sh", "-c", 'echo "cwd=$(pwd)"; echo "x=$SKY_X"; echo oops >&2; exit 3'],
+        env={"SKY_X": "it's a value"},
+        cwd=str(work),
+        tag="t1",
+    )
+    lines = list(proc.lines())
+    assert proc.wait(timeout=30) == 3
+    assert lines == [f"cwd={work}", "x=it's a value", "oops"]
+    assert (tmp_path / "known_hosts").read_text().startswith("[127.0.0.1]:")
+
+
+def test_copy_dir_put_and_fetch(transport: SshTransport, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "train.py").write_text("print('hi')\n")
+    (src / "run.sh").write_text("#!/bin/sh\n")
+    (src / "run.sh").chmod(0o755)
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref\n")
+    dest = tmp_path / "remote" / "work"
+    dest.mkdir(parents=True)
+    (dest / "stale.txt").write_text("left from an earlier run")
+    transport.copy_dir(0, src, str(dest), ignore=lambda rel: rel == ".git")
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [
+        "pkg",
+        "pkg/train.py",
+        "run.sh",
+    ]
+    assert os.access(dest / "run.sh", os.X_OK)
+    transport.put_file(0, src / "pkg" / "train.py", str(tmp_path / "remote" / "a" / "b.py"))
+    assert (tmp_path / "remote" / "a" / "b.py").read_text() == "print('hi')\n"
+    back = tmp_path / "back" / "train.py"
+    assert transport.fetch(0, str(dest / "pkg" / "train.py"), back)
+    assert back.read_text() == "print('hi')\n"
+    assert not transport.fetch(0, str(dest / "missing.json"), tmp_path / "missing.json")
+
+
+def test_kill_ends_the_whole_process_group(transport: SshTransport, tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    proc = transport.start(
+        0,
+        ["sh", "-c", f"sleep 300 & echo $! > {marker}; echo started; wait"],
+        env={},
+        cwd=str(tmp_path),
+        tag="long",
+    )
+    lines = proc.lines()
+    assert next(lines) == "started"
+    child = int(marker.read_text())
+    os.kill(child, 0)  # the grandchild runs
+    assert proc.poll() is None
+    proc.kill(grace_s=1)
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the child sleep survived kill()")
+    assert proc.poll() is not None
+    assert not (tmp_path / "node" / "pids" / "long.pid").exists()
+
+
+def test_wrong_key_is_a_transport_error(sshd: tuple[SshTarget, Path], tmp_path: Path) -> None:
+    target, _ = sshd
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    ssh = SshTransport({0: target}, key_path=other, known_hosts=tmp_path / "kh")
+    with pytest.raises(TransportError, match="cannot connect to"):
+        ssh.check_call(0, "true")
+    with pytest.raises(TransportError, match="no node 5"):
+        ssh.check_call(5, "true")
+
+
+def test_changed_host_key_is_refused(sshd: tuple[SshTarget, Path], tmp_path: Path) -> None:
+    target, key = sshd
+    known = tmp_path / "known_hosts"
+    forged = tmp_path / "forged"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(forged)], check=True)
+    key_type, key_b64 = (tmp_path / "forged.pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{target.port} {key_type} {key_b64}\n")
+    ssh = SshTransport({0: target}, key_path=key, known_hosts=known)
+    with pytest.raises(TransportError, match="host key changed"):
+        ssh.check_call(0, "true")
