@@ -1,0 +1,122 @@
+# Plan/apply against a mocked AWS provider: no credentials, no API calls.
+mock_provider "aws" {
+  mock_data "aws_iam_policy_document" {
+    defaults = {
+      json = "{\"Version\":\"2012-10-17\",\"Statement\":[]}"
+    }
+  }
+}
+
+variables {
+  name               = "unit"
+  node_count         = 2
+  instance_type      = "g5.xlarge"
+  ami_id             = "ami-0123456789abcdef0"
+  subnet_id          = "subnet-0123456789abcdef0"
+  subnet_cidr_block  = "10.42.0.0/24"
+  security_group_ids = ["sg-0123456789abcdef0"]
+  ssh_public_key     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk unit"
+  tags               = { team = "ml", Name = "ignored" }
+  instance_tags      = { team = "research", owner = "alice" }
+}
+
+run "topology_output_shape" {
+  command = apply
+
+  assert {
+    condition     = keys(output.nodes) == ["node-0", "node-1"]
+    error_message = "The nodes output must be keyed by node name."
+  }
+
+  assert {
+    condition = alltrue([
+      for node in values(output.nodes) :
+      toset(keys(node)) == toset(["index", "instance_id", "private_ip", "public_ip", "availability_zone", "efa_interface_ids"])
+    ])
+    error_message = "Every node must carry index, instance_id, private_ip, public_ip, availability_zone, efa_interface_ids."
+  }
+
+  assert {
+    condition     = output.nodes["node-0"].private_ip == "10.42.0.10" && output.nodes["node-1"].private_ip == "10.42.0.11" && output.nodes["node-1"].index == 1
+    error_message = "Private addresses must be fixed: cidrhost(subnet, offset + index)."
+  }
+}
+
+run "hardened_instances" {
+  command = plan
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : i.metadata_options[0].http_tokens == "required" && i.metadata_options[0].http_put_response_hop_limit == 1])
+    error_message = "IMDSv2 must be required with hop limit 1."
+  }
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : i.root_block_device[0].encrypted && i.root_block_device[0].volume_type == "gp3" && i.root_block_device[0].volume_size == 200])
+    error_message = "The root volume must be encrypted gp3 of the configured size."
+  }
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : i.instance_initiated_shutdown_behavior == "terminate"])
+    error_message = "An idle node's shutdown must terminate it."
+  }
+
+  assert {
+    condition     = aws_instance.this["node-1"].tags == tomap({ team = "research", owner = "alice", Name = "unit-node-1", "skyinfra:cluster" = "unit", "skyinfra:node" = "node-1", "skyinfra:index" = "1" })
+    error_message = "Tags must merge in a fixed order: tags < instance_tags < identity tags."
+  }
+
+  assert {
+    condition     = length(aws_placement_group.this) == 0 && length(aws_network_interface.efa) == 0
+    error_message = "Placement group and EFA are off by default."
+  }
+}
+
+run "placement_group_and_efa" {
+  command = plan
+
+  variables {
+    instance_type           = "p4d.24xlarge"
+    placement_group_enabled = true
+    efa_interface_count     = 4
+  }
+
+  assert {
+    condition     = aws_placement_group.this[0].strategy == "cluster"
+    error_message = "The placement group must use the cluster strategy."
+  }
+
+  assert {
+    condition     = length(aws_network_interface.efa) == 8 && alltrue([for eni in aws_network_interface.efa : eni.interface_type == "efa"])
+    error_message = "Every node needs one EFA interface per network card."
+  }
+
+  assert {
+    condition     = aws_network_interface.efa["node-1/0"].private_ips == toset(["10.42.0.11"])
+    error_message = "The card-0 interface carries the node's fixed address."
+  }
+
+  assert {
+    condition     = [for ni in aws_instance.this["node-0"].network_interface : [ni.network_card_index, ni.device_index]] == [[0, 0], [1, 1], [2, 1], [3, 1]]
+    error_message = "The instance attaches one EFA interface per card: card 0 at device 0, the others at device 1."
+  }
+}
+
+run "refuses_reserved_addresses" {
+  command = plan
+
+  variables {
+    private_ip_host_offset = 2
+  }
+
+  expect_failures = [var.private_ip_host_offset]
+}
+
+run "refuses_ssm_path_as_ami" {
+  command = plan
+
+  variables {
+    ami_id = "/aws/service/deeplearning/ami/x86_64/latest/ami-id"
+  }
+
+  expect_failures = [var.ami_id]
+}
