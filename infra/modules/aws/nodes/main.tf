@@ -101,6 +101,7 @@ resource "aws_network_interface" "efa" {
 ################################################################################
 
 resource "aws_instance" "this" {
+  # checkov:skip=CKV_AWS_126:Detailed (1-minute) monitoring is billed per instance and has no use for short-lived training nodes; detailed_monitoring = true turns it on.
   for_each = local.nodes
 
   ami                  = var.ami_id
