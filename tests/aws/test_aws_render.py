@@ -1,0 +1,111 @@
+"""The AWS root-module render: pure checks, and `terraform fmt` on what it writes."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from aws_tf import REGION, Terraform
+
+from skyinfra.aws.endpoints import Emulator
+from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from skyinfra.errors import SpecError
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk r"
+
+
+def params(**overrides: object) -> AwsClusterParams:
+    base: dict[str, object] = {
+        "cluster_name": "demo",
+        "region": REGION,
+        "availability_zone": f"{REGION}a",
+        "instance_type": "g5.xlarge",
+        "ami_id": "ami-0123456789abcdef0",
+        "node_count": 3,
+        "ssh_public_key": SSH_KEY,
+        "ssh_ingress_cidrs": ["203.0.113.7/32"],
+    }
+    base.update(overrides)
+    return AwsClusterParams(**base)  # type: ignore[arg-type]
+
+
+def render(p: AwsClusterParams, emulator: Emulator | None = None) -> dict[str, str]:
+    docs = {name: f"#cloud-config\n# {name}\n" for name in planned_private_ips(p)}
+    return render_root_module(
+        p, modules_source="../modules/aws/", user_data=docs, emulator=emulator
+    )
+
+
+def test_tfvars_hold_the_concrete_values() -> None:
+    files = render(params())
+    tfvars = json.loads(files["terraform.tfvars.json"])
+    assert tfvars["cluster"]["ami_id"] == "ami-0123456789abcdef0"
+    assert tfvars["cluster"]["node_count"] == 3
+    assert sorted(tfvars["user_data"]) == ["node-0", "node-1", "node-2"]
+    assert tfvars["user_data"]["node-2"] == {"text": "#cloud-config\n# node-2\n"}
+    assert 'source = "../modules/aws/nodes"' in files["main.tf"]
+    assert "endpoints" not in files["main.tf"] and "access_key" not in files["main.tf"]
+    assert planned_private_ips(params()) == {
+        "node-0": "10.42.0.10",
+        "node-1": "10.42.0.11",
+        "node-2": "10.42.0.12",
+    }
+
+
+def test_emulator_points_every_service_at_the_endpoint() -> None:
+    main_tf = render(params(), Emulator(url="http://127.0.0.1:4566"))["main.tf"]
+    for service in ("ec2", "iam", "s3", "ssm", "sts"):
+        assert f'{service:<3} = "http://127.0.0.1:4566"' in main_tf
+    assert "skip_credentials_validation = true" in main_tf
+    assert "skip_requesting_account_id  = true" in main_tf
+
+
+def test_large_user_data_goes_gzipped_as_base64() -> None:
+    p = params(node_count=1)
+    big = "#cloud-config\n" + "".join(f"# padding line {i}\n" for i in range(2000))
+    files = render_root_module(p, modules_source="../m", user_data={"node-0": big})
+    entry = json.loads(files["terraform.tfvars.json"])["user_data"]["node-0"]
+    assert gzip.decompress(base64.b64decode(entry["base64"])).decode() == big
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "hint"),
+    [
+        ({"ssh_ingress_cidrs": []}, "aws.ssh_cidrs", "no open-to-the-world default"),
+        ({"ssh_ingress_cidrs": ["0.0.0.0/0"]}, "aws.ssh_cidrs", "allow_ssh_from_anywhere"),
+        ({"ssh_ingress_cidrs": ["2001:db8::/32"]}, "aws.ssh_cidrs", "IPv4"),
+        ({"ami_id": "/aws/service/x"}, "aws.ami", "concrete AMI id"),
+        ({"cluster_name": "Bad_Name"}, "name", "lower-case"),
+        ({"node_count": 300}, "nodes", "1 to 64"),
+        ({"existing_vpc_id": "vpc-0123abcd"}, "aws.existing_subnet_id", "or neither"),
+        ({"subnet_cidr_block": "10.42.0.0/28", "node_count": 8}, "nodes", "at most"),
+    ],
+)
+def test_bad_params_name_the_field(overrides: dict[str, object], field: str, hint: str) -> None:
+    with pytest.raises(SpecError) as err:
+        render(params(**overrides))
+    assert err.value.field == field
+    assert hint in str(err.value)
+
+
+def test_world_ssh_with_explicit_opt_in_renders() -> None:
+    files = render(params(ssh_ingress_cidrs=["0.0.0.0/0"], allow_ssh_from_anywhere=True))
+    assert json.loads(files["terraform.tfvars.json"])["cluster"]["allow_ssh_from_anywhere"]
+
+
+def test_user_data_must_cover_every_node() -> None:
+    with pytest.raises(SpecError, match="one document for each"):
+        render_root_module(params(), modules_source="../m", user_data={"node-0": "#cloud-config\n"})
+
+
+@pytest.mark.parametrize("emulated", [False, True])
+def test_rendered_main_tf_is_fmt_clean(
+    terraform: Terraform, tmp_path: Path, emulated: bool
+) -> None:
+    emulator = Emulator(url="http://127.0.0.1:4566") if emulated else None
+    (tmp_path / "main.tf").write_text(render(params(), emulator)["main.tf"])
+    result = terraform(tmp_path, "fmt", "-check", "-diff", "-no-color")
+    assert result.returncode == 0, result.stdout + result.stderr
