@@ -1,0 +1,3 @@
+from skyinfra_runtime.launcher import main
+
+main()

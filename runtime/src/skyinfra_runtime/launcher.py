@@ -1,0 +1,240 @@
+"""``skyinfra-runtime launch``: run ENTRY on this node with the cluster's plugins around it.
+
+The launcher is a small supervisor: it validates everything it can before waiting on any
+peer (topology, node index, plugin names and options, entrypoint), then starts one worker
+process per local worker (``--procs-per-node``; one per GPU for torch), forwards SIGINT and
+SIGTERM, ends the other workers at the first failure, and writes the node's results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from skyinfra_runtime import exitcodes
+from skyinfra_runtime.entry import Entrypoint
+from skyinfra_runtime.errors import EntrypointError, RuntimeSetupError, TopologyError
+from skyinfra_runtime.plugins import from_name
+from skyinfra_runtime.topology import (
+    NODE_ENV,
+    TOPOLOGY_ENV,
+    WORKER_ENV,
+    WORKERS_PER_NODE_ENV,
+    PluginRef,
+    Topology,
+    load_topology,
+    node_index,
+)
+
+GRACE_SECONDS = 10.0
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_plugin_flag(text: str) -> PluginRef:
+    """``NAME`` or ``NAME:key=value,key=value`` (values parsed as JSON when they are JSON)."""
+    name, _, rest = text.partition(":")
+    if not name.isidentifier():
+        raise UsageError(f"--plugin {text!r}: expected NAME or NAME:key=value,...")
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq or not key.isidentifier():
+            raise UsageError(f"--plugin {text!r}: option {item!r} is not key=value")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return PluginRef(name, options)
+
+
+def resolve_procs(value: int | str, topology: Topology, node: int) -> int:
+    if value == "auto":
+        accel = topology.nodes[node].accelerator
+        return accel.count if accel and accel.count > 0 else 1
+    try:
+        procs = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"--procs-per-node {value!r}: expected an integer >= 1 or 'auto'") from None
+    if procs < 1:
+        raise UsageError(f"--procs-per-node {procs}: expected an integer >= 1 or 'auto'")
+    return procs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="skyinfra-runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    launch = sub.add_parser("launch", help="run ENTRY on this node with the cluster's plugins")
+    launch.add_argument("--topology", help=f"path or inline JSON (default ${TOPOLOGY_ENV})")
+    launch.add_argument("--node", help=f"this node's index (default ${NODE_ENV}, else 0)")
+    launch.add_argument(
+        "--plugin",
+        action="append",
+        default=None,
+        help="NAME or NAME:key=value,...; repeat in set-up order (replaces the topology's list)",
+    )
+    launch.add_argument("--procs-per-node", help="worker processes on this node: N or 'auto'")
+    launch.add_argument("--result", help="write the node's results here as JSON")
+    launch.add_argument("entry", help="package.module:function | script.py | script.py:function")
+    launch.add_argument("args", nargs=argparse.REMAINDER, help="-- ARGS passed to the entry")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    raise SystemExit(launch(sys.argv[1:] if argv is None else argv))
+
+
+def launch(argv: list[str]) -> int:
+    parser = _parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the usage error
+        return exitcodes.USAGE if exc.code else exitcodes.OK
+    args = list(ns.args)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    try:
+        entry = Entrypoint.parse(ns.entry)
+        entry.check()
+        flags = [parse_plugin_flag(p) for p in ns.plugin] if ns.plugin is not None else None
+    except (EntrypointError, UsageError) as exc:
+        print(f"skyinfra-runtime: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    try:
+        topology = load_topology(ns.topology)
+        node = node_index(topology, ns.node)
+        if flags is not None:
+            topology = dataclasses.replace(topology, plugins=tuple(flags))
+        for ref in topology.plugins:
+            from_name(ref.name, ref.options)  # unknown names/options fail here, before any wait
+        procs = resolve_procs(
+            ns.procs_per_node if ns.procs_per_node is not None else topology.procs_per_node,
+            topology,
+            node,
+        )
+    except UsageError as exc:
+        print(f"skyinfra-runtime: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    except RuntimeSetupError as exc:
+        print(f"skyinfra-runtime: {exc}", file=sys.stderr)
+        return exitcodes.SETUP_FAILED
+    return _supervise(entry, args, topology, node, procs, ns.result)
+
+
+def _supervise(
+    entry: Entrypoint,
+    args: list[str],
+    topology: Topology,
+    node: int,
+    procs: int,
+    result_path: str | None,
+) -> int:
+    topology_json = json.dumps(topology.to_dict())
+    with tempfile.TemporaryDirectory(prefix="skyinfra-launch-") as tmp:
+        workers: list[subprocess.Popen[bytes]] = []
+        interrupted = False
+
+        def forward(signum: int, frame: object) -> None:
+            nonlocal interrupted
+            interrupted = True
+            for w in workers:
+                if w.poll() is None:
+                    w.send_signal(signal.SIGTERM)
+
+        old_int = signal.signal(signal.SIGINT, forward)
+        old_term = signal.signal(signal.SIGTERM, forward)
+        try:
+            for worker in range(procs):
+                env = dict(os.environ)
+                env.update(
+                    {
+                        TOPOLOGY_ENV: topology_json,
+                        NODE_ENV: str(node),
+                        WORKER_ENV: str(worker),
+                        WORKERS_PER_NODE_ENV: str(procs),
+                    }
+                )
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "skyinfra_runtime.worker",
+                    entry.text,
+                    str(Path(tmp) / f"result-{worker}.json"),
+                    str(Path(tmp) / f"status-{worker}"),
+                    "--",
+                    *args,
+                ]
+                workers.append(subprocess.Popen(argv, env=env))
+            code = _wait(workers, node, Path(tmp))
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+        if interrupted:
+            return exitcodes.INTERRUPTED
+        if code == exitcodes.OK and result_path:
+            results = [
+                json.loads((Path(tmp) / f"result-{w}.json").read_text()) for w in range(procs)
+            ]
+            Path(result_path).write_text(
+                json.dumps({"schema": 1, "node": node, "workers": results}, indent=2)
+            )
+        return code
+
+
+def _wait(workers: list[subprocess.Popen[bytes]], node: int, tmp: Path) -> int:
+    """Wait for every worker; at the first failure end the rest and return its exit code."""
+    while True:
+        running = False
+        for worker, proc in enumerate(workers):
+            code = proc.poll()
+            if code is None:
+                running = True
+                continue
+            if code != exitcodes.OK:
+                _end(workers)
+                return _explain(code, node, worker, tmp / f"status-{worker}")
+        if not running:
+            return exitcodes.OK
+        time.sleep(0.05)
+
+
+def _end(workers: list[subprocess.Popen[bytes]]) -> None:
+    for proc in workers:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    for proc in workers:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _explain(code: int, node: int, worker: int, status: Path) -> int:
+    if code >= 0:
+        return code
+    phase = status.read_text() if status.is_file() else "setup"
+    name = signal.Signals(-code).name if -code in signal.Signals.__members__.values() else -code
+    print(
+        f"skyinfra-runtime: worker {worker} on node {node} was killed by signal {name}"
+        f" during {phase}",
+        file=sys.stderr,
+    )
+    if -code in (signal.SIGTERM, signal.SIGINT):
+        return exitcodes.INTERRUPTED
+    return exitcodes.SETUP_FAILED if phase == "setup" else exitcodes.USER_FAILED
+
+
+__all__ = ["TopologyError", "launch", "main"]

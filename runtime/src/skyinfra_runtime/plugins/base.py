@@ -1,0 +1,48 @@
+"""What a plugin is: set-up before the user's code, teardown after, in a fixed order."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from skyinfra_runtime.errors import PluginError
+from skyinfra_runtime.info import InstanceInfo
+from skyinfra_runtime.topology import Topology
+
+INIT_TIMEOUT_ENV = "SKYINFRA_INIT_TIMEOUT"
+# Nodes finish booting at different times (cloud-init installs CUDA wheels): wait long by
+# default for every peer to reach the rendezvous; tests pass a short timeout.
+DEFAULT_INIT_TIMEOUT = 600.0
+
+
+class Plugin(Protocol):
+    name: str
+
+    def setup(self, info: InstanceInfo, topology: Topology) -> None: ...
+
+    def teardown(self, failed: bool = False) -> None: ...
+
+
+def init_timeout(option: float | str | None) -> float:
+    """Seconds to wait for peers: the plugin option, else SKYINFRA_INIT_TIMEOUT, else 600."""
+    raw: float | str | None = option if option is not None else os.environ.get(INIT_TIMEOUT_ENV)
+    if raw is None or raw == "":
+        return DEFAULT_INIT_TIMEOUT
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise PluginError(
+            f"init_timeout {raw!r} is not a number of seconds (option or {INIT_TIMEOUT_ENV})"
+        ) from None
+    if value <= 0:
+        raise PluginError(f"init_timeout must be > 0 seconds, got {value}")
+    return value
+
+
+def check_options(plugin: str, options: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise PluginError(
+            f"plugin {plugin!r} has no option {unknown[0]!r}; valid options: {', '.join(allowed)}"
+        )

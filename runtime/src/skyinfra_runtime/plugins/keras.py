@@ -1,0 +1,121 @@
+"""keras plugin: the backend before keras is imported; on multi-process JAX a distribution.
+
+DataParallel (or ModelParallel with a layout map) over every device of every process, with
+``auto_shard_dataset=False``: the data is already split per process by ``shard()``, and Keras
+refuses NumPy input under a multi-worker distribution unless told so. ``initialize_rng()``
+makes every process start from the same seed, so weights are initialised identically.
+(/work/shared/seeds/keras-distribution-api-guide.txt, skyward-keras-plugin.txt.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyinfra_runtime.errors import PluginError
+from skyinfra_runtime.info import InstanceInfo
+from skyinfra_runtime.topology import Topology
+
+BACKENDS = ("jax", "torch", "tensorflow")
+
+
+@dataclass
+class KerasPlugin:
+    backend: str = "jax"
+    # Model parallelism (JAX backend): mesh shape and axis names, plus a layout map of
+    # variable-path regex -> axes (None for a replicated dimension), as in the Keras guide.
+    mesh_shape: Sequence[int] | None = None
+    axis_names: Sequence[str] | None = None
+    layout_map: Mapping[str, Sequence[str | None]] | None = None
+    batch_dim_name: str | None = None
+    name: str = field(default="keras", init=False)
+    _distributed: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise PluginError(
+                f"keras backend {self.backend!r} is not valid; expected one of {', '.join(BACKENDS)}"
+            )
+        parallel = (self.mesh_shape, self.axis_names, self.layout_map)
+        if any(p is not None for p in parallel) and not all(p is not None for p in parallel):
+            raise PluginError(
+                "keras model parallelism needs mesh_shape, axis_names and layout_map together"
+            )
+        if self.mesh_shape is not None and self.backend != "jax":
+            raise PluginError("keras model parallelism is only available with backend='jax'")
+
+    def setup(self, info: InstanceInfo, topology: Topology) -> None:
+        loaded = sys.modules.get("keras")
+        if loaded is not None:
+            current = _loaded_backend(loaded)
+            if current != self.backend:
+                raise PluginError(
+                    f"keras was already imported with backend {current!r} before the keras plugin"
+                    f" could set {self.backend!r}; import keras inside your function, or set"
+                    f" KERAS_BACKEND={self.backend} before anything imports it"
+                )
+        os.environ["KERAS_BACKEND"] = self.backend
+        if self.backend != "jax":
+            return  # torch/tensorflow: their own plugins or APIs distribute
+        model_parallel = self.mesh_shape is not None
+        if info.total_workers == 1 and not model_parallel:
+            return
+        if info.total_workers > 1:
+            import jax
+
+            if not jax.distributed.is_initialized():
+                raise PluginError(
+                    f"keras(backend='jax') on {info.total_workers} processes needs the jax plugin"
+                    " set up first: list plugins as jax, then keras"
+                )
+        try:
+            import keras
+        except ImportError:
+            raise PluginError("plugin 'keras' needs keras installed on the node") from None
+        keras.distribution.set_distribution(self._distribution(keras))
+        self._distributed = True
+        from keras.src.backend.jax.distribution_lib import initialize_rng
+
+        initialize_rng()
+
+    def _distribution(self, keras: Any) -> Any:
+        devices = keras.distribution.list_devices()
+        if self.mesh_shape is None:
+            return keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+        assert self.axis_names is not None and self.layout_map is not None  # __post_init__
+        shape = tuple(int(n) for n in self.mesh_shape)
+        size = 1
+        for n in shape:
+            size *= n
+        if size != len(devices):
+            raise PluginError(
+                f"keras mesh_shape {shape} holds {size} devices but the cluster has {len(devices)}"
+            )
+        mesh = keras.distribution.DeviceMesh(
+            shape=shape, axis_names=list(self.axis_names), devices=devices
+        )
+        layout_map = keras.distribution.LayoutMap(mesh)
+        for pattern, axes in self.layout_map.items():
+            layout_map[pattern] = tuple(axes)
+        return keras.distribution.ModelParallel(
+            layout_map=layout_map,
+            batch_dim_name=self.batch_dim_name or self.axis_names[0],
+            auto_shard_dataset=False,
+        )
+
+    def teardown(self, failed: bool = False) -> None:
+        if self._distributed:
+            import keras
+
+            keras.distribution.set_distribution(None)
+            self._distributed = False
+
+
+def _loaded_backend(keras_module: Any) -> str:
+    try:
+        return str(keras_module.backend.backend())
+    except Exception:  # partially imported keras: fall back to what it read
+        return os.environ.get("KERAS_BACKEND", "tensorflow")

@@ -1,0 +1,132 @@
+"""One worker process: plugins' set-up in order, the entrypoint, teardown in reverse.
+
+Started by the launcher (``python -m skyinfra_runtime.worker``) with the topology, node and
+worker index in the environment. It writes its phase to a status file so the launcher can
+tell a set-up failure (exit 3) from a user failure (exit 1) even if the process is killed by
+a signal (XLA and NCCL abort the process on some errors instead of raising).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from skyinfra_runtime import exitcodes
+from skyinfra_runtime.entry import Entrypoint
+from skyinfra_runtime.errors import EntrypointError, RuntimeSetupError
+from skyinfra_runtime.info import instance_info
+from skyinfra_runtime.plugins import Plugin, from_name
+from skyinfra_runtime.topology import load_topology
+
+
+class _Terminated(BaseException):
+    """SIGTERM turned into an exception so that teardown still runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def json_value(value: Any) -> Any:
+    """``value`` if JSON can hold it, else ``{"repr": ...}`` (with a note on stderr)."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        print(
+            f"skyinfra-runtime: return value of type {type(value).__name__} is not JSON;"
+            " recording its repr",
+            file=sys.stderr,
+        )
+        return {"repr": repr(value)}
+
+
+def run_worker(entry_text: str, args: list[str], result_path: Path, status_path: Path) -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def phase(name: str) -> None:
+        status_path.write_text(name)
+
+    phase("setup")
+    try:
+        topology = load_topology()
+        info = instance_info()
+        entry = Entrypoint.parse(entry_text)
+        plugins: list[Plugin] = [from_name(p.name, p.options) for p in topology.plugins]
+    except RuntimeSetupError as exc:
+        print(f"skyinfra-runtime: {exc}", file=sys.stderr, flush=True)
+        return exitcodes.SETUP_FAILED
+    except EntrypointError as exc:
+        print(f"skyinfra-runtime: {exc}", file=sys.stderr, flush=True)
+        return exitcodes.USAGE
+
+    ready: list[Plugin] = []
+    code = exitcodes.OK
+    value: Any = None
+    try:
+        try:
+            for plugin in plugins:
+                plugin.setup(info, topology)
+                ready.append(plugin)
+        except RuntimeSetupError as exc:
+            print(f"skyinfra-runtime: set-up failed: {exc}", file=sys.stderr, flush=True)
+            code = exitcodes.SETUP_FAILED
+            return code
+        phase("running")
+        try:
+            value = entry.run(args)
+        except EntrypointError as exc:
+            print(f"skyinfra-runtime: {exc}", file=sys.stderr, flush=True)
+            code = exitcodes.USAGE
+        except SystemExit as exc:
+            code = _system_exit_code(exc)
+        except (KeyboardInterrupt, _Terminated):
+            raise
+        except BaseException:
+            traceback.print_exc()
+            code = exitcodes.USER_FAILED
+    except (KeyboardInterrupt, _Terminated):
+        code = exitcodes.INTERRUPTED
+    finally:
+        sys.stdout.flush()
+        for plugin in reversed(ready):
+            try:
+                plugin.teardown(failed=code != exitcodes.OK)
+            except Exception as exc:  # a failing teardown must not hide the real result
+                print(
+                    f"skyinfra-runtime: teardown of plugin {plugin.name!r} failed: {exc}",
+                    file=sys.stderr,
+                )
+        phase("done")
+    if code == exitcodes.OK:
+        result = {"worker": info.worker, "global_index": info.global_index}
+        result["value"] = json_value(value)
+        result_path.write_text(json.dumps(result))
+    return code
+
+
+def _system_exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return exitcodes.OK
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return exitcodes.USER_FAILED
+
+
+def main() -> None:
+    # argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS...
+    entry_text, result_path, status_path = sys.argv[1:4]
+    args = sys.argv[5:] if sys.argv[4:5] == ["--"] else sys.argv[4:]
+    code = run_worker(entry_text, args, Path(result_path), Path(status_path))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
