@@ -77,7 +77,9 @@ class TransportError(CommandError):
 class RunError(SkyinfraError):
     """User code failed on one or more nodes; names the first failing node."""
 
-    def __init__(self, message: str, *, node: int | None = None, exit_codes: dict[int, int] | None = None) -> None:
+    def __init__(
+        self, message: str, *, node: int | None = None, exit_codes: dict[int, int] | None = None
+    ) -> None:
         self.node = node
         self.exit_codes = dict(exit_codes or {})
         super().__init__(message)

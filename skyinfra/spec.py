@@ -24,9 +24,9 @@ KERAS_BACKENDS = ("jax", "torch", "tensorflow")
 JAX_EXTRAS = ("cuda12", "cuda13", "cpu")
 # Options each plugin accepts (checked here so a typo fails before any node exists).
 PLUGIN_OPTIONS: dict[str, tuple[str, ...]] = {
-    "jax": ("coordinator_timeout",),
+    "jax": ("init_timeout",),
     "keras": ("backend",),
-    "torch": ("backend", "timeout"),
+    "torch": ("backend", "init_timeout"),
 }
 MAX_LOCAL_NODES = 32
 MAX_AWS_NODES = 256
@@ -230,12 +230,23 @@ def _plugins(value: Any) -> tuple[PluginSpec, ...]:
             raise SpecError(
                 f"{path}.options.backend", clean["backend"], f"one of {list(KERAS_BACKENDS)}"
             )
+        if "init_timeout" in clean and not _positive_number(clean["init_timeout"]):
+            raise SpecError(
+                f"{path}.options.init_timeout", options["init_timeout"], "a number of seconds > 0"
+            )
         if name == "torch" and clean.get("backend", "gloo") not in ("gloo", "nccl"):
             raise SpecError(f"{path}.options.backend", clean["backend"], "gloo or nccl")
         if any(p.name == name for p in result):
             raise SpecError(path, name, "each plugin at most once")
         result.append(PluginSpec(name, clean))
     return tuple(result)
+
+
+def _positive_number(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def _packages(value: Any) -> tuple[str, ...]:

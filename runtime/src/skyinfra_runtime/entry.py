@@ -1,4 +1,4 @@
-"""Entrypoints: ``package.module:function``, ``path/to/script.py``, ``path/to/script.py:function``."""
+"""Entrypoints: ``package.module:function``, ``path/to/script.py`` or ``script.py:function``."""
 
 from __future__ import annotations
 
@@ -72,11 +72,11 @@ class Entrypoint:
 
     def _load_function(self) -> Callable[[], Any]:
         if self.path is not None:
-            namespace = runpy.run_path(str(self.path), run_name=f"__skyinfra_entry__")
+            namespace = runpy.run_path(str(self.path), run_name="__skyinfra_entry__")
             fn = namespace.get(self.function or "")
         else:
             assert self.module is not None
             fn = getattr(importlib.import_module(self.module), self.function or "", None)
         if not callable(fn):
             raise EntrypointError(f"entrypoint {self.text!r}: {self.function!r} is not a function")
-        return fn  # type: ignore[no-any-return]
+        return fn

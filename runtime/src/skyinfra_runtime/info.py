@@ -97,8 +97,7 @@ def instance_info() -> InstanceInfo:
     Outside a cluster (no ``SKYINFRA_TOPOLOGY``) this is node 0 of 1, worker 0 of 1.
     """
     key = tuple(
-        os.environ.get(name)
-        for name in (TOPOLOGY_ENV, NODE_ENV, WORKER_ENV, WORKERS_PER_NODE_ENV)
+        os.environ.get(name) for name in (TOPOLOGY_ENV, NODE_ENV, WORKER_ENV, WORKERS_PER_NODE_ENV)
     )
     cached = _cache.get(key)
     if cached is not None:

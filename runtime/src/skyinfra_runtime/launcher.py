@@ -66,7 +66,9 @@ def resolve_procs(value: int | str, topology: Topology, node: int) -> int:
     try:
         procs = int(value)
     except (TypeError, ValueError):
-        raise UsageError(f"--procs-per-node {value!r}: expected an integer >= 1 or 'auto'") from None
+        raise UsageError(
+            f"--procs-per-node {value!r}: expected an integer >= 1 or 'auto'"
+        ) from None
     if procs < 1:
         raise UsageError(f"--procs-per-node {procs}: expected an integer >= 1 or 'auto'")
     return procs
@@ -226,15 +228,26 @@ def _explain(code: int, node: int, worker: int, status: Path) -> int:
     if code >= 0:
         return code
     phase = status.read_text() if status.is_file() else "setup"
-    name = signal.Signals(-code).name if -code in signal.Signals.__members__.values() else -code
+    during = phase
+    if phase.startswith("setup:"):
+        plugin = phase.partition(":")[2]
+        during = f"set-up of plugin {plugin!r}"
+        if plugin in ("jax", "torch"):
+            # XLA aborts the process (SIGABRT) instead of raising when the coordinator
+            # cannot gather every process within the timeout.
+            during += " (a peer that never reached the rendezvous ends like this)"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
     print(
         f"skyinfra-runtime: worker {worker} on node {node} was killed by signal {name}"
-        f" during {phase}",
+        f" during {during}",
         file=sys.stderr,
     )
     if -code in (signal.SIGTERM, signal.SIGINT):
         return exitcodes.INTERRUPTED
-    return exitcodes.SETUP_FAILED if phase == "setup" else exitcodes.USER_FAILED
+    return exitcodes.SETUP_FAILED if phase.startswith("setup") else exitcodes.USER_FAILED
 
 
 __all__ = ["TopologyError", "launch", "main"]

@@ -153,12 +153,14 @@ def load_topology(source: str | os.PathLike[str] | Mapping[str, Any] | None = No
     if isinstance(source, Mapping):
         return Topology.from_dict(source)
     text = os.fspath(source)
-    if text.lstrip().startswith("{"):
+    if text.lstrip()[:1] in ("{", "["):
         origin = "inline topology JSON"
     else:
         path = Path(text)
         if not path.is_file():
-            raise TopologyError(f"topology file {text!r} does not exist")
+            raise TopologyError(
+                f"topology {text!r} is neither an existing file nor inline JSON (an object)"
+            )
         origin = f"topology file {text!r}"
         text = path.read_text(encoding="utf-8")
     try:
@@ -176,7 +178,8 @@ def node_index(topology: Topology, value: str | int | None = None) -> int:
         index = int(value)
     except (TypeError, ValueError):
         raise TopologyError(
-            f"node index {value!r} ({NODE_ENV}) is not an integer; expected 0..{len(topology.nodes) - 1}"
+            f"node index {value!r} ({NODE_ENV}) is not an integer;"
+            f" expected 0..{len(topology.nodes) - 1}"
         ) from None
     if not 0 <= index < len(topology.nodes):
         raise TopologyError(
@@ -217,7 +220,9 @@ def _node(raw: object, position: int) -> Node:
         raise TopologyError(f"{where} must be an object, got {type(raw).__name__}")
     public_ip = raw.get("public_ip")
     if public_ip is not None and not isinstance(public_ip, str):
-        raise TopologyError(f"{where} field 'public_ip' is {public_ip!r}; expected a string or null")
+        raise TopologyError(
+            f"{where} field 'public_ip' is {public_ip!r}; expected a string or null"
+        )
     accel = raw.get("accelerator")
     accelerator = None
     if accel is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,10 @@ def run_worker(entry_text: str, args: list[str], result_path: Path, status_path:
         entry = Entrypoint.parse(entry_text)
         plugins: list[Plugin] = [from_name(p.name, p.options) for p in topology.plugins]
     except RuntimeSetupError as exc:
-        print(f"skyinfra-runtime: {exc}", file=sys.stderr, flush=True)
+        _log(str(exc))
         return exitcodes.SETUP_FAILED
     except EntrypointError as exc:
-        print(f"skyinfra-runtime: {exc}", file=sys.stderr, flush=True)
+        _log(str(exc))
         return exitcodes.USAGE
 
     ready: list[Plugin] = []
@@ -70,17 +71,20 @@ def run_worker(entry_text: str, args: list[str], result_path: Path, status_path:
     try:
         try:
             for plugin in plugins:
+                phase(f"setup:{plugin.name}")
+                started = time.monotonic()
                 plugin.setup(info, topology)
                 ready.append(plugin)
+                _log(f"plugin {plugin.name} ready in {time.monotonic() - started:.1f}s")
         except RuntimeSetupError as exc:
-            print(f"skyinfra-runtime: set-up failed: {exc}", file=sys.stderr, flush=True)
+            _log(f"set-up failed: {exc}")
             code = exitcodes.SETUP_FAILED
             return code
         phase("running")
         try:
             value = entry.run(args)
         except EntrypointError as exc:
-            print(f"skyinfra-runtime: {exc}", file=sys.stderr, flush=True)
+            _log(str(exc))
             code = exitcodes.USAGE
         except SystemExit as exc:
             code = _system_exit_code(exc)
@@ -96,17 +100,20 @@ def run_worker(entry_text: str, args: list[str], result_path: Path, status_path:
         for plugin in reversed(ready):
             try:
                 plugin.teardown(failed=code != exitcodes.OK)
+                _log(f"plugin {plugin.name} torn down")
             except Exception as exc:  # a failing teardown must not hide the real result
-                print(
-                    f"skyinfra-runtime: teardown of plugin {plugin.name!r} failed: {exc}",
-                    file=sys.stderr,
-                )
+                _log(f"teardown of plugin {plugin.name!r} failed: {exc}")
         phase("done")
     if code == exitcodes.OK:
         result = {"worker": info.worker, "global_index": info.global_index}
         result["value"] = json_value(value)
         result_path.write_text(json.dumps(result))
     return code
+
+
+def _log(message: str) -> None:
+    """One line on stderr, flushed: the operator interleaves several workers' streams."""
+    print(f"skyinfra-runtime: {message}", file=sys.stderr, flush=True)
 
 
 def _system_exit_code(exc: SystemExit) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from skyinfra_runtime.errors import PluginError
@@ -25,10 +26,8 @@ class JaxPlugin:
         # Without gloo, JAX's CPU client has no cross-process collectives: psum over processes
         # fails ("Multiprocess CPU computations require a collectives implementation"). It only
         # affects the CPU client, so setting it on GPU nodes is harmless. Must precede init.
-        try:
+        with contextlib.suppress(AttributeError):  # very old jax: no option, nothing to choose
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        except AttributeError:  # very old jax without the option: nothing to choose
-            pass
         if info.total_workers == 1:
             return  # one process: nothing to coordinate
         kwargs: dict[str, object] = {

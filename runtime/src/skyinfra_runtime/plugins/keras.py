@@ -37,7 +37,8 @@ class KerasPlugin:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise PluginError(
-                f"keras backend {self.backend!r} is not valid; expected one of {', '.join(BACKENDS)}"
+                f"keras backend {self.backend!r} is not valid;"
+                f" expected one of {', '.join(BACKENDS)}"
             )
         parallel = (self.mesh_shape, self.axis_names, self.layout_map)
         if any(p is not None for p in parallel) and not all(p is not None for p in parallel):

@@ -24,7 +24,8 @@ class TorchPlugin:
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
             raise PluginError(
-                f"torch backend {self.backend!r} is not valid; expected one of {', '.join(BACKENDS)}"
+                f"torch backend {self.backend!r} is not valid;"
+                f" expected one of {', '.join(BACKENDS)}"
             )
 
     def setup(self, info: InstanceInfo, topology: Topology) -> None:

@@ -1,0 +1,229 @@
+"""The launcher as a user's node runs it: results, exit codes, messages, signals, workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cluster import ENTRIES, interrupt_after, launch_argv, run_nodes, topology
+
+BASICS = ENTRIES / "basics.py"
+
+
+def launch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        launch_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_single_node_without_topology_runs_as_node_0_of_1(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    proc = launch(tmp_path, "--result", str(result), f"{BASICS}:info")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(result.read_text())
+    assert data["node"] == 0
+    (worker,) = data["workers"]
+    assert worker["value"]["total_nodes"] == 1
+    assert worker["value"]["is_head"] is True
+
+
+def test_every_node_sees_populated_peers_and_its_own_index(tmp_path: Path) -> None:
+    runs = run_nodes(tmp_path, topology(nodes=3), f"{BASICS}:info", args=["--lr", "0.1"])
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        (value,) = run.values()
+        assert value["node"] == run.node
+        assert value["total_nodes"] == 3
+        assert value["is_head"] is (run.node == 0)
+        assert value["peers"] == ["127.0.0.1"] * 3
+        assert value["argv"] == ["--lr", "0.1"]
+
+
+def test_two_workers_per_node_get_global_indices(tmp_path: Path) -> None:
+    runs = run_nodes(tmp_path, topology(nodes=2, procs_per_node=2), f"{BASICS}:info")
+    seen = sorted(
+        (v["node"], v["worker"], v["global_index"], v["total_workers"])
+        for run in runs
+        for v in run.values()
+    )
+    assert seen == [(0, 0, 0, 4), (0, 1, 1, 4), (1, 0, 2, 4), (1, 1, 3, 4)]
+
+
+def test_procs_per_node_auto_follows_the_accelerator_count(tmp_path: Path) -> None:
+    runs = run_nodes(
+        tmp_path, topology(nodes=1, accelerators=3), f"{BASICS}:info",
+        extra=["--procs-per-node", "auto"],
+    )
+    assert [v["worker"] for v in runs[0].values()] == [0, 1, 2]
+
+
+def test_script_entry_runs_as_main_with_arguments(tmp_path: Path) -> None:
+    (run,) = run_nodes(
+        tmp_path, topology(nodes=1), str(ENTRIES / "script_with_args.py"), args=["a", "--b"]
+    )
+    assert run.returncode == 0, run.stderr
+    assert "script node=0 args=['a', '--b']" in run.stdout
+
+
+def test_module_function_entry(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(ENTRIES)}
+    (run,) = run_nodes(tmp_path, topology(nodes=1), "basics:info", env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.values()[0]["node"] == 0
+
+
+def test_user_exception_exits_1_with_its_traceback(tmp_path: Path) -> None:
+    (run,) = run_nodes(tmp_path, topology(nodes=1), f"{BASICS}:fail")
+    assert run.returncode == 1
+    assert "Traceback" in run.stderr
+    assert "ValueError: the user's code raised" in run.stderr
+    assert run.result is None
+
+
+def test_first_failing_worker_ends_the_others_on_its_node(tmp_path: Path) -> None:
+    (run,) = run_nodes(
+        tmp_path, topology(nodes=1, procs_per_node=2), f"{BASICS}:fail_on_worker_1"
+    )
+    # worker 0 sleeps 600 s, past the run deadline: finishing at all shows it was ended.
+    assert run.returncode == 1
+    assert "RuntimeError: worker 1 gives up" in run.stderr
+
+
+def test_non_json_return_value_is_recorded_as_repr(tmp_path: Path) -> None:
+    script = tmp_path / "obj.py"
+    script.write_text("def main():\n    return object()\n")
+    (run,) = run_nodes(tmp_path, topology(nodes=1), f"{script}:main")
+    assert run.returncode == 0, run.stderr
+    assert run.values()[0]["repr"].startswith("<object object")
+    assert "not JSON" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("no_such_module_here:main", "cannot be found"),
+        ("missing_script.py", "does not exist"),
+        ("pkg.mod", "without a function"),
+        ("pkg.mod:not-a-name", "malformed"),
+        (":main", "malformed"),
+        ("1pkg:main", "not a module name"),
+    ],
+)
+def test_bad_entrypoint_exits_2_naming_it(tmp_path: Path, entry: str, message: str) -> None:
+    proc = launch(tmp_path, entry)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_entry_naming_a_missing_function_exits_2(tmp_path: Path) -> None:
+    proc = launch(tmp_path, f"{BASICS}:no_such_function")
+    assert proc.returncode == 2
+    assert "'no_such_function' is not a function" in proc.stderr
+
+
+def _topology_text(**changes: object) -> str:
+    topo = topology(nodes=2)
+    topo.update(changes)
+    return json.dumps(topo)
+
+
+BAD_TOPOLOGIES = [
+    ("no-such-file.json", "neither an existing file nor inline JSON"),
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "topology must be a JSON object, got list"),
+    ('{"schema": 2}', "'schema' is 2"),
+    (_topology_text(nodes=[]), "'nodes' must be a non-empty list"),
+    (_topology_text(head_port="29500"), "'head_port' is '29500'"),
+    (_topology_text(head_port=70000), "'head_port' is 70000"),
+    (_topology_text(head_addr=""), "'head_addr'"),
+    (_topology_text(cluster=None), "'cluster'"),
+    (
+        _topology_text(nodes=[{"index": 0, "public_ip": None, "instance_id": "i"}]),
+        "nodes[0] field 'private_ip' is missing",
+    ),
+    (
+        _topology_text(
+            nodes=[
+                {"index": 0, "private_ip": "10.0.0.1", "instance_id": "a"},
+                {"index": 0, "private_ip": "10.0.0.2", "instance_id": "b"},
+            ]
+        ),
+        "expected 0..1, each once",
+    ),
+    (
+        _topology_text(
+            nodes=[
+                {
+                    "index": 0,
+                    "private_ip": "10.0.0.1",
+                    "instance_id": "a",
+                    "accelerator": {"type": "H100", "count": "8"},
+                }
+            ]
+        ),
+        "nodes[0].accelerator field 'count'",
+    ),
+    (_topology_text(procs_per_node=0), "'procs_per_node' is 0"),
+    (_topology_text(plugins=[{"name": "horovod"}]), "unknown plugin 'horovod'"),
+    (
+        _topology_text(plugins=[{"name": "jax", "options": {"coordinator": "x"}}]),
+        "plugin 'jax' has no option 'coordinator'",
+    ),
+    (
+        _topology_text(plugins=[{"name": "keras", "options": {"backend": "theano"}}]),
+        "keras backend 'theano' is not valid",
+    ),
+    (
+        _topology_text(plugins=[{"name": "torch", "options": {"backend": "ucc"}}]),
+        "torch backend 'ucc' is not valid",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_TOPOLOGIES)
+def test_bad_topology_exits_3_naming_the_field(tmp_path: Path, text: str, message: str) -> None:
+    proc = launch(tmp_path, "--topology", text, f"{BASICS}:info")
+    assert proc.returncode == 3, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("node", "message"), [("2", "out of range"), ("one", "not an integer")])
+def test_bad_node_index_exits_3(tmp_path: Path, node: str, message: str) -> None:
+    proc = launch(tmp_path, "--topology", _topology_text(), "--node", node, f"{BASICS}:info")
+    assert proc.returncode == 3
+    assert message in proc.stderr
+
+
+def test_topology_and_node_from_the_environment(tmp_path: Path) -> None:
+    env = {"SKYINFRA_TOPOLOGY": _topology_text(), "SKYINFRA_NODE": "5", "PATH": "/usr/bin"}
+    proc = launch(tmp_path, f"{BASICS}:info", env=env)
+    assert proc.returncode == 3
+    assert "node index 5 is out of range" in proc.stderr
+
+
+def test_bad_plugin_flag_exits_2(tmp_path: Path) -> None:
+    proc = launch(tmp_path, "--plugin", "jax:init_timeout", f"{BASICS}:info")
+    assert proc.returncode == 2
+    assert "not key=value" in proc.stderr
+
+
+def test_interrupt_ends_the_worker_and_exits_130(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        launch_argv(f"{BASICS}:sleep_forever"), cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        interrupt_after(proc, "sleeping")
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+
+
+def test_python_version_is_the_one_under_test() -> None:
+    # The launcher starts workers with its own interpreter; the tests rely on it being this one.
+    assert Path(sys.executable).is_file()
