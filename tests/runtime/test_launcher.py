@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster import ENTRIES, interrupt_after, launch_argv, run_nodes, topology
+from launch_harness import ENTRIES, interrupt_after, launch_argv, run_nodes, topology
 
 BASICS = ENTRIES / "basics.py"
 
 
-def launch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def launch(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         launch_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
     )
@@ -54,7 +56,9 @@ def test_two_workers_per_node_get_global_indices(tmp_path: Path) -> None:
 
 def test_procs_per_node_auto_follows_the_accelerator_count(tmp_path: Path) -> None:
     runs = run_nodes(
-        tmp_path, topology(nodes=1, accelerators=3), f"{BASICS}:info",
+        tmp_path,
+        topology(nodes=1, accelerators=3),
+        f"{BASICS}:info",
         extra=["--procs-per-node", "auto"],
     )
     assert [v["worker"] for v in runs[0].values()] == [0, 1, 2]
@@ -84,9 +88,7 @@ def test_user_exception_exits_1_with_its_traceback(tmp_path: Path) -> None:
 
 
 def test_first_failing_worker_ends_the_others_on_its_node(tmp_path: Path) -> None:
-    (run,) = run_nodes(
-        tmp_path, topology(nodes=1, procs_per_node=2), f"{BASICS}:fail_on_worker_1"
-    )
+    (run,) = run_nodes(tmp_path, topology(nodes=1, procs_per_node=2), f"{BASICS}:fail_on_worker_1")
     # worker 0 sleeps 600 s, past the run deadline: finishing at all shows it was ended.
     assert run.returncode == 1
     assert "RuntimeError: worker 1 gives up" in run.stderr
@@ -214,8 +216,11 @@ def test_bad_plugin_flag_exits_2(tmp_path: Path) -> None:
 
 def test_interrupt_ends_the_worker_and_exits_130(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        launch_argv(f"{BASICS}:sleep_forever"), cwd=tmp_path, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        launch_argv(f"{BASICS}:sleep_forever"),
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         interrupt_after(proc, "sleeping")

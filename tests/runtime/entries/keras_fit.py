@@ -21,7 +21,6 @@ def _data():  # type: ignore[no-untyped-def]
 def _train() -> dict[str, object]:
     import keras
     import numpy as np
-
     from skyinfra_runtime import instance_info, shard
 
     x, y = _data()

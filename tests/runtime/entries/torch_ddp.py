@@ -9,9 +9,8 @@ import os
 def ddp_steps() -> dict[str, object]:
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
     from skyinfra_runtime import shard
+    from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(dist.get_rank())  # different on purpose: DDP must broadcast rank 0's
     model = DistributedDataParallel(torch.nn.Linear(8, 1))

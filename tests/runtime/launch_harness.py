@@ -104,11 +104,22 @@ def run_nodes(
         result = tmp_path / f"result-{i}.json"
         result.unlink(missing_ok=True)
         argv = launch_argv(
-            "--topology", str(topo_file), "--node", str(i), "--result", str(result), *extra,
-            entry, *(["--", *args] if args else []),
+            "--topology",
+            str(topo_file),
+            "--node",
+            str(i),
+            "--result",
+            str(result),
+            *extra,
+            entry,
+            *(["--", *args] if args else []),
         )
         procs[i] = subprocess.Popen(
-            argv, env=base_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv,
+            env=base_env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
     runs = []

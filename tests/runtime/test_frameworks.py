@@ -1,0 +1,132 @@
+"""jax, keras and torch plugins across real processes on loopback (CPU: gloo everywhere)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from launch_harness import ENTRIES, run_nodes, topology
+
+JAX = {"name": "jax", "options": {"init_timeout": 30}}
+KERAS = {"name": "keras", "options": {"backend": "jax"}}
+TORCH = {"name": "torch", "options": {"init_timeout": 30}}
+
+
+def test_jax_two_processes_sum_across_processes(tmp_path: Path) -> None:
+    runs = run_nodes(tmp_path, topology(nodes=2, plugins=[JAX]), f"{ENTRIES}/jax_sum.py:main")
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        (value,) = run.values()
+        assert value["process_count"] == 2
+        assert value["process_index"] == run.node
+        assert value["sum"] == 3.0  # 1 + 2
+        assert value["collectives"] == "gloo"
+    # Set-up and teardown are announced in order: jax up before the user code, down after.
+    assert "plugin jax ready" in runs[0].stderr
+    assert "plugin jax torn down" in runs[0].stderr
+
+
+def test_jax_peer_that_never_arrives_fails_within_the_timeout(tmp_path: Path) -> None:
+    topo = topology(nodes=2, plugins=[{"name": "jax", "options": {"init_timeout": 3}}])
+    started = time.monotonic()
+    (run,) = run_nodes(tmp_path, topo, f"{ENTRIES}/jax_sum.py:main", nodes=[1])
+    elapsed = time.monotonic() - started
+    assert run.returncode == 3, run.stderr
+    assert "set-up of plugin 'jax'" in run.stderr
+    assert "never reached the rendezvous" in run.stderr
+    # Not a performance bound: a hang would run into the harness deadline (120 s) instead.
+    assert elapsed < 90
+
+
+def test_torch_peer_that_never_arrives_fails_within_the_timeout(tmp_path: Path) -> None:
+    topo = topology(nodes=2, plugins=[{"name": "torch", "options": {"init_timeout": 3}}])
+    (run,) = run_nodes(tmp_path, topo, f"{ENTRIES}/torch_ddp.py:ranks", nodes=[0])
+    assert run.returncode == 3, run.stderr
+    assert "set-up failed: torch init_process_group('gloo') failed for rank 0 of 2" in run.stderr
+
+
+def test_keras_jax_data_parallel_ends_with_identical_weights(tmp_path: Path) -> None:
+    topo = topology(nodes=2, plugins=[JAX, KERAS])
+    runs = run_nodes(tmp_path, topo, f"{ENTRIES}/keras_fit.py:main")
+    values = []
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        (value,) = run.values()
+        values.append(value)
+    assert [v["rows"] for v in values] == [128, 128]  # shard(drop_last=True) of 256 rows
+    assert values[0]["initial"] == values[1]["initial"]
+    assert values[0]["final"] == values[1]["final"]
+    assert values[0]["final"] != values[0]["initial"]  # training moved the weights
+    # Teardown runs in reverse order of set-up.
+    err = runs[0].stderr
+    assert err.index("plugin jax ready") < err.index("plugin keras ready")
+    assert err.index("plugin keras torn down") < err.index("plugin jax torn down")
+
+
+def test_keras_jax_without_rng_sync_does_not_agree(tmp_path: Path) -> None:
+    """The control: the same DataParallel set up by hand, without initialize_rng().
+
+    Each process draws its own initial weights; JAX refuses to build the replicated global
+    variables from values that differ between processes. This is what the keras plugin's
+    initialize_rng() prevents (and what Skyward's keras plugin never tested).
+    """
+    topo = topology(nodes=2, plugins=[JAX])
+    runs = run_nodes(
+        tmp_path, topo, f"{ENTRIES}/keras_fit.py:without_rng_sync", env={"KERAS_BACKEND": "jax"}
+    )
+    assert any(run.returncode == 1 for run in runs)
+    assert any("is not the same on each process" in run.stderr for run in runs)
+
+
+def test_keras_imported_with_another_backend_is_a_clear_setup_error(tmp_path: Path) -> None:
+    # The entry itself is only loaded after set-up, so a module-level `import keras` there is
+    # fine; what the plugin cannot fix is keras imported earlier, here by sitecustomize.
+    script = tmp_path / "entry.py"
+    script.write_text("def main():\n    return 1\n")
+    sitecustomize = tmp_path / "site"
+    sitecustomize.mkdir()
+    (sitecustomize / "sitecustomize.py").write_text("import keras\n")
+    topo = topology(nodes=1, plugins=[KERAS])
+    (run,) = run_nodes(
+        tmp_path,
+        topo,
+        f"{script}:main",
+        env={"PYTHONPATH": str(sitecustomize), "KERAS_BACKEND": "torch"},
+    )
+    assert run.returncode == 3, run.stderr
+    assert "keras was already imported with backend 'torch'" in run.stderr
+
+
+def test_torch_ddp_two_nodes_identical_weights(tmp_path: Path) -> None:
+    runs = run_nodes(
+        tmp_path, topology(nodes=2, plugins=[TORCH]), f"{ENTRIES}/torch_ddp.py:ddp_steps"
+    )
+    values = []
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        (value,) = run.values()
+        values.append(value)
+    assert [v["rank"] for v in values] == [0, 1]
+    assert [v["rows"] for v in values] == [32, 32]
+    assert values[0]["weights"] == values[1]["weights"]
+
+
+def test_torch_two_nodes_by_two_processes_is_world_size_4(tmp_path: Path) -> None:
+    topo = topology(nodes=2, plugins=[TORCH], procs_per_node=2)
+    runs = run_nodes(tmp_path, topo, f"{ENTRIES}/torch_ddp.py:ranks")
+    seen = []
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        seen.extend(run.values())
+    port = topo["head_port"] + 1  # torch rendezvous: the port after jax's
+    assert sorted((v["NODE_RANK"], v["LOCAL_RANK"], v["RANK"], v["dist_rank"]) for v in seen) == [
+        (0, 0, 0, 0),
+        (0, 1, 1, 1),
+        (1, 0, 2, 2),
+        (1, 1, 3, 3),
+    ]
+    assert {v["WORLD_SIZE"] for v in seen} == {4}
+    assert {v["dist_world_size"] for v in seen} == {4}
+    assert {v["LOCAL_WORLD_SIZE"] for v in seen} == {2}
+    assert {v["MASTER_PORT"] for v in seen} == {port}
+    assert {v["backend"] for v in seen} == {"gloo"}

@@ -1,0 +1,82 @@
+"""Topology parsing and instance_info() in this process (pure functions, no cluster)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from launch_harness import topology
+from skyinfra_runtime import InstanceInfo, Topology, TopologyError, instance_info, load_topology
+from skyinfra_runtime.errors import PluginError
+from skyinfra_runtime.plugins import from_name
+from skyinfra_runtime.plugins.base import init_timeout
+
+
+def test_round_trip_through_to_dict() -> None:
+    data = topology(nodes=3, plugins=[{"name": "jax", "options": {"init_timeout": 5}}])
+    parsed = Topology.from_dict(data)
+    assert Topology.from_dict(parsed.to_dict()) == parsed
+    assert parsed.jax_port + 1 == parsed.torch_port
+
+
+def test_nodes_are_ordered_by_index_whatever_the_file_order() -> None:
+    data = topology(nodes=3)
+    data["nodes"].reverse()
+    assert [n.index for n in Topology.from_dict(data).nodes] == [0, 1, 2]
+
+
+def test_load_from_a_file_path_and_from_inline_json(tmp_path: Path) -> None:
+    data = topology(nodes=2)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert load_topology(path) == load_topology(json.dumps(data)) == Topology.from_dict(data)
+
+
+def test_no_topology_means_one_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKYINFRA_TOPOLOGY", raising=False)
+    monkeypatch.delenv("SKYINFRA_NODE", raising=False)
+    info = instance_info()
+    assert (info.node, info.total_nodes, info.is_head, info.total_workers) == (0, 1, True, 1)
+    assert len(info.peers) == 1
+
+
+def test_instance_info_lists_every_peer_with_addresses() -> None:
+    data = topology(nodes=2, accelerators=8)
+    data["nodes"][1]["public_ip"] = "203.0.113.7"
+    info = InstanceInfo.build(Topology.from_dict(data), node=1, worker=3, workers_per_node=8)
+    assert info.accelerators == 8 and info.accelerator_type == "test-gpu"
+    assert [p.public_ip for p in info.peers] == [None, "203.0.113.7"]
+    assert (info.global_index, info.total_workers, info.is_head) == (11, 16, False)
+
+
+def test_worker_index_out_of_range_is_a_topology_error() -> None:
+    with pytest.raises(TopologyError, match="worker index 2 is out of range for 2"):
+        InstanceInfo.build(Topology.from_dict(topology(nodes=1)), 0, worker=2, workers_per_node=2)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("jax", {"init_timeout": "soon"}, "not a number of seconds"),
+        ("jax", {"init_timeout": 0}, "must be > 0"),
+        ("keras", {"mesh_shape": [2]}, "mesh_shape, axis_names and layout_map together"),
+        (
+            "keras",
+            {"backend": "torch", "mesh_shape": [1], "axis_names": ["d"], "layout_map": {}},
+            "only available with backend='jax'",
+        ),
+    ],
+)
+def test_plugin_option_errors(name: str, options: dict[str, object], message: str) -> None:
+    with pytest.raises(PluginError, match=message):
+        plugin = from_name(name, options)
+        init_timeout(getattr(plugin, "init_timeout", None))
+
+
+def test_init_timeout_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKYINFRA_INIT_TIMEOUT", raising=False)
+    assert init_timeout(None) == 600.0
+    monkeypatch.setenv("SKYINFRA_INIT_TIMEOUT", "42")
+    assert init_timeout(None) == 42.0
+    assert init_timeout("7") == 7.0
