@@ -6,6 +6,7 @@ from skyinfra.terraform.engine import (
     PlanSummary,
     TerraformEngine,
     format_event,
+    provider_mirror,
     terraform_env,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "PlanSummary",
     "TerraformEngine",
     "format_event",
+    "provider_mirror",
     "terraform_env",
 ]

@@ -72,6 +72,26 @@ def cli_config_text(plugin_cache: Path, mirror: str | None) -> str:
     return text
 
 
+def provider_mirror(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The Terraform provider filesystem mirror named by SKYINFRA_TF_PROVIDER_MIRROR, or None.
+
+    The one place that reads the setting: the engine and the tests both ask here. A value
+    that is not a directory is an error now, not an obscure "provider not found" from init.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(MIRROR_ENV, "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise TerraformError(
+            f"{MIRROR_ENV}={value!r} is not a directory: point it at a Terraform provider "
+            "filesystem mirror (a folder holding registry.terraform.io/<namespace>/<name>/...), "
+            "or unset it to install providers from the registry"
+        )
+    return path.absolute()
+
+
 def terraform_env(workdir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment every Terraform command runs with (writes the CLI config file)."""
     env = dict(os.environ if base is None else base)
@@ -79,7 +99,8 @@ def terraform_env(workdir: Path, base: Mapping[str, str] | None = None) -> dict[
         env.get(PLUGIN_CACHE_ENV) or Path.home() / ".cache" / "skyinfra" / "terraform-plugins"
     )
     cache.mkdir(parents=True, exist_ok=True)
-    text = cli_config_text(cache, env.get(MIRROR_ENV))
+    mirror = provider_mirror(env)
+    text = cli_config_text(cache, str(mirror) if mirror else None)
     # Kept beside the plugin cache, named by content: never written into a workspace or a
     # module folder, and concurrent commands with the same settings share one file.
     rc = cache.parent / f"terraformrc-{hashlib.sha256(text.encode()).hexdigest()[:16]}"

