@@ -30,6 +30,11 @@ PLUGIN_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 MAX_LOCAL_NODES = 32
 MAX_AWS_NODES = 256
+# The private key `run` reaches AWS nodes with; its public half (<path>.pub) is installed.
+DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
+# Idle shutdown is on by default: a forgotten GPU node ends itself after an hour idle.
+DEFAULT_IDLE_SHUTDOWN_MINUTES = 60
+MIN_IDLE_SHUTDOWN_MINUTES = 5
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
 # A pip requirement without spaces or leading dash: keeps pip options and shell words out.
@@ -39,7 +44,9 @@ _INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 _SUBNET_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-_KEY_NAME_RE = re.compile(r"^[\x20-\x7e]{1,255}$")
+# A file path on one line (no control characters); whether the key exists is checked when
+# the AWS target renders, not here (validation stays pure).
+_SSH_KEY_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 TOP_LEVEL_KEYS = (
@@ -60,7 +67,7 @@ AWS_KEYS = (
     "ami",
     "disk_gb",
     "ssh_cidrs",
-    "key_name",
+    "ssh_key",
     "ssh_user",
     "subnet_id",
     "vpc_id",
@@ -91,13 +98,17 @@ class AwsSpec:
     ssh_cidrs: tuple[str, ...]
     ami: str | None = None
     disk_gb: int = 200
-    key_name: str | None = None
-    ssh_user: str = "ubuntu"
+    # Path of the private key; the AWS target installs "<ssh_key>.pub" as the nodes' key pair.
+    ssh_key: str = DEFAULT_SSH_KEY
+    # None: the login user of the AMI (ubuntu for the Deep Learning AMI), looked up at `up`.
+    ssh_user: str | None = None
     subnet_id: str | None = None
     vpc_id: str | None = None
     placement_group: bool = False
     efa: bool = False
-    idle_shutdown_minutes: int = 0
+    # Minutes without a skyinfra process before a node shuts itself down (and so terminates);
+    # 0 turns the idle timer off.
+    idle_shutdown_minutes: int = DEFAULT_IDLE_SHUTDOWN_MINUTES
     jax_extra: str = "cuda12"
 
 
@@ -289,6 +300,21 @@ def _local(raw: Any, nodes: int) -> LocalSpec:
     return LocalSpec(base_address=str(first), python=python)
 
 
+def _idle_minutes(raw: Mapping[str, Any]) -> int:
+    value = raw.get("idle_shutdown_minutes", DEFAULT_IDLE_SHUTDOWN_MINUTES)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (value == 0 or MIN_IDLE_SHUTDOWN_MINUTES <= value <= 7 * 24 * 60)
+    ):
+        raise SpecError(
+            "aws.idle_shutdown_minutes",
+            value,
+            f"0 (idle shutdown off) or minutes from {MIN_IDLE_SHUTDOWN_MINUTES} to {7 * 24 * 60}",
+        )
+    return value
+
+
 def _aws(raw: Any) -> AwsSpec:
     if not isinstance(raw, dict):
         raise SpecError("aws", raw, "a table with at least region, instance_type and ssh_cidrs")
@@ -330,18 +356,22 @@ def _aws(raw: Any) -> AwsSpec:
             raw, "ami", "aws.ami", _AMI_RE, "an AMI id like 'ami-0123456789abcdef0' or absent"
         ),
         disk_gb=_int(raw, "disk_gb", "aws.disk_gb", 200, 8, 16384),
-        key_name=_str(raw, "key_name", "aws.key_name", _KEY_NAME_RE, "an EC2 key pair name"),
-        ssh_user=_str(raw, "ssh_user", "aws.ssh_user", _SSH_USER_RE, "a Unix user name")
-        or "ubuntu",
+        ssh_key=_str(
+            raw,
+            "ssh_key",
+            "aws.ssh_key",
+            _SSH_KEY_RE,
+            "the path of an SSH private key, e.g. '~/.ssh/id_ed25519' (its .pub is installed)",
+        )
+        or DEFAULT_SSH_KEY,
+        ssh_user=_str(raw, "ssh_user", "aws.ssh_user", _SSH_USER_RE, "a Unix user name"),
         subnet_id=_str(
             raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
         ),
         vpc_id=_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
         placement_group=_bool(raw, "placement_group", "aws.placement_group", False),
         efa=_bool(raw, "efa", "aws.efa", False),
-        idle_shutdown_minutes=_int(
-            raw, "idle_shutdown_minutes", "aws.idle_shutdown_minutes", 0, 0, 7 * 24 * 60
-        ),
+        idle_shutdown_minutes=_idle_minutes(raw),
         jax_extra=jax_extra,
     )
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from skyinfra.errors import SpecError
+from skyinfra.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
 REPO_BOOTSTRAP_SCRIPT = (
@@ -25,7 +26,6 @@ REPO_BOOTSTRAP_SCRIPT = (
 
 # JAX's CUDA wheels: https://docs.jax.dev/en/latest/installation.html
 JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
-DEFAULT_IDLE_SHUTDOWN_MINUTES = 60
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
@@ -51,6 +51,7 @@ class NodeUserData:
     bootstrap_script: str
     jax_extra: str | None = "cuda12"
     python_packages: Sequence[str] = ()
+    # The spec's default (on); 0 or None renders no idle timer.
     idle_shutdown_minutes: int | None = DEFAULT_IDLE_SHUTDOWN_MINUTES
     ssh_user: str = "ubuntu"
     python: str = "python3"

@@ -55,7 +55,16 @@ def test_aws_section_is_validated_and_kept() -> None:
     assert spec.aws.region == "eu-west-1"
     assert spec.aws.ami is None
     assert spec.aws.disk_gb == 200
+    assert spec.aws.idle_shutdown_minutes == 60  # on by default
+    assert spec.aws.ssh_key == "~/.ssh/id_ed25519"
+    assert spec.aws.ssh_user is None  # looked up from the AMI at `up`
     assert spec.local is None
+
+
+def test_idle_shutdown_off_only_when_asked() -> None:
+    raw = {"name": "c", "provider": "aws", "aws": {**AWS_OK, "idle_shutdown_minutes": 0}}
+    spec = validate_spec(raw)
+    assert spec.aws is not None and spec.aws.idle_shutdown_minutes == 0
 
 
 def test_plugin_flag_parsing() -> None:
@@ -117,6 +126,8 @@ BAD_SPECS = [
     (_aws(jax_extra="rocm"), [], "'aws.jax_extra'"),
     (_aws(subnet_id="net-1"), [], "'aws.subnet_id'"),
     (_aws(idle_shutdown_minutes=-5), [], "'aws.idle_shutdown_minutes'"),
+    (_aws(idle_shutdown_minutes=2), [], "'aws.idle_shutdown_minutes'"),
+    (_aws(key_name="my-key"), [], "'aws.key_name'"),  # replaced by aws.ssh_key (a path)
     ("name = [\n", [], "'--spec'"),  # not TOML
 ]
 
