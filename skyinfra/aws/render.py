@@ -56,6 +56,9 @@ class AwsClusterParams:
     existing_vpc_id: str | None = None
     existing_subnet_id: str | None = None
     private_ip_host_offset: int = 10
+    head_port: int = 29500
+    # GPU name and count per node (DescribeInstanceTypes GpuInfo), or None for none/unknown.
+    accelerator: tuple[str, int] | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -203,6 +206,12 @@ def render_root_module(
             "private_ip_host_offset": params.private_ip_host_offset,
             "placement_group_enabled": params.placement_group,
             "efa_interface_count": params.efa_interface_count,
+            "head_port": params.head_port,
+            "accelerator": (
+                None
+                if params.accelerator is None
+                else {"type": params.accelerator[0], "count": params.accelerator[1]}
+            ),
             "tags": dict(sorted(params.tags.items())),
         },
         "user_data": {name: encode_user_data(user_data[name]) for name in expected},

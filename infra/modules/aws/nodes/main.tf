@@ -135,6 +135,14 @@ resource "aws_instance" "this" {
   user_data        = try(var.user_data[each.key].text, null)
   user_data_base64 = try(var.user_data[each.key].base64, null)
 
+  lifecycle {
+    # User data only matters at first boot (cloud-init runs it once per instance); changing it
+    # later would stop and start a running node for nothing. It does change on every `up`: the
+    # wheel's presigned URL is fresh each time, so that a node created later (after an idle
+    # shutdown ended it) gets a URL that has not expired.
+    ignore_changes = [user_data, user_data_base64]
+  }
+
   # IMDSv2 only; hop limit 1 keeps the instance credentials away from containers on the node.
   metadata_options {
     http_endpoint               = "enabled"
