@@ -90,6 +90,12 @@ def cli() -> None:
     multiple=True,
     help="Extra pip requirement for every node; repeatable (replaces the file's list).",
 )
+@click.option(
+    "--skip-preflight",
+    is_flag=True,
+    help="AWS: skip the boto3 checks before Terraform (instance type offered in the zone, "
+    "vCPU quota); values such as the AMI id are still looked up.",
+)
 @dir_option
 def up(
     spec_path: Path | None,
@@ -99,6 +105,7 @@ def up(
     procs_per_node: str | None,
     plugins: tuple[str, ...],
     packages: tuple[str, ...],
+    skip_preflight: bool,
     clusters_root: Path | None,
 ) -> None:
     """Create or update a cluster: validate the spec, render Terraform, apply it."""
@@ -112,7 +119,7 @@ def up(
     }
     spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
     ws = Workspace(clusters_dir(clusters_root) / spec.name)
-    _, topology = cluster_ops.up(spec, ws, echo)
+    _, topology = cluster_ops.up(spec, ws, echo, skip_preflight=skip_preflight)
     echo(
         f"[skyinfra] cluster {spec.name!r} is up: {len(topology['nodes'])} node(s), "
         f"head {topology['head_addr']}:{topology['head_port']}"

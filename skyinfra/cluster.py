@@ -1,8 +1,8 @@
 """Cluster life cycle behind the CLI: up, down, status, and the transport for `run`.
 
 The local target lives here; the AWS target plugs in through ``skyinfra.aws.target`` (owned
-by the AWS work): a module with ``render_files(spec, workspace) -> dict[str, str]`` and
-``transport(workspace, topology) -> NodeTransport``.
+by the AWS work): a module with ``render_files(spec, workspace, *, echo, skip_preflight)
+-> dict[str, str]`` and ``transport(workspace, topology) -> NodeTransport``.
 """
 
 from __future__ import annotations
@@ -43,9 +43,14 @@ def _aws_target() -> Any:
         ) from err
 
 
-def render_files(spec: ClusterSpec, ws: Workspace) -> dict[str, str]:
+def render_files(
+    spec: ClusterSpec, ws: Workspace, *, echo: Echo | None = None, skip_preflight: bool = False
+) -> dict[str, str]:
+    """The root module's files; nothing is written (the AWS preflight runs here)."""
     if spec.provider == "aws":
-        files: dict[str, str] = _aws_target().render_files(spec, ws)
+        files: dict[str, str] = _aws_target().render_files(
+            spec, ws, echo=echo, skip_preflight=skip_preflight
+        )
         return files
     assert spec.local is not None  # validate_spec sets it for provider local
     wheel = build_runtime_wheel()
@@ -69,8 +74,13 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
     return on_event
 
 
-def up(spec: ClusterSpec, ws: Workspace, echo: Echo) -> tuple[PlanSummary, dict[str, Any]]:
-    """Render, init, plan, apply when there are changes, write topology.json."""
+def up(
+    spec: ClusterSpec, ws: Workspace, echo: Echo, *, skip_preflight: bool = False
+) -> tuple[PlanSummary, dict[str, Any]]:
+    """Render, init, plan, apply when there are changes, write topology.json.
+
+    ``skip_preflight`` skips the AWS target's boto3 checks (no effect on the local target).
+    """
     if ws.exists():
         previous = load_spec_of(ws)
         if previous.provider != spec.provider:
@@ -78,7 +88,8 @@ def up(spec: ClusterSpec, ws: Workspace, echo: Echo) -> tuple[PlanSummary, dict[
                 f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
                 f"run `skyinfra down --cluster {spec.name}` before changing it to {spec.provider!r}"
             )
-    files = render_files(spec, ws)  # may build the wheel: before any workspace write
+    # Preflight, wheel build and staging happen here: before any workspace write.
+    files = render_files(spec, ws, echo=echo, skip_preflight=skip_preflight)
     ws.write_files(files)
     ws.write_json(ws.spec_file, spec.to_dict())
     engine = EmbeddedTerraform(ws.path)

@@ -2,6 +2,21 @@
 
 Nodes need no AWS permissions for this: the URL is the capability, it expires, and the node
 checks the sha256 before installing (cloud-init's provision.sh).
+
+Temporary credentials (SSO, an assumed role, anything with AWS_SESSION_TOKEN): the presigned
+URL then carries the session token as ``X-Amz-Security-Token`` (checked with botocore 1.44:
+SigV4 and the legacy SigV2 presigner both add it), and the URL lands in every node's user
+data. What that means:
+- anyone who can read the user data (every process on the node through the instance metadata
+  service, any principal allowed ec2:DescribeInstanceAttribute) sees the token and the access
+  key id. The token is not usable on its own: requests must be signed with the secret key,
+  which never leaves the operator's machine (the AWS target refuses user data that contains
+  it). What they can do is fetch this one wheel until the URL expires, which is the point.
+- the URL dies when the credentials do, whatever ``expires_s`` says: a one-hour SSO session
+  gives a URL good for at most that hour. Nodes fetch the wheel within minutes of `up`, and
+  every `up` presigns afresh (a node re-created later gets a new URL), so this only bites a
+  node whose first boot is delayed past the session's end.
+- the token adds one to two KB to each node's user data (16 KB limit; gzip takes over above).
 """
 
 from __future__ import annotations
@@ -94,6 +109,7 @@ def stage_wheel(
     try:
         ensure_bucket(s3, bucket, region)
         s3.upload_file(str(wheel), bucket, key, ExtraArgs={"ContentType": "application/zip"})
+        # With temporary credentials the URL includes X-Amz-Security-Token (module docstring).
         url = s3.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s
         )
