@@ -1,0 +1,344 @@
+"""`skyinfra up/status/down --provider aws` as a user runs them: the console script in a
+subprocess, pointed at moto's server (SKYINFRA_AWS_ENDPOINT_URL) with dummy credentials, real
+Terraform and the real AWS provider from the filesystem mirror.
+
+moto's server runs in this test process (conftest), so the public Deep Learning AMI SSM
+parameter, which moto refuses to create through its API, is seeded into moto's in-process
+SSM backend. Its value is one of moto's built-in AMIs: the Ubuntu Deep Learning AMI, and later
+the Amazon Linux one, standing in for a new release.
+
+Two places where moto 5.2 answers differently from EC2 would make every second `up` plan
+changes that AWS itself would not show; `moto_like_ec2` corrects them in-process for these
+tests (see its docstring). Nothing else of moto is touched.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from aws_tf import REGION
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ssm.models import Parameter, ssm_backends
+from test_aws_terraform_apply import count_cluster_resources
+
+from skyinfra.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
+from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER
+from skyinfra.aws.target import TARGET_FILE, render_files, transport
+from skyinfra.spec import validate_spec
+from skyinfra.terraform.engine import MIRROR_ENV
+from skyinfra.wheel import build_runtime_wheel
+from skyinfra.workspace import Workspace
+
+VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
+# moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
+UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
+AMAZON_LINUX_DLAMI = "ami-999844e0"  # "Deep Learning AMI Amazon Linux - 3.3_Oct2017"
+NO_SPACE = {"instances": 0, "security_groups": 0, "subnets": 0, "vpcs": 0}
+
+
+def skyinfra_argv() -> list[str]:
+    script = VENV_BIN / "skyinfra"
+    return [str(script)] if script.is_file() else [str(VENV_BIN / "python"), "-m", "skyinfra.cli"]
+
+
+def seed_dlami(ami: str) -> None:
+    """Put the public DLAMI parameter into moto's SSM backend (its API refuses /aws/...)."""
+    store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
+    store[DEFAULT_DLAMI_PARAMETER] = [
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=DEFAULT_DLAMI_PARAMETER,
+            value=ami,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.datetime.now(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    ]
+
+
+@pytest.fixture
+def dlami(aws_env: str) -> Iterator[None]:
+    seed_dlami(UBUNTU_DLAMI)
+    try:
+        yield
+    finally:
+        ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters.pop(DEFAULT_DLAMI_PARAMETER, None)
+
+
+@pytest.fixture
+def moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make moto's EC2 read back two things the way EC2 does (in this process's server).
+
+    1. An instance launched with its groups on the primary network interface (the AWS provider
+       launches that way when it sets associate_public_ip_address) has those groups in its
+       own groupSet in DescribeInstances; moto reports an empty list, so the provider would
+       plan to add vpc_security_group_ids on every `up`.
+    2. DescribeSecurityGroupRules returns the description of a rule that references a group;
+       moto keeps it but only reports descriptions of CIDR rules.
+    """
+    from moto.ec2.models.instances import Instance
+    from moto.ec2.models.security_groups import SecurityGroupRule
+
+    def get_groups(self: Any) -> list[Any]:
+        groups = self.__dict__.get("_moto_like_ec2_groups", self.__dict__.get("security_groups"))
+        nics = self.__dict__.get("nics") or {}
+        if not groups and 0 in nics:
+            return list(nics[0]._group_set)
+        return list(groups)
+
+    def set_groups(self: Any, value: list[Any]) -> None:
+        self.__dict__["_moto_like_ec2_groups"] = value
+
+    monkeypatch.setattr(Instance, "security_groups", property(get_groups, set_groups), False)
+    monkeypatch.setattr(
+        SecurityGroupRule,
+        "description",
+        property(
+            lambda self: self.ip_range.get("Description") or self.source_group.get("Description")
+        ),
+    )
+
+
+@pytest.fixture
+def ssh_key(tmp_path: Path) -> Path:
+    key = tmp_path / "keys" / "id_ed25519"
+    key.parent.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key
+
+
+@pytest.fixture
+def cli_env(
+    aws_env: str, plugin_mirror: Path, minimal_runtime_dir: Path, tmp_path: Path
+) -> dict[str, str]:
+    """What a user's shell would hold: the emulator, dummy credentials, the provider mirror."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env.update(
+        {
+            ENDPOINT_ENV_VAR: aws_env,
+            MIRROR_ENV: str(plugin_mirror),
+            "SKYINFRA_CACHE": str(tmp_path / "cache"),
+            "SKYINFRA_TF_PLUGIN_CACHE": str(tmp_path / "tf-plugins"),
+            # The Terraform layer is under test, not the runtime (tests/runtime, tests/e2e).
+            "SKYINFRA_RUNTIME_DIR": str(minimal_runtime_dir),
+        }
+    )
+    return env
+
+
+def write_spec(path: Path, name: str, instance_type: str, ssh_key: Path) -> Path:
+    path.write_text(
+        f'name = "{name}"\n'
+        'provider = "aws"\n'
+        "nodes = 2\n"
+        "[aws]\n"
+        f'region = "{REGION}"\n'
+        f'instance_type = "{instance_type}"\n'
+        'ssh_cidrs = ["203.0.113.7/32"]\n'
+        f'ssh_key = "{ssh_key}"\n'
+        "placement_group = false  # moto has no CreatePlacementGroup\n"
+    )
+    return path
+
+
+def skyinfra(
+    *args: str, cwd: Path, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def instances_by_id(ec2: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+    reservations = ec2.describe_instances(InstanceIds=ids)["Reservations"]
+    return {i["InstanceId"]: i for r in reservations for i in r["Instances"]}
+
+
+@pytest.mark.slow
+def test_up_twice_status_down_through_the_cli(
+    cli_env: dict[str, str],
+    dlami: None,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    ec2: Any,
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    ws = project / ".skyinfra" / "clusters" / "cli-two"
+
+    first = skyinfra("up", "--provider", "aws", cwd=project, env=cli_env)
+    try:
+        assert first.returncode == 0, first.stdout + first.stderr
+        out = first.stdout
+        assert "preflight" in out and "Creation complete" in out
+        # moto answers no EC2 quota: the preflight warns and goes on.
+        assert "warning: Service Quotas gave no answer" in out
+
+        topology = json.loads((ws / "topology.json").read_text())
+        assert topology["schema"] == 1 and topology["provider"] == "aws"
+        assert topology["head_addr"] == "10.42.0.10"
+        nodes = topology["nodes"]
+        assert [(n["index"], n["name"], n["private_ip"]) for n in nodes] == [
+            (0, "node-0", "10.42.0.10"),
+            (1, "node-1", "10.42.0.11"),
+        ]
+        found = instances_by_id(ec2, [n["instance_id"] for n in nodes])
+        assert sorted(found) == sorted(n["instance_id"] for n in nodes)
+        for node in nodes:
+            instance = found[node["instance_id"]]
+            assert instance["PrivateIpAddress"] == node["private_ip"]
+            assert instance["ImageId"] == UBUNTU_DLAMI
+            assert instance["State"]["Name"] == "running"
+        assert count_cluster_resources(ec2, "cli-two") == {
+            "instances": 2,
+            "security_groups": 1,
+            "subnets": 1,
+            "vpcs": 1,
+        }
+
+        # The AMI went into the tfvars as a concrete id; the idle timer is on by default.
+        tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
+        assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
+        user_data = tfvars["user_data"]["node-1"]["text"]
+        assert user_data.startswith("#cloud-config")
+        assert "skyinfra-idle.timer" in user_data and "chown -R ubuntu:ubuntu" in user_data
+        assert json.loads((ws / TARGET_FILE).read_text())["ssh_user"] == "ubuntu"
+
+        # A new DLAMI release must not replace the nodes: the second `up` reuses the pinned id.
+        seed_dlami(AMAZON_LINUX_DLAMI)
+        second = skyinfra("up", "--provider", "aws", cwd=project, env=cli_env)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "no changes: the cluster already matches the spec" in second.stdout
+        assert f"AMI {UBUNTU_DLAMI} (resolved at the first `up`" in second.stdout
+        tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
+        assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
+        assert json.loads((ws / "topology.json").read_text())["nodes"] == nodes
+
+        status = skyinfra("status", "--json", cwd=project, env=cli_env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        info = json.loads(status.stdout)
+        assert (info["cluster"], info["provider"], info["state"]) == ("cli-two", "aws", "up")
+        assert [(n["name"], n["instance_id"]) for n in info["nodes"]] == [
+            (n["name"], n["instance_id"]) for n in nodes
+        ]
+        assert sum(r.startswith("module.nodes.aws_instance.this") for r in info["resources"]) == 2
+    finally:
+        down = skyinfra("down", cwd=project, env=cli_env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert count_cluster_resources(ec2, "cli-two") == NO_SPACE
+    state = json.loads((ws / "terraform.tfstate").read_text())
+    assert state["resources"] == []
+    assert not (ws / "topology.json").exists()
+
+
+def test_preflight_failure_exits_nonzero_and_writes_no_workspace(
+    cli_env: dict[str, str], dlami: None, ssh_key: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    spec = write_spec(project / "cluster.toml", "cli-bad", "p9z.mega", ssh_key)
+    proc = skyinfra("up", "--spec", str(spec), cwd=project, env=cli_env, timeout=120)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # PreflightError
+    assert "error: instance type 'p9z.mega' does not exist" in proc.stderr
+    assert "aws.instance_type" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "terraform init" not in proc.stdout
+    assert not (project / ".skyinfra").exists()
+    assert sorted(p.name for p in project.iterdir()) == ["cluster.toml"]
+
+
+def test_skip_preflight_bypasses_the_checks(
+    aws_env: str,
+    dlami: None,
+    ssh_key: Path,
+    minimal_runtime_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In-process: with --skip-preflight an instance type moto does not know still renders
+    (the checks are skipped), the AMI is still resolved, and the workspace is untouched."""
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
+    monkeypatch.setenv("SKYINFRA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        "skyinfra.aws.target.build_runtime_wheel",
+        functools.partial(build_runtime_wheel, minimal_runtime_dir),
+    )
+    spec = validate_spec(
+        {
+            "name": "skip",
+            "provider": "aws",
+            "nodes": 2,
+            "aws": {
+                "region": REGION,
+                "instance_type": "p9z.mega",
+                "ssh_cidrs": ["203.0.113.7/32"],
+                "ssh_key": str(ssh_key),
+                "idle_shutdown_minutes": 0,
+            },
+        }
+    )
+    ws = Workspace(tmp_path / "clusters" / "skip")
+    lines: list[str] = []
+    files = render_files(spec, ws, echo=lines.append, skip_preflight=True)
+    assert not ws.path.exists()
+    assert any("--skip-preflight" in line for line in lines)
+    assert any("p9z.mega not described" in line for line in lines)
+    tfvars = json.loads(files["terraform.tfvars.json"])
+    assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
+    assert tfvars["cluster"]["ssh_public_key"] == ssh_key.with_suffix(".pub").read_text().strip()
+    assert "skyinfra-idle" not in tfvars["user_data"]["node-0"]["text"]  # 0 turns it off
+    assert f'ec2 = "{aws_env}"' in files["main.tf"].replace("  ", " ")
+    # The wheel's URL is presigned against the emulator and serves the staged object.
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=Emulator(url=aws_env).url)
+    assert s3.list_objects_v2(Bucket=f"skyinfra-staging-{DEFAULT_ACCOUNT_ID}-{REGION}")["KeyCount"]
+
+
+def test_transport_uses_the_spec_key_and_public_or_private_address(
+    ssh_key: Path, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "clusters" / "ssh")
+    ws.path.mkdir(parents=True)
+    spec = validate_spec(
+        {
+            "name": "ssh",
+            "provider": "aws",
+            "nodes": 2,
+            "aws": {
+                "region": REGION,
+                "instance_type": "g5.xlarge",
+                "ssh_cidrs": ["203.0.113.7/32"],
+                "ssh_key": str(ssh_key),
+            },
+        }
+    )
+    ws.write_json(ws.spec_file, spec.to_dict())
+    ws.write_json(ws.path / TARGET_FILE, {"ssh_user": "ec2-user"})
+    topology = {
+        "nodes": [
+            {"index": 0, "private_ip": "10.42.0.10", "public_ip": "198.51.100.4"},
+            {"index": 1, "private_ip": "10.42.0.11", "public_ip": None},
+        ]
+    }
+    nodes = transport(ws, topology)
+    targets = nodes._targets
+    assert [(t.host, t.user, t.port) for t in targets.values()] == [
+        ("198.51.100.4", "ec2-user", 22),
+        ("10.42.0.11", "ec2-user", 22),
+    ]
+    assert nodes._key_path == ssh_key
+    assert nodes.node_root(0) == "/opt/skyinfra/node"
