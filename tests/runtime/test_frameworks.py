@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from pathlib import Path
 
-from launch_harness import ENTRIES, run_nodes, topology
+from launch_harness import ENTRIES, launch_argv, run_nodes, topology
 
 JAX = {"name": "jax", "options": {"init_timeout": 30}}
 KERAS = {"name": "keras", "options": {"backend": "jax"}}
@@ -130,3 +132,32 @@ def test_torch_two_nodes_by_two_processes_is_world_size_4(tmp_path: Path) -> Non
     assert {v["LOCAL_WORLD_SIZE"] for v in seen} == {2}
     assert {v["MASTER_PORT"] for v in seen} == {port}
     assert {v["backend"] for v in seen} == {"gloo"}
+
+
+def test_failed_jax_process_exits_without_waiting_in_the_shutdown_barrier(
+    tmp_path: Path,
+) -> None:
+    """jax's own atexit hook calls shutdown(), a barrier: a failed process must not wait in it
+    for a peer that is still busy, or `skyinfra run` could not report the failure."""
+    topo = topology(nodes=2, plugins=[JAX])
+    topo_file = tmp_path / "topology.json"
+    topo_file.write_text(json.dumps(topo))
+    entry = f"{ENTRIES}/basics.py:fail_on_node_1_after_setup"
+    head = subprocess.Popen(
+        launch_argv("--topology", str(topo_file), "--node", "0", entry),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        failed = subprocess.run(
+            launch_argv("--topology", str(topo_file), "--node", "1", entry),
+            capture_output=True,
+            text=True,
+            timeout=60,  # the barrier would wait 300 s (jax's default shutdown timeout)
+        )
+        assert failed.returncode == 1, failed.stderr
+        assert "RuntimeError: node 1 gives up after set-up" in failed.stderr
+        assert head.poll() is None  # the head is still in the user's code
+    finally:
+        head.kill()
+        head.wait()

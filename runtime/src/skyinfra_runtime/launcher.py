@@ -188,6 +188,7 @@ def _supervise(
             results = [
                 json.loads((Path(tmp) / f"result-{w}.json").read_text()) for w in range(procs)
             ]
+            Path(result_path).parent.mkdir(parents=True, exist_ok=True)
             Path(result_path).write_text(
                 json.dumps({"schema": 1, "node": node, "workers": results}, indent=2)
             )

@@ -9,6 +9,7 @@ a signal (XLA and NCCL abort the process on some errors instead of raising).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -46,7 +47,14 @@ def json_value(value: Any) -> Any:
         return {"repr": repr(value)}
 
 
-def run_worker(entry_text: str, args: list[str], result_path: Path, status_path: Path) -> int:
+def run_worker(
+    entry_text: str,
+    args: list[str],
+    result_path: Path,
+    status_path: Path,
+    ready: list[Plugin] | None = None,
+) -> int:
+    """Set up, run, tear down; returns the exit code. ``ready`` receives the set-up plugins."""
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     def phase(name: str) -> None:
@@ -65,7 +73,8 @@ def run_worker(entry_text: str, args: list[str], result_path: Path, status_path:
         _log(str(exc))
         return exitcodes.USAGE
 
-    ready: list[Plugin] = []
+    if ready is None:
+        ready = []
     code = exitcodes.OK
     value: Any = None
     try:
@@ -129,9 +138,14 @@ def main() -> None:
     # argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS...
     entry_text, result_path, status_path = sys.argv[1:4]
     args = sys.argv[5:] if sys.argv[4:5] == ["--"] else sys.argv[4:]
-    code = run_worker(entry_text, args, Path(result_path), Path(status_path))
+    plugins: list[Plugin] = []
+    code = run_worker(entry_text, args, Path(result_path), Path(status_path), plugins)
     sys.stdout.flush()
     sys.stderr.flush()
+    if any(getattr(plugin, "skip_exit_hooks", False) for plugin in plugins):
+        # A framework's atexit hook would wait in a barrier for peers that may never come
+        # (jax's clean_up() calls distributed.shutdown()); the exit code matters more.
+        os._exit(code)
     raise SystemExit(code)
 
 

@@ -54,3 +54,11 @@ def quiet() -> str:
     print("nor this", file=sys.stderr, flush=True)
     os.write(2, b"fd 2 should never appear\n")
     return "quiet"
+
+
+def fail_on_node_1_after_setup() -> str:
+    """Node 1 raises after the plugins are up; node 0 waits for ever (ended by the test)."""
+    if instance_info().node == 1:
+        raise RuntimeError("node 1 gives up after set-up")
+    time.sleep(600)
+    return "unreachable"

@@ -16,6 +16,9 @@ class JaxPlugin:
     init_timeout: float | str | None = None
     name: str = field(default="jax", init=False)
     _initialized: bool = field(default=False, init=False, repr=False)
+    # Set after a failed run: jax registers its own atexit hook that calls shutdown(), the
+    # same barrier, so the process must leave without running atexit hooks (see worker.py).
+    skip_exit_hooks: bool = field(default=False, init=False, repr=False)
 
     def setup(self, info: InstanceInfo, topology: Topology) -> None:
         timeout = init_timeout(self.init_timeout)
@@ -56,6 +59,7 @@ class JaxPlugin:
         if failed:
             # shutdown() is a barrier across all processes: after a failure the peers may
             # never reach it, and waiting (300 s by default) would only delay the exit code.
+            self.skip_exit_hooks = True
             return
         import jax
 
