@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(BIN)/python -m skyinfra.demo
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.time_to_first_step
+	$(BIN)/python tests/bench/time_to_first_step.py
 
 clean:
 	rm -rf $(VENV) .skyinfra .pytest_cache .mypy_cache .ruff_cache
