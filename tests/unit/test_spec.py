@@ -108,6 +108,8 @@ BAD_SPECS = [
     ('name = "c"\n', ["--plugin", "keras:backend=mxnet"], "'plugins[0].options.backend'"),
     ('name = "c"\nplugins = ["jax:speed=fast"]\n', [], "'plugins[0].options.speed'"),
     ('name = "c"\nplugins = ["jax", "jax"]\n', [], "'plugins[1]'"),
+    ('name = "c"\n', ["--plugin", "jax:init_timeout=soon"], "'plugins[0].options.init_timeout'"),
+    ('name = "c"\n', ["--plugin", "torch:init_timeout=0"], "'plugins[0].options.init_timeout'"),
     ('name = "c"\npython_packages = ["--index-url=http://x"]\n', [], "'python_packages[0]'"),
     ('name = "c"\npython_packages = ["numpy; rm -rf /"]\n', [], "'python_packages[0]'"),
     ('name = "c"\nhead_port = 80\n', [], "'head_port'"),
