@@ -161,3 +161,33 @@ def test_failed_jax_process_exits_without_waiting_in_the_shutdown_barrier(
     finally:
         head.kill()
         head.wait()
+
+
+def test_keras_model_parallel_layout_splits_a_kernel_across_processes(tmp_path: Path) -> None:
+    # keras 3 matches layout-map keys with re.fullmatch against the variable path
+    # ("sequential/wide/kernel"), hence the leading ".*".
+    keras_mp = {
+        "name": "keras",
+        "options": {
+            "backend": "jax",
+            "mesh_shape": [1, 2],
+            "axis_names": ["batch", "model"],
+            "layout_map": {".*wide/kernel": [None, "model"]},
+        },
+    }
+    runs = run_nodes(
+        tmp_path,
+        topology(nodes=2, plugins=[JAX, keras_mp]),
+        f"{ENTRIES}/keras_model_parallel.py:main",
+    )
+    values = []
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        (value,) = run.values()
+        values.append(value)
+    for value in values:
+        assert value["distribution"] == "ModelParallel"
+        assert value["kernel_spec"] == [None, "model"]
+        assert value["global_shape"] == [8, 4]
+        assert value["local_shard_shape"] == [8, 2]  # half of the columns on each process
+    assert values[0]["kernel_sum"] == values[1]["kernel_sum"]

@@ -27,6 +27,8 @@ class KerasPlugin:
     backend: str = "jax"
     # Model parallelism (JAX backend): mesh shape and axis names, plus a layout map of
     # variable-path regex -> axes (None for a replicated dimension), as in the Keras guide.
+    # keras 3 matches keys with re.fullmatch on the whole path ("sequential/dense/kernel"),
+    # so a key usually starts with ".*".
     mesh_shape: Sequence[int] | None = None
     axis_names: Sequence[str] | None = None
     layout_map: Mapping[str, Sequence[str | None]] | None = None
