@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv test lint demo bench clean
+.PHONY: venv system-deps test lint demo bench clean
 
 venv: $(STAMP)
 
@@ -16,7 +16,10 @@ $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(BIN)/python -m pip install -q -e runtime -e '.[dev]'
 	touch $@
 
-test: $(STAMP)
+system-deps:
+	tests/system-deps.sh
+
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

@@ -46,3 +46,14 @@ def minimal_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         'where = ["src"]\n'
     )
     return root
+
+
+def require_system_tool(path: str | None, package: str) -> str:
+    """``path`` of a system tool, or skip (fail under SKYINFRA_REQUIRE_SYSTEM_TOOLS=1, as in CI:
+    a CI run that silently skipped the real-sshd or cloud-init tests would prove nothing)."""
+    if path is not None and os.path.exists(path):
+        return path
+    message = f"{package} is not installed (Debian package {package}; `make test` installs it)"
+    if os.environ.get("SKYINFRA_REQUIRE_SYSTEM_TOOLS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)

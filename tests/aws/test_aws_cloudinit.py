@@ -20,6 +20,7 @@ from skyinfra.aws.cloudinit import (
 )
 from skyinfra.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
 from skyinfra.errors import SpecError
+from tests.conftest import require_system_tool
 
 TOPOLOGY = {
     "schema": 1,
@@ -68,9 +69,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_cloud_init_schema_accepts_variant(name: str, tmp_path: Path) -> None:
-    cloud_init = shutil.which("cloud-init")
-    if cloud_init is None:
-        pytest.skip("cloud-init is not installed (Debian package cloud-init; CI installs it)")
+    cloud_init = require_system_tool(shutil.which("cloud-init"), "cloud-init")
     path = tmp_path / "user-data"
     path.write_text(render_user_data(VARIANTS[name]))
     result = subprocess.run(

@@ -16,14 +16,14 @@ from conftest import free_port
 
 from skyinfra.aws.ssh import SshTarget, SshTransport
 from skyinfra.errors import TransportError
+from tests.conftest import require_system_tool
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshTarget, Path]]:
-    if not os.access(SSHD, os.X_OK):
-        pytest.skip("sshd not found: install openssh-server (Debian package; CI installs it)")
+    require_system_tool(SSHD if os.access(SSHD, os.X_OK) else None, "openssh-server")
     base = tmp_path_factory.mktemp("sshd")
     host_key = base / "host_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)

@@ -80,3 +80,12 @@ def test_init_timeout_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKYINFRA_INIT_TIMEOUT", "42")
     assert init_timeout(None) == 42.0
     assert init_timeout("7") == 7.0
+
+
+def test_instance_id_may_be_null_before_boot_but_not_empty() -> None:
+    data = topology(nodes=2)
+    data["nodes"][1]["instance_id"] = None
+    assert Topology.from_dict(data).nodes[1].instance_id is None
+    data["nodes"][1]["instance_id"] = ""
+    with pytest.raises(TopologyError, match=r"nodes\[1\] field 'instance_id'"):
+        Topology.from_dict(data)

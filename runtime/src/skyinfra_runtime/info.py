@@ -25,7 +25,7 @@ class Peer:
     name: str
     private_ip: str
     public_ip: str | None
-    instance_id: str
+    instance_id: str | None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,9 @@ class Node:
     name: str
     private_ip: str
     public_ip: str | None
-    instance_id: str
+    # None before boot: the copy cloud-init writes on an AWS node is rendered before EC2 has
+    # assigned instance ids; `skyinfra run` ships the complete file.
+    instance_id: str | None
     accelerator: Accelerator | None = None
 
 
@@ -243,7 +245,7 @@ def _node(raw: object, position: int) -> Node:
         name=name,
         private_ip=_str(raw, "private_ip", where),
         public_ip=public_ip,
-        instance_id=_str(raw, "instance_id", where),
+        instance_id=None if raw.get("instance_id") is None else _str(raw, "instance_id", where),
         accelerator=accelerator,
     )
 
