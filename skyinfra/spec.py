@@ -29,7 +29,9 @@ PLUGIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "torch": ("backend", "init_timeout"),
 }
 MAX_LOCAL_NODES = 32
-MAX_AWS_NODES = 256
+# The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
+# the error comes from the spec, before anything runs.
+MAX_AWS_NODES = 64
 # The private key `run` reaches AWS nodes with; its public half (<path>.pub) is installed.
 DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
 # Idle shutdown is on by default: a forgotten GPU node ends itself after an hour idle.
