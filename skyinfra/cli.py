@@ -131,20 +131,32 @@ def up(
 @cluster_option
 @dir_option
 @click.option("--all-logs", is_flag=True, help="Stream every node's output, not only node 0's.")
+@click.option(
+    "--wait-ready",
+    "wait_ready",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for nodes still bootstrapping (default: 900 on AWS, where "
+    "cloud-init installs for minutes after `up`; 0 on the local target: ready after `up`).",
+)
 @click.argument("entry")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
     cluster_name: str | None,
     clusters_root: Path | None,
     all_logs: bool,
+    wait_ready: int | None,
     entry: str,
     args: tuple[str, ...],
 ) -> None:
     """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
 
-    The current directory is copied to every node (minus .skyinfraignore patterns), output of
-    node 0 is streamed (--all-logs: all nodes), the first failure ends the other nodes.
-    Results and logs go to the workspace's runs/<id>/.
+    Nodes whose bootstrap has not finished are waited for (--wait-ready); a node whose
+    bootstrap failed stops the run before anything starts. The current directory is copied
+    to every node (minus .skyinfraignore patterns), output of node 0 is streamed (--all-logs:
+    all nodes), the first failure ends the other nodes. Results and logs go to the
+    workspace's runs/<id>/.
     """
     ws = _workspace(clusters_root, cluster_name)
     if not ws.topology_file.is_file():
@@ -153,6 +165,7 @@ def run(
         )
     topology = ws.read_json(ws.topology_file)
     src = Path.cwd()
+    wait_s = cluster_ops.default_wait_ready_s(topology) if wait_ready is None else wait_ready
     report = run_on_cluster(
         transport=cluster_ops.transport_for(ws, topology),
         topology=topology,
@@ -164,6 +177,7 @@ def run(
         all_logs=all_logs,
         extra_ignores=cluster_ops.topology_path_inside(src, ws),
         echo=echo,
+        wait_ready_s=wait_s,
     )
     echo(f"[skyinfra] run {report.run_id}:")
     for outcome in report.outcomes.values():
@@ -192,9 +206,20 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
         f"{len(info['resources'])} resource(s)"
     )
     echo(f"  workspace: {info['workspace']}")
+    words = {
+        "ready": "ready",
+        "pending": "bootstrapping",
+        "failed": "FAILED",
+        "unreachable": "unreachable",
+    }
     for node in info["nodes"]:
-        ready = "" if "ready" not in node else (" ready" if node["ready"] else " MISSING")
-        echo(f"  {node['name']}: {node['private_ip']} {node['instance_id']}{ready}")
+        state = node.get("readiness", "")
+        echo(
+            f"  {node['name']}: {node['private_ip']} {node['instance_id']} "
+            f"{words.get(state, state)}"
+        )
+        if state != "ready" and node.get("readiness_detail"):
+            echo(f"    {node['readiness_detail']}")
 
 
 @cli.command()

@@ -2,7 +2,8 @@
 
 The local target lives here; the AWS target plugs in through ``skyinfra.aws.target`` (owned
 by the AWS work): a module with ``render_files(spec, workspace, *, echo, skip_preflight)
--> dict[str, str]`` and ``transport(workspace, topology) -> NodeTransport``.
+-> dict[str, str]``, ``transport(workspace, topology, *, connect_timeout_s) -> NodeTransport``
+and ``WAIT_READY_S`` (how long `run` waits for nodes still bootstrapping).
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ from typing import Any
 
 from skyinfra.errors import SkyinfraError, WorkspaceError
 from skyinfra.render import local_context, render_root
+from skyinfra.run import check_readiness
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.terraform import EmbeddedTerraform, PlanSummary, format_event
 from skyinfra.topology import topology_from_outputs
-from skyinfra.transport import LocalTransport, NodeTransport
+from skyinfra.transport import LocalTransport, NodeTransport, Readiness
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 Echo = Callable[[str], None]
 # The saved plan `up` applies (deleted afterwards: it can hold variable values).
 PLAN_FILE = "skyinfra.tfplan"
+# `status` asks every node whether it is ready; a node that does not answer within this many
+# seconds shows as unreachable.
+STATUS_CONNECT_TIMEOUT_S = 5.0
 
 
 class ProviderUnavailableError(SkyinfraError):
@@ -141,19 +146,41 @@ def down(ws: Workspace, echo: Echo) -> None:
         )
 
 
+def node_readiness(
+    ws: Workspace, topology: dict[str, Any], *, connect_timeout_s: float | None = None
+) -> dict[int, Readiness]:
+    """Every node's readiness through its transport; a node that cannot be reached (or a
+    transport that cannot be set up, such as a missing SSH key) reads as unreachable."""
+    try:
+        transport = transport_for(ws, topology, connect_timeout_s=connect_timeout_s)
+    except SkyinfraError as err:
+        return {int(n["index"]): Readiness("unreachable", str(err)) for n in topology["nodes"]}
+    try:
+        return check_readiness(transport, topology)
+    finally:
+        close = getattr(transport, "close", None)
+        if callable(close):
+            close()
+
+
 def status(ws: Workspace) -> dict[str, Any]:
+    """The cluster's state, resources and nodes; each node says whether it is ready
+    (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
     spec = load_spec_of(ws)
     engine = EmbeddedTerraform(ws.path)
     resources = engine.state_list() if ws.state_file.is_file() else []
     topology = ws.read_json(ws.topology_file) if ws.topology_file.is_file() else None
     nodes = []
     if topology is not None:
+        readiness = node_readiness(ws, topology, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S)
         for node in topology["nodes"]:
             entry = {
                 k: node[k] for k in ("index", "name", "private_ip", "public_ip", "instance_id")
             }
-            if spec.provider == "local":
-                entry["ready"] = (ws.nodes_dir / node["name"] / ".skyinfra-node").is_file()
+            ready = readiness[int(node["index"])]
+            entry["ready"] = ready.ready
+            entry["readiness"] = ready.state
+            entry["readiness_detail"] = ready.detail
             nodes.append(entry)
     return {
         "cluster": spec.name,
@@ -165,11 +192,27 @@ def status(ws: Workspace) -> dict[str, Any]:
     }
 
 
-def transport_for(ws: Workspace, topology: dict[str, Any]) -> NodeTransport:
+def transport_for(
+    ws: Workspace, topology: dict[str, Any], *, connect_timeout_s: float | None = None
+) -> NodeTransport:
+    """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
     if topology.get("provider") == "aws":
-        transport: NodeTransport = _aws_target().transport(ws, topology)
+        target = _aws_target()
+        kwargs = {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s}
+        transport: NodeTransport = target.transport(ws, topology, **kwargs)
         return transport
     return LocalTransport({n["index"]: ws.nodes_dir / n["name"] for n in topology["nodes"]})
+
+
+def default_wait_ready_s(topology: dict[str, Any]) -> float:
+    """How long `run` waits for nodes still bootstrapping, unless --wait-ready says.
+
+    AWS nodes bootstrap after `up` returns (cloud-init installs jax[cuda] for minutes); the
+    local target bootstraps inside `up`, so a local node not ready by then never will be.
+    """
+    if topology.get("provider") == "aws":
+        return float(_aws_target().WAIT_READY_S)
+    return 0.0
 
 
 def topology_path_inside(src: Path, ws: Workspace) -> list[str]:

@@ -83,3 +83,14 @@ class RunError(SkyinfraError):
         self.node = node
         self.exit_codes = dict(exit_codes or {})
         super().__init__(message)
+
+
+class NodesNotReadyError(SkyinfraError):
+    """`run` found nodes whose bootstrap failed, or that were not ready in time.
+
+    ``nodes`` maps each such node's name to its readiness state (pending, failed, unreachable).
+    """
+
+    def __init__(self, message: str, *, nodes: dict[str, str]) -> None:
+        self.nodes = dict(nodes)
+        super().__init__(message)

@@ -11,12 +11,13 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import RunError
-from skyinfra.transport.base import NodeProcess, NodeTransport
+from skyinfra.errors import NodesNotReadyError, RunError, SkyinfraError
+from skyinfra.transport.base import NodeProcess, NodeTransport, Readiness
 
 IGNORE_FILE = ".skyinfraignore"
 # Never shipped: VCS data, environments, caches, and skyinfra's own workspaces.
@@ -62,6 +63,88 @@ def make_ignore(patterns: Sequence[str], extra_paths: Sequence[str] = ()) -> Cal
     return ignored
 
 
+# How often `run` asks the nodes again while it waits, and how often it says it still waits
+# when nothing changed.
+READY_POLL_S = 5.0
+READY_PROGRESS_S = 30.0
+
+
+def node_name(node: dict[str, Any]) -> str:
+    return str(node.get("name") or f"node-{node['index']}")
+
+
+def check_readiness(transport: NodeTransport, topology: dict[str, Any]) -> dict[int, Readiness]:
+    """Every node's readiness, asked in parallel (an unreachable node costs a connect
+    timeout; asked one after the other, N of them would cost N)."""
+    indices = [int(n["index"]) for n in topology["nodes"]]
+
+    def ask(node: int) -> Readiness:
+        try:
+            return transport.readiness(node)
+        except SkyinfraError as err:  # the protocol says never; a broken transport still might
+            return Readiness("unreachable", str(err))
+
+    if len(indices) == 1:
+        return {indices[0]: ask(indices[0])}
+    with ThreadPoolExecutor(max_workers=min(32, len(indices))) as pool:
+        return dict(zip(indices, pool.map(ask, indices), strict=True))
+
+
+def wait_until_ready(
+    transport: NodeTransport,
+    topology: dict[str, Any],
+    *,
+    timeout_s: float,
+    echo: Callable[[str], None] = print,
+    poll_s: float = READY_POLL_S,
+    progress_s: float = READY_PROGRESS_S,
+) -> None:
+    """Return once every node's bootstrap finished; NodesNotReadyError as soon as one failed,
+    or after ``timeout_s`` seconds (0: ask once) naming the nodes that are not ready."""
+    names = {int(n["index"]): node_name(n) for n in topology["nodes"]}
+    total = len(names)
+    start = time.monotonic()
+    last_said: tuple[str, float] | None = None
+
+    def describe(some: dict[int, Readiness]) -> str:
+        return "; ".join(f"{names[i]}: {r.detail or r.state}" for i, r in sorted(some.items()))
+
+    while True:
+        states = check_readiness(transport, topology)
+        failed = {i: r for i, r in states.items() if r.state == "failed"}
+        if failed:
+            raise NodesNotReadyError(
+                f"cannot run: {describe(failed)}",
+                nodes={names[i]: r.state for i, r in failed.items()},
+            )
+        waiting = {i: r for i, r in states.items() if not r.ready}
+        elapsed = time.monotonic() - start
+        if not waiting:
+            if last_said is not None:
+                echo(f"[skyinfra] all {total} node(s) ready after {elapsed:.0f} s")
+            return
+        if elapsed >= timeout_s:
+            waited = f" after {timeout_s:.0f} s" if timeout_s > 0 else ""
+            hint = (
+                "; wait longer with `skyinfra run --wait-ready SECONDS`, or check `skyinfra status`"
+                if timeout_s > 0
+                else ""
+            )
+            raise NodesNotReadyError(
+                f"{len(waiting)} of {total} node(s) not ready{waited}: {describe(waiting)}{hint}",
+                nodes={names[i]: r.state for i, r in waiting.items()},
+            )
+        who = ", ".join(
+            names[i] + (" (not reachable yet)" if r.state == "unreachable" else "")
+            for i, r in sorted(waiting.items())
+        )
+        line = f"[skyinfra] waiting for {who} to finish bootstrap"
+        if last_said is None or last_said[0] != line or elapsed - last_said[1] >= progress_s:
+            echo(f"{line} ({total - len(waiting)}/{total} ready, {elapsed:.0f}/{timeout_s:.0f} s)")
+            last_said = (line, elapsed)
+        time.sleep(max(0.0, min(poll_s, timeout_s - elapsed)))
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
@@ -94,7 +177,12 @@ def run_on_cluster(
     all_logs: bool,
     extra_ignores: Sequence[str] = (),
     echo: Callable[[str], None] = print,
+    wait_ready_s: float = 0.0,
+    ready_poll_s: float = READY_POLL_S,
 ) -> RunReport:
+    """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
+    ready now); nothing is copied or started before every node is ready."""
+    wait_until_ready(transport, topology, timeout_s=wait_ready_s, echo=echo, poll_s=ready_poll_s)
     nodes = [n["index"] for n in topology["nodes"]]
     run_id = new_run_id()
     run_dir = runs_dir / run_id

@@ -24,12 +24,23 @@ REPO_BOOTSTRAP_SCRIPT = (
     Path(__file__).resolve().parents[2] / "infra" / "scripts" / "bootstrap-node.sh"
 )
 
+# Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
+# `failed` (the failing line and command) when it did not. The SSH transport reads both.
+STATE_DIR = "/var/lib/skyinfra"
+READY_MARKER = f"{STATE_DIR}/ready"
+FAILED_MARKER = f"{STATE_DIR}/failed"
+SCRIPT_DIR = "/opt/skyinfra"
+# cloud-init's copy of every module's and runcmd script's output on the node.
+OUTPUT_LOG = "/var/log/cloud-init-output.log"
+
 # JAX's CUDA wheels: https://docs.jax.dev/en/latest/installation.html
 JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _EXTRA_RE = re.compile(r"^[a-z0-9_]+$")
+# Directories go into the scripts unquoted.
+_DIR_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
 # Values that must never reach user data (it is readable by every process on the node
 # through the instance metadata service, and shows in the console).
 _SECRET_PATTERNS = (
@@ -56,6 +67,9 @@ class NodeUserData:
     ssh_user: str = "ubuntu"
     python: str = "python3"
     node_dir: str = "/opt/skyinfra/node"
+    # Overridable so a test can run provision.sh outside /var/lib and /opt.
+    state_dir: str = STATE_DIR
+    script_dir: str = SCRIPT_DIR
     forbidden_values: Iterable[str] = field(default=(), repr=False)
 
 
@@ -88,6 +102,10 @@ def _check(params: NodeUserData) -> None:
         raise SpecError(
             "aws.idle_shutdown_minutes", params.idle_shutdown_minutes, "minutes >= 1, or 0 for off"
         )
+    for name in ("node_dir", "state_dir", "script_dir"):
+        value = getattr(params, name)
+        if not _DIR_RE.match(value):
+            raise SpecError(name, value, "an absolute path of letters, digits and _./-")
     try:
         topology = json.loads(params.topology_json)
     except ValueError as err:
@@ -125,8 +143,9 @@ def render_user_data(params: NodeUserData) -> str:
             ssh_user=params.ssh_user,
             node_dir=params.node_dir,
             config_dir="/etc/skyinfra",
-            script_dir="/opt/skyinfra",
-            state_dir="/var/lib/skyinfra",
+            script_dir=params.script_dir,
+            state_dir=params.state_dir,
+            output_log=OUTPUT_LOG,
         )
     )
     assert_no_secret(document, params.forbidden_values)

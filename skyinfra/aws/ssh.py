@@ -3,11 +3,17 @@
 Commands run in the node's own process group (the session sshd creates for them); its id is
 recorded in the node's ``pids/`` folder so `kill` ends the whole tree and the idle timer sees
 that the node is busy.
+
+A node is ready once cloud-init's provision.sh wrote its ready marker. Until then it is
+pending, or failed when provision.sh wrote its failed marker or cloud-init itself reports an
+error (or finished without the marker); a node that does not answer over SSH is unreachable,
+which right after `up` is normal (it is still booting).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import posixpath
 import shlex
 import stat
@@ -19,8 +25,23 @@ from pathlib import Path
 
 import paramiko
 
+from skyinfra.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
 from skyinfra.errors import TransportError
-from skyinfra.transport.base import IgnoreFn
+from skyinfra.transport.base import IgnoreFn, Readiness
+
+# paramiko logs a failed connection's traceback from its own thread; without a handler
+# Python prints it to stderr. The failure reaches the user as a TransportError (or as an
+# unreachable node) anyway, so keep its log quiet unless the application configures logging.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# Asked when neither marker exists: cloud-init may have failed before provision.sh ran.
+CLOUD_INIT_STATUS = "cloud-init status"
+# How much of the failed marker or of cloud-init's answer goes into a message.
+_DETAIL_CHARS = 600
+
+
+class HostKeyChangedError(TransportError):
+    """The node's host key differs from the one pinned in known_hosts: waiting cannot help."""
 
 
 @dataclass(frozen=True)
@@ -94,28 +115,49 @@ class SshTransport:
         known_hosts: Path,
         node_root: str = "/opt/skyinfra/node",
         connect_timeout_s: float = 20.0,
+        ready_marker: str = READY_MARKER,
+        failed_marker: str = FAILED_MARKER,
+        cloud_init_status: str | None = CLOUD_INIT_STATUS,
+        bootstrap_log: str = OUTPUT_LOG,
     ) -> None:
+        """``ready_marker``/``failed_marker``: the files provision.sh writes;
+        ``cloud_init_status``: a command printing ``status: <state>`` (None: not asked);
+        ``bootstrap_log``: where messages send the user to read what the bootstrap did."""
         self._targets = dict(targets)
         self._key_path = key_path
         self._known_hosts = known_hosts
         self._root = node_root
         self._timeout = connect_timeout_s
+        self._ready_marker = ready_marker
+        self._failed_marker = failed_marker
+        self._cloud_init_status = cloud_init_status
+        self._bootstrap_log = bootstrap_log
         self._clients: dict[int, paramiko.SSHClient] = {}
+        # One lock per node so nodes connect in parallel; _lock guards the dicts and the
+        # known_hosts file.
+        self._node_locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ connections
 
+    def _target(self, node: int) -> SshTarget:
+        try:
+            return self._targets[node]
+        except KeyError:
+            raise TransportError(f"no node {node} (nodes: {sorted(self._targets)})") from None
+
     def _client(self, node: int) -> paramiko.SSHClient:
+        target = self._target(node)
         with self._lock:
-            if node in self._clients:
-                return self._clients[node]
-            try:
-                target = self._targets[node]
-            except KeyError:
-                raise TransportError(f"no node {node} (nodes: {sorted(self._targets)})") from None
+            node_lock = self._node_locks.setdefault(node, threading.Lock())
+        with node_lock:
+            with self._lock:
+                if node in self._clients:
+                    return self._clients[node]
             client = paramiko.SSHClient()
-            if self._known_hosts.is_file():
-                client.load_host_keys(str(self._known_hosts))
+            with self._lock:
+                if self._known_hosts.is_file():
+                    client.load_host_keys(str(self._known_hosts))
             client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
             try:
                 client.connect(
@@ -130,19 +172,31 @@ class SshTransport:
                     look_for_keys=False,
                 )
             except paramiko.BadHostKeyException as err:
-                raise TransportError(
+                raise HostKeyChangedError(
                     f"node {node} ({target.host}:{target.port}): host key changed since it was "
                     f"recorded in {self._known_hosts}; if the node was replaced, remove its line"
                 ) from err
-            except (paramiko.SSHException, OSError) as err:
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                client.close()
                 raise TransportError(
                     f"node {node}: cannot connect to {target.user}@{target.host}:{target.port} "
                     f"with key {self._key_path}: {err}"
                 ) from err
-            self._known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            client.save_host_keys(str(self._known_hosts))
-            self._clients[node] = client
+            with self._lock:
+                self._known_hosts.parent.mkdir(parents=True, exist_ok=True)
+                # Merge what other nodes' connections recorded meanwhile, then write.
+                if self._known_hosts.is_file():
+                    client.load_host_keys(str(self._known_hosts))
+                client.save_host_keys(str(self._known_hosts))
+                self._clients[node] = client
             return client
+
+    def _drop(self, node: int) -> None:
+        """Forget a node's connection (it broke: the node rebooted, or the network did)."""
+        with self._lock:
+            client = self._clients.pop(node, None)
+        if client is not None:
+            client.close()
 
     def close(self) -> None:
         with self._lock:
@@ -153,16 +207,28 @@ class SshTransport:
     def _exec(self, node: int, command: str) -> paramiko.Channel:
         transport = self._client(node).get_transport()
         if transport is None or not transport.is_active():
+            self._drop(node)
             raise TransportError(f"node {node}: SSH connection is closed")
-        channel = transport.open_session()
+        try:
+            channel = transport.open_session()
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            self._drop(node)
+            raise TransportError(f"node {node}: SSH connection failed: {err}") from err
         channel.set_combine_stderr(True)
         channel.exec_command(command)
         return channel
 
-    def check_call(self, node: int, script: str) -> str:
-        """Run a shell snippet, return its output; TransportError on non-zero exit."""
+    def check_call(self, node: int, script: str, *, timeout: float | None = None) -> str:
+        """Run a shell snippet, return its output; TransportError on non-zero exit, or when
+        ``timeout`` seconds pass without output or exit."""
         channel = self._exec(node, script)
-        output = channel.makefile("r").read().decode(errors="replace")
+        if timeout is not None:
+            channel.settimeout(timeout)
+        try:
+            output = channel.makefile("r").read().decode(errors="replace")
+        except TimeoutError as err:
+            channel.close()
+            raise TransportError(f"node {node}: no answer within {timeout}s") from err
         code = channel.recv_exit_status()
         if code != 0:
             raise TransportError(
@@ -177,6 +243,70 @@ class SshTransport:
 
     def node_root(self, node: int) -> str:
         return self._root
+
+    def readiness(self, node: int) -> Readiness:
+        """Ready, pending, failed or unreachable, from the markers provision.sh writes (and
+        cloud-init's own status when neither is there). One SSH command; never raises."""
+        target = self._targets.get(node)
+        if target is None:
+            return Readiness("failed", f"no node {node} (nodes: {sorted(self._targets)})")
+        ready, failed = shlex.quote(self._ready_marker), shlex.quote(self._failed_marker)
+        script = (
+            f"if [ -e {ready} ]; then echo ready; exit 0; fi\n"
+            f"if [ -e {failed} ]; then echo failed; head -c {_DETAIL_CHARS} {failed}; exit 0; fi\n"
+        )
+        if self._cloud_init_status:
+            program = shlex.split(self._cloud_init_status)[0]
+            script += (
+                f"if command -v {shlex.quote(program)} >/dev/null 2>&1; then\n"
+                f"  s=$({self._cloud_init_status} 2>&1) || true\n"
+                '  case "$s" in\n'
+                '    *"status: error"*) echo cloud-init-error; echo "$s"; exit 0 ;;\n'
+                # provision.sh may have written the marker just after the first look.
+                f'    *"status: done"*) [ -e {ready} ] && echo ready || echo cloud-init-done\n'
+                '      echo "$s"; exit 0 ;;\n'
+                "  esac\n"
+                "fi\n"
+            )
+        script += "echo pending\n"
+        output = ""
+        for attempt in (1, 2):  # a second try on a fresh connection if the cached one broke
+            try:
+                output = self.check_call(node, script, timeout=self._timeout)
+                break
+            except HostKeyChangedError as err:
+                return Readiness("failed", str(err))
+            except (TransportError, paramiko.SSHException, OSError, EOFError) as err:
+                self._drop(node)
+                if attempt == 2:
+                    return Readiness("unreachable", f"not reachable over SSH ({err})")
+        state, _, rest = output.strip().partition("\n")
+        rest = " ".join(rest.split())[:_DETAIL_CHARS]
+        where = f"see {self._bootstrap_log} on the node ({self._tail_hint(target)})"
+        if state == "ready":
+            return Readiness("ready")
+        if state == "failed":
+            return Readiness("failed", f"bootstrap failed: {rest or 'no detail'}; {where}")
+        if state == "cloud-init-error":
+            return Readiness("failed", f"cloud-init reported an error ({rest}); {where}")
+        if state == "cloud-init-done":
+            return Readiness(
+                "failed",
+                f"cloud-init finished but the bootstrap left no {self._ready_marker} ({rest}); "
+                f"{where}",
+            )
+        return Readiness(
+            "pending",
+            f"bootstrap still running (no {self._ready_marker} yet; progress in "
+            f"{self._bootstrap_log} on the node)",
+        )
+
+    def _tail_hint(self, target: SshTarget) -> str:
+        port = "" if target.port == 22 else f" -p {target.port}"
+        return (
+            f"ssh -i {self._key_path}{port} {target.user}@{target.host} "
+            f"sudo tail -n 50 {self._bootstrap_log}"
+        )
 
     def start(
         self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str

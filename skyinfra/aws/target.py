@@ -63,6 +63,9 @@ TARGET_FILE = "aws-target.json"
 # cloud-init's node directory (venv/, work/, pids/): the SSH transport's node root.
 NODE_DIR = "/opt/skyinfra/node"
 SSH_PORT = 22
+# How long `run` waits by default for nodes whose cloud-init is still installing (boot, apt,
+# a venv with jax[cuda12]: several minutes on a fresh Deep Learning AMI).
+WAIT_READY_S = 900
 KNOWN_HOSTS_FILE = "known_hosts"
 
 _PUBLIC_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+")
@@ -526,8 +529,11 @@ def render_files(
 # ---------------------------------------------------------------- transport
 
 
-def transport(ws: Workspace, topology: Mapping[str, Any]) -> SshTransport:
-    """SSH to every node: its public address, or the private one when it has none."""
+def transport(
+    ws: Workspace, topology: Mapping[str, Any], *, connect_timeout_s: float = 20.0
+) -> SshTransport:
+    """SSH to every node: its public address, or the private one when it has none. The node
+    is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER)."""
     from skyinfra.cluster import load_spec_of  # cluster imports this module lazily
 
     spec_aws = _aws_of(load_spec_of(ws))
@@ -548,5 +554,9 @@ def transport(ws: Workspace, topology: Mapping[str, Any]) -> SshTransport:
         for node in topology["nodes"]
     }
     return SshTransport(
-        targets, key_path=key, known_hosts=ws.path / KNOWN_HOSTS_FILE, node_root=NODE_DIR
+        targets,
+        key_path=key,
+        known_hosts=ws.path / KNOWN_HOSTS_FILE,
+        node_root=NODE_DIR,
+        connect_timeout_s=connect_timeout_s,
     )

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 # Decides, for a path relative to the copied directory, whether to leave it out.
 IgnoreFn = Callable[[str], bool]
+
+
+# ready: the bootstrap finished; pending: still running (or not started); failed: it ended
+# with an error and will not become ready; unreachable: the node did not answer (yet).
+ReadinessState = Literal["ready", "pending", "failed", "unreachable"]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether a node can take a run, and in words why not (with where to look)."""
+
+    state: ReadinessState
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
 
 
 class NodeProcess(Protocol):
@@ -24,6 +42,10 @@ class NodeProcess(Protocol):
 class NodeTransport(Protocol):
     def node_root(self, node: int) -> str:
         """The node's own directory (holds venv/, work/, runs/)."""
+        ...
+
+    def readiness(self, node: int) -> Readiness:
+        """Whether the node's bootstrap finished; never raises for an unreachable node."""
         ...
 
     def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skyinfra.errors import TransportError
-from skyinfra.transport.base import IgnoreFn
+from skyinfra.transport.base import IgnoreFn, Readiness
 
 # Variables of the operator's own Python that must not leak into a node's interpreter.
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
@@ -80,6 +80,18 @@ class LocalTransport:
 
     def node_root(self, node: int) -> str:
         return str(self._dir(node))
+
+    def readiness(self, node: int) -> Readiness:
+        """Ready once the bootstrap made the node directory; `up` is synchronous, so a node
+        that is not ready here will not become ready by waiting."""
+        d = self._dirs.get(node)
+        if d is None:
+            return Readiness("failed", f"no such node (nodes: {sorted(self._dirs)})")
+        if not (d / ".skyinfra-node").is_file():
+            return Readiness(
+                "failed", f"{d} is not a bootstrapped node directory (run `skyinfra up`)"
+            )
+        return Readiness("ready")
 
     def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
         target = Path(dest)

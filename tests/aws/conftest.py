@@ -1,9 +1,14 @@
-"""Fixtures of the AWS tests: Terraform with the provider mirror, moto's server on loopback."""
+"""Fixtures of the AWS tests: Terraform with the provider mirror, moto's server on loopback,
+a real sshd on loopback."""
 
 from __future__ import annotations
 
+import getpass
 import os
+import shutil
 import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +17,9 @@ import pytest
 
 # pytest puts this folder (no __init__.py) on sys.path, which makes aws_tf importable.
 from aws_tf import REGION, Terraform, find_plugin_mirror, write_cli_config
+
+from skyinfra.aws.ssh import SshTarget
+from tests.conftest import require_system_tool
 
 
 def free_port() -> int:
@@ -68,3 +76,46 @@ def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def ec2(aws_env: str):  # type: ignore[no-untyped-def]
     return boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshTarget, Path]]:
+    """sshd on 127.0.0.1 with throwaway host and user keys: (target, private key)."""
+    require_system_tool(SSHD if os.access(SSHD, os.X_OK) else None, "openssh-server")
+    base = tmp_path_factory.mktemp("sshd")
+    host_key = base / "host_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    user_key = base / "user_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(user_key)], check=True)
+    authorized = base / "authorized_keys"
+    authorized.write_text((base / "user_ed25519.pub").read_text())
+    authorized.chmod(0o600)
+    port = free_port()
+    config = base / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
+        f"AuthorizedKeysFile {authorized}\nPidFile {base}/sshd.pid\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        "StrictModes no\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # Wait until sshd accepts connections (it needs a moment to bind).
+        for _ in range(100):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.skip(f"sshd did not start: {proc.stderr.read() if proc.stderr else ''}")
+                time.sleep(0.1)
+        yield SshTarget(host="127.0.0.1", user=getpass.getuser(), port=port), user_key
+    finally:
+        proc.terminate()
+        proc.wait(10)

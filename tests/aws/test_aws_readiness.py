@@ -1,0 +1,324 @@
+"""Node readiness over SSH, against the real sshd on 127.0.0.1 (conftest's ``sshd``).
+
+The node's markers live under a temporary node root instead of /var/lib/skyinfra; the SSH
+transport takes their paths as arguments, as it takes the port. cloud-init's status is asked
+through a small stand-in script where a test needs it (this machine's own cloud-init never
+ran, so its answer says nothing about a node). The provision.sh tests run the script that
+cloud-init would run, rendered from the real template with its directories moved to tmp.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import hashlib
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import free_port
+
+from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
+from skyinfra.aws.ssh import SshTarget, SshTransport
+from skyinfra.errors import NodesNotReadyError
+from skyinfra.run import run_on_cluster, wait_until_ready
+from skyinfra.wheel import build_runtime_wheel
+
+LOG = "/var/log/cloud-init-output.log"
+
+
+@pytest.fixture
+def node_root(tmp_path: Path) -> Path:
+    root = tmp_path / "node"
+    (root / "state").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def make_transport(
+    sshd: tuple[SshTarget, Path], node_root: Path, tmp_path: Path
+) -> Iterator[Callable[..., SshTransport]]:
+    """SshTransports whose node 0 is the real sshd and whose markers are under node_root."""
+    target, key = sshd
+    made: list[SshTransport] = []
+
+    def make(
+        targets: dict[int, SshTarget] | None = None, cloud_init_status: str | None = None
+    ) -> SshTransport:
+        ssh = SshTransport(
+            targets or {0: target},
+            key_path=key,
+            known_hosts=tmp_path / "known_hosts",
+            node_root=str(node_root),
+            connect_timeout_s=5,
+            ready_marker=str(node_root / "state" / "ready"),
+            failed_marker=str(node_root / "state" / "failed"),
+            cloud_init_status=cloud_init_status,
+        )
+        made.append(ssh)
+        return ssh
+
+    yield make
+    for ssh in made:
+        ssh.close()
+
+
+def fake_cloud_init(tmp_path: Path, answer: str) -> str:
+    """A stand-in for `cloud-init status` that prints ``answer``."""
+    script = tmp_path / f"cloud-init-{answer.split()[-1]}"
+    script.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    script.chmod(0o755)
+    return f"{script} status"
+
+
+def closed_port_target() -> SshTarget:
+    return SshTarget(host="127.0.0.1", user=getpass.getuser(), port=free_port())
+
+
+def test_marker_absent_is_pending_then_created_is_ready(
+    make_transport: Callable[..., SshTransport], node_root: Path
+) -> None:
+    ssh = make_transport()
+    pending = ssh.readiness(0)
+    assert (pending.state, pending.ready) == ("pending", False)
+    assert f"no {node_root}/state/ready yet" in pending.detail and LOG in pending.detail
+    (node_root / "state" / "ready").write_text("2026-11-23T10:00:00Z\n")
+    assert ssh.readiness(0).ready
+
+
+def test_failed_marker_names_the_failure_and_where_to_look(
+    make_transport: Callable[..., SshTransport], node_root: Path, sshd: tuple[SshTarget, Path]
+) -> None:
+    target, key = sshd
+    (node_root / "state" / "failed").write_text("provision.sh line 9: curl --fail ... (exit 22)\n")
+    state = make_transport().readiness(0)
+    assert state.state == "failed"
+    assert "bootstrap failed: provision.sh line 9: curl --fail ... (exit 22)" in state.detail
+    # Where to look, and the command that shows it.
+    assert f"see {LOG} on the node" in state.detail
+    assert f"ssh -i {key} -p {target.port} {target.user}@127.0.0.1 sudo tail" in state.detail
+
+
+@pytest.mark.parametrize(
+    ("answer", "state", "words"),
+    [
+        ("status: running", "pending", "bootstrap still running"),
+        ("status: error", "failed", "cloud-init reported an error (status: error)"),
+        ("status: done", "failed", "cloud-init finished but the bootstrap left no"),
+    ],
+)
+def test_cloud_init_status_without_markers(
+    make_transport: Callable[..., SshTransport],
+    tmp_path: Path,
+    answer: str,
+    state: str,
+    words: str,
+) -> None:
+    ssh = make_transport(cloud_init_status=fake_cloud_init(tmp_path, answer))
+    found = ssh.readiness(0)
+    assert found.state == state
+    assert words in found.detail
+
+
+def test_unreachable_node_reads_as_unreachable(
+    make_transport: Callable[..., SshTransport],
+) -> None:
+    found = make_transport({0: closed_port_target()}).readiness(0)
+    assert found.state == "unreachable"
+    assert "not reachable over SSH" in found.detail and "cannot connect to" in found.detail
+
+
+def test_wait_returns_once_the_marker_appears(
+    make_transport: Callable[..., SshTransport], node_root: Path
+) -> None:
+    ssh = make_transport()
+    lines: list[str] = []
+    timer = threading.Timer(0.8, (node_root / "state" / "ready").write_text, args=("now\n",))
+    timer.start()
+    try:
+        wait_until_ready(
+            ssh,
+            {"nodes": [{"index": 0, "name": "node-0"}]},
+            timeout_s=30,
+            echo=lines.append,
+            poll_s=0.1,
+        )
+    finally:
+        timer.cancel()
+    assert lines[0].startswith("[skyinfra] waiting for node-0 to finish bootstrap (0/1 ready, ")
+    assert lines[-1].startswith("[skyinfra] all 1 node(s) ready after")
+
+
+def topology_of(count: int) -> dict[str, object]:
+    return {
+        "schema": 1,
+        "nodes": [{"index": i, "name": f"node-{i}"} for i in range(count)],
+    }
+
+
+def test_run_waits_then_fails_naming_the_node_not_ready(
+    make_transport: Callable[..., SshTransport],
+    sshd: tuple[SshTarget, Path],
+    node_root: Path,
+    tmp_path: Path,
+) -> None:
+    """node-0 is ready, node-1 does not answer: after the timeout the run fails naming
+    node-1 only, and nothing was copied or started on node-0."""
+    (node_root / "state" / "ready").write_text("now\n")
+    ssh = make_transport({0: sshd[0], 1: closed_port_target()})
+    topology = topology_of(2)
+    (tmp_path / "topology.json").write_text(json.dumps(topology))
+    (tmp_path / "src").mkdir()
+    lines: list[str] = []
+    started = time.monotonic()
+    with pytest.raises(NodesNotReadyError) as err:
+        run_on_cluster(
+            transport=ssh,
+            topology=topology,
+            topology_file=tmp_path / "topology.json",
+            runs_dir=tmp_path / "runs",
+            src=tmp_path / "src",
+            entry="train.py:main",
+            args=[],
+            all_logs=False,
+            echo=lines.append,
+            wait_ready_s=2,
+            ready_poll_s=0.2,
+        )
+    assert time.monotonic() - started < 30
+    message = str(err.value)
+    assert message.startswith("1 of 2 node(s) not ready after 2 s: node-1: not reachable over SSH")
+    assert "node-0" not in message
+    assert "--wait-ready SECONDS" in message
+    assert err.value.nodes == {"node-1": "unreachable"}
+    assert lines[0].startswith(
+        "[skyinfra] waiting for node-1 (not reachable yet) to finish bootstrap (1/2 ready, "
+    )
+    assert not (tmp_path / "runs").exists() and not (node_root / "work").exists()
+
+
+def test_run_fails_at_once_when_a_bootstrap_failed(
+    make_transport: Callable[..., SshTransport], node_root: Path, tmp_path: Path
+) -> None:
+    (node_root / "state" / "failed").write_text("provision.sh line 7: sha256sum (exit 1)\n")
+    started = time.monotonic()
+    with pytest.raises(NodesNotReadyError, match=r"cannot run: node-0: bootstrap failed: ") as err:
+        wait_until_ready(make_transport(), topology_of(1), timeout_s=600, echo=lambda _: None)
+    assert time.monotonic() - started < 30  # not the 600 s timeout
+    assert LOG in str(err.value)
+
+
+def test_run_with_no_wait_fails_for_a_pending_node(
+    make_transport: Callable[..., SshTransport], node_root: Path
+) -> None:
+    with pytest.raises(NodesNotReadyError) as err:
+        wait_until_ready(make_transport(), topology_of(1), timeout_s=0, echo=lambda _: None)
+    assert str(err.value).startswith(
+        f"1 of 1 node(s) not ready: node-0: bootstrap still running (no {node_root}/state/ready"
+    )
+
+
+# ---------------------------------------------------------------- provision.sh for real
+
+
+@pytest.fixture(scope="module")
+def wheel_server(
+    minimal_runtime_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    """The minimal runtime wheel served over HTTP on 127.0.0.1: (base URL, wheel path)."""
+    served = tmp_path_factory.mktemp("served")
+    wheel = build_runtime_wheel(minimal_runtime_dir, cache=tmp_path_factory.mktemp("wheels"))
+    shutil.copy(wheel.path, served / wheel.path.name)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", served / wheel.path.name
+    finally:
+        server.shutdown()
+
+
+def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subprocess.Popen[str]:
+    """Render the user data with its directories under node_root, write the scripts cloud-init
+    would write, and start provision.sh."""
+    scripts = node_root.parent / "scripts"
+    document = render_user_data(
+        NodeUserData(
+            cluster_name="ready",
+            node_index=0,
+            topology_json=json.dumps({"schema": 1, "nodes": []}),
+            wheel_url=wheel_url,
+            wheel_sha256=sha256,
+            wheel_filename=wheel.name,
+            bootstrap_script=default_bootstrap_script(),
+            jax_extra=None,
+            idle_shutdown_minutes=0,
+            ssh_user=getpass.getuser(),
+            python=sys.executable,
+            node_dir=str(node_root),
+            state_dir=str(node_root / "state"),
+            script_dir=str(scripts),
+        )
+    )
+    for entry in yaml.safe_load(document)["write_files"]:
+        path = Path(entry["path"])
+        if path.parent == scripts:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(entry["content"])
+            path.chmod(0o755)
+    return subprocess.Popen(
+        ["bash", str(scripts / "provision.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_provision_script_marks_the_node_ready(
+    make_transport: Callable[..., SshTransport],
+    node_root: Path,
+    wheel_server: tuple[str, Path],
+) -> None:
+    base, wheel = wheel_server
+    sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    ssh = make_transport()
+    proc = provision(node_root, f"{base}/{wheel.name}", wheel, sha256)
+    # While provision.sh runs (a venv, a pip install: seconds) the node is not ready.
+    lines: list[str] = []
+    wait_until_ready(ssh, topology_of(1), timeout_s=120, echo=lines.append, poll_s=0.2)
+    assert lines[0].startswith("[skyinfra] waiting for node-0 to finish bootstrap")
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, output
+    assert (node_root / "venv" / "bin" / "python").is_file()
+    assert ssh.readiness(0).ready
+    assert not (node_root / "state" / "failed").exists()
+
+
+def test_provision_script_failure_is_reported_with_the_failing_step(
+    make_transport: Callable[..., SshTransport],
+    node_root: Path,
+    wheel_server: tuple[str, Path],
+) -> None:
+    base, wheel = wheel_server
+    proc = provision(node_root, f"{base}/{wheel.name}", wheel, "0" * 64)  # wrong checksum
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, output
+    assert not (node_root / "state" / "ready").exists()
+    found = make_transport().readiness(0)
+    assert found.state == "failed"
+    assert "bootstrap failed: provision.sh line" in found.detail
+    assert "sha256sum --check --strict" in found.detail
+    assert f"see {LOG} on the node" in found.detail
