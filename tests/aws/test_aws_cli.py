@@ -1,6 +1,8 @@
-"""`skyinfra up/status/down --provider aws` as a user runs them: the console script in a
+"""`skyinfra up/status/run/down --provider aws` as a user runs them: the console script in a
 subprocess, pointed at moto's server (SKYINFRA_AWS_ENDPOINT_URL) with dummy credentials, real
-Terraform and the real AWS provider from the filesystem mirror.
+Terraform and the real AWS provider from the filesystem mirror. The instances Terraform made
+are checked through boto3 (addresses, zone, IMDSv2, shutdown behaviour, root volume); moto's
+instances run no sshd, so `status` shows them unreachable and `run` refuses to start.
 
 moto's server runs in this test process (conftest), so the public Deep Learning AMI SSM
 parameter, which moto refuses to create through its API, is seeded into moto's in-process
@@ -28,7 +30,6 @@ import pytest
 from aws_tf import REGION
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ssm.models import Parameter, ssm_backends
-from test_aws_terraform_apply import count_cluster_resources
 
 from skyinfra.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
 from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER
@@ -162,6 +163,30 @@ def skyinfra(
     )
 
 
+def count_cluster_resources(ec2: Any, cluster: str) -> dict[str, int]:
+    """What of the cluster exists, counted through the EC2 API (tags and names)."""
+    tag = [{"Name": "tag:skyinfra:cluster", "Values": [cluster]}]
+    named = [{"Name": "tag:Name", "Values": [f"{cluster}-*"]}]
+    live = [
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
+    ]
+    instances = [
+        inst
+        for res in ec2.describe_instances(Filters=tag + live)["Reservations"]
+        for inst in res["Instances"]
+    ]
+    return {
+        "instances": len(instances),
+        "security_groups": len(
+            ec2.describe_security_groups(
+                Filters=[{"Name": "group-name", "Values": [f"{cluster}-nodes"]}]
+            )["SecurityGroups"]
+        ),
+        "subnets": len(ec2.describe_subnets(Filters=named)["Subnets"]),
+        "vpcs": len(ec2.describe_vpcs(Filters=named)["Vpcs"]),
+    }
+
+
 def instances_by_id(ec2: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
     reservations = ec2.describe_instances(InstanceIds=ids)["Reservations"]
     return {i["InstanceId"]: i for r in reservations for i in r["Instances"]}
@@ -199,11 +224,32 @@ def test_up_twice_status_down_through_the_cli(
         ]
         found = instances_by_id(ec2, [n["instance_id"] for n in nodes])
         assert sorted(found) == sorted(n["instance_id"] for n in nodes)
+        zone = json.loads((ws / TARGET_FILE).read_text())["availability_zone"]
+        assert zone == f"{REGION}a"  # the first zone offering t3.micro, pinned at `up`
         for node in nodes:
             instance = found[node["instance_id"]]
             assert instance["PrivateIpAddress"] == node["private_ip"]
             assert instance["ImageId"] == UBUNTU_DLAMI
             assert instance["State"]["Name"] == "running"
+            assert instance["Placement"]["AvailabilityZone"] == zone
+            # IMDSv2 only, hop limit 1: instance credentials stay away from containers.
+            metadata = instance["MetadataOptions"]
+            assert (metadata["HttpTokens"], metadata["HttpPutResponseHopLimit"]) == ("required", 1)
+            # An idle node's `shutdown` terminates it instead of leaving a stopped node.
+            shutdown = ec2.describe_instance_attribute(
+                InstanceId=node["instance_id"], Attribute="instanceInitiatedShutdownBehavior"
+            )
+            assert shutdown["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+            root = ec2.describe_volumes(
+                Filters=[{"Name": "attachment.instance-id", "Values": [node["instance_id"]]}]
+            )["Volumes"]
+            assert [(v["VolumeType"], v["Encrypted"]) for v in root] == [("gp3", True)]
+        # The root module's `topology` output (keyed by node name, with the zone) as applied.
+        outputs = json.loads((ws / "terraform.tfstate").read_text())["outputs"]
+        assert {
+            name: (o["index"], o["instance_id"], o["private_ip"], o["availability_zone"])
+            for name, o in outputs["topology"]["value"].items()
+        } == {n["name"]: (n["index"], n["instance_id"], n["private_ip"], zone) for n in nodes}
         assert count_cluster_resources(ec2, "cli-two") == {
             "instances": 2,
             "security_groups": 1,
@@ -237,6 +283,27 @@ def test_up_twice_status_down_through_the_cli(
             (n["name"], n["instance_id"]) for n in nodes
         ]
         assert sum(r.startswith("module.nodes.aws_instance.this") for r in info["resources"]) == 2
+        # moto's instances run no sshd: status says so per node instead of failing.
+        assert [(n["ready"], n["readiness"]) for n in info["nodes"]] == [
+            (False, "unreachable"),
+            (False, "unreachable"),
+        ]
+        assert all("not reachable over SSH" in n["readiness_detail"] for n in info["nodes"])
+        assert "Traceback" not in status.stderr and "Exception" not in status.stderr
+        text = skyinfra("status", cwd=project, env=cli_env)
+        assert text.returncode == 0, text.stdout + text.stderr
+        head = nodes[0]
+        assert f"  node-0: {head['private_ip']} {head['instance_id']} unreachable\n" in text.stdout
+        assert "    not reachable over SSH (node 0: cannot connect to ubuntu@" in text.stdout
+
+        # `run` does not start on nodes that are not ready: it waits, then names them.
+        run = skyinfra("run", "--wait-ready", "1", "train.py:main", cwd=project, env=cli_env)
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "error: 2 of 2 node(s) not ready after 1 s: node-0: not reachable" in run.stderr
+        assert "; node-1: not reachable over SSH" in run.stderr
+        assert "[skyinfra] waiting for node-0 (not reachable yet), node-1 (" in run.stdout
+        assert not (ws / "runs").exists()
+        assert "Traceback" not in run.stderr
     finally:
         down = skyinfra("down", cwd=project, env=cli_env)
     assert down.returncode == 0, down.stdout + down.stderr

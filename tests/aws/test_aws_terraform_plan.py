@@ -1,0 +1,77 @@
+"""Real Terraform + the real AWS provider against moto's server: the plan with a cluster
+placement group and EFA interfaces, which moto cannot apply (it lacks CreatePlacementGroup).
+
+Apply, outputs and destroy of a 2-node cluster are tested through the CLI in test_aws_cli.py
+(`skyinfra up/status/down` against moto), with the instances checked through boto3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from aws_tf import MODULES, REGION, Terraform
+
+from skyinfra.aws.endpoints import Emulator
+from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+
+pytestmark = pytest.mark.slow
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk test"
+
+
+def write_root(tmp_path: Path, params: AwsClusterParams, emulator: Emulator) -> Path:
+    root = tmp_path / "root"
+    root.mkdir()
+    files = render_root_module(
+        params,
+        modules_source=os.path.relpath(MODULES, root),
+        user_data={name: "#cloud-config\n{}\n" for name in planned_private_ips(params)},
+        emulator=emulator,
+    )
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
+def test_plan_with_placement_group_and_efa(
+    terraform: Terraform, aws_env: str, tmp_path: Path
+) -> None:
+    params = AwsClusterParams(
+        cluster_name="moto-efa",
+        region=REGION,
+        availability_zone=f"{REGION}a",
+        instance_type="p4d.24xlarge",
+        ami_id="ami-12c6146b",
+        node_count=2,
+        ssh_public_key=SSH_KEY,
+        ssh_ingress_cidrs=["203.0.113.7/32"],
+        placement_group=True,
+        efa_interface_count=4,  # p4d.24xlarge: 4 network cards, one EFA each
+    )
+    root = write_root(tmp_path, params, Emulator(url=aws_env))
+    terraform(root, "init", "-input=false", "-no-color").check()
+    terraform(root, "plan", "-input=false", "-no-color", "-out=tfplan").check()
+    plan = json.loads(terraform(root, "show", "-json", "tfplan").check().stdout)
+    creates = [c for c in plan["resource_changes"] if c["change"]["actions"] == ["create"]]
+    created = {c["address"]: c["change"]["after"] for c in creates}
+    unknown = {c["address"]: c["change"]["after_unknown"] for c in creates}
+    groups = [a for a in created if a.startswith("module.nodes.aws_placement_group.")]
+    assert groups == ["module.nodes.aws_placement_group.this[0]"]
+    assert created[groups[0]]["strategy"] == "cluster"
+    efa = {a: v for a, v in created.items() if ".aws_network_interface.efa[" in a}
+    assert len(efa) == 8
+    assert {v["interface_type"] for v in efa.values()} == {"efa"}
+    primary = created['module.nodes.aws_network_interface.efa["node-1/0"]']
+    assert primary["private_ips"] == ["10.42.0.11"]
+    instance = created['module.nodes.aws_instance.this["node-0"]']
+    # The group's id is known only after apply: the plan shows it as a pending reference.
+    assert unknown['module.nodes.aws_instance.this["node-0"]']["placement_group"] is True
+    assert "subnet_id" not in instance or instance["subnet_id"] is None
+    cards = sorted(
+        (ni["network_card_index"], ni["device_index"]) for ni in instance["network_interface"]
+    )
+    assert cards == [(0, 0), (1, 1), (2, 1), (3, 1)]
+    assert instance["instance_type"] == "p4d.24xlarge"
