@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# checkov gets its own environment: it pins an older boto3 than the project needs.
+CHECKOV_VENV  := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
 
 .PHONY: venv system-deps test lint demo bench clean
 
@@ -19,8 +22,13 @@ $(STAMP): pyproject.toml runtime/pyproject.toml
 system-deps:
 	tests/system-deps.sh
 
-test: $(STAMP) system-deps
-	$(BIN)/python -m pytest
+$(CHECKOV_STAMP):
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q checkov==3.3.30
+	touch $@
+
+test: $(STAMP) $(CHECKOV_STAMP) system-deps
+	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check skyinfra runtime tests examples
@@ -34,4 +42,4 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/time_to_first_step.py
 
 clean:
-	rm -rf $(VENV) .skyinfra .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .skyinfra .pytest_cache .mypy_cache .ruff_cache

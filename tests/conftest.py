@@ -53,7 +53,7 @@ def require_system_tool(path: str | None, package: str) -> str:
     a CI run that silently skipped the real-sshd or cloud-init tests would prove nothing)."""
     if path is not None and os.path.exists(path):
         return path
-    message = f"{package} is not installed (Debian package {package}; `make test` installs it)"
+    message = f"{package} is not installed (`make test` installs it; see tests/system-deps.sh)"
     if os.environ.get("SKYINFRA_REQUIRE_SYSTEM_TOOLS") == "1":
         pytest.fail(message)
     pytest.skip(message)
