@@ -7,7 +7,8 @@ session (and an optional emulator) so they run unchanged against AWS, LocalStack
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,33 @@ def _credentials_error(err: Exception) -> PreflightError:
         f"AWS rejected the credentials ({err}). Check AWS_PROFILE / AWS_ACCESS_KEY_ID and "
         "AWS_SECRET_ACCESS_KEY (or run `aws sso login`), then try again."
     )
+
+
+@contextmanager
+def aws_errors(what: str | None = None) -> Iterator[None]:
+    """Turn a boto3 failure into one PreflightError saying what to do.
+
+    ``what`` names the lookup that failed ("looking up AMI ami-..."); without it the message
+    speaks of "an AWS check" (the preflight's own checks).
+    """
+    try:
+        yield
+    except NoRegionError:
+        raise PreflightError("no AWS region given: set aws.region in the spec.") from None
+    except NoCredentialsError:
+        raise PreflightError(
+            "no AWS credentials found. Set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, then try again."
+        ) from None
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in _BAD_CREDENTIAL_CODES:
+            raise _credentials_error(err) from None
+        raise PreflightError(f"{what or 'an AWS check'} failed: {err}") from None
+    except BotoCoreError as err:
+        prefix = f"{what}: " if what else ""
+        raise PreflightError(
+            f"{prefix}could not reach AWS: {err}. Check the network and region."
+        ) from None
 
 
 def check_credentials(sts: Any) -> str:
@@ -214,7 +242,7 @@ def run_preflight(
     """All checks, in the order a user would fix them. No Terraform runs before this passes."""
     session = session or boto3.session.Session()
     warnings: list[str] = []
-    try:
+    with aws_errors():
         account = check_credentials(_client(session, "sts", region, emulator))
         ec2 = _client(session, "ec2", region, emulator)
         info = describe_type(ec2, instance_type)
@@ -260,20 +288,6 @@ def run_preflight(
                         f"{requested} are requested. Request an increase in the Service Quotas "
                         f"console (quota {code}) or ask for fewer/smaller nodes."
                     )
-    except NoRegionError:
-        raise PreflightError("no AWS region given: set aws.region in the spec.") from None
-    except NoCredentialsError:
-        raise PreflightError(
-            "no AWS credentials found. Set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, then try again."
-        ) from None
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in _BAD_CREDENTIAL_CODES:
-            raise _credentials_error(err) from None
-        raise PreflightError(f"an AWS check failed: {err}") from None
-    except BotoCoreError as err:
-        raise PreflightError(f"could not reach AWS: {err}. Check the network and region.") from None
-
     return PreflightResult(
         account_id=account,
         region=region,

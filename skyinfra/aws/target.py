@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,14 @@ from typing import Any
 import boto3
 import paramiko
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.aws.endpoints import Emulator, boto3_client_kwargs, emulator_from_env
 from skyinfra.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     PreflightResult,
+    aws_errors,
     check_credentials,
     describe_type,
     resolve_ami,
@@ -162,24 +162,6 @@ def login_user(image: Mapping[str, Any]) -> str | None:
     return None
 
 
-@contextmanager
-def _aws_errors(what: str) -> Iterator[None]:
-    """Turn boto3 failures of the lookups here into one PreflightError each."""
-    try:
-        yield
-    except NoRegionError:
-        raise PreflightError("no AWS region given: set aws.region in the spec.") from None
-    except NoCredentialsError:
-        raise PreflightError(
-            "no AWS credentials found. Set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, then try again."
-        ) from None
-    except ClientError as err:
-        raise PreflightError(f"{what} failed: {err}") from None
-    except BotoCoreError as err:
-        raise PreflightError(f"{what}: could not reach AWS: {err}") from None
-
-
 class _Aws:
     """boto3 clients for one region, pointed at the emulator when one is configured."""
 
@@ -227,7 +209,7 @@ def _existing_network(aws: _Aws, spec_aws: AwsSpec) -> dict[str, str] | None:
                 "existing subnet (or drop aws.vpc_id and skyinfra creates VPC and subnet)",
             )
         return None
-    with _aws_errors(f"looking up subnet {spec_aws.subnet_id}"):
+    with aws_errors(f"looking up subnet {spec_aws.subnet_id}"):
         try:
             subnets = aws.client("ec2").describe_subnets(SubnetIds=[spec_aws.subnet_id])["Subnets"]
         except ClientError as err:
@@ -263,7 +245,7 @@ def _first_offering_zone(aws: _Aws, instance_type: str) -> str | None:
 def _ssh_user(aws: _Aws, spec_aws: AwsSpec, ami_id: str, warn: Echo, strict: bool) -> str:
     if spec_aws.ssh_user is not None:
         return spec_aws.ssh_user
-    with _aws_errors(f"looking up AMI {ami_id}"):
+    with aws_errors(f"looking up AMI {ami_id}"):
         try:
             images = aws.client("ec2").describe_images(ImageIds=[ami_id])["Images"]
         except ClientError as err:
@@ -311,7 +293,7 @@ def resolve(
 
     # Credentials first, in both modes: every later failure would otherwise look like
     # something else, and the account id names the staging bucket.
-    with _aws_errors("checking the AWS credentials"):
+    with aws_errors("checking the AWS credentials"):
         account = check_credentials(aws.client("sts"))
     network = _existing_network(aws, spec_aws)
     zone = (network or {}).get("availability_zone") or previous.get("availability_zone")
@@ -322,7 +304,7 @@ def resolve(
 
     if not skip_preflight:
         if zone is None:
-            with _aws_errors(f"looking up the zones offering {spec_aws.instance_type}"):
+            with aws_errors(f"looking up the zones offering {spec_aws.instance_type}"):
                 zone = _first_offering_zone(aws, spec_aws.instance_type)
             if zone is None:
                 # Let the preflight say it: unknown type, or offered nowhere in the region.
@@ -348,7 +330,7 @@ def resolve(
     else:
         echo("[skyinfra] --skip-preflight: instance type offering and vCPU quota not checked")
         if ami is None:
-            with _aws_errors("resolving the Deep Learning AMI"):
+            with aws_errors("resolving the Deep Learning AMI"):
                 ami = resolve_ami(aws.client("ssm"), DEFAULT_DLAMI_PARAMETER)
         if zone is None:
             try:

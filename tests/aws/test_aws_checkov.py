@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from aws_tf import MODULES, REGION
+from aws_tf import REGION, write_root
 
-from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from skyinfra.aws.render import AwsClusterParams
 from tests.conftest import require_system_tool
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk ck"
@@ -44,15 +44,7 @@ def test_rendered_root_has_no_failed_checks(tmp_path: Path, efa: bool) -> None:
         placement_group=efa,
         efa_interface_count=4 if efa else 0,
     )
-    root = tmp_path / "root"
-    root.mkdir()
-    files = render_root_module(
-        params,
-        modules_source=os.path.relpath(MODULES, root),
-        user_data={name: "#cloud-config\n{}\n" for name in planned_private_ips(params)},
-    )
-    for name, text in files.items():
-        (root / name).write_text(text)
+    root = write_root(tmp_path, params)
     # --skip-download: no traffic to the vendor's API (offline, loopback-only tests).
     result = subprocess.run(
         [checkov, "-d", str(root), "--framework", "terraform", "--skip-download", "-o", "json"],

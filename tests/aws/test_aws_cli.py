@@ -16,7 +16,6 @@ tests (see its docstring). Nothing else of moto is touched.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import json
 import os
@@ -28,11 +27,10 @@ from typing import Any
 import boto3
 import pytest
 from aws_tf import REGION
+from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ssm.models import Parameter, ssm_backends
 
 from skyinfra.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
-from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER
 from skyinfra.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.spec import validate_spec
 from skyinfra.terraform.engine import MIRROR_ENV
@@ -51,32 +49,13 @@ def skyinfra_argv() -> list[str]:
     return [str(script)] if script.is_file() else [str(VENV_BIN / "python"), "-m", "skyinfra.cli"]
 
 
-def seed_dlami(ami: str) -> None:
-    """Put the public DLAMI parameter into moto's SSM backend (its API refuses /aws/...)."""
-    store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
-    store[DEFAULT_DLAMI_PARAMETER] = [
-        Parameter(
-            account_id=DEFAULT_ACCOUNT_ID,
-            name=DEFAULT_DLAMI_PARAMETER,
-            value=ami,
-            parameter_type="String",
-            description=None,
-            allowed_pattern=None,
-            keyid=None,
-            last_modified_date=datetime.datetime.now(),
-            version=1,
-            data_type="aws:ec2:image",
-        )
-    ]
-
-
 @pytest.fixture
 def dlami(aws_env: str) -> Iterator[None]:
     seed_dlami(UBUNTU_DLAMI)
     try:
         yield
     finally:
-        ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters.pop(DEFAULT_DLAMI_PARAMETER, None)
+        unseed_dlami()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ on the Service Quotas backend. No botocore Stubber is used.
 
 from __future__ import annotations
 
-import datetime
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -17,13 +16,13 @@ from typing import Any
 import boto3
 import pytest
 from aws_tf import REGION
+from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.exceptions import NoSuchResource
 from moto.servicequotas.models import servicequotas_backends
-from moto.ssm.models import Parameter, ssm_backends
 
 from skyinfra.aws.endpoints import Emulator
-from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER, quota_class, run_preflight
+from skyinfra.aws.preflight import quota_class, run_preflight
 from skyinfra.errors import PreflightError
 
 DLAMI = "ami-0abcdef1234567890"
@@ -33,21 +32,7 @@ P_QUOTA = "L-417A185B"
 @pytest.fixture
 def seeded(aws_env: str) -> Iterator[dict[str, float]]:
     """Seed the DLAMI SSM parameter and a settable EC2 quota table into moto's backends."""
-    store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
-    store[DEFAULT_DLAMI_PARAMETER] = [
-        Parameter(
-            account_id=DEFAULT_ACCOUNT_ID,
-            name=DEFAULT_DLAMI_PARAMETER,
-            value=DLAMI,
-            parameter_type="String",
-            description=None,
-            allowed_pattern=None,
-            keyid=None,
-            last_modified_date=datetime.datetime.now(),
-            version=1,
-            data_type="aws:ec2:image",
-        )
-    ]
+    seed_dlami(DLAMI)
     quotas: dict[str, float] = {}
     backend = servicequotas_backends[DEFAULT_ACCOUNT_ID][REGION]
     original = backend.get_service_quota
@@ -62,7 +47,7 @@ def seeded(aws_env: str) -> Iterator[dict[str, float]]:
         yield quotas
     finally:
         backend.get_service_quota = original  # type: ignore[method-assign]
-        store.pop(DEFAULT_DLAMI_PARAMETER, None)
+        unseed_dlami()
 
 
 def preflight(moto_url: str, **kwargs: Any):  # type: ignore[no-untyped-def]

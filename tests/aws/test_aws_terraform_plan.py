@@ -8,32 +8,17 @@ Apply, outputs and destroy of a 2-node cluster are tested through the CLI in tes
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from aws_tf import MODULES, REGION, Terraform
+from aws_tf import REGION, Terraform, write_root
 
 from skyinfra.aws.endpoints import Emulator
-from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from skyinfra.aws.render import AwsClusterParams
 
 pytestmark = pytest.mark.slow
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk test"
-
-
-def write_root(tmp_path: Path, params: AwsClusterParams, emulator: Emulator) -> Path:
-    root = tmp_path / "root"
-    root.mkdir()
-    files = render_root_module(
-        params,
-        modules_source=os.path.relpath(MODULES, root),
-        user_data={name: "#cloud-config\n{}\n" for name in planned_private_ips(params)},
-        emulator=emulator,
-    )
-    for name, text in files.items():
-        (root / name).write_text(text)
-    return root
 
 
 def test_plan_with_placement_group_and_efa(
