@@ -18,45 +18,27 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from skyinfra_runtime import exitcodes
 from skyinfra_runtime.entry import Entrypoint
-from skyinfra_runtime.errors import EntrypointError, RuntimeSetupError, TopologyError
-from skyinfra_runtime.plugins import from_name
+from skyinfra_runtime.errors import (
+    EntrypointError,
+    RuntimeSetupError,
+    TopologyError,
+    UsageError,
+)
+from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
 from skyinfra_runtime.topology import (
     NODE_ENV,
     TOPOLOGY_ENV,
     WORKER_ENV,
     WORKERS_PER_NODE_ENV,
-    PluginRef,
     Topology,
     load_topology,
     node_index,
 )
 
 GRACE_SECONDS = 10.0
-
-
-class UsageError(Exception):
-    pass
-
-
-def parse_plugin_flag(text: str) -> PluginRef:
-    """``NAME`` or ``NAME:key=value,key=value`` (values parsed as JSON when they are JSON)."""
-    name, _, rest = text.partition(":")
-    if not name.isidentifier():
-        raise UsageError(f"--plugin {text!r}: expected NAME or NAME:key=value,...")
-    options: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, raw = item.partition("=")
-        if not eq or not key.isidentifier():
-            raise UsageError(f"--plugin {text!r}: option {item!r} is not key=value")
-        try:
-            options[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key] = raw
-    return PluginRef(name, options)
 
 
 def resolve_procs(value: int | str, topology: Topology, node: int) -> int:
@@ -118,8 +100,8 @@ def launch(argv: list[str]) -> int:
         node = node_index(topology, ns.node)
         if flags is not None:
             topology = dataclasses.replace(topology, plugins=tuple(flags))
-        for ref in topology.plugins:
-            from_name(ref.name, ref.options)  # unknown names/options fail here, before any wait
+        # Unknown names and bad options fail here, before any wait (the table's rules).
+        topology = dataclasses.replace(topology, plugins=validate_plugins(topology.plugins))
         procs = resolve_procs(
             ns.procs_per_node if ns.procs_per_node is not None else topology.procs_per_node,
             topology,

@@ -1,17 +1,35 @@
-"""The built-in plugins: ``jax()``, ``keras(backend="jax")``, ``torch(backend=None)``."""
+"""The built-in plugins: ``jax()``, ``keras(backend="jax")``, ``torch(backend=None)``.
+
+Their names, options and option rules are the table in :mod:`skyinfra_runtime.plugins.table`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyinfra_runtime.errors import PluginError
-from skyinfra_runtime.plugins.base import Plugin, check_options
+from skyinfra_runtime.plugins.base import Plugin
 from skyinfra_runtime.plugins.jax import JaxPlugin
 from skyinfra_runtime.plugins.keras import KerasPlugin
+from skyinfra_runtime.plugins.table import (
+    PLUGINS,
+    parse_plugin_flag,
+    validate_plugin,
+    validate_plugins,
+)
 from skyinfra_runtime.plugins.torch import TorchPlugin
 
-__all__ = ["Plugin", "from_name", "jax", "keras", "torch"]
+__all__ = [
+    "PLUGINS",
+    "Plugin",
+    "from_name",
+    "jax",
+    "keras",
+    "parse_plugin_flag",
+    "torch",
+    "validate_plugin",
+    "validate_plugins",
+]
 
 
 def jax(init_timeout: float | None = None) -> JaxPlugin:
@@ -39,20 +57,11 @@ def torch(backend: str | None = None, init_timeout: float | None = None) -> Torc
     return TorchPlugin(backend=backend, init_timeout=init_timeout)
 
 
-_OPTIONS: dict[str, tuple[str, ...]] = {
-    "jax": ("init_timeout",),
-    "keras": ("backend", "mesh_shape", "axis_names", "layout_map", "batch_dim_name"),
-    "torch": ("backend", "init_timeout"),
-}
-
-
 def from_name(name: str, options: Mapping[str, Any]) -> Plugin:
     """A plugin from its name and options (as the topology or ``--plugin`` give them)."""
-    if name not in _OPTIONS:
-        raise PluginError(f"unknown plugin {name!r}; available: {', '.join(_OPTIONS)}")
-    check_options(name, options, _OPTIONS[name])
+    clean = validate_plugin(name, options)
     if name == "jax":
-        return JaxPlugin(**options)
+        return JaxPlugin(**clean)
     if name == "keras":
-        return KerasPlugin(**options)
-    return TorchPlugin(**options)
+        return KerasPlugin(**clean)
+    return TorchPlugin(**clean)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
@@ -38,11 +37,3 @@ def init_timeout(option: float | str | None) -> float:
     if value <= 0:
         raise PluginError(f"init_timeout must be > 0 seconds, got {value}")
     return value
-
-
-def check_options(plugin: str, options: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise PluginError(
-            f"plugin {plugin!r} has no option {unknown[0]!r}; valid options: {', '.join(allowed)}"
-        )

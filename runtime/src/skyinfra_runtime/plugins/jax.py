@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.plugins.base import init_timeout
+from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.topology import Topology
 
 
@@ -19,6 +20,10 @@ class JaxPlugin:
     # Set after a failed run: jax registers its own atexit hook that calls shutdown(), the
     # same barrier, so the process must leave without running atexit hooks (see worker.py).
     skip_exit_hooks: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.init_timeout is not None:
+            validate_plugin("jax", {"init_timeout": self.init_timeout})
 
     def setup(self, info: InstanceInfo, topology: Topology) -> None:
         timeout = init_timeout(self.init_timeout)

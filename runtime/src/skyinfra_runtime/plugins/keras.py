@@ -17,9 +17,8 @@ from typing import Any
 
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
+from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.topology import Topology
-
-BACKENDS = ("jax", "torch", "tensorflow")
 
 
 @dataclass
@@ -37,18 +36,15 @@ class KerasPlugin:
     _distributed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise PluginError(
-                f"keras backend {self.backend!r} is not valid;"
-                f" expected one of {', '.join(BACKENDS)}"
-            )
-        parallel = (self.mesh_shape, self.axis_names, self.layout_map)
-        if any(p is not None for p in parallel) and not all(p is not None for p in parallel):
-            raise PluginError(
-                "keras model parallelism needs mesh_shape, axis_names and layout_map together"
-            )
-        if self.mesh_shape is not None and self.backend != "jax":
-            raise PluginError("keras model parallelism is only available with backend='jax'")
+        given = {
+            "backend": self.backend,
+            "mesh_shape": self.mesh_shape,
+            "axis_names": self.axis_names,
+            "layout_map": self.layout_map,
+            "batch_dim_name": self.batch_dim_name,
+        }
+        clean = validate_plugin("keras", {k: v for k, v in given.items() if v is not None})
+        self.layout_map = clean.get("layout_map")  # "" -> None: a replicated dimension
 
     def setup(self, info: InstanceInfo, topology: Topology) -> None:
         loaded = sys.modules.get("keras")

@@ -9,9 +9,8 @@ from datetime import timedelta
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.plugins.base import init_timeout
+from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.topology import Topology
-
-BACKENDS = ("nccl", "gloo", "mpi")
 
 
 @dataclass
@@ -22,11 +21,14 @@ class TorchPlugin:
     _initialized: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.backend is not None and self.backend not in BACKENDS:
-            raise PluginError(
-                f"torch backend {self.backend!r} is not valid;"
-                f" expected one of {', '.join(BACKENDS)}"
-            )
+        validate_plugin(
+            "torch",
+            {
+                k: v
+                for k, v in (("backend", self.backend), ("init_timeout", self.init_timeout))
+                if v is not None
+            },
+        )
 
     def setup(self, info: InstanceInfo, topology: Topology) -> None:
         timeout = init_timeout(self.init_timeout)
