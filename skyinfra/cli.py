@@ -1,7 +1,8 @@
 """The `skyinfra` command line (click). `main` is the console script entry point.
 
 Every user-caused error is a SkyinfraError: printed as one message, exit with its exit_code
-(2 for a bad spec or usage). Anything else is a bug and keeps its traceback.
+(the table in skyinfra.exitcodes, documented in README.md). Anything else is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from typing import Any
 
 import click
 
-from skyinfra import __version__
+from skyinfra import __version__, exitcodes
 from skyinfra import cluster as cluster_ops
 from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
 from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
 from skyinfra.spec import load_spec, parse_plugin_flag
+from skyinfra.topology import read_topology
 from skyinfra.workspace import Workspace, clusters_dir, find_workspace
 
 DEFAULT_SPEC = Path("skyinfra.toml")
@@ -121,8 +123,8 @@ def up(
     ws = Workspace(clusters_dir(clusters_root) / spec.name)
     _, topology = cluster_ops.up(spec, ws, echo, skip_preflight=skip_preflight)
     echo(
-        f"[skyinfra] cluster {spec.name!r} is up: {len(topology['nodes'])} node(s), "
-        f"head {topology['head_addr']}:{topology['head_port']}"
+        f"[skyinfra] cluster {spec.name!r} is up: {len(topology.nodes)} node(s), "
+        f"head {topology.head_addr}:{topology.head_port}"
     )
     echo(f"[skyinfra] topology: {ws.topology_file}")
 
@@ -163,7 +165,7 @@ def run(
         raise WorkspaceError(
             f"cluster {ws.name!r} is down (no topology.json); run `skyinfra up` first"
         )
-    topology = ws.read_json(ws.topology_file)
+    topology = read_topology(ws.topology_file)
     src = Path.cwd()
     wait_s = cluster_ops.default_wait_ready_s(topology) if wait_ready is None else wait_ready
     report = run_on_cluster(
@@ -266,16 +268,13 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.ClickException as err:
         err.show()
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(exitcodes.INTERRUPTED)
     except SkyinfraError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
-    sys.exit(result if isinstance(result, int) else 0)
+    sys.exit(result if isinstance(result, int) else exitcodes.OK)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import SkyinfraError, WorkspaceError
+from skyinfra.errors import ProviderUnavailableError, SkyinfraError, WorkspaceError
 from skyinfra.render import local_context, render_root
 from skyinfra.run import check_readiness
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.terraform import EmbeddedTerraform, PlanSummary, format_event
-from skyinfra.topology import topology_from_outputs
+from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import LocalTransport, NodeTransport, Readiness
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
@@ -30,12 +30,6 @@ PLAN_FILE = "skyinfra.tfplan"
 # `status` asks every node whether it is ready; a node that does not answer within this many
 # seconds shows as unreachable.
 STATUS_CONNECT_TIMEOUT_S = 5.0
-
-
-class ProviderUnavailableError(SkyinfraError):
-    """The spec names a provider whose target is not installed in this build."""
-
-    exit_code = 2
 
 
 def _aws_target() -> Any:
@@ -81,7 +75,7 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
 
 def up(
     spec: ClusterSpec, ws: Workspace, echo: Echo, *, skip_preflight: bool = False
-) -> tuple[PlanSummary, dict[str, Any]]:
+) -> tuple[PlanSummary, Topology]:
     """Render, init, plan, apply when there are changes, write topology.json.
 
     ``skip_preflight`` skips the AWS target's boto3 checks (no effect on the local target).
@@ -113,7 +107,7 @@ def up(
         engine.apply(PLAN_FILE, on_event=on_event)
     (ws.path / PLAN_FILE).unlink(missing_ok=True)
     topology = topology_from_outputs(engine.output(), spec)
-    ws.write_json(ws.topology_file, topology)
+    ws.write_json(ws.topology_file, topology.to_dict())
     return summary, topology
 
 
@@ -147,14 +141,14 @@ def down(ws: Workspace, echo: Echo) -> None:
 
 
 def node_readiness(
-    ws: Workspace, topology: dict[str, Any], *, connect_timeout_s: float | None = None
+    ws: Workspace, topology: Topology, *, connect_timeout_s: float | None = None
 ) -> dict[int, Readiness]:
     """Every node's readiness through its transport; a node that cannot be reached (or a
     transport that cannot be set up, such as a missing SSH key) reads as unreachable."""
     try:
         transport = transport_for(ws, topology, connect_timeout_s=connect_timeout_s)
     except SkyinfraError as err:
-        return {int(n["index"]): Readiness("unreachable", str(err)) for n in topology["nodes"]}
+        return {n.index: Readiness("unreachable", str(err)) for n in topology.nodes}
     try:
         return check_readiness(transport, topology)
     finally:
@@ -169,19 +163,24 @@ def status(ws: Workspace) -> dict[str, Any]:
     spec = load_spec_of(ws)
     engine = EmbeddedTerraform(ws.path)
     resources = engine.state_list() if ws.state_file.is_file() else []
-    topology = ws.read_json(ws.topology_file) if ws.topology_file.is_file() else None
+    topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
     nodes = []
     if topology is not None:
         readiness = node_readiness(ws, topology, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S)
-        for node in topology["nodes"]:
-            entry = {
-                k: node[k] for k in ("index", "name", "private_ip", "public_ip", "instance_id")
-            }
-            ready = readiness[int(node["index"])]
-            entry["ready"] = ready.ready
-            entry["readiness"] = ready.state
-            entry["readiness_detail"] = ready.detail
-            nodes.append(entry)
+        for node in topology.nodes:
+            ready = readiness[node.index]
+            nodes.append(
+                {
+                    "index": node.index,
+                    "name": node.name,
+                    "private_ip": node.private_ip,
+                    "public_ip": node.public_ip,
+                    "instance_id": node.instance_id,
+                    "ready": ready.ready,
+                    "readiness": ready.state,
+                    "readiness_detail": ready.detail,
+                }
+            )
     return {
         "cluster": spec.name,
         "provider": spec.provider,
@@ -193,24 +192,24 @@ def status(ws: Workspace) -> dict[str, Any]:
 
 
 def transport_for(
-    ws: Workspace, topology: dict[str, Any], *, connect_timeout_s: float | None = None
+    ws: Workspace, topology: Topology, *, connect_timeout_s: float | None = None
 ) -> NodeTransport:
     """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
-    if topology.get("provider") == "aws":
+    if topology.provider == "aws":
         target = _aws_target()
         kwargs = {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s}
         transport: NodeTransport = target.transport(ws, topology, **kwargs)
         return transport
-    return LocalTransport({n["index"]: ws.nodes_dir / n["name"] for n in topology["nodes"]})
+    return LocalTransport({n.index: ws.nodes_dir / n.name for n in topology.nodes})
 
 
-def default_wait_ready_s(topology: dict[str, Any]) -> float:
+def default_wait_ready_s(topology: Topology) -> float:
     """How long `run` waits for nodes still bootstrapping, unless --wait-ready says.
 
     AWS nodes bootstrap after `up` returns (cloud-init installs jax[cuda] for minutes); the
     local target bootstraps inside `up`, so a local node not ready by then never will be.
     """
-    if topology.get("provider") == "aws":
+    if topology.provider == "aws":
         return float(_aws_target().WAIT_READY_S)
     return 0.0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from skyinfra import cluster as cluster_ops
+from skyinfra import exitcodes
 from skyinfra.errors import SkyinfraError
 from skyinfra.render import REPO_ROOT
 from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
@@ -51,7 +52,7 @@ def demo() -> int:
             )
         same = len(values) == spec.nodes and len({v["weights_sha256"] for v in values}) == 1
         print(f"[demo] final weights identical on all nodes: {'yes' if same else 'NO'}")
-        return 0 if same else 1
+        return exitcodes.OK if same else exitcodes.ERROR
     except SkyinfraError as err:
         print(f"[demo] error: {err}", file=sys.stderr)
         return err.exit_code

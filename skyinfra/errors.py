@@ -9,19 +9,24 @@ stderr) as attributes so that tests and logs can show exactly what failed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from skyinfra import exitcodes
 
 
 class SkyinfraError(Exception):
-    """Base class; ``exit_code`` is what the CLI exits with."""
+    """Base class; ``exit_code`` is what the CLI exits with (:mod:`skyinfra.exitcodes`)."""
 
-    exit_code = 1
+    exit_code = exitcodes.ERROR
 
 
 class SpecError(SkyinfraError):
-    """The cluster spec (file or flags) is invalid. Raised before anything is written."""
+    """The cluster spec (file or flags) is invalid. Raised before anything is written.
 
-    exit_code = 2
+    Only for what the user wrote; an invariant of skyinfra's own is an InternalError.
+    """
+
+    exit_code = exitcodes.USAGE
 
     def __init__(self, field: str, value: object, expected: str) -> None:
         self.field = field
@@ -30,8 +35,50 @@ class SpecError(SkyinfraError):
         super().__init__(f"invalid spec field {field!r}: got {value!r}; expected {expected}")
 
 
+class ProviderUnavailableError(SkyinfraError):
+    """The spec names a provider whose target is not installed in this build."""
+
+    exit_code = exitcodes.USAGE
+
+
+class ConfigError(SkyinfraError):
+    """A setting outside the spec (an environment variable) is invalid; names the variable."""
+
+    exit_code = exitcodes.USAGE
+
+    def __init__(self, variable: str, value: object, expected: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.expected = expected
+        super().__init__(f"invalid setting {variable}: got {value!r}; expected {expected}")
+
+
+class InternalError(SkyinfraError):
+    """An invariant of skyinfra's own does not hold (a bug, not the user's spec)."""
+
+
+class RenderError(InternalError):
+    """A renderer got a value it must never get (wheel digest, user data, topology...).
+
+    ``field`` names the parameter, ``value`` what it was and ``expected`` what would be valid.
+    """
+
+    def __init__(self, field: str, value: object, expected: str) -> None:
+        self.field = field
+        self.value = value
+        self.expected = expected
+        super().__init__(
+            f"internal error: cannot render {field!r} = {value!r}; expected {expected}"
+        )
+
+
 class WorkspaceError(SkyinfraError):
     """A cluster workspace is missing, locked or inconsistent."""
+
+
+class TopologyError(SkyinfraError):
+    """Terraform's outputs (or a topology.json) do not make a valid topology, or disagree
+    with the spec they were made from."""
 
 
 class CommandError(SkyinfraError):
@@ -67,18 +114,31 @@ class BootstrapError(CommandError):
 class PreflightError(SkyinfraError):
     """A cloud check before Terraform failed (credentials, instance type, quota, AMI)."""
 
-    exit_code = 3
+    exit_code = exitcodes.PREFLIGHT
 
 
 class TransportError(CommandError):
     """Reaching a node (SSH, local process) failed."""
 
 
+class HostKeyChangedError(TransportError):
+    """The node's host key differs from the one pinned in known_hosts: waiting cannot help."""
+
+
 class RunError(SkyinfraError):
-    """User code failed on one or more nodes; names the first failing node."""
+    """User code failed on one or more nodes; names the first failing node.
+
+    Always exits NODE_FAILED; ``exit_codes`` holds every node's own code (the runtime's).
+    """
+
+    exit_code = exitcodes.NODE_FAILED
 
     def __init__(
-        self, message: str, *, node: int | None = None, exit_codes: dict[int, int] | None = None
+        self,
+        message: str,
+        *,
+        node: int | None = None,
+        exit_codes: Mapping[int, int | None] | None = None,
     ) -> None:
         self.node = node
         self.exit_codes = dict(exit_codes or {})
@@ -90,6 +150,8 @@ class NodesNotReadyError(SkyinfraError):
 
     ``nodes`` maps each such node's name to its readiness state (pending, failed, unreachable).
     """
+
+    exit_code = exitcodes.NODES_NOT_READY
 
     def __init__(self, message: str, *, nodes: dict[str, str]) -> None:
         self.nodes = dict(nodes)

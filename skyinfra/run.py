@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime import exitcodes as node_exitcodes
+from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
+
+from skyinfra import exitcodes
 from skyinfra.errors import NodesNotReadyError, RunError, SkyinfraError
 from skyinfra.transport.base import NodeProcess, NodeTransport, Readiness
 
@@ -69,14 +73,10 @@ READY_POLL_S = 5.0
 READY_PROGRESS_S = 30.0
 
 
-def node_name(node: dict[str, Any]) -> str:
-    return str(node.get("name") or f"node-{node['index']}")
-
-
-def check_readiness(transport: NodeTransport, topology: dict[str, Any]) -> dict[int, Readiness]:
+def check_readiness(transport: NodeTransport, topology: Topology) -> dict[int, Readiness]:
     """Every node's readiness, asked in parallel (an unreachable node costs a connect
     timeout; asked one after the other, N of them would cost N)."""
-    indices = [int(n["index"]) for n in topology["nodes"]]
+    indices = [n.index for n in topology.nodes]
 
     def ask(node: int) -> Readiness:
         try:
@@ -92,7 +92,7 @@ def check_readiness(transport: NodeTransport, topology: dict[str, Any]) -> dict[
 
 def wait_until_ready(
     transport: NodeTransport,
-    topology: dict[str, Any],
+    topology: Topology,
     *,
     timeout_s: float,
     echo: Callable[[str], None] = print,
@@ -101,7 +101,7 @@ def wait_until_ready(
 ) -> None:
     """Return once every node's bootstrap finished; NodesNotReadyError as soon as one failed,
     or after ``timeout_s`` seconds (0: ask once) naming the nodes that are not ready."""
-    names = {int(n["index"]): node_name(n) for n in topology["nodes"]}
+    names = {n.index: n.name for n in topology.nodes}
     total = len(names)
     start = time.monotonic()
     last_said: tuple[str, float] | None = None
@@ -164,11 +164,16 @@ class RunReport:
     outcomes: dict[int, NodeOutcome] = field(default_factory=dict)
     first_failure: int | None = None
 
+    @property
+    def exit_code(self) -> int:
+        """What `skyinfra run` exits with: OK, or NODE_FAILED whatever the node's own code."""
+        return exitcodes.OK if self.first_failure is None else exitcodes.NODE_FAILED
+
 
 def run_on_cluster(
     *,
     transport: NodeTransport,
-    topology: dict[str, Any],
+    topology: Topology,
     topology_file: Path,
     runs_dir: Path,
     src: Path,
@@ -183,7 +188,7 @@ def run_on_cluster(
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before every node is ready."""
     wait_until_ready(transport, topology, timeout_s=wait_ready_s, echo=echo, poll_s=ready_poll_s)
-    nodes = [n["index"] for n in topology["nodes"]]
+    nodes = [n.index for n in topology.nodes]
     run_id = new_run_id()
     run_dir = runs_dir / run_id
     run_dir.mkdir(parents=True)
@@ -217,8 +222,8 @@ def run_on_cluster(
             if args:
                 argv += ["--", *args]
             env = {
-                "SKYINFRA_TOPOLOGY": f"{root}/topology.json",
-                "SKYINFRA_NODE": str(i),
+                TOPOLOGY_ENV: f"{root}/topology.json",
+                NODE_ENV: str(i),
                 "SKYINFRA_RUN_ID": run_id,
                 "PYTHONUNBUFFERED": "1",
             }
@@ -264,11 +269,14 @@ def run_on_cluster(
         "run_id": run_id,
         "entry": entry,
         "args": list(args),
+        # What `skyinfra run` exits with (skyinfra.exitcodes); each node's own code is below.
+        "exit_code": report.exit_code,
         "first_failure": report.first_failure,
         "nodes": [
             {
                 "node": o.node,
                 "exit_code": o.exit_code,
+                "exit_meaning": node_exitcodes.describe(o.exit_code),
                 "ended_by_skyinfra": o.ended_by_us,
                 "result": o.result,
             }
@@ -280,32 +288,26 @@ def run_on_cluster(
 
 
 def describe_exit(outcome: NodeOutcome) -> str:
+    """A node's outcome in words, with the runtime's meaning of its exit code."""
     if outcome.ended_by_us:
         return f"ended by skyinfra after another node failed (exit {outcome.exit_code})"
     if outcome.exit_code == 0:
         return "ok (exit 0)"
-    meaning = {
-        1: "user code raised",
-        2: "bad usage or entrypoint",
-        3: "topology or plugin set-up failed",
-        130: "interrupted",
-    }
-    extra = meaning.get(outcome.exit_code or 0, "")
-    return f"failed (exit {outcome.exit_code}{', ' + extra if extra else ''})"
+    return f"failed (exit {outcome.exit_code}, {node_exitcodes.describe(outcome.exit_code)})"
 
 
 def raise_for_failure(report: RunReport) -> None:
+    """RunError (exit NODE_FAILED) naming the first failing node and every node's own code."""
     if report.first_failure is None:
         return
     first = report.outcomes[report.first_failure]
-    codes = {i: o.exit_code if o.exit_code is not None else -1 for i, o in report.outcomes.items()}
-    err = RunError(
+    codes = {i: o.exit_code for i, o in report.outcomes.items()}
+    per_node = ", ".join(f"node-{o.node}: {describe_exit(o)}" for o in report.outcomes.values())
+    raise RunError(
         f"run {report.run_id} failed on node {first.node} "
-        f"(node-{first.node}, exit {first.exit_code}); "
-        f"logs in {report.run_dir}",
+        f"(node-{first.node}, exit {first.exit_code}: "
+        f"{node_exitcodes.describe(first.exit_code)}); "
+        f"nodes: {per_node}; logs in {report.run_dir}",
         node=first.node,
         exit_codes=codes,
     )
-    code = first.exit_code or 1
-    err.exit_code = code if 0 < code < 126 else 1
-    raise err

@@ -10,24 +10,20 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import tomllib
+from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
+from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
+from skyinfra_runtime.plugins import validate_plugins
+from skyinfra_runtime.topology import PluginRef
 
 from skyinfra.errors import SpecError
 
 PROVIDERS = ("local", "aws")
-PLUGINS = ("jax", "keras", "torch")
-KERAS_BACKENDS = ("jax", "torch", "tensorflow")
 JAX_EXTRAS = ("cuda12", "cuda13", "cpu")
-# Options each plugin accepts (checked here so a typo fails before any node exists).
-PLUGIN_OPTIONS: dict[str, tuple[str, ...]] = {
-    "jax": ("init_timeout",),
-    "keras": ("backend",),
-    "torch": ("backend", "init_timeout"),
-}
 MAX_LOCAL_NODES = 32
 # The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
 # the error comes from the spec, before anything runs.
@@ -80,10 +76,10 @@ AWS_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class PluginSpec:
-    name: str
-    options: dict[str, str] = field(default_factory=dict)
+# A plugin as the spec names it: the runtime's own type, so the topology carries it as is.
+# Its options are JSON values (strings, numbers, booleans, lists, tables), checked against
+# the runtime's plugin table (skyinfra_runtime.plugins.table).
+PluginSpec = PluginRef
 
 
 @dataclass(frozen=True)
@@ -134,16 +130,16 @@ class ClusterSpec:
 
 
 def parse_plugin_flag(text: str, field_name: str = "plugins") -> dict[str, Any]:
-    """``keras:backend=jax,x=y`` -> ``{"name": "keras", "options": {...}}`` (checked later)."""
-    name, _, rest = text.partition(":")
-    options: dict[str, str] = {}
-    if rest:
-        for item in rest.split(","):
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise SpecError(field_name, text, "NAME[:key=value,...], e.g. keras:backend=jax")
-            options[key.strip()] = value.strip()
-    return {"name": name.strip(), "options": options}
+    """``keras:backend=jax,x=y`` -> ``{"name": "keras", "options": {...}}`` (checked later).
+
+    The runtime's reading of ``NAME[:key=value,...]`` (values that are JSON are read as JSON);
+    a malformed flag is a SpecError naming ``field_name``.
+    """
+    try:
+        ref = runtime_parse_plugin_flag(text)
+    except PluginFlagError as err:
+        raise SpecError(field_name, text, err.expected) from None
+    return {"name": ref.name, "options": dict(ref.options)}
 
 
 def read_spec_file(path: Path) -> dict[str, Any]:
@@ -213,53 +209,22 @@ def _str(
 
 
 def _plugins(value: Any) -> tuple[PluginSpec, ...]:
+    """The spec's plugin list, checked by the runtime's plugin table (one set of rules)."""
     if not isinstance(value, list):
         raise SpecError("plugins", value, 'a list like ["jax", "keras:backend=jax"]')
-    result: list[PluginSpec] = []
+    refs: list[PluginRef] = []
     for i, item in enumerate(value):
         path = f"plugins[{i}]"
         entry = parse_plugin_flag(item, path) if isinstance(item, str) else item
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise SpecError(path, item, 'a plugin name or a table {name = "...", options = {}}')
         _reject_unknown(entry, ("name", "options"), f"{path}.")
-        name = entry["name"]
-        if name not in PLUGINS:
-            raise SpecError(f"{path}.name", name, f"one of {list(PLUGINS)}")
-        options = entry.get("options", {})
-        if not isinstance(options, dict):
-            raise SpecError(f"{path}.options", options, "a table of option = value")
-        clean: dict[str, str] = {}
-        for key, opt in options.items():
-            if key not in PLUGIN_OPTIONS[name]:
-                raise SpecError(
-                    f"{path}.options.{key}",
-                    opt,
-                    f"an option of {name}: {list(PLUGIN_OPTIONS[name])}",
-                )
-            if isinstance(opt, bool) or not isinstance(opt, str | int | float):
-                raise SpecError(f"{path}.options.{key}", opt, "a string or number")
-            clean[key] = str(opt)
-        if name == "keras" and clean.get("backend", "jax") not in KERAS_BACKENDS:
-            raise SpecError(
-                f"{path}.options.backend", clean["backend"], f"one of {list(KERAS_BACKENDS)}"
-            )
-        if "init_timeout" in clean and not _positive_number(clean["init_timeout"]):
-            raise SpecError(
-                f"{path}.options.init_timeout", options["init_timeout"], "a number of seconds > 0"
-            )
-        if name == "torch" and clean.get("backend", "gloo") not in ("gloo", "nccl"):
-            raise SpecError(f"{path}.options.backend", clean["backend"], "gloo or nccl")
-        if any(p.name == name for p in result):
-            raise SpecError(path, name, "each plugin at most once")
-        result.append(PluginSpec(name, clean))
-    return tuple(result)
-
-
-def _positive_number(text: str) -> bool:
+        refs.append(PluginRef(entry["name"], entry.get("options", {})))
     try:
-        return float(text) > 0
-    except ValueError:
-        return False
+        return validate_plugins(refs)
+    except PluginOptionError as err:
+        where = f"plugins[{err.index}]" + (f".{err.field}" if err.field else "")
+        raise SpecError(where, err.value, err.expected) from None
 
 
 def _packages(value: Any) -> tuple[str, ...]:

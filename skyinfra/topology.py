@@ -1,89 +1,149 @@
-"""Terraform outputs -> topology dict, schema 1 (README.md). Pure."""
+"""The cluster's topology, built in one place: the runtime's :class:`Topology` (schema 1).
+
+``build_topology`` makes it from the spec and the nodes; ``topology_from_outputs`` reads the
+nodes from Terraform's outputs (after apply), and the AWS target's pre-boot copy for
+cloud-init (before any node exists) calls ``build_topology`` with the planned addresses.
+cluster, provider, head_port, procs_per_node and plugins come from the spec; outputs that say
+otherwise are refused. Pure.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import WorkspaceError
+from skyinfra_runtime.errors import TopologyError as RuntimeTopologyError
+from skyinfra_runtime.topology import SCHEMA, Accelerator, Node, Topology
+
+from skyinfra.errors import TopologyError, WorkspaceError
 from skyinfra.spec import ClusterSpec
 
-SCHEMA = 1
-NODE_FIELDS = ("index", "name", "private_ip", "public_ip", "instance_id", "accelerator")
+__all__ = [
+    "SCHEMA",
+    "Accelerator",
+    "Node",
+    "Topology",
+    "build_topology",
+    "read_topology",
+    "topology_from_outputs",
+]
 
 
-def _accelerator(value: Any, where: str) -> dict[str, Any] | None:
+def build_topology(spec: ClusterSpec, *, head_addr: str, nodes: Iterable[Node]) -> Topology:
+    """The topology of ``spec``'s cluster with these nodes, checked as the runtime reads it."""
+    ordered = tuple(sorted(nodes, key=lambda n: n.index))
+    indices = [n.index for n in ordered]
+    if indices != list(range(len(ordered))):
+        raise TopologyError(
+            f"terraform output 'nodes': indices must be 0..{len(ordered) - 1}, got {indices}"
+        )
+    if len(ordered) != spec.nodes:
+        raise TopologyError(
+            f"terraform output 'nodes' has {len(ordered)} node(s); the spec asks for {spec.nodes}"
+        )
+    topology = Topology(
+        cluster=spec.name,
+        provider=spec.provider,
+        head_addr=head_addr,
+        head_port=spec.head_port,
+        nodes=ordered,
+        procs_per_node=spec.procs_per_node,
+        plugins=spec.plugins,
+    )
+    try:  # what the nodes will read: refuse here what the runtime would refuse there
+        Topology.from_dict(topology.to_dict())
+    except RuntimeTopologyError as err:
+        raise TopologyError(f"the topology of cluster {spec.name!r} is not valid: {err}") from None
+    return topology
+
+
+def _integer(value: Any, where: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # Terraform numbers arrive as JSON numbers
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TopologyError(f"terraform output {where}: expected an integer, got {value!r}")
+    return value
+
+
+def _accelerator(value: Any, where: str) -> Accelerator | None:
     if value is None:
         return None
     if (
         not isinstance(value, Mapping)
         or not isinstance(value.get("type"), str)
-        or not isinstance(value.get("count"), int)
+        or not isinstance(value.get("count"), int | float)
     ):
-        raise WorkspaceError(
+        raise TopologyError(
             f"terraform output {where}.accelerator: expected null or {{type, count}}, got {value!r}"
         )
-    return {"type": value["type"], "count": value["count"]}
+    return Accelerator(type=value["type"], count=_integer(value["count"], f"{where}.accelerator"))
 
 
-def topology_from_outputs(outputs: Mapping[str, Any], spec: ClusterSpec) -> dict[str, Any]:
+def _node(key: str, node: Any) -> Node:
+    where = f"nodes[{key!r}]"
+    if not isinstance(node, Mapping):
+        raise TopologyError(f"terraform output {where}: expected an object, got {node!r}")
+    missing = [f for f in ("index", "private_ip", "instance_id") if f not in node]
+    if missing:
+        raise TopologyError(f"terraform output {where} lacks {', '.join(missing)}")
+    public_ip = node.get("public_ip")
+    return Node(
+        index=_integer(node["index"], f"{where}.index"),
+        name=str(node.get("name", key)),
+        private_ip=str(node["private_ip"]),
+        public_ip=None if public_ip is None else str(public_ip),
+        instance_id=str(node["instance_id"]),
+        accelerator=_accelerator(node.get("accelerator"), where),
+    )
+
+
+def topology_from_outputs(outputs: Mapping[str, Any], spec: ClusterSpec) -> Topology:
     """Build the topology the runtime reads; a malformed output names what is wrong."""
     for key in ("head_addr", "head_port", "nodes"):
         if key not in outputs:
-            raise WorkspaceError(
+            raise TopologyError(
                 f"terraform output {key!r} is missing; the root module must define it"
             )
     nodes_out = outputs["nodes"]
     if not isinstance(nodes_out, Mapping) or not nodes_out:
-        raise WorkspaceError(
+        raise TopologyError(
             "terraform output 'nodes': expected a non-empty map keyed by node name, "
             f"got {nodes_out!r}"
         )
-    nodes: list[dict[str, Any]] = []
-    for key, node in nodes_out.items():
-        where = f"nodes[{key!r}]"
-        if not isinstance(node, Mapping):
-            raise WorkspaceError(f"terraform output {where}: expected an object, got {node!r}")
-        missing = [f for f in ("index", "private_ip", "instance_id") if f not in node]
-        if missing:
-            raise WorkspaceError(f"terraform output {where} lacks {', '.join(missing)}")
-        index = node["index"]
-        if isinstance(index, float) and index.is_integer():
-            index = int(index)  # Terraform numbers arrive as JSON numbers
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise WorkspaceError(
-                f"terraform output {where}.index: expected an integer, got {index!r}"
-            )
-        nodes.append(
-            {
-                "index": index,
-                "name": str(node.get("name", key)),
-                "private_ip": str(node["private_ip"]),
-                "public_ip": node.get("public_ip"),
-                "instance_id": str(node["instance_id"]),
-                "accelerator": _accelerator(node.get("accelerator"), where),
-            }
-        )
-    nodes.sort(key=lambda n: n["index"])
-    indices = [n["index"] for n in nodes]
-    if indices != list(range(len(nodes))):
-        raise WorkspaceError(
-            f"terraform output 'nodes': indices must be 0..{len(nodes) - 1}, got {indices}"
-        )
-    head_port = outputs["head_port"]
-    if isinstance(head_port, float) and head_port.is_integer():
-        head_port = int(head_port)
-    if not isinstance(head_port, int) or isinstance(head_port, bool):
-        raise WorkspaceError(
-            f"terraform output 'head_port': expected an integer, got {head_port!r}"
-        )
-    return {
+    head_port = _integer(outputs["head_port"], "'head_port'")
+    expected = {
         "schema": SCHEMA,
-        "cluster": outputs.get("cluster", spec.name),
-        "provider": outputs.get("provider", spec.provider),
-        "head_addr": str(outputs["head_addr"]),
-        "head_port": head_port,
-        "procs_per_node": spec.procs_per_node,
-        "plugins": [{"name": p.name, "options": dict(p.options)} for p in spec.plugins],
-        "nodes": nodes,
+        "cluster": spec.name,
+        "provider": spec.provider,
+        "head_port": spec.head_port,
     }
+    given = {**{k: outputs[k] for k in expected if k in outputs}, "head_port": head_port}
+    for key, value in expected.items():
+        if key in given and given[key] != value:
+            raise TopologyError(
+                f"terraform output {key!r} is {given[key]!r} but the spec says {value!r};"
+                " the workspace's root module does not match its spec (run `skyinfra up` again)"
+            )
+    return build_topology(
+        spec,
+        head_addr=str(outputs["head_addr"]),
+        nodes=[_node(str(key), node) for key, node in nodes_out.items()],
+    )
+
+
+def read_topology(path: Path) -> Topology:
+    """A workspace's topology.json, read as the runtime reads it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkspaceError(
+            f"{path} is missing (the cluster is down); run `skyinfra up` first"
+        ) from None
+    except json.JSONDecodeError as err:
+        raise WorkspaceError(f"{path} is not valid JSON ({err})") from None
+    try:
+        return Topology.from_dict(data)
+    except RuntimeTopologyError as err:
+        raise TopologyError(f"{path}: {err}") from None

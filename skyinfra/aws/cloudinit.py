@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from skyinfra.errors import SpecError
+from skyinfra.errors import RenderError, SpecError
 from skyinfra.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
@@ -91,37 +91,40 @@ def _environment() -> jinja2.Environment:
 
 def _check(params: NodeUserData) -> None:
     if not _SHA256_RE.match(params.wheel_sha256):
-        raise SpecError("wheel_sha256", params.wheel_sha256, "64 lower-case hex digits")
+        raise RenderError("wheel_sha256", params.wheel_sha256, "64 lower-case hex digits")
     if not _WHEEL_RE.match(params.wheel_filename):
-        raise SpecError("wheel_filename", params.wheel_filename, "a wheel file name ending in .whl")
+        raise RenderError(
+            "wheel_filename", params.wheel_filename, "a wheel file name ending in .whl"
+        )
     if not params.wheel_url.startswith("https://") and not params.wheel_url.startswith("http://"):
-        raise SpecError("wheel_url", params.wheel_url, "an http(s) URL (a presigned S3 URL)")
+        raise RenderError("wheel_url", params.wheel_url, "an http(s) URL (a presigned S3 URL)")
     if params.jax_extra is not None and not _EXTRA_RE.match(params.jax_extra):
-        raise SpecError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
+        raise RenderError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
     if params.idle_shutdown_minutes is not None and params.idle_shutdown_minutes < 0:
-        raise SpecError(
+        raise RenderError(
             "aws.idle_shutdown_minutes", params.idle_shutdown_minutes, "minutes >= 1, or 0 for off"
         )
     for name in ("node_dir", "state_dir", "script_dir"):
         value = getattr(params, name)
         if not _DIR_RE.match(value):
-            raise SpecError(name, value, "an absolute path of letters, digits and _./-")
+            raise RenderError(name, value, "an absolute path of letters, digits and _./-")
     try:
         topology = json.loads(params.topology_json)
     except ValueError as err:
-        raise SpecError("topology", params.topology_json[:80], f"JSON ({err})") from None
+        raise RenderError("topology", params.topology_json[:80], f"JSON ({err})") from None
     if not isinstance(topology, dict) or topology.get("schema") != 1:
-        raise SpecError(
+        raise RenderError(
             "topology", params.topology_json[:80], 'a schema 1 topology ({"schema": 1, ...})'
         )
     if not params.bootstrap_script.startswith("#!"):
-        raise SpecError(
+        raise RenderError(
             "bootstrap_script", params.bootstrap_script[:40], "a script starting with #!"
         )
 
 
 def render_user_data(params: NodeUserData) -> str:
-    """The node's ``#cloud-config`` document. Raises SpecError for bad input or a leaked secret."""
+    """The node's ``#cloud-config`` document. Raises RenderError for a value the caller should
+    never pass, SpecError for a secret the spec would leak into it."""
     _check(params)
     packages = [f"jax[{params.jax_extra}]"] if params.jax_extra else []
     packages += list(params.python_packages)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from skyinfra.errors import SpecError
+from skyinfra.errors import ConfigError
 
 ENDPOINT_ENV_VAR = "SKYINFRA_AWS_ENDPOINT_URL"
 
@@ -40,13 +40,13 @@ def parse_endpoint_url(value: str) -> str:
     """Check an endpoint override and return it without a trailing slash."""
     parts = urlsplit(value.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(
+        raise ConfigError(
             ENDPOINT_ENV_VAR,
             value,
             "an http(s) URL of an AWS API emulator, e.g. http://127.0.0.1:5000",
         )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise SpecError(ENDPOINT_ENV_VAR, value, "a URL without path, query or fragment")
+        raise ConfigError(ENDPOINT_ENV_VAR, value, "a URL without path, query or fragment")
     return f"{parts.scheme}://{parts.netloc}"
 
 

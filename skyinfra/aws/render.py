@@ -18,7 +18,7 @@ from pathlib import Path
 import jinja2
 
 from skyinfra.aws.endpoints import Emulator
-from skyinfra.errors import SpecError
+from skyinfra.errors import RenderError, SpecError
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
 MODULES_DIR = Path(__file__).resolve().parents[2] / "infra" / "modules" / "aws"
@@ -88,7 +88,7 @@ def encode_user_data(document: str) -> dict[str, str]:
         return {"text": document}
     packed = gzip.compress(raw, compresslevel=9, mtime=0)
     if len(packed) > USER_DATA_LIMIT_BYTES:
-        raise SpecError(
+        raise RenderError(
             "user_data",
             f"{len(packed)} bytes after gzip",
             f"at most {USER_DATA_LIMIT_BYTES} bytes (EC2's user-data limit); embed less",
@@ -175,7 +175,7 @@ def render_root_module(
     validate_params(params)
     expected = node_names(params.node_count)
     if sorted(user_data) != sorted(expected):
-        raise SpecError("user_data", sorted(user_data), f"one document for each of {expected}")
+        raise RenderError("user_data", sorted(user_data), f"one document for each of {expected}")
     main_tf = (
         _environment()
         .get_template("main.tf.j2")

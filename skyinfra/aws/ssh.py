@@ -26,7 +26,7 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
-from skyinfra.errors import TransportError
+from skyinfra.errors import HostKeyChangedError, TransportError
 from skyinfra.transport.base import IgnoreFn, Readiness
 
 # paramiko logs a failed connection's traceback from its own thread; without a handler
@@ -38,10 +38,6 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CLOUD_INIT_STATUS = "cloud-init status"
 # How much of the failed marker or of cloud-init's answer goes into a message.
 _DETAIL_CHARS = 600
-
-
-class HostKeyChangedError(TransportError):
-    """The node's host key differs from the one pinned in known_hosts: waiting cannot help."""
 
 
 @dataclass(frozen=True)

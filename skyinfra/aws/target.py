@@ -51,7 +51,7 @@ from skyinfra.aws.staging import default_bucket_name, stage_wheel
 from skyinfra.errors import PreflightError, SpecError, WorkspaceError
 from skyinfra.render import module_source
 from skyinfra.spec import AwsSpec, ClusterSpec
-from skyinfra.topology import SCHEMA
+from skyinfra.topology import Accelerator, Node, Topology, build_topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
@@ -400,38 +400,27 @@ def cluster_params(
     )
 
 
-def preboot_topology(spec: ClusterSpec, params: AwsClusterParams) -> dict[str, Any]:
+def preboot_topology(spec: ClusterSpec, params: AwsClusterParams) -> Topology:
     """The topology as far as it is known before any node exists (schema 1).
 
     Addresses are fixed by the nodes module, so they are known; instance ids and public
     addresses are not (null). `skyinfra run` ships the full topology.json to every node.
+    Built by the same builder as the topology from Terraform's outputs.
     """
     ips = planned_private_ips(params)
-    accelerator = (
-        None
-        if params.accelerator is None
-        else {"type": params.accelerator[0], "count": params.accelerator[1]}
-    )
-    return {
-        "schema": SCHEMA,
-        "cluster": spec.name,
-        "provider": "aws",
-        "head_addr": ips["node-0"],
-        "head_port": spec.head_port,
-        "procs_per_node": spec.procs_per_node,
-        "plugins": [{"name": p.name, "options": dict(p.options)} for p in spec.plugins],
-        "nodes": [
-            {
-                "index": index,
-                "name": name,
-                "private_ip": ips[name],
-                "public_ip": None,
-                "instance_id": None,
-                "accelerator": accelerator,
-            }
-            for index, name in enumerate(node_names(params.node_count))
-        ],
-    }
+    accelerator = None if params.accelerator is None else Accelerator(*params.accelerator)
+    nodes = [
+        Node(
+            index=index,
+            name=name,
+            private_ip=ips[name],
+            public_ip=None,
+            instance_id=None,
+            accelerator=accelerator,
+        )
+        for index, name in enumerate(node_names(params.node_count))
+    ]
+    return build_topology(spec, head_addr=ips["node-0"], nodes=nodes)
 
 
 def render_files(
@@ -462,7 +451,7 @@ def render_files(
     )
     say(f"[skyinfra] runtime wheel staged at s3://{staged.bucket}/{staged.key}")
 
-    topology_json = json.dumps(preboot_topology(spec, params), sort_keys=True)
+    topology_json = json.dumps(preboot_topology(spec, params).to_dict(), sort_keys=True)
     bootstrap = default_bootstrap_script()
     forbidden = aws.secret_values()
     user_data = {
@@ -512,7 +501,7 @@ def render_files(
 
 
 def transport(
-    ws: Workspace, topology: Mapping[str, Any], *, connect_timeout_s: float = 20.0
+    ws: Workspace, topology: Topology, *, connect_timeout_s: float = 20.0
 ) -> SshTransport:
     """SSH to every node: its public address, or the private one when it has none. The node
     is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER)."""
@@ -530,10 +519,8 @@ def transport(
         settings = ws.read_json(ws.path / TARGET_FILE)
         user = str(settings["ssh_user"])
     targets = {
-        int(node["index"]): SshTarget(
-            host=str(node.get("public_ip") or node["private_ip"]), user=user, port=SSH_PORT
-        )
-        for node in topology["nodes"]
+        node.index: SshTarget(host=node.public_ip or node.private_ip, user=user, port=SSH_PORT)
+        for node in topology.nodes
     }
     return SshTransport(
         targets,

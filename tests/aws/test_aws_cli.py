@@ -34,6 +34,7 @@ from skyinfra.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
 from skyinfra.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.spec import validate_spec
 from skyinfra.terraform.engine import MIRROR_ENV
+from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
@@ -223,12 +224,13 @@ def test_up_twice_status_down_through_the_cli(
                 Filters=[{"Name": "attachment.instance-id", "Values": [node["instance_id"]]}]
             )["Volumes"]
             assert [(v["VolumeType"], v["Encrypted"]) for v in root] == [("gp3", True)]
-        # The root module's `topology` output (keyed by node name, with the zone) as applied.
+        # The root module's `nodes` output (keyed by node name, with the zone) as applied.
         outputs = json.loads((ws / "terraform.tfstate").read_text())["outputs"]
         assert {
             name: (o["index"], o["instance_id"], o["private_ip"], o["availability_zone"])
-            for name, o in outputs["topology"]["value"].items()
+            for name, o in outputs["nodes"]["value"].items()
         } == {n["name"]: (n["index"], n["instance_id"], n["private_ip"], zone) for n in nodes}
+        assert "topology" not in outputs  # one output for the nodes, not two
         assert count_cluster_resources(ec2, "cli-two") == {
             "instances": 2,
             "security_groups": 1,
@@ -277,7 +279,7 @@ def test_up_twice_status_down_through_the_cli(
 
         # `run` does not start on nodes that are not ready: it waits, then names them.
         run = skyinfra("run", "--wait-ready", "1", "train.py:main", cwd=project, env=cli_env)
-        assert run.returncode == 1, run.stdout + run.stderr
+        assert run.returncode == 5, run.stdout + run.stderr  # exitcodes.NODES_NOT_READY
         assert "error: 2 of 2 node(s) not ready after 1 s: node-0: not reachable" in run.stderr
         assert "; node-1: not reachable over SSH" in run.stderr
         assert "[skyinfra] waiting for node-0 (not reachable yet), node-1 (" in run.stdout
@@ -374,12 +376,16 @@ def test_transport_uses_the_spec_key_and_public_or_private_address(
     )
     ws.write_json(ws.spec_file, spec.to_dict())
     ws.write_json(ws.path / TARGET_FILE, {"ssh_user": "ec2-user"})
-    topology = {
-        "nodes": [
-            {"index": 0, "private_ip": "10.42.0.10", "public_ip": "198.51.100.4"},
-            {"index": 1, "private_ip": "10.42.0.11", "public_ip": None},
-        ]
-    }
+    topology = Topology(
+        cluster="ssh",
+        provider="aws",
+        head_addr="10.42.0.10",
+        head_port=29500,
+        nodes=(
+            Node(0, "node-0", "10.42.0.10", "198.51.100.4", "i-0"),
+            Node(1, "node-1", "10.42.0.11", None, "i-1"),
+        ),
+    )
     nodes = transport(ws, topology)
     targets = nodes._targets
     assert [(t.host, t.user, t.port) for t in targets.values()] == [

@@ -19,7 +19,7 @@ from skyinfra.aws.cloudinit import (
     render_user_data,
 )
 from skyinfra.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
-from skyinfra.errors import SpecError
+from skyinfra.errors import RenderError, SpecError
 from tests.conftest import require_system_tool
 
 TOPOLOGY = {
@@ -149,5 +149,7 @@ def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
     ],
 )
 def test_bad_input_names_the_field(field: str, value: str, message: str) -> None:
-    with pytest.raises(SpecError, match=message):
+    # Values skyinfra computes itself: a bad one is an internal error, not the user's spec.
+    with pytest.raises(RenderError, match=message) as err:
         render_user_data(params(**{field: value}))
+    assert not isinstance(err.value, SpecError)

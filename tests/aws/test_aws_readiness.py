@@ -30,6 +30,7 @@ from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, rende
 from skyinfra.aws.ssh import SshTarget, SshTransport
 from skyinfra.errors import NodesNotReadyError
 from skyinfra.run import run_on_cluster, wait_until_ready
+from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 
 LOG = "/var/log/cloud-init-output.log"
@@ -157,11 +158,14 @@ def test_wait_returns_once_the_marker_appears(
     assert lines[-1].startswith("[skyinfra] all 1 node(s) ready after")
 
 
-def topology_of(count: int) -> dict[str, object]:
-    return {
-        "schema": 1,
-        "nodes": [{"index": i, "name": f"node-{i}"} for i in range(count)],
-    }
+def topology_of(count: int) -> Topology:
+    return Topology(
+        cluster="ready",
+        provider="aws",
+        head_addr="127.0.0.1",
+        head_port=29500,
+        nodes=tuple(Node(i, f"node-{i}", "127.0.0.1", None, None) for i in range(count)),
+    )
 
 
 def test_run_waits_then_fails_naming_the_node_not_ready(
@@ -175,7 +179,7 @@ def test_run_waits_then_fails_naming_the_node_not_ready(
     (node_root / "state" / "ready").write_text("now\n")
     ssh = make_transport({0: sshd[0], 1: closed_port_target()})
     topology = topology_of(2)
-    (tmp_path / "topology.json").write_text(json.dumps(topology))
+    (tmp_path / "topology.json").write_text(json.dumps(topology.to_dict()))
     (tmp_path / "src").mkdir()
     lines: list[str] = []
     started = time.monotonic()

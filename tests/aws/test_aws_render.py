@@ -12,7 +12,7 @@ from aws_tf import REGION, Terraform
 
 from skyinfra.aws.endpoints import Emulator
 from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
-from skyinfra.errors import SpecError
+from skyinfra.errors import RenderError, SpecError
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk r"
 
@@ -99,7 +99,7 @@ def test_world_ssh_with_explicit_opt_in_renders() -> None:
 
 
 def test_user_data_must_cover_every_node() -> None:
-    with pytest.raises(SpecError, match="one document for each"):
+    with pytest.raises(RenderError, match="one document for each"):
         render_root_module(params(), modules_source="../m", user_data={"node-0": "#cloud-config\n"})
 
 

@@ -18,7 +18,7 @@ from skyinfra.aws.endpoints import (
     emulator_from_env,
 )
 from skyinfra.aws.staging import default_bucket_name, stage_wheel
-from skyinfra.errors import PreflightError, SpecError
+from skyinfra.errors import ConfigError, PreflightError
 
 
 def make_wheel(path: Path) -> Path:
@@ -60,5 +60,6 @@ def test_endpoint_override_from_env() -> None:
     assert kwargs["endpoint_url"] == "http://127.0.0.1:4566"
     assert boto3_client_kwargs("us-east-1", None) == {"region_name": "us-east-1"}
     for bad in ("127.0.0.1:4566", "ftp://x", "http://127.0.0.1:4566/path"):
-        with pytest.raises(SpecError, match=ENDPOINT_ENV_VAR):
+        with pytest.raises(ConfigError, match=ENDPOINT_ENV_VAR) as err:
             emulator_from_env({ENDPOINT_ENV_VAR: bad})
+        assert err.value.variable == ENDPOINT_ENV_VAR and err.value.exit_code == 2

@@ -1,12 +1,19 @@
-"""Terraform outputs -> topology (schema 1), and what a malformed output reports."""
+"""Terraform outputs -> topology (schema 1), and what a malformed output reports.
+
+The operator builds the runtime's own ``Topology``; its ``to_dict()`` is topology.json."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
-from skyinfra.errors import WorkspaceError
+from skyinfra_runtime.topology import Topology
+
+from skyinfra.aws.render import AwsClusterParams
+from skyinfra.aws.target import preboot_topology
+from skyinfra.errors import TopologyError
 from skyinfra.spec import validate_spec
 from skyinfra.topology import topology_from_outputs
 
@@ -34,7 +41,8 @@ def outputs() -> dict[str, Any]:
 
 def test_topology_matches_the_readme_contract() -> None:
     topo = topology_from_outputs(outputs(), SPEC)
-    assert topo == {
+    assert isinstance(topo, Topology)
+    assert topo.to_dict() == {
         "schema": 1,
         "cluster": "demo",
         "provider": "local",
@@ -52,6 +60,8 @@ def test_topology_matches_the_readme_contract() -> None:
              "instance_id": "local-demo-1", "accelerator": {"type": "A100", "count": 8}},
         ],
     }  # fmt: skip
+    # What the runtime reads back is what the operator built.
+    assert Topology.from_dict(topo.to_dict()) == topo
 
 
 def test_ten_nodes_sort_by_index_not_name() -> None:
@@ -60,8 +70,8 @@ def test_ten_nodes_sort_by_index_not_name() -> None:
         f"node-{i}": {"index": i, "private_ip": f"127.0.0.{2 + i}", "instance_id": f"i-{i}"}
         for i in range(10)
     }
-    topo = topology_from_outputs(outs, SPEC)
-    assert [n["index"] for n in topo["nodes"]] == list(range(10))
+    topo = topology_from_outputs(outs, validate_spec({"name": "demo", "nodes": 10}))
+    assert [n.index for n in topo.nodes] == list(range(10))
 
 
 @pytest.mark.parametrize(
@@ -77,10 +87,71 @@ def test_ten_nodes_sort_by_index_not_name() -> None:
             "accelerator",
         ),
         (lambda o: o.__setitem__("head_port", "29500"), "'head_port': expected an integer"),
+        # cluster, provider and head_port come from the spec; outputs that disagree are refused.
+        (lambda o: o.__setitem__("cluster", "other"), "'cluster' is 'other' but the spec says"),
+        (lambda o: o.__setitem__("provider", "aws"), "'provider' is 'aws' but the spec says"),
+        (lambda o: o.__setitem__("head_port", 29600), "'head_port' is 29600 but the spec says"),
+        (lambda o: o.__setitem__("schema", 2), "'schema' is 2 but the spec says 1"),
+        (lambda o: o["nodes"].pop("node-1"), "has 1 node(s); the spec asks for 2"),
+        (lambda o: o["nodes"]["node-0"].__setitem__("private_ip", ""), "'private_ip'"),
     ],
 )
 def test_malformed_outputs_name_the_problem(mutate: Any, message: str) -> None:
     outs = outputs()
     mutate(outs)
-    with pytest.raises(WorkspaceError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(TopologyError, match=re.escape(message)):
         topology_from_outputs(outs, SPEC)
+
+
+def test_aws_preboot_topology_comes_from_the_same_builder() -> None:
+    """cloud-init's copy (before boot) equals the one from outputs, less what EC2 assigns."""
+    spec = validate_spec(
+        {
+            "name": "gpu",
+            "provider": "aws",
+            "nodes": 2,
+            "procs_per_node": "auto",
+            "plugins": ["jax", "torch:backend=mpi"],
+            "aws": {
+                "region": "us-east-1",
+                "instance_type": "g5.xlarge",
+                "ssh_cidrs": ["10.0.0.0/8"],
+            },
+        }
+    )
+    params = AwsClusterParams(
+        cluster_name="gpu",
+        region="us-east-1",
+        availability_zone="us-east-1a",
+        instance_type="g5.xlarge",
+        ami_id="ami-0123456789abcdef0",
+        node_count=2,
+        ssh_public_key="ssh-ed25519 AAAA",
+        accelerator=("A10G", 1),
+    )
+    before = preboot_topology(spec, params)
+    accel = {"type": "A10G", "count": 1}
+    after = topology_from_outputs(
+        {
+            "cluster": "gpu",
+            "provider": "aws",
+            "head_addr": "10.42.0.10",
+            "head_port": 29500,
+            "nodes": {
+                f"node-{i}": {"index": i, "name": f"node-{i}", "private_ip": f"10.42.0.1{i}",
+                              "public_ip": f"198.51.100.{i}", "instance_id": f"i-{i}",
+                              "availability_zone": "us-east-1a", "accelerator": accel}
+                for i in range(2)
+            },
+        },
+        spec,
+    )  # fmt: skip
+    assert before.to_dict()["schema"] == 1
+    assert [(n.private_ip, n.public_ip, n.instance_id) for n in before.nodes] == [
+        ("10.42.0.10", None, None),
+        ("10.42.0.11", None, None),
+    ]
+    blank = [{**n, "public_ip": None, "instance_id": None} for n in after.to_dict()["nodes"]]
+    assert before.to_dict() == {**after.to_dict(), "nodes": blank}
+    assert before.plugins[1].options == {"backend": "mpi"}
+    assert Topology.from_dict(before.to_dict()) == before

@@ -12,11 +12,6 @@ output "nodes" {
   }
 }
 
-output "planned_private_ips" {
-  description = "Fixed private address of every node, known before anything is created."
-  value       = { for node, attrs in local.nodes : node => attrs.private_ip }
-}
-
 output "placement_group_name" {
   description = "Name of the cluster placement group, or null when off."
   value       = try(aws_placement_group.this[0].name, null)

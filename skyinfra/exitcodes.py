@@ -1,0 +1,26 @@
+"""Exit codes of the `skyinfra` command: one table, documented in README.md ("Exit codes").
+
+Each error class in :mod:`skyinfra.errors` carries one of these as ``exit_code``. A node's
+own exit code (the runtime's table, :mod:`skyinfra_runtime.exitcodes`) is never passed
+through: `skyinfra run` exits with NODE_FAILED and reports each node's code and its meaning.
+"""
+
+from __future__ import annotations
+
+OK = 0
+ERROR = 1  # anything else: Terraform, a transport, a workspace, an internal invariant
+USAGE = 2  # the spec, a flag or a setting (such as an environment variable) is wrong
+PREFLIGHT = 3  # a cloud check before Terraform failed (credentials, quota, AMI, ...)
+NODE_FAILED = 4  # `skyinfra run`: the entry failed on a node (its own code is in the report)
+NODES_NOT_READY = 5  # `skyinfra run`: a node's bootstrap failed or did not finish in time
+INTERRUPTED = 130  # Ctrl-C (SIGINT)
+
+MEANINGS: dict[int, str] = {
+    OK: "success",
+    ERROR: "error (Terraform, transport, workspace or internal)",
+    USAGE: "bad spec, flag or setting; nothing was changed",
+    PREFLIGHT: "cloud preflight failed; nothing was changed",
+    NODE_FAILED: "skyinfra run: a node failed",
+    NODES_NOT_READY: "skyinfra run: nodes not ready; nothing was started",
+    INTERRUPTED: "interrupted",
+}
