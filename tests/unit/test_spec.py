@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.plugins import from_name
 
+from skyinfra.cluster import load_spec_of
 from skyinfra.errors import SpecError
 from skyinfra.spec import load_spec, parse_plugin_flag, validate_spec
+from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
 
 
@@ -75,6 +79,106 @@ def test_plugin_flag_parsing() -> None:
     assert parse_plugin_flag("jax") == {"name": "jax", "options": {}}
     with pytest.raises(SpecError, match="plugins"):
         parse_plugin_flag("keras:backend")
+    # The runtime's reading: JSON values keep their type; commas inside brackets stay.
+    assert parse_plugin_flag(
+        'keras:mesh_shape=[1, 2],axis_names=["batch","model"],'
+        'layout_map={".*wide/kernel":[null,"model"]}'
+    ) == {
+        "name": "keras",
+        "options": {
+            "mesh_shape": [1, 2],
+            "axis_names": ["batch", "model"],
+            "layout_map": {".*wide/kernel": [None, "model"]},
+        },
+    }
+    assert parse_plugin_flag("torch:init_timeout=30, backend=gloo") == {
+        "name": "torch",
+        "options": {"init_timeout": 30, "backend": "gloo"},
+    }
+
+
+def test_torch_mpi_is_accepted_because_the_runtime_runs_it() -> None:
+    spec = validate_spec({"name": "c", "plugins": ["torch:backend=mpi"]})
+    assert spec.plugins[0].options == {"backend": "mpi"}
+    plugin = from_name("torch", spec.plugins[0].options)  # the runtime takes what the spec took
+    assert getattr(plugin, "backend", None) == "mpi"
+    with pytest.raises(SpecError) as err:
+        validate_spec({"name": "c", "plugins": ["jax", "torch:backend=ucc"]})
+    assert err.value.field == "plugins[1].options.backend"
+    assert err.value.value == "ucc"
+    assert "nccl, gloo, mpi" in str(err.value)
+
+
+MODEL_PARALLEL_TOML = """
+name = "mp"
+nodes = 2
+[[plugins]]
+name = "jax"
+options = { init_timeout = 60 }
+[[plugins]]
+name = "keras"
+[plugins.options]
+backend = "jax"
+mesh_shape = [1, 2]
+axis_names = ["batch", "model"]
+# TOML has no null: "" is a replicated dimension.
+layout_map = { ".*wide/kernel" = ["", "model"] }
+"""
+
+
+def test_keras_model_parallel_options_from_toml_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "skyinfra.toml"
+    path.write_text(MODEL_PARALLEL_TOML)
+    spec = load_spec(path, {})
+    keras = spec.plugins[1]
+    assert spec.plugins[0].options == {"init_timeout": 60}  # a number stays a number
+    assert keras.options == {
+        "backend": "jax",
+        "mesh_shape": [1, 2],
+        "axis_names": ["batch", "model"],
+        "layout_map": {".*wide/kernel": [None, "model"]},
+    }
+    # spec.json round-trips to the same spec; the runtime builds the plugin from the options.
+    ws = Workspace(tmp_path / "clusters" / "mp")
+    ws.path.mkdir(parents=True)
+    ws.write_json(ws.spec_file, spec.to_dict())
+    assert load_spec_of(ws) == spec
+    plugin = from_name(keras.name, json.loads(json.dumps(keras.options)))
+    assert getattr(plugin, "layout_map", None) == {".*wide/kernel": [None, "model"]}
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "hint"),
+    [
+        ({"mesh_shape": [1, 2], "axis_names": ["b", "m"]}, "options.layout_map", "together"),
+        (
+            {"mesh_shape": [2], "axis_names": ["b", "m"], "layout_map": {}},
+            "options.axis_names",
+            "1 axis names",
+        ),
+        (
+            {"mesh_shape": [1, 2], "axis_names": ["b", "m"], "layout_map": {".*k": ["", "t"]}},
+            "options.layout_map['.*k']",
+            "axis names from ['b', 'm']",
+        ),
+        ({"mesh_shape": [0]}, "options.mesh_shape", "positive integers"),
+        ({"layout_map": {"(": []}}, "options.layout_map['(']", "regular expression"),
+        (
+            {"backend": "torch", "mesh_shape": [1], "axis_names": ["d"], "layout_map": {}},
+            "options.backend",
+            "JAX backend",
+        ),
+        ({"batch_dim_name": "b"}, "options.batch_dim_name", "model parallelism"),
+    ],
+)
+def test_keras_model_parallel_mistakes_name_the_option(
+    options: dict[str, object], field: str, hint: str
+) -> None:
+    raw = {"name": "c", "plugins": ["jax", {"name": "keras", "options": options}]}
+    with pytest.raises(SpecError) as err:
+        validate_spec(raw)
+    assert err.value.field == f"plugins[1].{field}"
+    assert hint in err.value.expected
 
 
 AWS_OK = {"region": "us-east-1", "instance_type": "g5.xlarge", "ssh_cidrs": ["10.0.0.0/8"]}
@@ -110,6 +214,12 @@ BAD_SPECS = [
     ('name = "c"\nplugins = ["jax", "jax"]\n', [], "'plugins[1]'"),
     ('name = "c"\n', ["--plugin", "jax:init_timeout=soon"], "'plugins[0].options.init_timeout'"),
     ('name = "c"\n', ["--plugin", "torch:init_timeout=0"], "'plugins[0].options.init_timeout'"),
+    ('name = "c"\n', ["--plugin", "torch:backend=ucc"], "'plugins[0].options.backend'"),
+    (
+        'name = "c"\nplugins = ["jax", {name = "keras", options = {mesh_shape = [1, 2]}}]\n',
+        [],
+        "'plugins[1].options.axis_names'",
+    ),
     ('name = "c"\npython_packages = ["--index-url=http://x"]\n', [], "'python_packages[0]'"),
     ('name = "c"\npython_packages = ["numpy; rm -rf /"]\n', [], "'python_packages[0]'"),
     ('name = "c"\nhead_port = 80\n', [], "'head_port'"),

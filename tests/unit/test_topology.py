@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 import pytest
-
 from skyinfra_runtime.topology import Topology
 
 from skyinfra.aws.render import AwsClusterParams

@@ -132,11 +132,11 @@ def _layout_map(plugin: str, key: str, value: Any) -> Any:
         try:
             re.compile(pattern)
         except (re.error, TypeError) as err:
-            _fail(plugin, f"{key}.{pattern}", pattern, f"a regular expression ({err})")
+            _fail(plugin, f"{key}[{pattern!r}]", pattern, f"a regular expression ({err})")
         if not isinstance(axes, list | tuple) or any(
             a is not None and not isinstance(a, str) for a in axes
         ):
-            _fail(plugin, f"{key}.{pattern}", axes, expected)
+            _fail(plugin, f"{key}[{pattern!r}]", axes, expected)
         clean[pattern] = [a if a else None for a in axes]
     return clean
 
@@ -164,7 +164,10 @@ def _keras_together(options: Mapping[str, Any]) -> None:
                 "keras batch_dim_name is only used with model parallelism (mesh_shape, ...)",
                 field="options.batch_dim_name",
                 value=options["batch_dim_name"],
-                expected="no batch_dim_name without mesh_shape, axis_names and layout_map",
+                expected=(
+                    "batch_dim_name only with model parallelism (mesh_shape, axis_names and"
+                    " layout_map)"
+                ),
             )
         return
     backend = options.get("backend", "jax")
@@ -190,7 +193,7 @@ def _keras_together(options: Mapping[str, Any]) -> None:
             raise PluginOptionError(
                 f"keras layout_map {pattern!r} names axis {unknown[0]!r}, which axis_names"
                 f" {list(axes)} does not have",
-                field=f"options.layout_map.{pattern}",
+                field=f"options.layout_map[{pattern!r}]",
                 value=list(layout),
                 expected=f'axis names from {list(axes)}, or "" for a replicated dimension',
             )
