@@ -232,3 +232,14 @@ def test_interrupt_ends_the_worker_and_exits_130(tmp_path: Path) -> None:
 def test_python_version_is_the_one_under_test() -> None:
     # The launcher starts workers with its own interpreter; the tests rely on it being this one.
     assert Path(sys.executable).is_file()
+
+
+def test_plugin_flag_values_are_json_and_checked_by_the_table(tmp_path: Path) -> None:
+    # Commas inside the list do not split options; the table then refuses a mesh without
+    # axis names and layout map, before any peer is waited for.
+    proc = launch(
+        tmp_path, "--plugin", "jax", "--plugin", "keras:mesh_shape=[1, 2]", f"{BASICS}:info"
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "mesh_shape, axis_names and layout_map together" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 from launch_harness import topology
-from skyinfra_runtime import InstanceInfo, Topology, TopologyError, instance_info, load_topology
-from skyinfra_runtime.errors import PluginError
-from skyinfra_runtime.plugins import from_name
+from skyinfra_runtime import (
+    InstanceInfo,
+    Topology,
+    TopologyError,
+    exitcodes,
+    instance_info,
+    load_topology,
+)
+from skyinfra_runtime.errors import PluginError, PluginFlagError, PluginOptionError, UsageError
+from skyinfra_runtime.plugins import PLUGINS, from_name, parse_plugin_flag, validate_plugins
 from skyinfra_runtime.plugins.base import init_timeout
 
 
@@ -89,3 +96,50 @@ def test_instance_id_may_be_null_before_boot_but_not_empty() -> None:
     data["nodes"][1]["instance_id"] = ""
     with pytest.raises(TopologyError, match=r"nodes\[1\] field 'instance_id'"):
         Topology.from_dict(data)
+
+
+def test_plugin_flag_reads_json_values_and_keeps_other_text() -> None:
+    ref = parse_plugin_flag(
+        'keras:backend=jax,mesh_shape=[1,2],axis_names=["batch", "model"],'
+        'layout_map={".*a,b/kernel": [null, "model"]}'
+    )
+    assert ref.name == "keras"
+    assert ref.options == {
+        "backend": "jax",
+        "mesh_shape": [1, 2],
+        "axis_names": ["batch", "model"],
+        "layout_map": {".*a,b/kernel": [None, "model"]},  # the comma in quotes stayed
+    }
+    assert parse_plugin_flag("torch:init_timeout=2.5").options == {"init_timeout": 2.5}
+    for bad in ("jax:init_timeout", "", "9x", "jax:=3"):
+        with pytest.raises(PluginFlagError) as err:
+            parse_plugin_flag(bad)
+        assert isinstance(err.value, UsageError)  # the launcher's exit 2
+        assert "NAME[:key=value,...]" in err.value.expected
+
+
+def test_the_table_is_what_from_name_builds() -> None:
+    assert set(PLUGINS) == {"jax", "keras", "torch"}
+    torch = from_name("torch", {"backend": "mpi"})
+    assert getattr(torch, "backend", None) == "mpi"
+    keras = from_name(
+        "keras",
+        {"mesh_shape": [2], "axis_names": ["model"], "layout_map": {".*kernel": ["", "model"]}},
+    )
+    assert getattr(keras, "layout_map", None) == {".*kernel": [None, "model"]}
+
+
+def test_validate_plugins_names_the_position() -> None:
+    refs = [parse_plugin_flag("jax"), parse_plugin_flag("torch:backend=ucc")]
+    with pytest.raises(PluginOptionError) as err:
+        validate_plugins(refs)
+    assert (err.value.index, err.value.field, err.value.value) == (1, "options.backend", "ucc")
+    with pytest.raises(PluginOptionError, match="listed twice") as twice:
+        validate_plugins([parse_plugin_flag("jax"), parse_plugin_flag("jax")])
+    assert twice.value.index == 1
+
+
+def test_exit_code_meanings() -> None:
+    assert exitcodes.describe(exitcodes.SETUP_FAILED) == "topology or plugin set-up failed"
+    assert exitcodes.describe(-9) == "killed by signal 9"
+    assert exitcodes.describe(None).startswith("no exit code")
