@@ -147,7 +147,7 @@ def test_wait_returns_once_the_marker_appears(
     try:
         wait_until_ready(
             ssh,
-            {"nodes": [{"index": 0, "name": "node-0"}]},
+            topology_of(1),
             timeout_s=30,
             echo=lines.append,
             poll_s=0.1,

@@ -13,6 +13,7 @@ from skyinfra.cli import cli
 from skyinfra.cluster import default_wait_ready_s
 from skyinfra.errors import NodesNotReadyError
 from skyinfra.run import wait_until_ready
+from skyinfra.topology import Node, Topology
 from skyinfra.transport import LocalTransport
 
 
@@ -27,13 +28,16 @@ def node_dirs(tmp_path: Path, bootstrapped: tuple[bool, ...]) -> dict[int, Path]
     return dirs
 
 
-def topology(count: int) -> dict[str, object]:
-    return {
-        "schema": 1,
-        "cluster": "c",
-        "provider": "local",
-        "nodes": [{"index": i, "name": f"node-{i}"} for i in range(count)],
-    }
+def topology(count: int) -> Topology:
+    return Topology(
+        cluster="c",
+        provider="local",
+        head_addr="127.0.0.2",
+        head_port=29500,
+        nodes=tuple(
+            Node(i, f"node-{i}", f"127.0.0.{2 + i}", None, f"local-c-{i}") for i in range(count)
+        ),
+    )
 
 
 def test_marker_makes_a_local_node_ready(tmp_path: Path) -> None:
@@ -59,7 +63,7 @@ def test_cli_run_stops_before_copying_when_a_node_is_not_bootstrapped(tmp_path: 
     ws = tmp_path / "clusters" / "c"
     dirs = node_dirs(ws, (True, False))
     (ws / "spec.json").write_text("{}")
-    (ws / "topology.json").write_text(json.dumps(topology(2)))
+    (ws / "topology.json").write_text(json.dumps(topology(2).to_dict()))
     result = CliRunner().invoke(
         cli,
         ["run", "--dir", str(tmp_path / "clusters"), "--cluster", "c", "train.py:main"],
