@@ -27,8 +27,9 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/python -m pip install -q checkov==3.3.30
 	touch $@
 
+# The suite runs in a network namespace of its own holding only loopback (tests/loopback-only.sh).
 test: $(STAMP) $(CHECKOV_STAMP) system-deps
-	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(BIN)/python -m pytest
+	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check skyinfra runtime tests examples

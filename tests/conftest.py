@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository root, the venv's console scripts, a small runtime tree."""
+"""Shared fixtures: the repository root, the venv's console scripts, a small runtime tree,
+and the loopback guard every test runs under (tests/loopback_guard/loopback_guard.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+LOOPBACK_GUARD_DIR = REPO_ROOT / "tests" / "loopback_guard"
+
+sys.path.insert(0, str(LOOPBACK_GUARD_DIR))
+# The guard's hooks and autouse fixture, registered for the whole suite.
+from pytest_loopback_guard import loopback_only, pytest_configure  # noqa: E402, F401
 
 
 def skyinfra_argv() -> list[str]:
