@@ -21,7 +21,10 @@ from skyinfra.errors import SpecError
 PROVIDERS = ("local", "aws")
 PLUGINS = ("jax", "keras", "torch")
 KERAS_BACKENDS = ("jax", "torch", "tensorflow")
-JAX_EXTRAS = ("cuda12", "cuda13", "cpu")
+# The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
+# image that brings its own).
+NO_JAX = "none"
+JAX_EXTRAS = ("cuda12", "cuda13", "cpu", NO_JAX)
 # Options each plugin accepts (checked here so a typo fails before any node exists).
 PLUGIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "jax": ("init_timeout",),
