@@ -39,7 +39,7 @@ from skyinfra.aws.ssh import SshTarget
 from skyinfra.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.errors import SpecError
 from skyinfra.spec import validate_spec
-from skyinfra.terraform.engine import MIRROR_ENV
+from skyinfra.terraform import MIRROR_ENV
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT

@@ -17,7 +17,7 @@ from loopback_guard import LOG_ENV, NonLoopbackConnectionError
 from pytest_loopback_guard import guard_log
 
 from skyinfra.errors import TerraformError
-from skyinfra.terraform.engine import MIRROR_ENV, EmbeddedTerraform
+from skyinfra.terraform import MIRROR_ENV, EmbeddedTerraform
 
 OUTSIDE = "192.0.2.1"  # TEST-NET-1
 
