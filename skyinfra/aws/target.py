@@ -46,6 +46,7 @@ from skyinfra.aws.preflight import (
     resolve_ami,
     run_preflight,
 )
+from skyinfra.aws.render import MODULES as AWS_MODULES
 from skyinfra.aws.render import (
     AwsClusterParams,
     node_names,
@@ -56,7 +57,7 @@ from skyinfra.aws.render import (
 from skyinfra.aws.ssh import CLOUD_INIT_STATUS, SshTarget, SshTransport
 from skyinfra.aws.staging import default_bucket_name, stage_wheel
 from skyinfra.errors import PreflightError, SpecError, WorkspaceError
-from skyinfra.render import module_source
+from skyinfra.render import module_files, module_source
 from skyinfra.spec import NO_JAX, AwsSpec, ClusterSpec
 from skyinfra.topology import SCHEMA
 from skyinfra.wheel import build_runtime_wheel
@@ -494,10 +495,11 @@ def render_files(
     }
     files = render_root_module(
         params,
-        modules_source=module_source(ws.path, "aws"),
+        modules_source=module_source("aws"),
         user_data=user_data,
         emulator=aws.emulator,
     )
+    files.update(module_files(*AWS_MODULES))
     files[TARGET_FILE] = (
         json.dumps(
             {

@@ -44,7 +44,7 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT
 
-VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
+VENV_BIN = REPO_ROOT / ".venv" / "bin"
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
 AMAZON_LINUX_DLAMI = "ami-999844e0"  # "Deep Learning AMI Amazon Linux - 3.3_Oct2017"
@@ -363,6 +363,13 @@ def test_skip_preflight_bypasses_the_checks(
     assert tfvars["cluster"]["ssh_public_key"] == ssh_key.with_suffix(".pub").read_text().strip()
     assert "skyinfra-idle" not in tfvars["user_data"]["node-0"]["text"]  # 0 turns it off
     assert f'ec2 = "{aws_env}"' in files["main.tf"].replace("  ", " ")
+    # Self-contained: the root calls its own copies of the modules (./modules/aws/...).
+    for module in ("network", "security", "nodes"):
+        assert f'source = "./modules/aws/{module}"' in files["main.tf"]
+        for name in ("main.tf", "outputs.tf", "variables.tf", "versions.tf"):
+            copy = files[f"modules/aws/{module}/{name}"]
+            assert copy == (REPO_ROOT / "infra" / "modules" / "aws" / module / name).read_text()
+    assert not any("tests/" in name or "../" in text for name, text in files.items())
     # The wheel's URL is presigned against the emulator and serves the staged object.
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=Emulator(url=aws_env).url)
     assert s3.list_objects_v2(Bucket=f"skyinfra-staging-{DEFAULT_ACCOUNT_ID}-{REGION}")["KeyCount"]
