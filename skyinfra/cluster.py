@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import ProviderUnavailableError, SkyinfraError, WorkspaceError
-from skyinfra.render import local_context, render_root
+from skyinfra.render import OWNED_DIRS, local_context, local_files
 from skyinfra.run import check_readiness
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.terraform import EmbeddedTerraform, PlanSummary, format_event
@@ -45,7 +45,8 @@ def _aws_target() -> Any:
 def render_files(
     spec: ClusterSpec, ws: Workspace, *, echo: Echo | None = None, skip_preflight: bool = False
 ) -> dict[str, str]:
-    """The root module's files; nothing is written (the AWS preflight runs here)."""
+    """The root module's files, with its copies of the modules it calls (relative path ->
+    text); nothing is written (the AWS preflight runs here)."""
     if spec.provider == "aws":
         files: dict[str, str] = _aws_target().render_files(
             spec, ws, echo=echo, skip_preflight=skip_preflight
@@ -55,13 +56,12 @@ def render_files(
     wheel = build_runtime_wheel()
     context = local_context(
         spec,
-        workspace_dir=ws.path,
         node_root=ws.nodes_dir,
         python=spec.local.python or sys.executable,
         wheel_path=wheel.path,
-        wheel_sha256=wheel.source_sha256,
+        wheel_sha256=wheel.sha256,
     )
-    return render_root("local", context)
+    return local_files(context)
 
 
 def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
@@ -89,7 +89,7 @@ def up(
             )
     # Preflight, wheel build and staging happen here: before any workspace write.
     files = render_files(spec, ws, echo=echo, skip_preflight=skip_preflight)
-    ws.write_files(files)
+    ws.write_files(files, owned_dirs=OWNED_DIRS)
     ws.write_json(ws.spec_file, spec.to_dict())
     engine = EmbeddedTerraform(ws.path)
     on_event = progress_printer(echo)

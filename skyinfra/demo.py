@@ -1,28 +1,39 @@
 """`make demo`: a 2-node local cluster, Keras-on-JAX digits on both nodes, then tear down.
 
-Uses its own workspace folder (.skyinfra/demo-clusters) so it never touches a user's cluster,
-and brings the cluster down also when the run fails.
+Runs from the current directory, which must hold ``examples/keras_digits.py`` (the
+repository root: ``make demo`` runs it there; an installed skyinfra ships no examples). Uses its
+own workspace folder (``./.skyinfra/demo-clusters``) so it never touches a user's cluster, and
+brings the cluster down also when the run fails.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from skyinfra import cluster as cluster_ops
 from skyinfra import exitcodes
 from skyinfra.errors import SkyinfraError
-from skyinfra.render import REPO_ROOT
 from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
 from skyinfra.spec import validate_spec
 from skyinfra.workspace import Workspace
 
-DEMO_DIR = REPO_ROOT / ".skyinfra" / "demo-clusters"
-ENTRY = "examples/keras_digits.py:main"
+DEMO_DIR = Path(".skyinfra") / "demo-clusters"
+ENTRY_FILE = "examples/keras_digits.py"
+ENTRY = f"{ENTRY_FILE}:main"
 
 
 def demo() -> int:
+    src = Path.cwd()
+    if not (src / ENTRY_FILE).is_file():
+        print(
+            f"[demo] error: {ENTRY_FILE} is not in {src}; run the demo from the repository "
+            "root (`make demo`)",
+            file=sys.stderr,
+        )
+        return 2
     spec = validate_spec({"name": "demo", "nodes": 2, "plugins": ["jax", "keras:backend=jax"]})
-    ws = Workspace(DEMO_DIR / spec.name)
+    ws = Workspace(src / DEMO_DIR / spec.name)
     print(f"[demo] bringing up {spec.nodes} local nodes in {ws.path}", flush=True)
     try:
         _, topology = cluster_ops.up(spec, ws, print)
@@ -31,7 +42,7 @@ def demo() -> int:
             topology=topology,
             topology_file=ws.topology_file,
             runs_dir=ws.runs_dir,
-            src=REPO_ROOT,
+            src=src,
             entry=ENTRY,
             args=[],
             all_logs=False,

@@ -111,6 +111,16 @@ class BootstrapError(CommandError):
     """A node's bootstrap (venv, runtime wheel install) failed."""
 
 
+class ResourceError(SkyinfraError):
+    """A file that ships inside skyinfra (module, template, script) is missing: the
+    installation is incomplete."""
+
+
+class RuntimeWheelError(SkyinfraError):
+    """The skyinfra-runtime wheel for the nodes cannot be built (the runtime is not installed,
+    or SKYINFRA_RUNTIME_DIR does not hold a runtime source tree)."""
+
+
 class PreflightError(SkyinfraError):
     """A cloud check before Terraform failed (credentials, instance type, quota, AMI)."""
 

@@ -1,6 +1,12 @@
 """Render the per-cluster Terraform root module and its tfvars from Jinja2 templates.
 
 Only the root module is rendered; the reusable modules under ``infra/modules`` are static HCL.
+A root module is self-contained: the modules it calls are copied into the workspace
+(``modules/<name>/``, see :func:`module_files`) and referred to as ``./modules/<name>``, and
+the node bootstrap script goes to ``scripts/``. Nothing written points into where skyinfra is
+installed, so a workspace survives an upgrade or a moved virtual environment and can be
+committed and reviewed as it is.
+
 Rendering is pure and deterministic: the same context gives the same bytes (no timestamps,
 sorted nothing implicit), and every undefined template variable is an error (StrictUndefined).
 The templates are written `terraform fmt`-clean; tests check that with the engine.
@@ -8,77 +14,60 @@ The templates are written `terraform fmt`-clean; tests check that with the engin
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
+from skyinfra import resources, templating
 from skyinfra.spec import ClusterSpec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-INFRA_DIR = REPO_ROOT / "infra"
-TEMPLATES_DIR = INFRA_DIR / "templates"
-
-
-def hcl(value: Any) -> str:
-    """An HCL literal for a string, number, bool, None, list or map (maps keep key order)."""
-    if isinstance(value, jinja2.Undefined):
-        str(value)  # StrictUndefined raises UndefinedError naming the missing variable
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return json.dumps(value)
-    if isinstance(value, str):
-        # JSON string escapes are valid HCL; `${` and `%{` would start a template sequence.
-        return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(hcl(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        if not value:
-            return "{}"
-        inner = "\n".join(f"  {json.dumps(str(k))} = {hcl(v)}" for k, v in value.items())
-        return "{\n" + inner + "\n}"
-    raise TypeError(f"no HCL literal for {type(value).__name__}: {value!r}")
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["hcl"] = hcl
-    return env
+# Where a workspace keeps its copies of the modules and scripts (relative to the workspace).
+MODULES_DIR = "modules"
+SCRIPTS_DIR = "scripts"
+BOOTSTRAP_FILE = f"{SCRIPTS_DIR}/bootstrap-node.sh"
+# Folders of a workspace that rendering owns entirely: files in them that a render does not
+# produce are stale copies from an older skyinfra and are removed when the workspace is written.
+OWNED_DIRS = (MODULES_DIR, SCRIPTS_DIR)
 
 
 def render_root(provider: str, context: Mapping[str, Any]) -> dict[str, str]:
     """Render every ``infra/templates/<provider>/*.j2``: output file name -> text."""
-    env = _environment()
-    names = sorted(
-        p.name for p in (TEMPLATES_DIR / provider).iterdir() if p.is_file() and p.suffix == ".j2"
-    )
     return {
-        name[: -len(".j2")]: env.get_template(f"{provider}/{name}").render(**context)
-        for name in names
+        name.rsplit("/", 1)[-1][: -len(".j2")]: templating.render(name, context)
+        for name in templating.template_names(provider)
     }
 
 
-def module_source(workspace_dir: Path, module: str) -> str:
-    """Terraform wants local module sources relative and starting with ./ or ../."""
-    rel = os.path.relpath(INFRA_DIR / "modules" / module, workspace_dir.resolve())
-    return rel if rel.startswith("../") else f"./{rel}"
+def module_source(module: str) -> str:
+    """How a root module refers to its copy of ``infra/modules/<module>`` (Terraform wants
+    local sources to start with ./)."""
+    return f"./{MODULES_DIR}/{module}"
+
+
+def module_files(*modules: str) -> dict[str, str]:
+    """The workspace copies of ``infra/modules/<module>`` for each module the root calls:
+    ``modules/<module>/<file>.tf`` -> text."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for name, text in resources.module_files(module).items():
+            out[f"{MODULES_DIR}/{module}/{name.rsplit('/', 1)[-1]}"] = text
+    return out
+
+
+def bootstrap_files() -> dict[str, str]:
+    """The node bootstrap script, as the workspace file the local module runs."""
+    return {BOOTSTRAP_FILE: resources.bootstrap_script()}
+
+
+def local_files(context: Mapping[str, Any]) -> dict[str, str]:
+    """Everything a local cluster's workspace holds: root module, tfvars, the local module's
+    copy and the bootstrap script."""
+    return {**render_root("local", context), **module_files("local"), **bootstrap_files()}
 
 
 def local_context(
     spec: ClusterSpec,
     *,
-    workspace_dir: Path,
     node_root: Path,
     python: str,
     wheel_path: Path,
@@ -88,7 +77,8 @@ def local_context(
         raise ValueError("local_context needs a spec with provider 'local'")
     return {
         "cluster_name": spec.name,
-        "module_source": module_source(workspace_dir, "local"),
+        "module_source": module_source("local"),
+        "bootstrap_script": BOOTSTRAP_FILE,
         "node_count": spec.nodes,
         "base_address": spec.local.base_address,
         "head_port": spec.head_port,

@@ -23,7 +23,10 @@ from skyinfra_runtime.topology import PluginRef
 from skyinfra.errors import SpecError
 
 PROVIDERS = ("local", "aws")
-JAX_EXTRAS = ("cuda12", "cuda13", "cpu")
+# The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
+# image that brings its own).
+NO_JAX = "none"
+JAX_EXTRAS = ("cuda12", "cuda13", "cpu", NO_JAX)
 MAX_LOCAL_NODES = 32
 # The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
 # the error comes from the spec, before anything runs.

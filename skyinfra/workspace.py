@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,14 +56,31 @@ class Workspace:
     def exists(self) -> bool:
         return self.spec_file.is_file()
 
-    def write_files(self, files: Mapping[str, str]) -> None:
-        """Write rendered files; each is replaced atomically so a crash leaves old or new."""
+    def write_files(self, files: Mapping[str, str], *, owned_dirs: Iterable[str] = ()) -> None:
+        """Write rendered files (names are relative, ``/``-separated, may name sub-folders);
+        each is replaced atomically so a crash leaves old or new. Files under ``owned_dirs``
+        that ``files`` does not name are left over from an earlier render and are removed."""
         self.path.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            parts = name.split("/")
+            if name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+                raise WorkspaceError(f"refusing to write {name!r}: not a plain relative path")
         for name, text in files.items():
             target = self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.tmp")
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(target)
+        wanted = {self.path / name for name in files}
+        for owned in owned_dirs:
+            root = self.path / owned
+            if not root.is_dir():
+                continue
+            for stale in sorted(p for p in root.rglob("*") if p.is_file() and p not in wanted):
+                stale.unlink()
+            for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+                if not any(folder.iterdir()):
+                    folder.rmdir()
 
     def write_json(self, target: Path, data: Any) -> None:
         tmp = target.with_name(f".{target.name}.tmp")

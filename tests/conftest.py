@@ -1,15 +1,23 @@
-"""Shared fixtures: the repository root, the venv's console scripts, a small runtime tree."""
+"""Shared fixtures: the repository root, the venv's console scripts, a small runtime tree,
+and the loopback guard every test runs under (tests/loopback_guard/loopback_guard.py)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+LOOPBACK_GUARD_DIR = REPO_ROOT / "tests" / "loopback_guard"
+
+sys.path.insert(0, str(LOOPBACK_GUARD_DIR))
+# The guard's hooks and autouse fixture, registered for the whole suite.
+from pytest_loopback_guard import loopback_only, pytest_configure  # noqa: E402, F401
 
 
 def skyinfra_argv() -> list[str]:
@@ -48,12 +56,52 @@ def minimal_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def require_system_tool(path: str | None, package: str) -> str:
-    """``path`` of a system tool, or skip (fail under SKYINFRA_REQUIRE_SYSTEM_TOOLS=1, as in CI:
-    a CI run that silently skipped the real-sshd or cloud-init tests would prove nothing)."""
-    if path is not None and os.path.exists(path):
-        return path
-    message = f"{package} is not installed (`make test` installs it; see tests/system-deps.sh)"
+def _skip_or_fail(message: str) -> NoReturn:
+    """Skip, or fail under SKYINFRA_REQUIRE_SYSTEM_TOOLS=1 (as in CI: a CI run that silently
+    skipped the real-sshd, cloud-init or pip-install tests would prove nothing)."""
     if os.environ.get("SKYINFRA_REQUIRE_SYSTEM_TOOLS") == "1":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def require_system_tool(path: str | None, package: str) -> str:
+    """``path`` of a system tool, or skip (fail in CI, see _skip_or_fail)."""
+    if path is not None and os.path.exists(path):
+        return path
+    _skip_or_fail(f"{package} is not installed (`make test` installs it; see tests/system-deps.sh)")
+
+
+# Wheels of skyinfra's dependencies, so that tests install into fresh venvs without an index.
+WHEELHOUSE_ENV = "SKYINFRA_WHEELHOUSE"
+
+
+def require_wheelhouse() -> Path:
+    """The dependency wheelhouse (`make wheelhouse`, which `make test` runs), or skip (fail
+    in CI): tests never reach a package index."""
+    wheelhouse = Path(os.environ.get(WHEELHOUSE_ENV) or REPO_ROOT / ".wheelhouse")
+    if wheelhouse.is_dir() and any(wheelhouse.glob("*.whl")):
+        return wheelhouse
+    _skip_or_fail(
+        f"no dependency wheels in {wheelhouse}: run `make wheelhouse` (`make test` does) "
+        f"or point ${WHEELHOUSE_ENV} at a folder of wheels"
+    )
+
+
+def offline_pip_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for pip that reads no pip configuration and no package index: only the
+    --find-links a command names (tests send traffic to loopback at most)."""
+    out = {k: v for k, v in env.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
+    out.update(
+        {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+    )
+    return out
+
+
+def make_venv(path: Path) -> Path:
+    """A fresh virtual environment (with pip) from this interpreter's base Python; its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
+    return path / "bin" / "python"

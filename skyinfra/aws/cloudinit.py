@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import jinja2
-
+from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
-REPO_BOOTSTRAP_SCRIPT = (
-    Path(__file__).resolve().parents[2] / "infra" / "scripts" / "bootstrap-node.sh"
-)
+TEMPLATE = "aws/user-data.yaml.j2"
 
 # Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
 # `failed` (the failing line and command) when it did not. The SSH transport reads both.
@@ -75,18 +69,7 @@ class NodeUserData:
 
 def default_bootstrap_script() -> str:
     """The node bootstrap the local target runs too (infra/scripts/bootstrap-node.sh)."""
-    return REPO_BOOTSTRAP_SCRIPT.read_text()
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["shquote"] = lambda value: shlex.quote(str(value))
-    return env
+    return resources.bootstrap_script()
 
 
 def _check(params: NodeUserData) -> None:
@@ -128,10 +111,9 @@ def render_user_data(params: NodeUserData) -> str:
     _check(params)
     packages = [f"jax[{params.jax_extra}]"] if params.jax_extra else []
     packages += list(params.python_packages)
-    document = (
-        _environment()
-        .get_template("user-data.yaml.j2")
-        .render(
+    document = templating.render(
+        TEMPLATE,
+        dict(
             cluster_name=params.cluster_name,
             node_index=params.node_index,
             topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
@@ -149,7 +131,7 @@ def render_user_data(params: NodeUserData) -> str:
             script_dir=params.script_dir,
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,
-        )
+        ),
     )
     assert_no_secret(document, params.forbidden_values)
     return document

@@ -2,11 +2,20 @@
 
 Set ``SKYINFRA_AWS_ENDPOINT_URL=http://127.0.0.1:5000`` and every AWS call skyinfra makes, from
 Python and from Terraform, goes there instead of AWS.
+
+An emulator's instances are records, not machines: the addresses it hands out (public 54.x,
+private 10.x) belong to nobody here, so in emulator mode skyinfra never dials them. A node is
+reached only through ``SKYINFRA_AWS_EMULATED_NODES``, which maps node names to an sshd that
+stands in for the node (and, optionally, a folder its paths live under); an unmapped node
+reads as unreachable without any connection attempt.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +24,7 @@ from urllib.parse import urlsplit
 from skyinfra.errors import ConfigError
 
 ENDPOINT_ENV_VAR = "SKYINFRA_AWS_ENDPOINT_URL"
+EMULATED_NODES_ENV_VAR = "SKYINFRA_AWS_EMULATED_NODES"
 
 # The AWS services the rendered root module talks to (provider `endpoints {}` keys).
 TERRAFORM_SERVICES = ("ec2", "iam", "s3", "ssm", "sts")
@@ -69,3 +79,83 @@ def boto3_client_kwargs(region: str, emulator: Emulator | None) -> dict[str, Any
         # Emulators serve S3 on one host, so bucket names go in the path, not the hostname.
         kwargs["config"] = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2})
     return kwargs
+
+
+@dataclass(frozen=True)
+class EmulatedNode:
+    """Where an emulated node is reached: an sshd standing in for it, and a folder prefixed
+    to every path of the node (empty: the machine's own /opt, /var/lib)."""
+
+    host: str
+    port: int
+    root: str = ""
+
+
+_EMULATED_NODES_EXAMPLE = (
+    '{"node-0": {"ssh": "127.0.0.1:2222", "root": "/tmp/emulated/node-0"}, '
+    '"node-1": "127.0.0.1:2223"}'
+)
+
+
+def _ssh_address(name: str, value: object) -> tuple[str, int]:
+    text = value if isinstance(value, str) else ""
+    host, _, port_text = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(host)
+        port = int(port_text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise ConfigError(
+            f"{EMULATED_NODES_ENV_VAR}[{name!r}].ssh",
+            value,
+            "IP:PORT of an sshd standing in for the node, e.g. 127.0.0.1:2222",
+        )
+    return host, port
+
+
+def emulated_nodes_from_env(environ: Mapping[str, str] | None = None) -> dict[str, EmulatedNode]:
+    """SKYINFRA_AWS_EMULATED_NODES: node name -> where to reach it (empty when unset).
+
+    The value is a JSON object; each node maps to ``"IP:PORT"`` or to
+    ``{"ssh": "IP:PORT", "root": "/abs/folder"}``.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(EMULATED_NODES_ENV_VAR, "").strip()
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError as err:
+        raise ConfigError(
+            EMULATED_NODES_ENV_VAR,
+            text[:80],
+            f"a JSON object ({err}), e.g. {_EMULATED_NODES_EXAMPLE}",
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            EMULATED_NODES_ENV_VAR, text[:80], f"a JSON object, e.g. {_EMULATED_NODES_EXAMPLE}"
+        )
+    nodes: dict[str, EmulatedNode] = {}
+    for name, value in raw.items():
+        entry = value if isinstance(value, dict) else {"ssh": value}
+        unknown = sorted(set(entry) - {"ssh", "root"})
+        if unknown:
+            raise ConfigError(
+                f"{EMULATED_NODES_ENV_VAR}[{name!r}].{unknown[0]}",
+                entry[unknown[0]],
+                "only the keys ssh and root",
+            )
+        host, port = _ssh_address(name, entry.get("ssh"))
+        root = entry.get("root", "")
+        if not isinstance(root, str) or (
+            root and (not posixpath.isabs(root) or root != posixpath.normpath(root))
+        ):
+            raise ConfigError(
+                f"{EMULATED_NODES_ENV_VAR}[{name!r}].root",
+                root,
+                "an absolute, normalised folder path (no trailing '/'), or absent",
+            )
+        nodes[str(name)] = EmulatedNode(host=host, port=port, root=root)
+    return nodes

@@ -1,7 +1,8 @@
 """Render the per-cluster AWS root module from plain parameters (pure: only reads templates).
 
-The root module only wires the static modules in ``infra/modules/aws`` together; every value
-lives in ``terraform.tfvars.json`` so a reviewer sees the settings in one place.
+The root module only wires the static modules of ``infra/modules/aws`` together (the workspace
+holds a copy of them under ``modules/aws/``); every value lives in ``terraform.tfvars.json``
+so a reviewer sees the settings in one place.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import jinja2
-
+from skyinfra import templating
 from skyinfra.aws.endpoints import Emulator
 from skyinfra.errors import RenderError, SpecError
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "infra" / "templates" / "aws"
-MODULES_DIR = Path(__file__).resolve().parents[2] / "infra" / "modules" / "aws"
+TEMPLATE = "aws/main.tf.j2"
+# The static modules the root module calls (copied into the workspace under modules/aws/).
+MODULES = ("aws/network", "aws/security", "aws/nodes")
 
 # The provider version the modules are applied with in our tests (the local mirror holds it).
 AWS_PROVIDER_VERSION = "5.100.0"
@@ -150,15 +150,6 @@ def validate_params(params: AwsClusterParams) -> None:
         raise SpecError("aws.efa", params.efa_interface_count, "0 (off) or the type's EFA count")
 
 
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
 def render_root_module(
     params: AwsClusterParams,
     *,
@@ -168,23 +159,22 @@ def render_root_module(
 ) -> dict[str, str]:
     """Files of the per-cluster root module: ``{"main.tf": ..., "terraform.tfvars.json": ...}``.
 
-    ``modules_source`` is how the root module reaches ``infra/modules/aws`` (a relative path
-    such as ``../../infra/modules/aws``, as Terraform wants for local modules); ``user_data``
-    maps every node name to its cloud-init document.
+    ``modules_source`` is how the root module reaches its copy of ``infra/modules/aws``
+    (``./modules/aws`` in a workspace, see :data:`MODULES`; Terraform wants local sources to
+    start with ./ or ../); ``user_data`` maps every node name to its cloud-init document.
     """
     validate_params(params)
     expected = node_names(params.node_count)
     if sorted(user_data) != sorted(expected):
         raise RenderError("user_data", sorted(user_data), f"one document for each of {expected}")
-    main_tf = (
-        _environment()
-        .get_template("main.tf.j2")
-        .render(
-            cluster_name=params.cluster_name,
-            provider_version=AWS_PROVIDER_VERSION,
-            modules_source=modules_source.rstrip("/"),
-            emulator=emulator,
-        )
+    main_tf = templating.render(
+        TEMPLATE,
+        {
+            "cluster_name": params.cluster_name,
+            "provider_version": AWS_PROVIDER_VERSION,
+            "modules_source": modules_source.rstrip("/"),
+            "emulator": emulator,
+        },
     )
     tfvars = {
         "region": params.region,

@@ -47,6 +47,9 @@ class SshTarget:
     host: str
     user: str = "ubuntu"
     port: int = 22
+    # Prefix of every path of the node (node root, markers): an emulated node that lives in a
+    # folder of a shared machine (SKYINFRA_AWS_EMULATED_NODES); empty for a real node.
+    root: str = ""
 
 
 class SshProcess:
@@ -115,11 +118,14 @@ class SshTransport:
         failed_marker: str = FAILED_MARKER,
         cloud_init_status: str | None = CLOUD_INIT_STATUS,
         bootstrap_log: str = OUTPUT_LOG,
+        unreachable: Mapping[int, str] | None = None,
     ) -> None:
         """``ready_marker``/``failed_marker``: the files provision.sh writes;
         ``cloud_init_status``: a command printing ``status: <state>`` (None: not asked);
-        ``bootstrap_log``: where messages send the user to read what the bootstrap did."""
+        ``bootstrap_log``: where messages send the user to read what the bootstrap did;
+        ``unreachable``: nodes never dialled, each with the reason (it reads as unreachable)."""
         self._targets = dict(targets)
+        self._unreachable = dict(unreachable or {})
         self._key_path = key_path
         self._known_hosts = known_hosts
         self._root = node_root
@@ -137,10 +143,20 @@ class SshTransport:
     # ------------------------------------------------------------------ connections
 
     def _target(self, node: int) -> SshTarget:
+        if node in self._unreachable:
+            raise TransportError(f"node {node}: {self._unreachable[node]}")
         try:
             return self._targets[node]
         except KeyError:
-            raise TransportError(f"no node {node} (nodes: {sorted(self._targets)})") from None
+            raise TransportError(f"no node {node} (nodes: {self._nodes()})") from None
+
+    def _nodes(self) -> list[int]:
+        return sorted({*self._targets, *self._unreachable})
+
+    def _on_node(self, node: int, path: str) -> str:
+        """``path`` as the node sees it (under the target's root prefix, if any)."""
+        target = self._targets.get(node)
+        return f"{target.root}{path}" if target is not None and target.root else path
 
     def _client(self, node: int) -> paramiko.SSHClient:
         target = self._target(node)
@@ -238,15 +254,19 @@ class SshTransport:
     # ------------------------------------------------------------------ NodeTransport
 
     def node_root(self, node: int) -> str:
-        return self._root
+        return self._on_node(node, self._root)
 
     def readiness(self, node: int) -> Readiness:
         """Ready, pending, failed or unreachable, from the markers provision.sh writes (and
         cloud-init's own status when neither is there). One SSH command; never raises."""
+        if node in self._unreachable:
+            return Readiness("unreachable", self._unreachable[node])
         target = self._targets.get(node)
         if target is None:
-            return Readiness("failed", f"no node {node} (nodes: {sorted(self._targets)})")
-        ready, failed = shlex.quote(self._ready_marker), shlex.quote(self._failed_marker)
+            return Readiness("failed", f"no node {node} (nodes: {self._nodes()})")
+        ready_marker = self._on_node(node, self._ready_marker)
+        ready = shlex.quote(ready_marker)
+        failed = shlex.quote(self._on_node(node, self._failed_marker))
         script = (
             f"if [ -e {ready} ]; then echo ready; exit 0; fi\n"
             f"if [ -e {failed} ]; then echo failed; head -c {_DETAIL_CHARS} {failed}; exit 0; fi\n"
@@ -288,12 +308,11 @@ class SshTransport:
         if state == "cloud-init-done":
             return Readiness(
                 "failed",
-                f"cloud-init finished but the bootstrap left no {self._ready_marker} ({rest}); "
-                f"{where}",
+                f"cloud-init finished but the bootstrap left no {ready_marker} ({rest}); {where}",
             )
         return Readiness(
             "pending",
-            f"bootstrap still running (no {self._ready_marker} yet; progress in "
+            f"bootstrap still running (no {ready_marker} yet; progress in "
             f"{self._bootstrap_log} on the node)",
         )
 
@@ -310,8 +329,9 @@ class SshTransport:
         """Start ``argv`` in ``cwd`` with ``env`` added and the node's venv first on PATH."""
         if not argv:
             raise TransportError(f"node {node}: empty command")
-        pid_file = posixpath.join(self._root, "pids", f"{tag}.pid")
-        venv = posixpath.join(self._root, "venv")
+        root = self.node_root(node)
+        pid_file = posixpath.join(root, "pids", f"{tag}.pid")
+        venv = posixpath.join(root, "venv")
         exports = "".join(
             f"export {name}={shlex.quote(value)}; "
             for name, value in {

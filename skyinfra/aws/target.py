@@ -29,7 +29,14 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
-from skyinfra.aws.endpoints import Emulator, boto3_client_kwargs, emulator_from_env
+from skyinfra.aws.endpoints import (
+    EMULATED_NODES_ENV_VAR,
+    ENDPOINT_ENV_VAR,
+    Emulator,
+    boto3_client_kwargs,
+    emulated_nodes_from_env,
+    emulator_from_env,
+)
 from skyinfra.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     PreflightResult,
@@ -39,6 +46,7 @@ from skyinfra.aws.preflight import (
     resolve_ami,
     run_preflight,
 )
+from skyinfra.aws.render import MODULES as AWS_MODULES
 from skyinfra.aws.render import (
     AwsClusterParams,
     node_names,
@@ -46,11 +54,11 @@ from skyinfra.aws.render import (
     render_root_module,
     validate_params,
 )
-from skyinfra.aws.ssh import SshTarget, SshTransport
+from skyinfra.aws.ssh import CLOUD_INIT_STATUS, SshTarget, SshTransport
 from skyinfra.aws.staging import default_bucket_name, stage_wheel
-from skyinfra.errors import PreflightError, SpecError, WorkspaceError
-from skyinfra.render import module_source
-from skyinfra.spec import AwsSpec, ClusterSpec
+from skyinfra.errors import ConfigError, PreflightError, SpecError, WorkspaceError
+from skyinfra.render import module_files, module_source
+from skyinfra.spec import NO_JAX, AwsSpec, ClusterSpec
 from skyinfra.topology import Accelerator, Node, Topology, build_topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
@@ -464,7 +472,7 @@ def render_files(
                 wheel_sha256=staged.sha256,
                 wheel_filename=staged.filename,
                 bootstrap_script=bootstrap,
-                jax_extra=spec_aws.jax_extra,
+                jax_extra=None if spec_aws.jax_extra == NO_JAX else spec_aws.jax_extra,
                 python_packages=spec.python_packages,
                 idle_shutdown_minutes=spec_aws.idle_shutdown_minutes,
                 ssh_user=resolved.ssh_user,
@@ -476,10 +484,11 @@ def render_files(
     }
     files = render_root_module(
         params,
-        modules_source=module_source(ws.path, "aws"),
+        modules_source=module_source("aws"),
         user_data=user_data,
         emulator=aws.emulator,
     )
+    files.update(module_files(*AWS_MODULES))
     files[TARGET_FILE] = (
         json.dumps(
             {
@@ -504,7 +513,11 @@ def transport(
     ws: Workspace, topology: Topology, *, connect_timeout_s: float = 20.0
 ) -> SshTransport:
     """SSH to every node: its public address, or the private one when it has none. The node
-    is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER)."""
+    is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER).
+
+    In emulator mode the nodes' own addresses are never dialled (see endpoints.py): a node is
+    reached through SKYINFRA_AWS_EMULATED_NODES, or reads as unreachable, saying why.
+    """
     from skyinfra.cluster import load_spec_of  # cluster imports this module lazily
 
     spec_aws = _aws_of(load_spec_of(ws))
@@ -518,14 +531,39 @@ def transport(
     if user is None:
         settings = ws.read_json(ws.path / TARGET_FILE)
         user = str(settings["ssh_user"])
-    targets = {
-        node.index: SshTarget(host=node.public_ip or node.private_ip, user=user, port=SSH_PORT)
-        for node in topology.nodes
-    }
+    targets: dict[int, SshTarget] = {}
+    unreachable: dict[int, str] = {}
+    emulator = emulator_from_env()
+    if emulator is None:
+        for node in topology.nodes:
+            host = node.public_ip or node.private_ip
+            targets[node.index] = SshTarget(host=host, user=user, port=SSH_PORT)
+    else:
+        emulated = emulated_nodes_from_env()
+        names = [node.name for node in topology.nodes]
+        for name in emulated:
+            if name not in names:
+                raise ConfigError(
+                    f"{EMULATED_NODES_ENV_VAR}[{name!r}]", name, f"a node of {ws.name!r}: {names}"
+                )
+        for node in topology.nodes:
+            if node.name in emulated:
+                at = emulated[node.name]
+                targets[node.index] = SshTarget(host=at.host, user=user, port=at.port, root=at.root)
+            else:
+                addresses = ", ".join(a for a in (node.public_ip, node.private_ip) if a)
+                unreachable[node.index] = (
+                    f"not dialled: emulator mode ({ENDPOINT_ENV_VAR} is set), so {node.name}'s "
+                    f"addresses ({addresses}) are the emulator's, not a machine's; map "
+                    f"{node.name} to a stand-in sshd with {EMULATED_NODES_ENV_VAR}"
+                )
     return SshTransport(
         targets,
         key_path=key,
         known_hosts=ws.path / KNOWN_HOSTS_FILE,
         node_root=NODE_DIR,
         connect_timeout_s=connect_timeout_s,
+        # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
+        cloud_init_status=CLOUD_INIT_STATUS if emulator is None else None,
+        unreachable=unreachable,
     )

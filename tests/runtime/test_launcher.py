@@ -229,9 +229,13 @@ def test_interrupt_ends_the_worker_and_exits_130(tmp_path: Path) -> None:
         proc.kill()
 
 
-def test_python_version_is_the_one_under_test() -> None:
-    # The launcher starts workers with its own interpreter; the tests rely on it being this one.
-    assert Path(sys.executable).is_file()
+def test_workers_run_on_the_launchers_interpreter(tmp_path: Path) -> None:
+    """Every worker process is started with the interpreter the launcher runs on (the node's
+    venv), never a `python` found on PATH."""
+    runs = run_nodes(tmp_path, topology(nodes=1, procs_per_node=2), f"{BASICS}:interpreter")
+    (run,) = runs
+    assert run.returncode == 0, run.stderr
+    assert run.values() == [sys.executable, sys.executable]
 
 
 def test_plugin_flag_values_are_json_and_checked_by_the_table(tmp_path: Path) -> None:

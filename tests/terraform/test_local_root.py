@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from skyinfra import render
-from skyinfra.render import INFRA_DIR
 from skyinfra.terraform import EmbeddedTerraform
-from tests.conftest import skyinfra_argv
+from skyinfra.workspace import Workspace
+from tests.conftest import REPO_ROOT, skyinfra_argv
 from tests.unit.test_render import golden_context
 
 
@@ -25,17 +25,14 @@ from tests.unit.test_render import golden_context
 def rendered(tmp_path: Path) -> Path:
     ws = tmp_path / "clusters" / "demo"
     ws.mkdir(parents=True)
-    context = golden_context()
-    context["module_source"] = render.module_source(ws, "local")
-    for name, text in render.render_root("local", context).items():
-        (ws / name).write_text(text)
+    Workspace(ws).write_files(render.local_files(golden_context()))
     return ws
 
 
 def test_rendered_root_and_module_are_fmt_clean(rendered: Path) -> None:
     engine = EmbeddedTerraform(rendered)
     assert engine.raw(["fmt", "-check", "-diff"]) == 0
-    module_engine = EmbeddedTerraform(INFRA_DIR / "modules" / "local")
+    module_engine = EmbeddedTerraform(REPO_ROOT / "infra" / "modules" / "local")
     assert module_engine.raw(["fmt", "-check", "-diff", "-recursive"]) == 0
 
 

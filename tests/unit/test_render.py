@@ -1,4 +1,5 @@
-"""Rendering: golden files, determinism, HCL literal escaping, strict undefined."""
+"""Rendering: golden files, determinism, self-contained workspaces, HCL literal escaping,
+strict undefined."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from skyinfra import render
+import skyinfra
+from skyinfra import render, resources
 from skyinfra.spec import validate_spec
+from skyinfra.templating import hcl
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GOLDEN = Path(__file__).parent / "golden" / "local"
 
@@ -25,7 +30,6 @@ def golden_context() -> dict[str, object]:
     )
     return render.local_context(
         spec,
-        workspace_dir=render.REPO_ROOT / ".skyinfra" / "clusters" / "demo",
         node_root=Path("/srv/skyinfra/demo/nodes"),
         python="/opt/python/bin/python3",
         wheel_path=Path("/cache/wheels/skyinfra_runtime-0.1.0-py3-none-any.whl"),
@@ -49,14 +53,44 @@ def test_rendering_is_deterministic() -> None:
     )
 
 
-def test_module_source_is_relative_from_any_workspace(tmp_path: Path) -> None:
-    source = render.module_source(render.REPO_ROOT / ".skyinfra" / "clusters" / "x", "local")
-    assert source == "../../../infra/modules/local"
-    far = render.module_source(tmp_path / "team" / "clusters" / "x", "local")
-    assert far.startswith("../")
-    assert (
-        tmp_path / "team" / "clusters" / "x" / far
-    ).resolve() == render.INFRA_DIR / "modules" / "local"
+def test_local_workspace_is_self_contained() -> None:
+    """The root calls ./modules/local, a byte-for-byte copy of infra/modules/local, and the
+    bootstrap script is copied beside it: nothing points outside the workspace."""
+    files = render.local_files(golden_context())
+    assert sorted(files) == [
+        "main.tf",
+        "modules/local/main.tf",
+        "modules/local/outputs.tf",
+        "modules/local/variables.tf",
+        "modules/local/versions.tf",
+        "scripts/bootstrap-node.sh",
+        "terraform.tfvars",
+    ]
+    assert 'source = "./modules/local"' in files["main.tf"]
+    assert 'abspath("${path.module}/scripts/bootstrap-node.sh")' in files["main.tf"]
+    infra = REPO_ROOT / "infra"
+    for name, text in files.items():
+        if name.startswith("modules/"):
+            assert text == (infra / name).read_text(), name
+    assert files["scripts/bootstrap-node.sh"] == (infra / "scripts/bootstrap-node.sh").read_text()
+    assert files == render.local_files(golden_context())  # deterministic
+    installed = str(Path(skyinfra.__file__).resolve().parent)
+    for name, text in files.items():
+        assert "../" not in text, f"{name} climbs out of the workspace"
+        for forbidden in (installed, str(REPO_ROOT), str(infra)):
+            assert forbidden not in text, f"{name} holds {forbidden}"
+
+
+def test_modules_are_read_through_the_package() -> None:
+    """What the workspace gets comes from skyinfra's package data (skyinfra/_infra)."""
+    assert resources.list_files("modules/aws/nodes", (".tf",)) == [
+        f"modules/aws/nodes/{n}" for n in ("main.tf", "outputs.tf", "variables.tf", "versions.tf")
+    ]
+    assert resources.bootstrap_script().startswith("#!/usr/bin/env bash\n")
+    with pytest.raises(resources.ResourceError, match=r"infra/templates/none\.j2 is missing"):
+        resources.read_text("templates/none.j2")
+    with pytest.raises(ValueError, match="plain relative"):
+        resources.read_text("../pyproject.toml")
 
 
 @pytest.mark.parametrize(
@@ -74,7 +108,7 @@ def test_module_source_is_relative_from_any_workspace(tmp_path: Path) -> None:
     ],
 )
 def test_hcl_literals(value: object, literal: str) -> None:
-    assert render.hcl(value) == literal
+    assert hcl(value) == literal
 
 
 def test_missing_context_value_is_an_error() -> None:

@@ -13,7 +13,7 @@ locals {
       instance_id = "local-${var.cluster_name}-${i}"
     }
   }
-  bootstrap_script = abspath("${path.module}/../../scripts/bootstrap-node.sh")
+  bootstrap_script = abspath(var.bootstrap_script)
 }
 
 # One node = one directory with its own virtual environment and loopback address.

@@ -66,6 +66,16 @@ variable "inherit_site_packages" {
   default     = true
 }
 
+variable "bootstrap_script" {
+  description = "Path of the node bootstrap script (skyinfra ships infra/scripts/bootstrap-node.sh; the root module keeps a copy beside it)."
+  type        = string
+
+  validation {
+    condition     = fileexists(var.bootstrap_script)
+    error_message = "bootstrap_script must name an existing file."
+  }
+}
+
 variable "wheel_path" {
   description = "Absolute path of the skyinfra-runtime wheel installed on every node."
   type        = string

@@ -24,6 +24,10 @@ def info() -> dict[str, object]:
     }
 
 
+def interpreter() -> str:
+    return sys.executable
+
+
 def fail_on_worker_1() -> str:
     if instance_info().global_index == 1:
         raise RuntimeError("worker 1 gives up")

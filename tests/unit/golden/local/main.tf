@@ -1,5 +1,6 @@
 # Rendered by skyinfra for cluster "demo" (provider local). Do not edit by hand:
-# change the cluster spec and run `skyinfra up` again. Values live in terraform.tfvars.
+# change the cluster spec and run `skyinfra up` again. Values live in terraform.tfvars; the
+# module it calls is skyinfra's, copied into ./modules/local, and the node bootstrap into ./scripts.
 
 terraform {
   required_version = ">= 1.5"
@@ -42,17 +43,18 @@ variable "python_packages" {
 }
 
 module "nodes" {
-  source = "../../../infra/modules/local"
+  source = "./modules/local"
 
-  cluster_name    = var.cluster_name
-  node_count      = var.node_count
-  base_address    = var.base_address
-  head_port       = var.head_port
-  node_root       = var.node_root
-  python          = var.python
-  wheel_path      = var.wheel_path
-  wheel_sha256    = var.wheel_sha256
-  python_packages = var.python_packages
+  cluster_name     = var.cluster_name
+  node_count       = var.node_count
+  base_address     = var.base_address
+  head_port        = var.head_port
+  node_root        = var.node_root
+  python           = var.python
+  bootstrap_script = abspath("${path.module}/scripts/bootstrap-node.sh")
+  wheel_path       = var.wheel_path
+  wheel_sha256     = var.wheel_sha256
+  python_packages  = var.python_packages
 }
 
 output "schema" {

@@ -1,0 +1,55 @@
+"""Writing a rendered workspace: nested files, stale copies pruned, deterministic bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skyinfra import cluster
+from skyinfra.errors import WorkspaceError
+from skyinfra.render import OWNED_DIRS
+from skyinfra.spec import validate_spec
+from skyinfra.workspace import Workspace
+
+
+def test_nested_files_are_written_and_stale_copies_removed(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "demo")
+    ws.write_files(
+        {"main.tf": "a\n", "modules/local/main.tf": "m\n", "modules/old/gone.tf": "x\n"},
+        owned_dirs=OWNED_DIRS,
+    )
+    assert (ws.path / "modules" / "old" / "gone.tf").read_text() == "x\n"
+    (ws.path / "terraform.tfstate").write_text("{}")
+    ws.write_files({"main.tf": "b\n", "modules/local/main.tf": "n\n"}, owned_dirs=OWNED_DIRS)
+    assert sorted(p.relative_to(ws.path).as_posix() for p in ws.path.rglob("*")) == [
+        "main.tf",
+        "modules",
+        "modules/local",
+        "modules/local/main.tf",
+        "terraform.tfstate",  # outside the owned folders: never touched
+    ]
+    assert (ws.path / "modules" / "local" / "main.tf").read_text() == "n\n"
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x.tf", "modules/../../x.tf", "a//b"])
+def test_only_plain_relative_names_are_written(tmp_path: Path, name: str) -> None:
+    with pytest.raises(WorkspaceError, match="plain relative path"):
+        Workspace(tmp_path / "demo").write_files({name: ""})
+    assert not (tmp_path / "demo" / "x.tf").exists()
+
+
+def test_local_render_is_deterministic_and_points_nowhere_else(
+    tmp_path: Path, minimal_runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same spec, same bytes (wheel hash included); no file names where skyinfra lives."""
+    monkeypatch.setenv("SKYINFRA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SKYINFRA_RUNTIME_DIR", str(minimal_runtime_dir))
+    spec = validate_spec({"name": "demo", "nodes": 2, "local": {"python": "/usr/bin/python3"}})
+    ws = Workspace(tmp_path / "clusters" / "demo")
+    first = cluster.render_files(spec, ws)
+    assert cluster.render_files(spec, ws) == first
+    assert "modules/local/main.tf" in first and "scripts/bootstrap-node.sh" in first
+    package = Path(cluster.__file__).resolve().parent
+    for name, text in first.items():
+        assert str(package) not in text and str(package.parent) not in text, name
