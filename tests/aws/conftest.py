@@ -97,6 +97,9 @@ def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    # Without credentials boto3 would ask the instance metadata service (169.254.169.254):
+    # a packet beyond loopback, which the loopback guard refuses.
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     return moto_url
 
 
