@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from skyinfra import __version__, exitcodes
-from skyinfra import cluster as cluster_ops
+from skyinfra import __version__, exitcodes, lifecycle
 from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
 from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
 from skyinfra.spec import load_spec, parse_plugin_flag
+from skyinfra.targets import all_targets, target_names
 from skyinfra.topology import read_topology
 from skyinfra.workspace import Workspace, clusters_dir, find_workspace
 
@@ -56,6 +57,25 @@ def _workspace(clusters_root: Path | None, name: str | None) -> Workspace:
     return find_workspace(clusters_dir(clusters_root), name, _default_cluster_name())
 
 
+def target_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Every target's own flags for ``command``, each help text naming its target; the
+    values reach the cluster's target as TargetOptions (another target's flag is an error)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        for target in reversed(all_targets()):
+            for option in reversed(target.options):
+                if command in option.commands:
+                    func = click.option(
+                        option.flag,
+                        option.name,
+                        is_flag=True,
+                        help=f"[{target.name}] {option.help}",
+                    )(func)
+        return func
+
+    return decorate
+
+
 def _int_or_raw(value: str | None) -> int | str | None:
     if value is None:
         return None
@@ -77,7 +97,9 @@ def cli() -> None:
     help="Cluster spec TOML (default ./skyinfra.toml when present).",
 )
 @click.option("--name", default=None, help="Cluster name.")
-@click.option("--provider", default=None, help="local or aws.")
+@click.option(
+    "--provider", default=None, help=f"Target: {', '.join(target_names())} (default local)."
+)
 @click.option("--nodes", default=None, help="Number of nodes.")
 @click.option("--procs-per-node", default=None, help="Processes per node (integer or 'auto').")
 @click.option(
@@ -92,12 +114,7 @@ def cli() -> None:
     multiple=True,
     help="Extra pip requirement for every node; repeatable (replaces the file's list).",
 )
-@click.option(
-    "--skip-preflight",
-    is_flag=True,
-    help="AWS: skip the boto3 checks before Terraform (instance type offered in the zone, "
-    "vCPU quota); values such as the AMI id are still looked up.",
-)
+@target_options("up")
 @dir_option
 def up(
     spec_path: Path | None,
@@ -107,8 +124,8 @@ def up(
     procs_per_node: str | None,
     plugins: tuple[str, ...],
     packages: tuple[str, ...],
-    skip_preflight: bool,
     clusters_root: Path | None,
+    **flags: Any,
 ) -> None:
     """Create or update a cluster: validate the spec, render Terraform, apply it."""
     overrides: dict[str, Any] = {
@@ -121,7 +138,8 @@ def up(
     }
     spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
     ws = Workspace(clusters_dir(clusters_root) / spec.name)
-    _, topology = cluster_ops.up(spec, ws, echo, skip_preflight=skip_preflight)
+    options = {name: value for name, value in flags.items() if value}
+    _, topology = lifecycle.up(spec, ws, echo, options=options)
     echo(
         f"[skyinfra] cluster {spec.name!r} is up: {len(topology.nodes)} node(s), "
         f"head {topology.head_addr}:{topology.head_port}"
@@ -166,10 +184,11 @@ def run(
             f"cluster {ws.name!r} is down (no topology.json); run `skyinfra up` first"
         )
     topology = read_topology(ws.topology_file)
+    spec = lifecycle.spec_of(ws)
     src = Path.cwd()
-    wait_s = cluster_ops.default_wait_ready_s(topology) if wait_ready is None else wait_ready
+    wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
     report = run_on_cluster(
-        transport=cluster_ops.transport_for(ws, topology),
+        transport=lifecycle.transport_for(ws, topology, spec=spec),
         topology=topology,
         topology_file=ws.topology_file,
         runs_dir=ws.runs_dir,
@@ -177,7 +196,7 @@ def run(
         entry=entry,
         args=list(args),
         all_logs=all_logs,
-        extra_ignores=cluster_ops.topology_path_inside(src, ws),
+        extra_ignores=lifecycle.topology_path_inside(src, ws),
         echo=echo,
         wait_ready_s=wait_s,
     )
@@ -199,7 +218,7 @@ def run(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) -> None:
     """Show whether a cluster is up, its Terraform resources and its nodes."""
-    info = cluster_ops.status(_workspace(clusters_root, cluster_name))
+    info = lifecycle.status(_workspace(clusters_root, cluster_name))
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -239,7 +258,7 @@ def topology(cluster_name: str | None, clusters_root: Path | None) -> None:
 def down(cluster_name: str | None, clusters_root: Path | None) -> None:
     """Destroy the cluster (terraform destroy): no node directory or process is left."""
     ws = _workspace(clusters_root, cluster_name)
-    cluster_ops.down(ws, echo)
+    lifecycle.down(ws, echo)
     echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
 
 

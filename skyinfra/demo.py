@@ -11,8 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from skyinfra import cluster as cluster_ops
-from skyinfra import exitcodes
+from skyinfra import exitcodes, lifecycle
 from skyinfra.errors import SkyinfraError
 from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
 from skyinfra.spec import validate_spec
@@ -36,9 +35,9 @@ def demo() -> int:
     ws = Workspace(src / DEMO_DIR / spec.name)
     print(f"[demo] bringing up {spec.nodes} local nodes in {ws.path}", flush=True)
     try:
-        _, topology = cluster_ops.up(spec, ws, print)
+        _, topology = lifecycle.up(spec, ws, print)
         report = run_on_cluster(
-            transport=cluster_ops.transport_for(ws, topology),
+            transport=lifecycle.transport_for(ws, topology),
             topology=topology,
             topology_file=ws.topology_file,
             runs_dir=ws.runs_dir,
@@ -71,7 +70,7 @@ def demo() -> int:
         if ws.exists():
             print("[demo] bringing the cluster down", flush=True)
             try:
-                cluster_ops.down(ws, print)
+                lifecycle.down(ws, print)
             except SkyinfraError as err:
                 print(f"[demo] error during down: {err}", file=sys.stderr)
 

@@ -15,11 +15,9 @@ The templates are written `terraform fmt`-clean; tests check that with the engin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from skyinfra import resources, templating
-from skyinfra.spec import ClusterSpec
 
 # Where a workspace keeps its copies of the modules and scripts (relative to the workspace).
 MODULES_DIR = "modules"
@@ -57,34 +55,3 @@ def module_files(*modules: str) -> dict[str, str]:
 def bootstrap_files() -> dict[str, str]:
     """The node bootstrap script, as the workspace file the local module runs."""
     return {BOOTSTRAP_FILE: resources.bootstrap_script()}
-
-
-def local_files(context: Mapping[str, Any]) -> dict[str, str]:
-    """Everything a local cluster's workspace holds: root module, tfvars, the local module's
-    copy and the bootstrap script."""
-    return {**render_root("local", context), **module_files("local"), **bootstrap_files()}
-
-
-def local_context(
-    spec: ClusterSpec,
-    *,
-    node_root: Path,
-    python: str,
-    wheel_path: Path,
-    wheel_sha256: str,
-) -> dict[str, Any]:
-    if spec.local is None:
-        raise ValueError("local_context needs a spec with provider 'local'")
-    return {
-        "cluster_name": spec.name,
-        "module_source": module_source("local"),
-        "bootstrap_script": BOOTSTRAP_FILE,
-        "node_count": spec.nodes,
-        "base_address": spec.local.base_address,
-        "head_port": spec.head_port,
-        "node_root": str(node_root),
-        "python": python,
-        "wheel_path": str(wheel_path),
-        "wheel_sha256": wheel_sha256,
-        "python_packages": list(spec.python_packages),
-    }

@@ -3,16 +3,21 @@
 Sources, later ones win: defaults < TOML file (``skyinfra.toml`` or ``--spec``) < CLI flags.
 ``load_spec`` returns a frozen :class:`ClusterSpec` or raises :class:`SpecError` naming the
 field, the value and what would be valid. It is pure apart from reading the spec file.
+
+This module knows the fields every cluster has. Each target owns its own table of the file
+(``[local]``, ``[aws]``): the target named by ``provider`` parses it (skyinfra/targets/), and
+so does every other target whose table is present (a mistake there is still a mistake).
+``ClusterSpec.to_dict`` gives the file's shape back and ``ClusterSpec.from_dict`` reads it, so
+``spec.json`` in a workspace round-trips.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomllib
 from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
@@ -20,37 +25,23 @@ from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_f
 from skyinfra_runtime.plugins import validate_plugins
 from skyinfra_runtime.topology import PluginRef
 
-from skyinfra.errors import SpecError
+from skyinfra.errors import InternalError, SpecError
+from skyinfra.targets import get_target, target_names
 
-PROVIDERS = ("local", "aws")
-# The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
-# image that brings its own).
-NO_JAX = "none"
-JAX_EXTRAS = ("cuda12", "cuda13", "cpu", NO_JAX)
-MAX_LOCAL_NODES = 32
-# The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
-# the error comes from the spec, before anything runs.
-MAX_AWS_NODES = 64
-# The private key `run` reaches AWS nodes with; its public half (<path>.pub) is installed.
-DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
-# Idle shutdown is on by default: a forgotten GPU node ends itself after an hour idle.
-DEFAULT_IDLE_SHUTDOWN_MINUTES = 60
-MIN_IDLE_SHUTDOWN_MINUTES = 5
-
-_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
+# One rule for cluster names, everywhere: 1-32 characters, lowercase letters, digits and '-',
+# starting with a letter and not ending with '-' (the modules' own checks agree; a target may
+# add nothing to it). The workspace folder is named after it, so it also keeps names from
+# reaching outside the clusters folder.
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
+NAME_EXPECTED = (
+    "1-32 characters: lower-case letters, digits and '-', starting with a letter, "
+    "not ending with '-'"
+)
+DEFAULT_PROVIDER = "local"
 # A pip requirement without spaces or leading dash: keeps pip options and shell words out.
 _PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+]*$")
-_REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-_INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
-_SUBNET_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
-_VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-# A file path on one line (no control characters); whether the key exists is checked when
-# the AWS target renders, not here (validation stays pure).
-_SSH_KEY_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
-_SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
-TOP_LEVEL_KEYS = (
+COMMON_KEYS = (
     "name",
     "provider",
     "nodes",
@@ -58,59 +49,14 @@ TOP_LEVEL_KEYS = (
     "head_port",
     "plugins",
     "python_packages",
-    "local",
-    "aws",
 )
-LOCAL_KEYS = ("base_address", "python")
-AWS_KEYS = (
-    "region",
-    "instance_type",
-    "ami",
-    "disk_gb",
-    "ssh_cidrs",
-    "ssh_key",
-    "ssh_user",
-    "subnet_id",
-    "vpc_id",
-    "placement_group",
-    "efa",
-    "idle_shutdown_minutes",
-    "jax_extra",
-)
-
 
 # A plugin as the spec names it: the runtime's own type, so the topology carries it as is.
 # Its options are JSON values (strings, numbers, booleans, lists, tables), checked against
 # the runtime's plugin table (skyinfra_runtime.plugins.table).
 PluginSpec = PluginRef
 
-
-@dataclass(frozen=True)
-class LocalSpec:
-    base_address: str = "127.0.0.2"
-    # None: the operator's own interpreter (sys.executable), resolved when rendering.
-    python: str | None = None
-
-
-@dataclass(frozen=True)
-class AwsSpec:
-    region: str
-    instance_type: str
-    ssh_cidrs: tuple[str, ...]
-    ami: str | None = None
-    disk_gb: int = 200
-    # Path of the private key; the AWS target installs "<ssh_key>.pub" as the nodes' key pair.
-    ssh_key: str = DEFAULT_SSH_KEY
-    # None: the login user of the AMI (ubuntu for the Deep Learning AMI), looked up at `up`.
-    ssh_user: str | None = None
-    subnet_id: str | None = None
-    vpc_id: str | None = None
-    placement_group: bool = False
-    efa: bool = False
-    # Minutes without a skyinfra process before a node shuts itself down (and so terminates);
-    # 0 turns the idle timer off.
-    idle_shutdown_minutes: int = DEFAULT_IDLE_SHUTDOWN_MINUTES
-    jax_extra: str = "cuda12"
+Section = TypeVar("Section")
 
 
 @dataclass(frozen=True)
@@ -118,15 +64,40 @@ class ClusterSpec:
     name: str
     provider: str
     nodes: int
+    # The target's own table, parsed by the target (skyinfra.targets.base.TargetSection).
+    section: Any
     procs_per_node: int | str = 1
     head_port: int = 29500
     plugins: tuple[PluginSpec, ...] = ()
     python_packages: tuple[str, ...] = ()
-    local: LocalSpec | None = None
-    aws: AwsSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "nodes": self.nodes,
+            "procs_per_node": self.procs_per_node,
+            "head_port": self.head_port,
+            "plugins": [{"name": p.name, "options": dict(p.options)} for p in self.plugins],
+            "python_packages": list(self.python_packages),
+            self.provider: self.section.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ClusterSpec:
+        """Read ``to_dict``'s output (spec.json) back, validating it again."""
+        # spec.json of skyinfra 0.1.0 held every target's table, null for the unused ones.
+        return validate_spec({k: v for k, v in raw.items() if v is not None})
+
+    def section_as(self, kind: type[Section]) -> Section:
+        """The target's table as the type its target parses it into."""
+        if not isinstance(self.section, kind):
+            raise InternalError(
+                f"cluster {self.name!r}: its [{self.provider}] table is a "
+                f"{type(self.section).__name__}, not a {kind.__name__}"
+            )
+        return self.section
 
 
 # ---------------------------------------------------------------- parsing helpers
@@ -177,30 +148,30 @@ def load_spec(
     return validate_spec(merge_overrides(raw, overrides))
 
 
-# ---------------------------------------------------------------- validation (pure)
+# ---------------------------------------------------------------- field readers (pure)
 
 
-def _reject_unknown(raw: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
+def reject_unknown(raw: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
     for key in raw:
         if key not in allowed:
             raise SpecError(f"{prefix}{key}", raw[key], f"one of the known keys {list(allowed)}")
 
 
-def _int(raw: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
+def read_int(raw: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
     value = raw.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise SpecError(path, value, f"an integer from {lo} to {hi}")
     return value
 
 
-def _bool(raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+def read_bool(raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
     value = raw.get(key, default)
     if not isinstance(value, bool):
         raise SpecError(path, value, "true or false")
     return value
 
 
-def _str(
+def read_str(
     raw: Mapping[str, Any], key: str, path: str, pattern: re.Pattern[str], expected: str
 ) -> str | None:
     value = raw.get(key)
@@ -221,7 +192,7 @@ def _plugins(value: Any) -> tuple[PluginSpec, ...]:
         entry = parse_plugin_flag(item, path) if isinstance(item, str) else item
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise SpecError(path, item, 'a plugin name or a table {name = "...", options = {}}')
-        _reject_unknown(entry, ("name", "options"), f"{path}.")
+        reject_unknown(entry, ("name", "options"), f"{path}.")
         refs.append(PluginRef(entry["name"], entry.get("options", {})))
     try:
         return validate_plugins(refs)
@@ -244,148 +215,40 @@ def _packages(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _local(raw: Any, nodes: int) -> LocalSpec:
-    if not isinstance(raw, dict):
-        raise SpecError("local", raw, "a table")
-    _reject_unknown(raw, LOCAL_KEYS, "local.")
-    base = raw.get("base_address", "127.0.0.2")
-    try:
-        first = ipaddress.IPv4Address(base)
-    except (ipaddress.AddressValueError, ValueError):
-        first = None
-    loopback = ipaddress.IPv4Network("127.0.0.0/8")
-    if first is None or first not in loopback or int(first) & 0xFF == 0:
-        raise SpecError(
-            "local.base_address", base, "an IPv4 address in 127.0.0.0/8, e.g. 127.0.0.2"
-        )
-    if ipaddress.IPv4Address(int(first) + nodes - 1) not in loopback or int(
-        first
-    ) + nodes - 1 >= int(ipaddress.IPv4Address("127.255.255.255")):
-        raise SpecError(
-            "local.base_address", base, f"room for {nodes} consecutive addresses in 127.0.0.0/8"
-        )
-    python = raw.get("python")
-    if python is not None and (not isinstance(python, str) or not Path(python).is_file()):
-        raise SpecError("local.python", python, "the path of an existing Python interpreter")
-    return LocalSpec(base_address=str(first), python=python)
-
-
-def _idle_minutes(raw: Mapping[str, Any]) -> int:
-    value = raw.get("idle_shutdown_minutes", DEFAULT_IDLE_SHUTDOWN_MINUTES)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not (value == 0 or MIN_IDLE_SHUTDOWN_MINUTES <= value <= 7 * 24 * 60)
-    ):
-        raise SpecError(
-            "aws.idle_shutdown_minutes",
-            value,
-            f"0 (idle shutdown off) or minutes from {MIN_IDLE_SHUTDOWN_MINUTES} to {7 * 24 * 60}",
-        )
-    return value
-
-
-def _aws(raw: Any) -> AwsSpec:
-    if not isinstance(raw, dict):
-        raise SpecError("aws", raw, "a table with at least region, instance_type and ssh_cidrs")
-    _reject_unknown(raw, AWS_KEYS, "aws.")
-    region = _str(raw, "region", "aws.region", _REGION_RE, "an AWS region like 'us-east-1'")
-    if region is None:
-        raise SpecError(
-            "aws.region", None, "an AWS region like 'us-east-1' (required for provider aws)"
-        )
-    instance_type = _str(
-        raw,
-        "instance_type",
-        "aws.instance_type",
-        _INSTANCE_TYPE_RE,
-        "an instance type like 'g5.xlarge'",
-    )
-    if instance_type is None:
-        raise SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
-    cidrs = raw.get("ssh_cidrs")
-    if not isinstance(cidrs, list) or not cidrs:
-        raise SpecError(
-            "aws.ssh_cidrs", cidrs, 'a non-empty list of CIDRs, e.g. ["203.0.113.4/32"]'
-        )
-    for i, cidr in enumerate(cidrs):
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except (TypeError, ValueError):
-            raise SpecError(
-                f"aws.ssh_cidrs[{i}]", cidr, "a CIDR with host bits zero, e.g. 203.0.113.4/32"
-            ) from None
-    jax_extra = raw.get("jax_extra", "cuda12")
-    if jax_extra not in JAX_EXTRAS:
-        raise SpecError("aws.jax_extra", jax_extra, f"one of {list(JAX_EXTRAS)}")
-    return AwsSpec(
-        region=region,
-        instance_type=instance_type,
-        ssh_cidrs=tuple(cidrs),
-        ami=_str(
-            raw, "ami", "aws.ami", _AMI_RE, "an AMI id like 'ami-0123456789abcdef0' or absent"
-        ),
-        disk_gb=_int(raw, "disk_gb", "aws.disk_gb", 200, 8, 16384),
-        ssh_key=_str(
-            raw,
-            "ssh_key",
-            "aws.ssh_key",
-            _SSH_KEY_RE,
-            "the path of an SSH private key, e.g. '~/.ssh/id_ed25519' (its .pub is installed)",
-        )
-        or DEFAULT_SSH_KEY,
-        ssh_user=_str(raw, "ssh_user", "aws.ssh_user", _SSH_USER_RE, "a Unix user name"),
-        subnet_id=_str(
-            raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
-        ),
-        vpc_id=_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
-        placement_group=_bool(raw, "placement_group", "aws.placement_group", False),
-        efa=_bool(raw, "efa", "aws.efa", False),
-        idle_shutdown_minutes=_idle_minutes(raw),
-        jax_extra=jax_extra,
-    )
+def check_name(name: Any, field: str = "name") -> str:
+    """A cluster name by the one rule (:data:`NAME_RE`); SpecError naming ``field``."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise SpecError(field, name, NAME_EXPECTED)
+    return name
 
 
 def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     """Check every field; the first problem raises SpecError (exit 2)."""
-    _reject_unknown(raw, TOP_LEVEL_KEYS, "")
-    name = raw.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise SpecError(
-            "name",
-            name,
-            "1-32 characters: lowercase letters, digits and '-', starting with a letter, "
-            "not ending with '-'",
-        )
-    provider = raw.get("provider", "local")
-    if provider not in PROVIDERS:
-        raise SpecError("provider", provider, f"one of {list(PROVIDERS)}")
-    max_nodes = MAX_LOCAL_NODES if provider == "local" else MAX_AWS_NODES
-    nodes = _int(raw, "nodes", "nodes", 1, 1, max_nodes)
+    targets = target_names()
+    reject_unknown(raw, (*COMMON_KEYS, *targets), "")
+    name = check_name(raw.get("name"))
+    provider = raw.get("provider", DEFAULT_PROVIDER)
+    if provider not in targets:
+        raise SpecError("provider", provider, f"one of {list(targets)}")
+    target = get_target(provider)
+    nodes = read_int(raw, "nodes", "nodes", 1, 1, target.max_nodes)
     ppn = raw.get("procs_per_node", 1)
     if ppn != "auto" and (isinstance(ppn, bool) or not isinstance(ppn, int) or not 1 <= ppn <= 64):
         raise SpecError("procs_per_node", ppn, "an integer from 1 to 64, or 'auto'")
-    head_port = _int(raw, "head_port", "head_port", 29500, 1024, 65534)
+    head_port = read_int(raw, "head_port", "head_port", 29500, 1024, 65534)
     plugins = _plugins(raw.get("plugins", []))
     packages = _packages(raw.get("python_packages", []))
-    local: LocalSpec | None = None
-    aws: AwsSpec | None = None
-    if provider == "local":
-        local = _local(raw.get("local", {}), nodes)
-        if "aws" in raw:
-            _aws(raw["aws"])  # still checked: a broken section is a mistake even if unused now
-    else:
-        aws = _aws(raw.get("aws"))
-        if "local" in raw:
-            raise SpecError("local", raw["local"], "no [local] table when provider is 'aws'")
+    section = target.parse_section(raw.get(provider), nodes=nodes)
+    for other in targets:
+        if other != provider and other in raw:
+            get_target(other).parse_section(raw[other], nodes=nodes)
     return ClusterSpec(
         name=name,
         provider=provider,
         nodes=nodes,
+        section=section,
         procs_per_node=ppn,
         head_port=head_port,
         plugins=plugins,
         python_packages=packages,
-        local=local,
-        aws=aws,
     )

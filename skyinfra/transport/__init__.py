@@ -1,6 +1,6 @@
-"""How the operator reaches nodes: the NodeTransport protocol and its local implementation."""
+"""How the operator reaches nodes, whatever the target: the NodeTransport protocol (base.py)
+and readiness. Each target brings its own transport (skyinfra/targets/<name>/)."""
 
 from skyinfra.transport.base import NodeProcess, NodeTransport, Readiness
-from skyinfra.transport.local import LocalTransport
 
-__all__ = ["LocalTransport", "NodeProcess", "NodeTransport", "Readiness"]
+__all__ = ["NodeProcess", "NodeTransport", "Readiness"]

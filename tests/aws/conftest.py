@@ -21,8 +21,8 @@ from aws_tf import REGION, Terraform, find_plugin_mirror, write_cli_config
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ssm.models import Parameter, ssm_backends
 
-from skyinfra.aws.preflight import DEFAULT_DLAMI_PARAMETER
-from skyinfra.aws.ssh import SshTarget
+from skyinfra.targets.aws.preflight import DEFAULT_DLAMI_PARAMETER
+from skyinfra.targets.aws.ssh import SshTarget
 from tests.conftest import require_system_tool
 
 

@@ -34,11 +34,11 @@ from aws_tf import REGION
 from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from skyinfra.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR, Emulator
-from skyinfra.aws.ssh import SshTarget
-from skyinfra.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.errors import ConfigError
 from skyinfra.spec import validate_spec
+from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR, Emulator
+from skyinfra.targets.aws.ssh import SshTarget
+from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.terraform import MIRROR_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
@@ -337,7 +337,7 @@ def test_skip_preflight_bypasses_the_checks(
     monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
     monkeypatch.setenv("SKYINFRA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(
-        "skyinfra.aws.target.build_runtime_wheel",
+        "skyinfra.targets.aws.target.build_runtime_wheel",
         functools.partial(build_runtime_wheel, minimal_runtime_dir),
     )
     spec = validate_spec(
@@ -407,7 +407,7 @@ def test_transport_uses_the_spec_key_and_public_or_private_address(
             Node(1, "node-1", "10.42.0.11", None, "i-1"),
         ),
     )
-    nodes = transport(ws, topology)
+    nodes = transport(ws, spec, topology)
     targets = nodes._targets
     assert [(t.host, t.user, t.port) for t in targets.values()] == [
         ("198.51.100.4", "ec2-user", 22),
@@ -555,7 +555,7 @@ def test_transport_in_emulator_mode_dials_only_mapped_nodes(
     monkeypatch.setenv(
         EMULATED_NODES_ENV_VAR, '{"node-1": {"ssh": "127.0.0.1:2201", "root": "/r1"}}'
     )
-    nodes = transport(ws, topology)
+    nodes = transport(ws, spec, topology)
     assert [(i, t.host, t.port, t.root) for i, t in nodes._targets.items()] == [
         (1, "127.0.0.1", 2201, "/r1")
     ]
@@ -566,4 +566,4 @@ def test_transport_in_emulator_mode_dials_only_mapped_nodes(
 
     monkeypatch.setenv(EMULATED_NODES_ENV_VAR, '{"node-7": "127.0.0.1:2201"}')
     with pytest.raises(ConfigError, match=r"a node of 'emu': \['node-0', 'node-1'\]"):
-        transport(ws, topology)
+        transport(ws, spec, topology)

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skyinfra.aws.cloudinit import (
+from skyinfra.errors import RenderError, SpecError
+from skyinfra.targets.aws.cloudinit import (
     JAX_FIND_LINKS,
     NodeUserData,
     default_bootstrap_script,
     render_user_data,
 )
-from skyinfra.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
-from skyinfra.errors import RenderError, SpecError
+from skyinfra.targets.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
 from tests.conftest import require_system_tool
 
 TOPOLOGY = {

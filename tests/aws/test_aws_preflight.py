@@ -20,9 +20,9 @@ from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.models import servicequotas_backends
 
-from skyinfra.aws.endpoints import Emulator
-from skyinfra.aws.preflight import quota_class, run_preflight
 from skyinfra.errors import PreflightError
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.preflight import quota_class, run_preflight
 
 DLAMI = "ami-0abcdef1234567890"
 P_QUOTA = "L-417A185B"

@@ -26,10 +26,10 @@ import pytest
 import yaml
 from conftest import free_port
 
-from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
-from skyinfra.aws.ssh import SshTarget, SshTransport
 from skyinfra.errors import NodesNotReadyError
 from skyinfra.run import run_on_cluster, wait_until_ready
+from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from aws_tf import REGION, Terraform
 
-from skyinfra.aws.endpoints import Emulator
-from skyinfra.aws.render import AwsClusterParams, planned_private_ips, render_root_module
 from skyinfra.errors import RenderError, SpecError
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.render import AwsClusterParams, planned_private_ips, render_root_module
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk r"
 
@@ -77,12 +77,11 @@ def test_large_user_data_goes_gzipped_as_base64() -> None:
     ("overrides", "field", "hint"),
     [
         ({"ssh_ingress_cidrs": []}, "aws.ssh_cidrs", "no open-to-the-world default"),
-        ({"ssh_ingress_cidrs": ["0.0.0.0/0"]}, "aws.ssh_cidrs", "allow_ssh_from_anywhere"),
-        ({"ssh_ingress_cidrs": ["2001:db8::/32"]}, "aws.ssh_cidrs", "IPv4"),
+        ({"ssh_ingress_cidrs": ["0.0.0.0/0"]}, "aws.ssh_cidrs[0]", "allow_ssh_from_anywhere"),
+        ({"ssh_ingress_cidrs": ["2001:db8::/32"]}, "aws.ssh_cidrs[0]", "IPv4"),
         ({"ami_id": "/aws/service/x"}, "aws.ami", "concrete AMI id"),
         ({"cluster_name": "Bad_Name"}, "name", "lower-case"),
         ({"node_count": 300}, "nodes", "1 to 64"),
-        ({"existing_vpc_id": "vpc-0123abcd"}, "aws.existing_subnet_id", "or neither"),
         ({"subnet_cidr_block": "10.42.0.0/28", "node_count": 8}, "nodes", "at most"),
     ],
 )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from skyinfra.aws.ssh import SshTarget, SshTransport
 from skyinfra.errors import TransportError
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport
 
 
 @pytest.fixture

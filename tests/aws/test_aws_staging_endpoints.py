@@ -11,7 +11,8 @@ import boto3
 import pytest
 from aws_tf import REGION
 
-from skyinfra.aws.endpoints import (
+from skyinfra.errors import ConfigError, PreflightError
+from skyinfra.targets.aws.endpoints import (
     EMULATED_NODES_ENV_VAR,
     ENDPOINT_ENV_VAR,
     EmulatedNode,
@@ -20,8 +21,7 @@ from skyinfra.aws.endpoints import (
     emulated_nodes_from_env,
     emulator_from_env,
 )
-from skyinfra.aws.staging import default_bucket_name, stage_wheel
-from skyinfra.errors import ConfigError, PreflightError
+from skyinfra.targets.aws.staging import default_bucket_name, stage_wheel
 
 
 def make_wheel(path: Path) -> Path:

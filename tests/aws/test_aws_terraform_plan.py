@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from aws_tf import REGION, Terraform, write_root
 
-from skyinfra.aws.endpoints import Emulator
-from skyinfra.aws.render import AwsClusterParams
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.render import AwsClusterParams
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from skyinfra import render
+from skyinfra.targets.local.target import local_files
 from skyinfra.terraform import EmbeddedTerraform
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT, skyinfra_argv
@@ -25,7 +25,7 @@ from tests.unit.test_render import golden_context
 def rendered(tmp_path: Path) -> Path:
     ws = tmp_path / "clusters" / "demo"
     ws.mkdir(parents=True)
-    Workspace(ws).write_files(render.local_files(golden_context()))
+    Workspace(ws).write_files(local_files(golden_context()))
     return ws
 
 

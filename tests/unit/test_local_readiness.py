@@ -10,11 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from skyinfra.cli import cli
-from skyinfra.cluster import default_wait_ready_s
 from skyinfra.errors import NodesNotReadyError
+from skyinfra.lifecycle import default_wait_ready_s
 from skyinfra.run import wait_until_ready
+from skyinfra.spec import validate_spec
+from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.topology import Node, Topology
-from skyinfra.transport import LocalTransport
 
 
 def node_dirs(tmp_path: Path, bootstrapped: tuple[bool, ...]) -> dict[int, Path]:
@@ -50,7 +51,7 @@ def test_marker_makes_a_local_node_ready(tmp_path: Path) -> None:
 
 
 def test_local_run_does_not_wait(tmp_path: Path) -> None:
-    assert default_wait_ready_s(topology(2)) == 0.0
+    assert default_wait_ready_s(validate_spec({"name": "c", "nodes": 2})) == 0.0
     transport = LocalTransport(node_dirs(tmp_path, (True, False)))
     lines: list[str] = []
     with pytest.raises(NodesNotReadyError, match=r"^cannot run: node-1: .*node-1 is not a") as err:
@@ -62,7 +63,7 @@ def test_local_run_does_not_wait(tmp_path: Path) -> None:
 def test_cli_run_stops_before_copying_when_a_node_is_not_bootstrapped(tmp_path: Path) -> None:
     ws = tmp_path / "clusters" / "c"
     dirs = node_dirs(ws, (True, False))
-    (ws / "spec.json").write_text("{}")
+    (ws / "spec.json").write_text(json.dumps(validate_spec({"name": "c", "nodes": 2}).to_dict()))
     (ws / "topology.json").write_text(json.dumps(topology(2).to_dict()))
     result = CliRunner().invoke(
         cli,

@@ -12,6 +12,7 @@ import pytest
 import skyinfra
 from skyinfra import render, resources
 from skyinfra.spec import validate_spec
+from skyinfra.targets.local.target import local_context, local_files
 from skyinfra.templating import hcl
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def golden_context() -> dict[str, object]:
             "head_port": 29600,
         }
     )
-    return render.local_context(
+    return local_context(
         spec,
         node_root=Path("/srv/skyinfra/demo/nodes"),
         python="/opt/python/bin/python3",
@@ -56,7 +57,7 @@ def test_rendering_is_deterministic() -> None:
 def test_local_workspace_is_self_contained() -> None:
     """The root calls ./modules/local, a byte-for-byte copy of infra/modules/local, and the
     bootstrap script is copied beside it: nothing points outside the workspace."""
-    files = render.local_files(golden_context())
+    files = local_files(golden_context())
     assert sorted(files) == [
         "main.tf",
         "modules/local/main.tf",
@@ -73,7 +74,7 @@ def test_local_workspace_is_self_contained() -> None:
         if name.startswith("modules/"):
             assert text == (infra / name).read_text(), name
     assert files["scripts/bootstrap-node.sh"] == (infra / "scripts/bootstrap-node.sh").read_text()
-    assert files == render.local_files(golden_context())  # deterministic
+    assert files == local_files(golden_context())  # deterministic
     installed = str(Path(skyinfra.__file__).resolve().parent)
     for name, text in files.items():
         assert "../" not in text, f"{name} climbs out of the workspace"

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from skyinfra_runtime.plugins import from_name
 
-from skyinfra.cluster import load_spec_of
 from skyinfra.errors import SpecError
+from skyinfra.lifecycle import spec_of
 from skyinfra.spec import load_spec, parse_plugin_flag, validate_spec
+from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.local.spec import LocalSpec
 from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
 
@@ -21,8 +23,7 @@ def test_minimal_spec_gets_defaults() -> None:
     assert spec.provider == "local"
     assert spec.nodes == 1
     assert spec.head_port == 29500
-    assert spec.local is not None and spec.local.base_address == "127.0.0.2"
-    assert spec.aws is None
+    assert isinstance(spec.section, LocalSpec) and spec.section.base_address == "127.0.0.2"
 
 
 def test_file_then_flags_override(tmp_path: Path) -> None:
@@ -55,20 +56,20 @@ def test_aws_section_is_validated_and_kept() -> None:
             },
         }
     )
-    assert spec.aws is not None
-    assert spec.aws.region == "eu-west-1"
-    assert spec.aws.ami is None
-    assert spec.aws.disk_gb == 200
-    assert spec.aws.idle_shutdown_minutes == 60  # on by default
-    assert spec.aws.ssh_key == "~/.ssh/id_ed25519"
-    assert spec.aws.ssh_user is None  # looked up from the AMI at `up`
-    assert spec.local is None
+    aws = spec.section
+    assert isinstance(aws, AwsSpec)
+    assert aws.region == "eu-west-1"
+    assert aws.ami is None
+    assert aws.disk_gb == 200
+    assert aws.idle_shutdown_minutes == 60  # on by default
+    assert aws.ssh_key == "~/.ssh/id_ed25519"
+    assert aws.ssh_user is None  # looked up from the AMI at `up`
 
 
 def test_idle_shutdown_off_only_when_asked() -> None:
     raw = {"name": "c", "provider": "aws", "aws": {**AWS_OK, "idle_shutdown_minutes": 0}}
     spec = validate_spec(raw)
-    assert spec.aws is not None and spec.aws.idle_shutdown_minutes == 0
+    assert isinstance(spec.section, AwsSpec) and spec.section.idle_shutdown_minutes == 0
 
 
 def test_plugin_flag_parsing() -> None:
@@ -142,7 +143,7 @@ def test_keras_model_parallel_options_from_toml_round_trip(tmp_path: Path) -> No
     ws = Workspace(tmp_path / "clusters" / "mp")
     ws.path.mkdir(parents=True)
     ws.write_json(ws.spec_file, spec.to_dict())
-    assert load_spec_of(ws) == spec
+    assert spec_of(ws) == spec
     plugin = from_name(keras.name, json.loads(json.dumps(keras.options)))
     assert getattr(plugin, "layout_map", None) == {".*wide/kernel": [None, "model"]}
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from skyinfra_runtime.topology import Topology
 
-from skyinfra.aws.render import AwsClusterParams
-from skyinfra.aws.target import preboot_topology
 from skyinfra.errors import TopologyError
 from skyinfra.spec import validate_spec
+from skyinfra.targets.aws.render import AwsClusterParams
+from skyinfra.targets.aws.target import preboot_topology
 from skyinfra.topology import topology_from_outputs
 
 SPEC = validate_spec({"name": "demo", "nodes": 2, "plugins": ["jax", "keras:backend=jax"]})

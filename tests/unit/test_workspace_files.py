@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from skyinfra import cluster
+import skyinfra
 from skyinfra.errors import WorkspaceError
 from skyinfra.render import OWNED_DIRS
 from skyinfra.spec import validate_spec
+from skyinfra.targets import get_target
 from skyinfra.workspace import Workspace
 
 
@@ -47,9 +48,10 @@ def test_local_render_is_deterministic_and_points_nowhere_else(
     monkeypatch.setenv("SKYINFRA_RUNTIME_DIR", str(minimal_runtime_dir))
     spec = validate_spec({"name": "demo", "nodes": 2, "local": {"python": "/usr/bin/python3"}})
     ws = Workspace(tmp_path / "clusters" / "demo")
-    first = cluster.render_files(spec, ws)
-    assert cluster.render_files(spec, ws) == first
+    local = get_target("local")
+    first = local.render(spec, ws, echo=print, options={})
+    assert local.render(spec, ws, echo=print, options={}) == first
     assert "modules/local/main.tf" in first and "scripts/bootstrap-node.sh" in first
-    package = Path(cluster.__file__).resolve().parent
+    package = Path(skyinfra.__file__).resolve().parent
     for name, text in first.items():
         assert str(package) not in text and str(package.parent) not in text, name

@@ -3,8 +3,8 @@ variable "cluster_name" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,31}$", var.cluster_name))
-    error_message = "cluster_name must be 1-32 lowercase letters, digits or '-', starting with a letter."
+    condition     = can(regex("^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", var.cluster_name))
+    error_message = "cluster_name must be 1-32 lower-case letters, digits or '-', starting with a letter and not ending with '-'."
   }
 }
 

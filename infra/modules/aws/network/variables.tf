@@ -4,8 +4,8 @@ variable "name" {
   nullable    = false
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,38}[a-z0-9]$", var.name))
-    error_message = "The name must be 2-40 characters of lower-case letters, digits and '-', starting with a letter."
+    condition     = can(regex("^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$", var.name))
+    error_message = "The name must be 1-40 characters of lower-case letters, digits and '-', starting with a letter and not ending with '-'."
   }
 }
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
-from skyinfra.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
+from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 
 TEMPLATE = "aws/user-data.yaml.j2"
 

@@ -1,27 +1,25 @@
-"""Cluster life cycle behind the CLI: up, down, status, and the transport for `run`.
+"""The cluster life cycle behind the CLI: up, down, status, and how `run` reaches the nodes.
 
-The local target lives here; the AWS target plugs in through ``skyinfra.aws.target`` (owned
-by the AWS work): a module with ``render_files(spec, workspace, *, echo, skip_preflight)
--> dict[str, str]``, ``transport(workspace, topology, *, connect_timeout_s) -> NodeTransport``
-and ``WAIT_READY_S`` (how long `run` waits for nodes still bootstrapping).
+Every verb works against the :class:`~skyinfra.targets.base.Target` the spec names (looked up
+in the registry, skyinfra/targets/) and a :class:`~skyinfra.terraform.TerraformEngine` made by
+an engine factory; nothing here knows which target or engine it drives.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import ProviderUnavailableError, SkyinfraError, WorkspaceError
-from skyinfra.render import OWNED_DIRS, local_context, local_files
+from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
+from skyinfra.render import OWNED_DIRS
 from skyinfra.run import check_readiness
-from skyinfra.spec import ClusterSpec, validate_spec
-from skyinfra.terraform import EmbeddedTerraform, PlanSummary, format_event
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets import all_targets, get_target
+from skyinfra.targets.base import Target, TargetOptions
+from skyinfra.terraform import EmbeddedTerraform, EngineFactory, PlanSummary, format_event
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
-from skyinfra.transport import LocalTransport, NodeTransport, Readiness
-from skyinfra.wheel import build_runtime_wheel
+from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.workspace import Workspace
 
 Echo = Callable[[str], None]
@@ -32,36 +30,28 @@ PLAN_FILE = "skyinfra.tfplan"
 STATUS_CONNECT_TIMEOUT_S = 5.0
 
 
-def _aws_target() -> Any:
-    try:
-        return importlib.import_module("skyinfra.aws.target")
-    except ModuleNotFoundError as err:
-        raise ProviderUnavailableError(
-            "provider 'aws' is not available in this build (skyinfra.aws.target is missing); "
-            "use provider 'local'"
-        ) from err
+def spec_of(ws: Workspace) -> ClusterSpec:
+    """The spec the cluster was last brought up with (its workspace's spec.json)."""
+    return ClusterSpec.from_dict(ws.read_json(ws.spec_file))
 
 
-def render_files(
-    spec: ClusterSpec, ws: Workspace, *, echo: Echo | None = None, skip_preflight: bool = False
-) -> dict[str, str]:
-    """The root module's files, with its copies of the modules it calls (relative path ->
-    text); nothing is written (the AWS preflight runs here)."""
-    if spec.provider == "aws":
-        files: dict[str, str] = _aws_target().render_files(
-            spec, ws, echo=echo, skip_preflight=skip_preflight
+def target_of(spec: ClusterSpec) -> Target:
+    return get_target(spec.provider)
+
+
+def check_target_options(spec: ClusterSpec, options: TargetOptions) -> None:
+    """Flags of another target are a usage error that says whose they are."""
+    own = {option.name for option in target_of(spec).options}
+    for name, value in options.items():
+        if name in own:
+            continue
+        owners = [(t.name, o.flag) for t in all_targets() for o in t.options if o.name == name]
+        flag, owner = (owners[0][1], owners[0][0]) if owners else (name, "no target")
+        raise SpecError(
+            flag,
+            value,
+            f"a flag of target {owner!r} only; cluster {spec.name!r} uses target {spec.provider!r}",
         )
-        return files
-    assert spec.local is not None  # validate_spec sets it for provider local
-    wheel = build_runtime_wheel()
-    context = local_context(
-        spec,
-        node_root=ws.nodes_dir,
-        python=spec.local.python or sys.executable,
-        wheel_path=wheel.path,
-        wheel_sha256=wheel.sha256,
-    )
-    return local_files(context)
 
 
 def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
@@ -74,24 +64,31 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
 
 
 def up(
-    spec: ClusterSpec, ws: Workspace, echo: Echo, *, skip_preflight: bool = False
+    spec: ClusterSpec,
+    ws: Workspace,
+    echo: Echo,
+    *,
+    options: TargetOptions | None = None,
+    engine_factory: EngineFactory = EmbeddedTerraform,
 ) -> tuple[PlanSummary, Topology]:
     """Render, init, plan, apply when there are changes, write topology.json.
 
-    ``skip_preflight`` skips the AWS target's boto3 checks (no effect on the local target).
+    ``options``: the target's own flags (such as aws's skip_preflight).
     """
+    options = dict(options or {})
+    check_target_options(spec, options)
     if ws.exists():
-        previous = load_spec_of(ws)
+        previous = spec_of(ws)
         if previous.provider != spec.provider:
             raise WorkspaceError(
                 f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
                 f"run `skyinfra down --cluster {spec.name}` before changing it to {spec.provider!r}"
             )
     # Preflight, wheel build and staging happen here: before any workspace write.
-    files = render_files(spec, ws, echo=echo, skip_preflight=skip_preflight)
+    files = target_of(spec).render(spec, ws, echo=echo, options=options)
     ws.write_files(files, owned_dirs=OWNED_DIRS)
     ws.write_json(ws.spec_file, spec.to_dict())
-    engine = EmbeddedTerraform(ws.path)
+    engine = engine_factory(ws.path)
     on_event = progress_printer(echo)
     echo(f"[skyinfra] terraform init in {ws.path}")
     engine.init()
@@ -111,23 +108,9 @@ def up(
     return summary, topology
 
 
-def load_spec_of(ws: Workspace) -> ClusterSpec:
-    raw = ws.read_json(ws.spec_file)
-    # spec.json is our own to_dict() output: nested tables become the spec file's shape.
-    raw = {k: v for k, v in raw.items() if v is not None}
-    if raw.get("local") is not None and raw["local"].get("python") is None:
-        raw["local"].pop("python", None)
-    if raw.get("aws") is not None:
-        raw["aws"] = {
-            k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in raw["aws"].items()
-            if v is not None
-        }
-    return validate_spec(raw)
-
-
-def down(ws: Workspace, echo: Echo) -> None:
-    engine = EmbeddedTerraform(ws.path)
+def down(ws: Workspace, echo: Echo, *, engine_factory: EngineFactory = EmbeddedTerraform) -> None:
+    spec = spec_of(ws)
+    engine = engine_factory(ws.path)
     if not (ws.path / ".terraform").is_dir():
         engine.init()
     echo(f"[skyinfra] terraform destroy in {ws.path}")
@@ -138,15 +121,37 @@ def down(ws: Workspace, echo: Echo) -> None:
         raise WorkspaceError(
             f"cluster {ws.name!r}: resources left in state after destroy: {remaining}"
         )
+    target_of(spec).after_down(ws, spec, echo=echo)
+
+
+def transport_for(
+    ws: Workspace,
+    topology: Topology,
+    *,
+    spec: ClusterSpec | None = None,
+    connect_timeout_s: float | None = None,
+) -> NodeTransport:
+    """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
+    spec = spec or spec_of(ws)
+    return target_of(spec).transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+
+def default_wait_ready_s(spec: ClusterSpec) -> float:
+    """How long `run` waits for nodes still bootstrapping, unless --wait-ready says."""
+    return target_of(spec).wait_ready_s
 
 
 def node_readiness(
-    ws: Workspace, topology: Topology, *, connect_timeout_s: float | None = None
+    ws: Workspace,
+    spec: ClusterSpec,
+    topology: Topology,
+    *,
+    connect_timeout_s: float | None = None,
 ) -> dict[int, Readiness]:
     """Every node's readiness through its transport; a node that cannot be reached (or a
     transport that cannot be set up, such as a missing SSH key) reads as unreachable."""
     try:
-        transport = transport_for(ws, topology, connect_timeout_s=connect_timeout_s)
+        transport = transport_for(ws, topology, spec=spec, connect_timeout_s=connect_timeout_s)
     except SkyinfraError as err:
         return {n.index: Readiness("unreachable", str(err)) for n in topology.nodes}
     try:
@@ -157,16 +162,16 @@ def node_readiness(
             close()
 
 
-def status(ws: Workspace) -> dict[str, Any]:
+def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) -> dict[str, Any]:
     """The cluster's state, resources and nodes; each node says whether it is ready
     (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
-    spec = load_spec_of(ws)
-    engine = EmbeddedTerraform(ws.path)
+    spec = spec_of(ws)
+    engine = engine_factory(ws.path)
     resources = engine.state_list() if ws.state_file.is_file() else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
     nodes = []
     if topology is not None:
-        readiness = node_readiness(ws, topology, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S)
+        readiness = node_readiness(ws, spec, topology, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S)
         for node in topology.nodes:
             ready = readiness[node.index]
             nodes.append(
@@ -189,29 +194,6 @@ def status(ws: Workspace) -> dict[str, Any]:
         "resources": resources,
         "nodes": nodes,
     }
-
-
-def transport_for(
-    ws: Workspace, topology: Topology, *, connect_timeout_s: float | None = None
-) -> NodeTransport:
-    """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
-    if topology.provider == "aws":
-        target = _aws_target()
-        kwargs = {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s}
-        transport: NodeTransport = target.transport(ws, topology, **kwargs)
-        return transport
-    return LocalTransport({n.index: ws.nodes_dir / n.name for n in topology.nodes})
-
-
-def default_wait_ready_s(topology: Topology) -> float:
-    """How long `run` waits for nodes still bootstrapping, unless --wait-ready says.
-
-    AWS nodes bootstrap after `up` returns (cloud-init installs jax[cuda] for minutes); the
-    local target bootstraps inside `up`, so a local node not ready by then never will be.
-    """
-    if topology.provider == "aws":
-        return float(_aws_target().WAIT_READY_S)
-    return 0.0
 
 
 def topology_path_inside(src: Path, ws: Workspace) -> list[str]:

@@ -11,13 +11,14 @@ import base64
 import gzip
 import ipaddress
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skyinfra import templating
-from skyinfra.aws.endpoints import Emulator
-from skyinfra.errors import RenderError, SpecError
+from skyinfra.errors import InternalError, RenderError, SpecError
+from skyinfra.spec import check_name
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.spec import AMI_EXPECTED, AMI_RE, MAX_AWS_NODES, check_ssh_cidrs
 
 TEMPLATE = "aws/main.tf.j2"
 # The static modules the root module calls (copied into the workspace under modules/aws/).
@@ -29,9 +30,6 @@ AWS_PROVIDER_VERSION = "5.100.0"
 # EC2 limits user data to 16 KB before base64:
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT_BYTES = 16 * 1024
-
-_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
-_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 
 
 @dataclass(frozen=True)
@@ -97,43 +95,24 @@ def encode_user_data(document: str) -> dict[str, str]:
 
 
 def validate_params(params: AwsClusterParams) -> None:
-    """Refuse bad values before anything is written, naming the field and what is valid."""
-    if not _NAME_RE.match(params.cluster_name):
-        raise SpecError(
-            "name",
-            params.cluster_name,
-            "2-40 lower-case letters, digits and '-', starting with a letter",
-        )
-    if params.node_count < 1 or params.node_count > 64:
-        raise SpecError("nodes", params.node_count, "a whole number from 1 to 64")
-    if not _AMI_RE.match(params.ami_id):
-        raise SpecError("aws.ami", params.ami_id, "a concrete AMI id such as ami-0123456789abcdef0")
-    for cidr in params.ssh_ingress_cidrs:
-        try:
-            network = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            network = None
-        if network is None or network.version != 4:
-            raise SpecError("aws.ssh_cidrs", cidr, "an IPv4 CIDR block such as 203.0.113.7/32")
-        if network.prefixlen == 0 and not params.allow_ssh_from_anywhere:
-            raise SpecError(
-                "aws.ssh_cidrs",
-                cidr,
-                "narrower CIDR blocks; 0.0.0.0/0 opens SSH to the internet and needs "
-                "aws.allow_ssh_from_anywhere: true",
-            )
-    if params.enable_ssh and not params.ssh_ingress_cidrs:
-        raise SpecError(
-            "aws.ssh_cidrs",
-            [],
-            "the CIDR blocks allowed to reach port 22 (e.g. your address as x.x.x.x/32); "
-            "there is no open-to-the-world default",
+    """Refuse bad values before anything is written, naming the field and what is valid.
+
+    The user's values go through the spec's own rules (skyinfra/spec.py, aws/spec.py); the
+    rest are the renderer's invariants."""
+    check_name(params.cluster_name)
+    if not 1 <= params.node_count <= MAX_AWS_NODES:
+        raise SpecError("nodes", params.node_count, f"a whole number from 1 to {MAX_AWS_NODES}")
+    if not AMI_RE.match(params.ami_id):
+        raise SpecError("aws.ami", params.ami_id, f"a concrete AMI id ({AMI_EXPECTED})")
+    if params.enable_ssh or params.ssh_ingress_cidrs:
+        check_ssh_cidrs(
+            list(params.ssh_ingress_cidrs), allow_anywhere=params.allow_ssh_from_anywhere
         )
     if (params.existing_vpc_id is None) != (params.existing_subnet_id is None):
-        raise SpecError(
-            "aws.existing_subnet_id",
-            params.existing_subnet_id,
-            "both aws.existing_vpc_id and aws.existing_subnet_id, or neither",
+        # The target resolves the VPC from aws.subnet_id: one without the other is a bug.
+        raise InternalError(
+            f"existing_vpc_id={params.existing_vpc_id!r} and "
+            f"existing_subnet_id={params.existing_subnet_id!r}: both or neither"
         )
     if params.existing_subnet_id is None:
         subnet = ipaddress.ip_network(params.subnet_cidr_block, strict=False)

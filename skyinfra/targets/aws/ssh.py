@@ -25,8 +25,8 @@ from pathlib import Path
 
 import paramiko
 
-from skyinfra.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
 from skyinfra.errors import HostKeyChangedError, TransportError
+from skyinfra.targets.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
 from skyinfra.transport.base import IgnoreFn, Readiness
 
 # paramiko logs a failed connection's traceback from its own thread; without a handler

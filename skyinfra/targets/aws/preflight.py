@@ -15,8 +15,8 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-from skyinfra.aws.endpoints import Emulator, boto3_client_kwargs
 from skyinfra.errors import PreflightError
+from skyinfra.targets.aws.endpoints import Emulator, boto3_client_kwargs
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), through its public SSM
 # parameter: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html

@@ -1,13 +1,15 @@
 """The AWS target behind ``skyinfra up/run/status/down`` for ``provider = "aws"``.
 
-``skyinfra.cluster`` calls two functions:
+:class:`AwsTarget` is the registry's entry (skyinfra/targets/base.py's protocol); its verbs are
+these functions:
 
 - :func:`render_files` runs the boto3 preflight (unless skipped), resolves what the Terraform
   needs as concrete values (availability zone, AMI id, login user, GPUs, EFA interfaces),
   builds the runtime wheel and stages it in S3, renders every node's cloud-init user data and
-  the root module, and returns the files. It writes nothing to the workspace: ``cluster.up``
+  the root module, and returns the files. It writes nothing to the workspace: ``lifecycle.up``
   writes the files only after this returned, so a failed check leaves no workspace behind.
-- :func:`transport` reaches the nodes over SSH with the spec's key.
+- :func:`transport` reaches the nodes over SSH with the spec's key (in emulator mode only
+  through SKYINFRA_AWS_EMULATED_NODES).
 
 Values resolved at the first ``up`` are pinned in the workspace's tfvars and reused by later
 ones: the AMI id (a new Deep Learning AMI release must never show up as node replacements)
@@ -21,15 +23,18 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import boto3
 import paramiko
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
-from skyinfra.aws.endpoints import (
+from skyinfra.errors import ConfigError, PreflightError, SpecError, WorkspaceError
+from skyinfra.render import module_files, module_source
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
+from skyinfra.targets.aws.endpoints import (
     EMULATED_NODES_ENV_VAR,
     ENDPOINT_ENV_VAR,
     Emulator,
@@ -37,7 +42,7 @@ from skyinfra.aws.endpoints import (
     emulated_nodes_from_env,
     emulator_from_env,
 )
-from skyinfra.aws.preflight import (
+from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     PreflightResult,
     aws_errors,
@@ -46,22 +51,24 @@ from skyinfra.aws.preflight import (
     resolve_ami,
     run_preflight,
 )
-from skyinfra.aws.render import MODULES as AWS_MODULES
-from skyinfra.aws.render import (
+from skyinfra.targets.aws.render import MODULES as AWS_MODULES
+from skyinfra.targets.aws.render import (
     AwsClusterParams,
     node_names,
     planned_private_ips,
     render_root_module,
     validate_params,
 )
-from skyinfra.aws.ssh import CLOUD_INIT_STATUS, SshTarget, SshTransport
-from skyinfra.aws.staging import default_bucket_name, stage_wheel
-from skyinfra.errors import ConfigError, PreflightError, SpecError, WorkspaceError
-from skyinfra.render import module_files, module_source
-from skyinfra.spec import NO_JAX, AwsSpec, ClusterSpec
+from skyinfra.targets.aws.spec import MAX_AWS_NODES, NO_JAX, AwsSpec, parse_aws_section
+from skyinfra.targets.aws.ssh import CLOUD_INIT_STATUS, SshTarget, SshTransport
+from skyinfra.targets.aws.staging import default_bucket_name, stage_wheel
+from skyinfra.targets.base import TargetOption, TargetOptions
 from skyinfra.topology import Accelerator, Node, Topology, build_topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
+
+if TYPE_CHECKING:
+    from skyinfra.targets.base import Target
 
 Echo = Callable[[str], None]
 
@@ -111,9 +118,7 @@ class Resolved:
 
 
 def _aws_of(spec: ClusterSpec) -> AwsSpec:
-    if spec.aws is None:
-        raise SpecError("aws", None, "an [aws] table (provider is 'aws')")
-    return spec.aws
+    return spec.section_as(AwsSpec)
 
 
 def ssh_key_paths(aws: AwsSpec) -> tuple[Path, str]:
@@ -397,6 +402,7 @@ def cluster_params(
         node_count=spec.nodes,
         ssh_public_key=public_key,
         ssh_ingress_cidrs=list(spec_aws.ssh_cidrs),
+        allow_ssh_from_anywhere=spec_aws.allow_ssh_from_anywhere,
         root_volume_size_gb=spec_aws.disk_gb,
         placement_group=spec_aws.placement_group,
         efa_interface_count=resolved.efa_interface_count if resolved else 0,
@@ -510,7 +516,7 @@ def render_files(
 
 
 def transport(
-    ws: Workspace, topology: Topology, *, connect_timeout_s: float = 20.0
+    ws: Workspace, spec: ClusterSpec, topology: Topology, *, connect_timeout_s: float = 20.0
 ) -> SshTransport:
     """SSH to every node: its public address, or the private one when it has none. The node
     is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER).
@@ -518,9 +524,7 @@ def transport(
     In emulator mode the nodes' own addresses are never dialled (see endpoints.py): a node is
     reached through SKYINFRA_AWS_EMULATED_NODES, or reads as unreachable, saying why.
     """
-    from skyinfra.cluster import load_spec_of  # cluster imports this module lazily
-
-    spec_aws = _aws_of(load_spec_of(ws))
+    spec_aws = _aws_of(spec)
     key = Path(spec_aws.ssh_key).expanduser()
     if not key.is_file():
         raise WorkspaceError(
@@ -567,3 +571,57 @@ def transport(
         cloud_init_status=CLOUD_INIT_STATUS if emulator is None else None,
         unreachable=unreachable,
     )
+
+
+# ---------------------------------------------------------------- the Target
+
+
+SKIP_PREFLIGHT = TargetOption(
+    name="skip_preflight",
+    flag="--skip-preflight",
+    help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
+    "quota); values such as the AMI id are still looked up.",
+)
+
+
+class AwsTarget:
+    """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH."""
+
+    name: ClassVar[str] = "aws"
+    max_nodes: ClassVar[int] = MAX_AWS_NODES
+    wait_ready_s: ClassVar[float] = float(WAIT_READY_S)
+    options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT,)
+
+    def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
+        return parse_aws_section(raw)
+
+    def render(
+        self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
+    ) -> dict[str, str]:
+        return render_files(
+            spec, ws, echo=echo, skip_preflight=bool(options.get(SKIP_PREFLIGHT.name))
+        )
+
+    def transport(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        *,
+        connect_timeout_s: float | None = None,
+    ) -> SshTransport:
+        if connect_timeout_s is None:
+            return transport(ws, spec, topology)
+        return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+    def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
+        """Forget the destroyed nodes' host keys: the next `up` makes new nodes with new keys
+        (and, for the private addresses, the same IPs), which a stale pin would refuse."""
+        known_hosts = ws.path / KNOWN_HOSTS_FILE
+        if known_hosts.is_file():
+            known_hosts.unlink()
+            echo(f"[skyinfra] forgot the destroyed nodes' host keys ({known_hosts.name})")
+
+
+if TYPE_CHECKING:
+    _satisfies_the_protocol: Target = AwsTarget()

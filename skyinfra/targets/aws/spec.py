@@ -1,0 +1,182 @@
+"""The ``[aws]`` table of the spec: region, instance type, who may reach the nodes, and how."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from skyinfra.errors import SpecError
+from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
+
+# The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
+# image that brings its own).
+NO_JAX = "none"
+JAX_EXTRAS = ("cuda12", "cuda13", "cpu", NO_JAX)
+# The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
+# the error comes from the spec, before anything runs.
+MAX_AWS_NODES = 64
+# The private key `run` reaches AWS nodes with; its public half (<path>.pub) is installed.
+DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
+# Idle shutdown is on by default: a forgotten GPU node ends itself after an hour idle.
+DEFAULT_IDLE_SHUTDOWN_MINUTES = 60
+MIN_IDLE_SHUTDOWN_MINUTES = 5
+
+_REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+_INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+AMI_EXPECTED = "an AMI id like 'ami-0123456789abcdef0'"
+_SUBNET_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+# A file path on one line (no control characters); whether the key exists is checked when
+# the AWS target renders, not here (validation stays pure).
+_SSH_KEY_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
+_SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+AWS_KEYS = (
+    "region",
+    "instance_type",
+    "ami",
+    "disk_gb",
+    "ssh_cidrs",
+    "ssh_key",
+    "ssh_user",
+    "subnet_id",
+    "vpc_id",
+    "placement_group",
+    "efa",
+    "idle_shutdown_minutes",
+    "jax_extra",
+    "allow_ssh_from_anywhere",
+)
+
+
+@dataclass(frozen=True)
+class AwsSpec:
+    region: str
+    instance_type: str
+    ssh_cidrs: tuple[str, ...]
+    ami: str | None = None
+    disk_gb: int = 200
+    # Path of the private key; the AWS target installs "<ssh_key>.pub" as the nodes' key pair.
+    ssh_key: str = DEFAULT_SSH_KEY
+    # None: the login user of the AMI (ubuntu for the Deep Learning AMI), looked up at `up`.
+    ssh_user: str | None = None
+    subnet_id: str | None = None
+    vpc_id: str | None = None
+    placement_group: bool = False
+    efa: bool = False
+    # Minutes without a skyinfra process before a node shuts itself down (and so terminates);
+    # 0 turns the idle timer off.
+    idle_shutdown_minutes: int = DEFAULT_IDLE_SHUTDOWN_MINUTES
+    jax_extra: str = "cuda12"
+    # 0.0.0.0/0 in ssh_cidrs opens port 22 to the internet: only when asked for by name.
+    allow_ssh_from_anywhere: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table as the spec file holds it (absent optional values left out)."""
+        table: dict[str, Any] = {}
+        for key in AWS_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                table[key] = list(value) if isinstance(value, tuple) else value
+        return table
+
+
+def check_ssh_cidrs(value: Any, *, allow_anywhere: bool) -> tuple[str, ...]:
+    """Who may reach port 22: IPv4 CIDR blocks with host bits zero (the security module opens
+    IPv4 only), never the whole internet unless ``allow_anywhere``. The one rule, used by the
+    spec and by the renderer."""
+    if not isinstance(value, list | tuple) or not value:
+        raise SpecError(
+            "aws.ssh_cidrs",
+            list(value) if isinstance(value, tuple) else value,
+            'a non-empty list of CIDRs, e.g. ["203.0.113.4/32"]: the addresses allowed to '
+            "reach port 22; there is no open-to-the-world default",
+        )
+    for i, cidr in enumerate(value):
+        try:
+            network = ipaddress.ip_network(cidr, strict=True)
+        except (TypeError, ValueError):
+            network = None
+        if network is None or network.version != 4:
+            raise SpecError(
+                f"aws.ssh_cidrs[{i}]",
+                cidr,
+                "an IPv4 CIDR with host bits zero, e.g. 203.0.113.4/32",
+            )
+        if network.prefixlen == 0 and not allow_anywhere:
+            raise SpecError(
+                f"aws.ssh_cidrs[{i}]",
+                cidr,
+                "narrower CIDR blocks; 0.0.0.0/0 opens SSH to the internet and needs "
+                "aws.allow_ssh_from_anywhere = true",
+            )
+    return tuple(value)
+
+
+def _idle_minutes(raw: Mapping[str, Any]) -> int:
+    value = raw.get("idle_shutdown_minutes", DEFAULT_IDLE_SHUTDOWN_MINUTES)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (value == 0 or MIN_IDLE_SHUTDOWN_MINUTES <= value <= 7 * 24 * 60)
+    ):
+        raise SpecError(
+            "aws.idle_shutdown_minutes",
+            value,
+            f"0 (idle shutdown off) or minutes from {MIN_IDLE_SHUTDOWN_MINUTES} to {7 * 24 * 60}",
+        )
+    return value
+
+
+def parse_aws_section(raw: Any) -> AwsSpec:
+    if not isinstance(raw, dict):
+        raise SpecError("aws", raw, "a table with at least region, instance_type and ssh_cidrs")
+    reject_unknown(raw, AWS_KEYS, "aws.")
+    region = read_str(raw, "region", "aws.region", _REGION_RE, "an AWS region like 'us-east-1'")
+    if region is None:
+        raise SpecError(
+            "aws.region", None, "an AWS region like 'us-east-1' (required for provider aws)"
+        )
+    instance_type = read_str(
+        raw,
+        "instance_type",
+        "aws.instance_type",
+        _INSTANCE_TYPE_RE,
+        "an instance type like 'g5.xlarge'",
+    )
+    if instance_type is None:
+        raise SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
+    allow_anywhere = read_bool(raw, "allow_ssh_from_anywhere", "aws.allow_ssh_from_anywhere", False)
+    cidrs = check_ssh_cidrs(raw.get("ssh_cidrs"), allow_anywhere=allow_anywhere)
+    jax_extra = raw.get("jax_extra", "cuda12")
+    if jax_extra not in JAX_EXTRAS:
+        raise SpecError("aws.jax_extra", jax_extra, f"one of {list(JAX_EXTRAS)}")
+    return AwsSpec(
+        region=region,
+        instance_type=instance_type,
+        ssh_cidrs=cidrs,
+        allow_ssh_from_anywhere=allow_anywhere,
+        ami=read_str(raw, "ami", "aws.ami", AMI_RE, f"{AMI_EXPECTED} or absent"),
+        disk_gb=read_int(raw, "disk_gb", "aws.disk_gb", 200, 8, 16384),
+        ssh_key=read_str(
+            raw,
+            "ssh_key",
+            "aws.ssh_key",
+            _SSH_KEY_RE,
+            "the path of an SSH private key, e.g. '~/.ssh/id_ed25519' (its .pub is installed)",
+        )
+        or DEFAULT_SSH_KEY,
+        ssh_user=read_str(raw, "ssh_user", "aws.ssh_user", _SSH_USER_RE, "a Unix user name"),
+        subnet_id=read_str(
+            raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
+        ),
+        vpc_id=read_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
+        placement_group=read_bool(raw, "placement_group", "aws.placement_group", False),
+        efa=read_bool(raw, "efa", "aws.efa", False),
+        idle_shutdown_minutes=_idle_minutes(raw),
+        jax_extra=jax_extra,
+    )

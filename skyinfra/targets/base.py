@@ -1,0 +1,86 @@
+"""The Target protocol: what the lifecycle needs from a place clusters run (local, aws, ...).
+
+A target owns its section of the spec (``[local]``, ``[aws]``), renders the cluster's root
+module (doing first whatever must happen before Terraform: the AWS preflight and wheel
+staging), says how to reach the nodes and how long they take to become ready, and cleans up
+after ``down``. The lifecycle (skyinfra/lifecycle.py) drives every target through these verbs
+and nothing else: it has no branch on a target's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from skyinfra.spec import ClusterSpec
+    from skyinfra.topology import Topology
+    from skyinfra.transport.base import NodeTransport
+    from skyinfra.workspace import Workspace
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TargetOption:
+    """A command-line flag of one target, e.g. ``--skip-preflight`` of aws (a boolean flag).
+
+    The CLI adds every target's flags to the commands named in ``commands`` and hands the
+    values to the cluster's target as :data:`TargetOptions`; a flag of another target is a
+    usage error that says which target it belongs to.
+    """
+
+    name: str  # the key in TargetOptions, e.g. "skip_preflight"
+    flag: str  # e.g. "--skip-preflight"
+    help: str
+    commands: tuple[str, ...] = ("up",)
+
+
+# The target-specific flags the user gave (name -> value); only flags that were set.
+TargetOptions = Mapping[str, Any]
+
+
+class TargetSection(Protocol):
+    """A target's validated section of the spec; ``to_dict`` round-trips through
+    ``Target.parse_section`` (it is what spec.json stores)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Target(Protocol):
+    """One kind of place clusters run; see the module docstring."""
+
+    name: ClassVar[str]
+    # The most nodes one cluster may have here (the spec refuses more, before anything runs).
+    max_nodes: ClassVar[int]
+    # How long `run` waits by default for nodes whose bootstrap is still going (0: nodes are
+    # ready when `up` returns).
+    wait_ready_s: ClassVar[float]
+    options: ClassVar[tuple[TargetOption, ...]]
+
+    def parse_section(self, raw: Any, *, nodes: int) -> TargetSection:
+        """Validate the target's spec section (``None``: absent); SpecError naming the field."""
+        ...
+
+    def render(
+        self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
+    ) -> dict[str, str]:
+        """The root module's files (relative path -> text). Runs what must come before
+        Terraform (checks, staging) but writes nothing into the workspace."""
+        ...
+
+    def transport(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        *,
+        connect_timeout_s: float | None = None,
+    ) -> NodeTransport:
+        """How `run` and `status` reach the nodes."""
+        ...
+
+    def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
+        """Clean up what Terraform does not own, once the cluster is destroyed."""
+        ...

@@ -1,0 +1,57 @@
+"""The ``[local]`` table of the spec: where the local target's nodes live on this machine."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skyinfra.errors import SpecError
+from skyinfra.spec import reject_unknown
+
+LOCAL_KEYS = ("base_address", "python")
+MAX_LOCAL_NODES = 32
+DEFAULT_BASE_ADDRESS = "127.0.0.2"
+
+
+@dataclass(frozen=True)
+class LocalSpec:
+    base_address: str = DEFAULT_BASE_ADDRESS
+    # None: the operator's own interpreter (sys.executable), resolved when rendering.
+    python: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        table: dict[str, Any] = {"base_address": self.base_address}
+        if self.python is not None:
+            table["python"] = self.python
+        return table
+
+
+def parse_local_section(raw: Any, nodes: int) -> LocalSpec:
+    """``[local]`` (absent: the defaults)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SpecError("local", raw, "a table")
+    reject_unknown(raw, LOCAL_KEYS, "local.")
+    base = raw.get("base_address", DEFAULT_BASE_ADDRESS)
+    try:
+        first = ipaddress.IPv4Address(base)
+    except (ipaddress.AddressValueError, ValueError):
+        first = None
+    loopback = ipaddress.IPv4Network("127.0.0.0/8")
+    if first is None or first not in loopback or int(first) & 0xFF == 0:
+        raise SpecError(
+            "local.base_address", base, "an IPv4 address in 127.0.0.0/8, e.g. 127.0.0.2"
+        )
+    if ipaddress.IPv4Address(int(first) + nodes - 1) not in loopback or int(
+        first
+    ) + nodes - 1 >= int(ipaddress.IPv4Address("127.255.255.255")):
+        raise SpecError(
+            "local.base_address", base, f"room for {nodes} consecutive addresses in 127.0.0.0/8"
+        )
+    python = raw.get("python")
+    if python is not None and (not isinstance(python, str) or not Path(python).is_file()):
+        raise SpecError("local.python", python, "the path of an existing Python interpreter")
+    return LocalSpec(base_address=str(first), python=python)

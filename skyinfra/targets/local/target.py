@@ -1,0 +1,99 @@
+"""The local target: nodes are folders on this machine with their own loopback address and
+virtual environment, made and removed by Terraform's ``terraform_data`` resources (the
+infra/modules/local module runs the shared node bootstrap). Nodes are ready when `up` returns.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from skyinfra import render
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.base import Echo, TargetOption, TargetOptions
+from skyinfra.targets.local.spec import MAX_LOCAL_NODES, LocalSpec, parse_local_section
+from skyinfra.targets.local.transport import LocalTransport
+from skyinfra.topology import Topology
+from skyinfra.wheel import build_runtime_wheel
+from skyinfra.workspace import Workspace
+
+if TYPE_CHECKING:
+    from skyinfra.targets.base import Target
+
+
+def local_context(
+    spec: ClusterSpec,
+    *,
+    node_root: Path,
+    python: str,
+    wheel_path: Path,
+    wheel_sha256: str,
+) -> dict[str, Any]:
+    """The values of the local root module's templates (pure)."""
+    local = spec.section_as(LocalSpec)
+    return {
+        "cluster_name": spec.name,
+        "module_source": render.module_source("local"),
+        "bootstrap_script": render.BOOTSTRAP_FILE,
+        "node_count": spec.nodes,
+        "base_address": local.base_address,
+        "head_port": spec.head_port,
+        "node_root": str(node_root),
+        "python": python,
+        "wheel_path": str(wheel_path),
+        "wheel_sha256": wheel_sha256,
+        "python_packages": list(spec.python_packages),
+    }
+
+
+def local_files(context: dict[str, Any]) -> dict[str, str]:
+    """Everything a local cluster's workspace holds: root module, tfvars, the local module's
+    copy and the bootstrap script."""
+    return {
+        **render.render_root("local", context),
+        **render.module_files("local"),
+        **render.bootstrap_files(),
+    }
+
+
+class LocalTarget:
+    name: ClassVar[str] = "local"
+    max_nodes: ClassVar[int] = MAX_LOCAL_NODES
+    # The bootstrap runs inside `up`: a node not ready by then never will be.
+    wait_ready_s: ClassVar[float] = 0.0
+    options: ClassVar[tuple[TargetOption, ...]] = ()
+
+    def parse_section(self, raw: Any, *, nodes: int) -> LocalSpec:
+        return parse_local_section(raw, nodes)
+
+    def render(
+        self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
+    ) -> dict[str, str]:
+        local = spec.section_as(LocalSpec)
+        wheel = build_runtime_wheel()
+        context = local_context(
+            spec,
+            node_root=ws.nodes_dir,
+            python=local.python or sys.executable,
+            wheel_path=wheel.path,
+            wheel_sha256=wheel.sha256,
+        )
+        return local_files(context)
+
+    def transport(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        *,
+        connect_timeout_s: float | None = None,
+    ) -> LocalTransport:
+        return LocalTransport({n.index: ws.nodes_dir / n.name for n in topology.nodes})
+
+    def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
+        """Nothing: Terraform's destroy provisioner removed the node folders."""
+
+
+if TYPE_CHECKING:
+    _satisfies_the_protocol: Target = LocalTarget()
