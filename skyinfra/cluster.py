@@ -11,16 +11,15 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import ProviderUnavailableError, SkyinfraError, WorkspaceError
 from skyinfra.render import OWNED_DIRS, local_context, local_files
-from skyinfra.run import check_readiness
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.terraform import EmbeddedTerraform, PlanSummary, format_event
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import LocalTransport, NodeTransport, Readiness
+from skyinfra.transport.readiness import check_readiness
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
@@ -212,12 +211,3 @@ def default_wait_ready_s(topology: Topology) -> float:
     if topology.provider == "aws":
         return float(_aws_target().WAIT_READY_S)
     return 0.0
-
-
-def topology_path_inside(src: Path, ws: Workspace) -> list[str]:
-    """Workspace paths under the copied directory, to keep them out of the copy."""
-    try:
-        rel = ws.path.parent.resolve().relative_to(src.resolve())
-    except ValueError:
-        return []
-    return [str(rel)] if str(rel) != "." else []

@@ -29,8 +29,9 @@ from conftest import free_port
 from skyinfra.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.aws.ssh import SshTarget, SshTransport
 from skyinfra.errors import NodesNotReadyError
-from skyinfra.run import run_on_cluster, wait_until_ready
+from skyinfra.run.session import run_on_cluster
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.wheel import build_runtime_wheel
 
 LOG = "/var/log/cloud-init-output.log"

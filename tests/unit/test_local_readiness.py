@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from skyinfra.cli import cli
 from skyinfra.cluster import default_wait_ready_s
 from skyinfra.errors import NodesNotReadyError
-from skyinfra.run import wait_until_ready
 from skyinfra.topology import Node, Topology
 from skyinfra.transport import LocalTransport
+from skyinfra.transport.readiness import wait_until_ready
 
 
 def node_dirs(tmp_path: Path, bootstrapped: tuple[bool, ...]) -> dict[int, Path]:
