@@ -17,7 +17,9 @@ import click
 
 from skyinfra import __version__, exitcodes, lifecycle
 from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
-from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
+from skyinfra.run.ignore import topology_path_inside
+from skyinfra.run.report import print_report, raise_for_failure
+from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import load_spec, parse_plugin_flag
 from skyinfra.targets import all_targets, target_names
 from skyinfra.topology import read_topology
@@ -196,19 +198,11 @@ def run(
         entry=entry,
         args=list(args),
         all_logs=all_logs,
-        extra_ignores=lifecycle.topology_path_inside(src, ws),
+        extra_ignores=topology_path_inside(src, ws.path),
         echo=echo,
         wait_ready_s=wait_s,
     )
-    echo(f"[skyinfra] run {report.run_id}:")
-    for outcome in report.outcomes.values():
-        echo(f"  node-{outcome.node}: {describe_exit(outcome)}")
-    for outcome in report.outcomes.values():
-        if isinstance(outcome.result, dict):
-            for worker in outcome.result.get("workers", []):
-                value = json.dumps(worker.get("value"), sort_keys=True)
-                echo(f"  node-{outcome.node} worker {worker.get('worker')}: {value}")
-    echo(f"[skyinfra] results and logs: {report.run_dir}")
+    print_report(report, echo)
     raise_for_failure(report)
 
 

@@ -13,13 +13,18 @@ from pathlib import Path
 
 from skyinfra import exitcodes, lifecycle
 from skyinfra.errors import SkyinfraError
-from skyinfra.run import describe_exit, raise_for_failure, run_on_cluster
+from skyinfra.run.report import print_report, raise_for_failure, worker_results
+from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import validate_spec
 from skyinfra.workspace import Workspace
 
 DEMO_DIR = Path(".skyinfra") / "demo-clusters"
 ENTRY_FILE = "examples/keras_digits.py"
 ENTRY = f"{ENTRY_FILE}:main"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
 
 
 def demo() -> int:
@@ -45,16 +50,11 @@ def demo() -> int:
             entry=ENTRY,
             args=[],
             all_logs=False,
-            echo=lambda line: print(line, flush=True),
+            echo=say,
         )
-        for outcome in report.outcomes.values():
-            print(f"[demo] node-{outcome.node}: {describe_exit(outcome)}")
+        print_report(report, say, prefix="[demo]")
         raise_for_failure(report)
-        values = [
-            w["value"]
-            for o in report.outcomes.values()
-            for w in (o.result or {}).get("workers", [])
-        ]
+        values = [w["value"] for o in report.outcomes.values() for w in worker_results(o)]
         for value in values:
             print(
                 f"[demo] node-{value['node']}: accuracy {value['accuracy']:.4f} "

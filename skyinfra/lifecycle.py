@@ -8,18 +8,17 @@ an engine factory; nothing here knows which target or engine it drives.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
 from skyinfra.render import OWNED_DIRS
-from skyinfra.run import check_readiness
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
 from skyinfra.terraform import EmbeddedTerraform, EngineFactory, PlanSummary, format_event
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
+from skyinfra.transport.readiness import check_readiness
 from skyinfra.workspace import Workspace
 
 Echo = Callable[[str], None]
@@ -194,12 +193,3 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "resources": resources,
         "nodes": nodes,
     }
-
-
-def topology_path_inside(src: Path, ws: Workspace) -> list[str]:
-    """Workspace paths under the copied directory, to keep them out of the copy."""
-    try:
-        rel = ws.path.parent.resolve().relative_to(src.resolve())
-    except ValueError:
-        return []
-    return [str(rel)] if str(rel) != "." else []

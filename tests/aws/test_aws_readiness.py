@@ -27,10 +27,11 @@ import yaml
 from conftest import free_port
 
 from skyinfra.errors import NodesNotReadyError
-from skyinfra.run import run_on_cluster, wait_until_ready
+from skyinfra.run.session import run_on_cluster
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.wheel import build_runtime_wheel
 
 LOG = "/var/log/cloud-init-output.log"

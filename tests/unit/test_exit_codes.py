@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from skyinfra import errors, exitcodes
-from skyinfra.run import NodeOutcome, RunReport, describe_exit, raise_for_failure
+from skyinfra.run.report import NodeOutcome, RunReport, describe_exit, raise_for_failure
 from tests.conftest import REPO_ROOT
 
 

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from skyinfra.cli import cli
 from skyinfra.errors import NodesNotReadyError
 from skyinfra.lifecycle import default_wait_ready_s
-from skyinfra.run import wait_until_ready
 from skyinfra.spec import validate_spec
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.readiness import wait_until_ready
 
 
 def node_dirs(tmp_path: Path, bootstrapped: tuple[bool, ...]) -> dict[int, Path]:

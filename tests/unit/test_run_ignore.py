@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skyinfra.run import make_ignore, read_ignore_patterns
+from skyinfra.run.ignore import make_ignore, read_ignore_patterns, topology_path_inside
 
 
 def test_defaults_keep_workspaces_and_environments_out(tmp_path: Path) -> None:
@@ -25,3 +25,13 @@ def test_ignore_file_patterns(tmp_path: Path) -> None:
     assert ignored("notes.md")
     assert ignored("infra/clusters")
     assert not ignored("train.py")
+
+
+def test_the_workspaces_folder_inside_the_copied_directory_is_left_out(tmp_path: Path) -> None:
+    assert topology_path_inside(tmp_path, tmp_path / "infra" / "clusters" / "c1") == [
+        "infra/clusters"
+    ]
+    # Workspaces directly in the copied directory: the directory itself is not left out.
+    assert topology_path_inside(tmp_path, tmp_path / "c1") == []
+    # Workspaces elsewhere: nothing to leave out.
+    assert topology_path_inside(tmp_path / "src", tmp_path / "clusters" / "c1") == []

@@ -1,0 +1,90 @@
+"""Whether nodes can take a run: every node's readiness asked in parallel, and waiting for
+nodes still bootstrapping. Used by `skyinfra run` (wait) and `skyinfra status` (ask once)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from skyinfra_runtime.topology import Topology
+
+from skyinfra.errors import NodesNotReadyError, SkyinfraError
+from skyinfra.transport.base import NodeTransport, Readiness
+
+# How often `run` asks the nodes again while it waits, and how often it says it still waits
+# when nothing changed.
+READY_POLL_S = 5.0
+READY_PROGRESS_S = 30.0
+
+
+def check_readiness(transport: NodeTransport, topology: Topology) -> dict[int, Readiness]:
+    """Every node's readiness, asked in parallel (an unreachable node costs a connect
+    timeout; asked one after the other, N of them would cost N)."""
+    indices = [n.index for n in topology.nodes]
+
+    def ask(node: int) -> Readiness:
+        try:
+            return transport.readiness(node)
+        except SkyinfraError as err:  # the protocol says never; a broken transport still might
+            return Readiness("unreachable", str(err))
+
+    if len(indices) == 1:
+        return {indices[0]: ask(indices[0])}
+    with ThreadPoolExecutor(max_workers=min(32, len(indices))) as pool:
+        return dict(zip(indices, pool.map(ask, indices), strict=True))
+
+
+def wait_until_ready(
+    transport: NodeTransport,
+    topology: Topology,
+    *,
+    timeout_s: float,
+    echo: Callable[[str], None] = print,
+    poll_s: float = READY_POLL_S,
+    progress_s: float = READY_PROGRESS_S,
+) -> None:
+    """Return once every node's bootstrap finished; NodesNotReadyError as soon as one failed,
+    or after ``timeout_s`` seconds (0: ask once) naming the nodes that are not ready."""
+    names = {n.index: n.name for n in topology.nodes}
+    total = len(names)
+    start = time.monotonic()
+    last_said: tuple[str, float] | None = None
+
+    def describe(some: dict[int, Readiness]) -> str:
+        return "; ".join(f"{names[i]}: {r.detail or r.state}" for i, r in sorted(some.items()))
+
+    while True:
+        states = check_readiness(transport, topology)
+        failed = {i: r for i, r in states.items() if r.state == "failed"}
+        if failed:
+            raise NodesNotReadyError(
+                f"cannot run: {describe(failed)}",
+                nodes={names[i]: r.state for i, r in failed.items()},
+            )
+        waiting = {i: r for i, r in states.items() if not r.ready}
+        elapsed = time.monotonic() - start
+        if not waiting:
+            if last_said is not None:
+                echo(f"[skyinfra] all {total} node(s) ready after {elapsed:.0f} s")
+            return
+        if elapsed >= timeout_s:
+            waited = f" after {timeout_s:.0f} s" if timeout_s > 0 else ""
+            hint = (
+                "; wait longer with `skyinfra run --wait-ready SECONDS`, or check `skyinfra status`"
+                if timeout_s > 0
+                else ""
+            )
+            raise NodesNotReadyError(
+                f"{len(waiting)} of {total} node(s) not ready{waited}: {describe(waiting)}{hint}",
+                nodes={names[i]: r.state for i, r in waiting.items()},
+            )
+        who = ", ".join(
+            names[i] + (" (not reachable yet)" if r.state == "unreachable" else "")
+            for i, r in sorted(waiting.items())
+        )
+        line = f"[skyinfra] waiting for {who} to finish bootstrap"
+        if last_said is None or last_said[0] != line or elapsed - last_said[1] >= progress_s:
+            echo(f"{line} ({total - len(waiting)}/{total} ready, {elapsed:.0f}/{timeout_s:.0f} s)")
+            last_said = (line, elapsed)
+        time.sleep(max(0.0, min(poll_s, timeout_s - elapsed)))
