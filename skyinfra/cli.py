@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from skyinfra import __version__, exitcodes, lifecycle
-from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
+from skyinfra.errors import ClusterDownError, SkyinfraError, SpecError
 from skyinfra.run.ignore import topology_path_inside
 from skyinfra.run.report import print_report, raise_for_failure
 from skyinfra.run.session import run_on_cluster
@@ -230,9 +230,7 @@ def run(
     """
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
     if not ws.topology_file.is_file():
-        raise WorkspaceError(
-            f"cluster {ws.name!r} is down (no topology.json); run `skyinfra up` first"
-        )
+        raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
     spec = lifecycle.spec_of(ws)
     src = Path.cwd()
@@ -293,7 +291,9 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
 def topology(cluster_name: str | None, clusters_root: Path | None) -> None:
     """Print the cluster's topology.json (schema 1)."""
     ws = _workspace(clusters_root, cluster_name, changes_something=False)
-    click.echo(json.dumps(ws.read_json(ws.topology_file), indent=2))
+    if not ws.topology_file.is_file():
+        raise ClusterDownError(ws.name)
+    click.echo(json.dumps(read_topology(ws.topology_file).to_dict(), indent=2))
 
 
 @cli.command()

@@ -83,6 +83,17 @@ class NoSuchClusterError(WorkspaceError):
     exit_code = exitcodes.USAGE
 
 
+class ClusterDownError(WorkspaceError):
+    """The named cluster is down (no topology): bad input for `run` and `topology`."""
+
+    exit_code = exitcodes.USAGE
+
+    def __init__(self, cluster: str) -> None:
+        super().__init__(
+            f"cluster {cluster!r} is down (no topology.json); bring it up with `skyinfra up`"
+        )
+
+
 class WorkspaceBusyError(WorkspaceError):
     """Another skyinfra command holds the cluster's workspace."""
 

@@ -78,8 +78,14 @@ class Workspace:
 
     def ensure(self) -> None:
         """Create the workspace folder, private to its owner."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.path.chmod(PRIVATE_DIR_MODE)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.chmod(PRIVATE_DIR_MODE)
+        except OSError as err:
+            raise WorkspaceError(
+                f"cannot create the workspace of cluster {self.name!r} at {self.path}: "
+                f"{err.strerror}; choose a writable folder with --dir or $SKYINFRA_DIR"
+            ) from None
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
