@@ -69,7 +69,8 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
     two clusters on one port join each other's jobs. Refuse a head_port that another local
     cluster in the same folder uses, or that something on this machine holds right now."""
     mine = _ports(spec.head_port)
-    for other in sorted(p for p in ws.path.parent.iterdir() if p != ws.path and p.is_dir()):
+    siblings = ws.path.parent.iterdir() if ws.path.parent.is_dir() else iter(())
+    for other in sorted(p for p in siblings if p != ws.path and p.is_dir()):
         neighbour = Workspace(other)
         if not (neighbour.exists() and neighbour.topology_file.is_file()):
             continue  # down, or never up
