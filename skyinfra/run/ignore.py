@@ -102,11 +102,16 @@ def make_ignore(patterns: Sequence[str], extra_paths: Sequence[str] = ()) -> Cal
     """Whether a path relative to the copied directory is left out (see the module doc);
     ``extra_paths`` are always left out (skyinfra's workspaces), whatever the patterns say."""
 
-    def ignored(rel: str) -> bool:
+    def left_out(rel: str) -> bool:
         if rel in extra_paths:
             return True
         pattern = deciding_pattern(patterns, rel)
         return pattern is not None and not pattern.startswith("!")
+
+    def ignored(rel: str) -> bool:
+        # A path inside a left-out directory is left out too, whichever transport asks.
+        parts = rel.split("/")
+        return any(left_out("/".join(parts[: i + 1])) for i in range(len(parts)))
 
     return ignored
 
@@ -130,9 +135,9 @@ def secrets_left_out(src: Path, patterns: Sequence[str], limit: int = 10) -> lis
             if pattern in secret:
                 found.append(rel)
                 if len(found) >= limit:
-                    return found
+                    return sorted(found)
         dirs[:] = kept_dirs
-    return found
+    return sorted(found)
 
 
 def topology_path_inside(src: Path, workspace_dir: Path) -> list[str]:
