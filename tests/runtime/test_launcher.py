@@ -278,9 +278,9 @@ def test_module_entry_from_the_project_in_the_current_directory(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
     env["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(other.parent)])
     result = tmp_path / "result.json"
+    script = str(console_script(tmp_path))
     proc = subprocess.run(
-        [sys.executable, str(console_script(tmp_path)), "launch", "--result", str(result)]
-        + ["mypkg.train:main"],
+        [sys.executable, script, "launch", "--result", str(result), "mypkg.train:main"],
         cwd=project,
         env=env,
         capture_output=True,
