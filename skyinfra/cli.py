@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from skyinfra import __version__, exitcodes, lifecycle
-from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
+from skyinfra.errors import ClusterDownError, SkyinfraError, SpecError
 from skyinfra.run.ignore import topology_path_inside
 from skyinfra.run.report import print_report, raise_for_failure
 from skyinfra.run.session import DEFAULT_KEEP_RUNS, run_on_cluster
 from skyinfra.spec import load_spec, parse_plugin_flag
 from skyinfra.targets import all_targets, target_names
+from skyinfra.terraform.plan import ResourceChange
 from skyinfra.topology import read_topology
-from skyinfra.workspace import Workspace, clusters_dir, find_workspace
+from skyinfra.workspace import Workspace, clusters_dir, select_workspace
 
 DEFAULT_SPEC = Path("skyinfra.toml")
 
@@ -55,8 +56,38 @@ def _default_cluster_name() -> str | None:
     return None
 
 
-def _workspace(clusters_root: Path | None, name: str | None) -> Workspace:
-    return find_workspace(clusters_dir(clusters_root), name, _default_cluster_name())
+def _workspace(
+    clusters_root: Path | None, name: str | None, *, changes_something: bool
+) -> Workspace:
+    """The cluster named by --cluster or by skyinfra.toml; a read-only command may fall back
+    to the only cluster (said on stderr, so --json output stays clean)."""
+    return select_workspace(
+        clusters_dir(clusters_root),
+        name,
+        spec_name=_default_cluster_name(),
+        changes_something=changes_something,
+        say=lambda line: click.echo(line, err=True),
+    )
+
+
+def _confirmer(yes: bool) -> lifecycle.Confirm:
+    """--yes, else a prompt on a terminal; without either nothing is destroyed."""
+
+    def confirm(changes: Sequence[ResourceChange]) -> bool:
+        if yes:
+            return True
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            return False
+        return click.confirm(f"Destroy or replace these {len(changes)} resource(s)?")
+
+    return confirm
+
+
+yes_option = click.option(
+    "--yes",
+    is_flag=True,
+    help="Destroy or replace resources without asking (needed off a terminal).",
+)
 
 
 def target_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -117,6 +148,12 @@ def cli() -> None:
     help="Extra pip requirement for every node; repeatable (replaces the file's list).",
 )
 @target_options("up")
+@yes_option
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Take over a cluster of this name that another spec file made.",
+)
 @dir_option
 def up(
     spec_path: Path | None,
@@ -127,6 +164,8 @@ def up(
     plugins: tuple[str, ...],
     packages: tuple[str, ...],
     clusters_root: Path | None,
+    yes: bool,
+    adopt: bool,
     **flags: Any,
 ) -> None:
     """Create or update a cluster: validate the spec, render Terraform, apply it."""
@@ -139,9 +178,18 @@ def up(
         "python_packages": list(packages) if packages else None,
     }
     spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
+    spec_file = spec_path or (DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None)
     ws = Workspace(clusters_dir(clusters_root) / spec.name)
     options = {name: value for name, value in flags.items() if value}
-    _, topology = lifecycle.up(spec, ws, echo, options=options)
+    _, topology = lifecycle.up(
+        spec,
+        ws,
+        echo,
+        options=options,
+        spec_file=spec_file,
+        adopt=adopt,
+        confirm=_confirmer(yes),
+    )
     echo(
         f"[skyinfra] cluster {spec.name!r} is up: {len(topology.nodes)} node(s), "
         f"head {topology.head_addr}:{topology.head_port}"
@@ -201,30 +249,30 @@ def run(
     nodes), the first failure ends the other nodes. Keep outputs in $SKYINFRA_SHARED_DIR.
     Results and logs go to the workspace's runs/<id>/.
     """
-    ws = _workspace(clusters_root, cluster_name)
+    ws = _workspace(clusters_root, cluster_name, changes_something=True)
     if not ws.topology_file.is_file():
-        raise WorkspaceError(
-            f"cluster {ws.name!r} is down (no topology.json); run `skyinfra up` first"
-        )
+        raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
     spec = lifecycle.spec_of(ws)
     src = Path.cwd()
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
-    report = run_on_cluster(
-        transport=lifecycle.transport_for(ws, topology, spec=spec),
-        topology=topology,
-        topology_file=ws.topology_file,
-        runs_dir=ws.runs_dir,
-        src=src,
-        entry=entry,
-        args=list(args),
-        all_logs=all_logs,
-        extra_ignores=topology_path_inside(src, ws.path),
-        echo=echo,
-        wait_ready_s=wait_s,
-        timeout_s=timeout_s,
-        keep_runs=keep_runs,
-    )
+    # One operation at a time: an `up` that would replace the nodes waits for the run.
+    with ws.lock(f"run {entry}"):
+        report = run_on_cluster(
+            transport=lifecycle.transport_for(ws, topology, spec=spec),
+            topology=topology,
+            topology_file=ws.topology_file,
+            runs_dir=ws.runs_dir,
+            src=src,
+            entry=entry,
+            args=list(args),
+            all_logs=all_logs,
+            extra_ignores=topology_path_inside(src, ws.path),
+            echo=echo,
+            wait_ready_s=wait_s,
+            timeout_s=timeout_s,
+            keep_runs=keep_runs,
+        )
     print_report(report, echo)
     raise_for_failure(report)
 
@@ -235,7 +283,7 @@ def run(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) -> None:
     """Show whether a cluster is up, its Terraform resources and its nodes."""
-    info = lifecycle.status(_workspace(clusters_root, cluster_name))
+    info = lifecycle.status(_workspace(clusters_root, cluster_name, changes_something=False))
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -265,17 +313,23 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
 @dir_option
 def topology(cluster_name: str | None, clusters_root: Path | None) -> None:
     """Print the cluster's topology.json (schema 1)."""
-    ws = _workspace(clusters_root, cluster_name)
-    click.echo(json.dumps(ws.read_json(ws.topology_file), indent=2))
+    ws = _workspace(clusters_root, cluster_name, changes_something=False)
+    if not ws.topology_file.is_file():
+        raise ClusterDownError(ws.name)
+    click.echo(json.dumps(read_topology(ws.topology_file).to_dict(), indent=2))
 
 
 @cli.command()
 @cluster_option
 @dir_option
-def down(cluster_name: str | None, clusters_root: Path | None) -> None:
-    """Destroy the cluster (terraform destroy): no node directory or process is left."""
-    ws = _workspace(clusters_root, cluster_name)
-    lifecycle.down(ws, echo)
+@yes_option
+def down(cluster_name: str | None, clusters_root: Path | None, yes: bool) -> None:
+    """Destroy the cluster (terraform destroy): no node directory or process is left.
+
+    Acts only on the cluster named by --cluster or by ./skyinfra.toml, shows what it destroys
+    and asks first (--yes off a terminal)."""
+    ws = _workspace(clusters_root, cluster_name, changes_something=True)
+    lifecycle.down(ws, echo, confirm=_confirmer(yes))
     echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
 
 
@@ -294,8 +348,10 @@ def tf(
         )
     from skyinfra.terraform import EmbeddedTerraform
 
-    ws = _workspace(clusters_root, cluster_name)
-    ctx.exit(EmbeddedTerraform(ws.path).raw(list(args)))
+    ws = _workspace(clusters_root, cluster_name, changes_something=True)
+    with ws.lock("tf " + " ".join(args)):
+        code = EmbeddedTerraform(ws.path).raw(list(args))
+    ctx.exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

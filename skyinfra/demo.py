@@ -27,6 +27,11 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def _its_own(_changes: object) -> bool:
+    """The demo replaces or destroys only its own cluster, in its own folder: no question."""
+    return True
+
+
 def demo() -> int:
     src = Path.cwd()
     if not (src / ENTRY_FILE).is_file():
@@ -40,7 +45,7 @@ def demo() -> int:
     ws = Workspace(src / DEMO_DIR / spec.name)
     print(f"[demo] bringing up {spec.nodes} local nodes in {ws.path}", flush=True)
     try:
-        _, topology = lifecycle.up(spec, ws, print)
+        _, topology = lifecycle.up(spec, ws, print, confirm=_its_own)
         report = run_on_cluster(
             transport=lifecycle.transport_for(ws, topology),
             topology=topology,
@@ -70,7 +75,7 @@ def demo() -> int:
         if ws.exists():
             print("[demo] bringing the cluster down", flush=True)
             try:
-                lifecycle.down(ws, print)
+                lifecycle.down(ws, print, confirm=_its_own)
             except SkyinfraError as err:
                 print(f"[demo] error during down: {err}", file=sys.stderr)
 

@@ -9,6 +9,7 @@ stderr) as attributes so that tests and logs can show exactly what failed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from skyinfra import exitcodes
@@ -81,6 +82,54 @@ class RenderError(InternalError):
 
 class WorkspaceError(SkyinfraError):
     """A cluster workspace is missing, locked or inconsistent."""
+
+
+class NoSuchClusterError(WorkspaceError):
+    """The command names no cluster, or one that has no workspace: bad input, nothing done."""
+
+    exit_code = exitcodes.USAGE
+
+
+class ClusterDownError(WorkspaceError):
+    """The named cluster is down (no topology): bad input for `run` and `topology`."""
+
+    exit_code = exitcodes.USAGE
+
+    def __init__(self, cluster: str) -> None:
+        super().__init__(
+            f"cluster {cluster!r} is down (no topology.json); bring it up with `skyinfra up`"
+        )
+
+
+class WorkspaceBusyError(WorkspaceError):
+    """Another skyinfra command holds the cluster's workspace."""
+
+    def __init__(self, cluster: str, lock_file: object, holder: str) -> None:
+        try:
+            info = json.loads(holder)
+            who = (
+                f"`skyinfra {info['command']}` (pid {info['pid']} on {info['host']}, "
+                f"since {info['since']})"
+            )
+        except (ValueError, KeyError, TypeError):
+            who = "another skyinfra command"
+        self.holder = holder
+        super().__init__(
+            f"cluster {cluster!r} is busy: {who} holds it ({lock_file}); wait for it to end. "
+            "One operation at a time per cluster."
+        )
+
+
+class WorkspaceConflictError(WorkspaceError):
+    """The workspace belongs to a cluster made from another spec file; nothing done."""
+
+    exit_code = exitcodes.USAGE
+
+
+class ConfirmationRequired(SkyinfraError):
+    """A destructive step needs the user's yes (a terminal prompt, or --yes); nothing done."""
+
+    exit_code = exitcodes.USAGE
 
 
 class TopologyError(SkyinfraError):

@@ -7,15 +7,30 @@ an engine factory; nothing here knows which target or engine it drives.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
+from skyinfra.errors import (
+    ConfirmationRequired,
+    SkyinfraError,
+    SpecError,
+    WorkspaceConflictError,
+    WorkspaceError,
+)
 from skyinfra.render import OWNED_DIRS
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
-from skyinfra.terraform import EmbeddedTerraform, EngineFactory, PlanSummary, format_event
+from skyinfra.terraform import (
+    EmbeddedTerraform,
+    EngineFactory,
+    PlanSummary,
+    TerraformEngine,
+    format_event,
+)
+from skyinfra.terraform.plan import ResourceChange, destructive_changes
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.transport.readiness import check_readiness
@@ -62,6 +77,10 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
     return on_event
 
 
+# Asked before `up` or `down` destroys or replaces anything; True goes ahead. None: refuse.
+Confirm = Callable[[Sequence[ResourceChange]], bool]
+
+
 def up(
     spec: ClusterSpec,
     ws: Workspace,
@@ -69,58 +88,152 @@ def up(
     *,
     options: TargetOptions | None = None,
     engine_factory: EngineFactory = EmbeddedTerraform,
+    spec_file: Path | None = None,
+    adopt: bool = False,
+    confirm: Confirm | None = None,
 ) -> tuple[PlanSummary, Topology]:
     """Render, init, plan, apply when there are changes, write topology.json.
 
-    ``options``: the target's own flags (such as aws's skip_preflight).
+    ``options``: the target's own flags (such as aws's skip_preflight). ``spec_file``: the
+    file the spec came from; a cluster made from another file is refused unless ``adopt``.
+    A plan that destroys or replaces resources is shown and applied only if ``confirm`` says
+    yes. One operation at a time holds the workspace.
     """
     options = dict(options or {})
     check_target_options(spec, options)
-    if ws.exists():
-        previous = spec_of(ws)
-        if previous.provider != spec.provider:
-            raise WorkspaceError(
-                f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
-                f"run `skyinfra down --cluster {spec.name}` before changing it to {spec.provider!r}"
-            )
-    # Preflight, wheel build and staging happen here: before any workspace write.
-    files = target_of(spec).render(spec, ws, echo=echo, options=options)
+    created = _first_missing(ws.path)
+    try:
+        with ws.lock("up"):
+            _check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            # Preflight, wheel build and staging happen here: before any workspace write.
+            files = target_of(spec).render(spec, ws, echo=echo, options=options)
+            created = None  # from here on the workspace is the cluster's, even on failure
+            return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm)
+    except BaseException:
+        if created is not None:  # nothing of this cluster existed: leave nothing behind
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None: it all exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _check_same_cluster(
+    spec: ClusterSpec, ws: Workspace, spec_file: Path | None, *, adopt: bool
+) -> None:
+    if not ws.exists():
+        return
+    previous = spec_of(ws)
+    if previous.provider != spec.provider:
+        raise WorkspaceError(
+            f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
+            f"run `skyinfra down --cluster {spec.name}` before changing it to {spec.provider!r}"
+        )
+    made_from = ws.read_json(ws.origin_file).get("spec_file") if ws.origin_file.is_file() else None
+    now_from = str(spec_file.resolve()) if spec_file is not None else None
+    if made_from and now_from and made_from != now_from and not adopt:
+        raise WorkspaceConflictError(
+            f"cluster {spec.name!r} in {ws.path.parent} was made from {made_from}, not from "
+            f"{now_from}: another project may be using the name. Choose another --name or "
+            "--dir, or pass --adopt to take the cluster over on purpose; nothing was changed"
+        )
+
+
+def _apply(
+    spec: ClusterSpec,
+    ws: Workspace,
+    echo: Echo,
+    files: dict[str, str],
+    engine_factory: EngineFactory,
+    spec_file: Path | None,
+    confirm: Confirm | None,
+) -> tuple[PlanSummary, Topology]:
     ws.write_files(files, owned_dirs=OWNED_DIRS)
     ws.write_json(ws.spec_file, spec.to_dict())
+    ws.write_json(
+        ws.origin_file, {"spec_file": str(spec_file.resolve()) if spec_file is not None else None}
+    )
     engine = engine_factory(ws.path)
     on_event = progress_printer(echo)
     echo(f"[skyinfra] terraform init in {ws.path}")
     engine.init()
     echo("[skyinfra] terraform plan")
-    summary = engine.plan(out=PLAN_FILE, on_event=on_event)
-    if summary.no_changes:
-        echo("[skyinfra] no changes: the cluster already matches the spec")
-    else:
-        echo(
-            f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to change, "
-            f"{summary.remove} to destroy)"
-        )
-        engine.apply(PLAN_FILE, on_event=on_event)
-    (ws.path / PLAN_FILE).unlink(missing_ok=True)
+    try:
+        summary = engine.plan(out=PLAN_FILE, on_event=on_event)
+        if summary.no_changes:
+            echo("[skyinfra] no changes: the cluster already matches the spec")
+        else:
+            _confirm_losses(spec, engine, echo, confirm)
+            echo(
+                f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to change, "
+                f"{summary.remove} to destroy)"
+            )
+            engine.apply(PLAN_FILE, on_event=on_event)
+    finally:
+        (ws.path / PLAN_FILE).unlink(missing_ok=True)  # it can hold variable values
     topology = topology_from_outputs(engine.output(), spec)
     ws.write_json(ws.topology_file, topology.to_dict())
     return summary, topology
 
 
-def down(ws: Workspace, echo: Echo, *, engine_factory: EngineFactory = EmbeddedTerraform) -> None:
-    spec = spec_of(ws)
-    engine = engine_factory(ws.path)
-    if not (ws.path / ".terraform").is_dir():
-        engine.init()
-    echo(f"[skyinfra] terraform destroy in {ws.path}")
-    engine.destroy(on_event=progress_printer(echo))
-    ws.topology_file.unlink(missing_ok=True)
-    remaining = engine.state_list()
-    if remaining:
-        raise WorkspaceError(
-            f"cluster {ws.name!r}: resources left in state after destroy: {remaining}"
+def _confirm_losses(
+    spec: ClusterSpec, engine: TerraformEngine, echo: Echo, confirm: Confirm | None
+) -> None:
+    """Show what the saved plan destroys or replaces; go on only with the user's yes."""
+    losses = destructive_changes(engine.show_plan(PLAN_FILE))
+    if not losses:
+        return
+    echo(f"[skyinfra] this would destroy or replace {len(losses)} resource(s) of {spec.name!r}:")
+    for change in losses:
+        echo(f"  {change.describe()}")
+    if confirm is None or not confirm(losses):
+        raise ConfirmationRequired(
+            f"`up` would destroy or replace {len(losses)} resource(s) of cluster "
+            f"{spec.name!r} (listed above); nothing was changed. Confirm at the prompt on a "
+            "terminal, or pass --yes"
         )
-    target_of(spec).after_down(ws, spec, echo=echo)
+
+
+def down(
+    ws: Workspace,
+    echo: Echo,
+    *,
+    engine_factory: EngineFactory = EmbeddedTerraform,
+    confirm: Confirm | None = None,
+) -> None:
+    """Destroy the cluster after showing what goes and getting ``confirm``'s yes."""
+    spec = spec_of(ws)
+    with ws.lock("down"):
+        engine = engine_factory(ws.path)
+        if not (ws.path / ".terraform").is_dir():
+            engine.init()
+        resources = engine.state_list() if ws.state_file.is_file() else []
+        echo(
+            f"[skyinfra] destroying cluster {spec.name!r} ({spec.provider}, {len(resources)} "
+            f"resource(s)) in {ws.path}"
+        )
+        losses = [ResourceChange(address, "destroy", "down") for address in resources]
+        if losses and (confirm is None or not confirm(losses)):
+            raise ConfirmationRequired(
+                f"`down` would destroy {len(losses)} resource(s) of cluster {spec.name!r}; "
+                "nothing was changed. Confirm at the prompt on a terminal, or pass --yes"
+            )
+        echo(f"[skyinfra] terraform destroy in {ws.path}")
+        engine.destroy(on_event=progress_printer(echo))
+        ws.topology_file.unlink(missing_ok=True)
+        remaining = engine.state_list()
+        if remaining:
+            raise WorkspaceError(
+                f"cluster {ws.name!r}: resources left in state after destroy: {remaining}"
+            )
+        target_of(spec).after_down(ws, spec, echo=echo)
 
 
 def transport_for(

@@ -124,7 +124,25 @@ def read_spec_file(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise SpecError("--spec", str(path), f"valid TOML ({err})") from err
+        raise SpecError("--spec", str(path), f"valid TOML ({_toml_problem(err, text)})") from err
+
+
+_TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
+_TOML_KEY = re.compile(r"^\s*([A-Za-z0-9_.\-\"' ]+?)\s*=")
+
+
+def _toml_problem(err: ValueError, text: str) -> str:
+    """tomllib's message, plus the key when it is a duplicate ("Cannot overwrite a value"
+    names only a position)."""
+    message = str(err)
+    where = _TOML_POSITION.search(message)
+    if "overwrite" in message and where:
+        lines = text.splitlines()
+        number = int(where.group(1))
+        key = _TOML_KEY.match(lines[number - 1]) if 0 < number <= len(lines) else None
+        if key:
+            return f"{message}: the key {key.group(1).strip()!r} is given twice"
+    return message
 
 
 def merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,6 +233,26 @@ def _packages(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _check_plugin_order(
+    plugins: Sequence[PluginSpec], *, nodes: int, procs_per_node: int | str
+) -> None:
+    """Keras on JAX across processes needs JAX's distributed runtime first: without the jax
+    plugin before it, each process trains alone (or Keras fails at its first collective).
+    Refused here, at `up`, not at the first run."""
+    if nodes == 1 and procs_per_node == 1:
+        return
+    names = [p.name for p in plugins]
+    for i, plugin in enumerate(plugins):
+        backend = plugin.options.get("backend", "jax")
+        if plugin.name == "keras" and backend == "jax" and "jax" not in names[:i]:
+            raise SpecError(
+                f"plugins[{i}]",
+                plugin.name,
+                'the jax plugin before keras on JAX with several processes, e.g. plugins = '
+                '["jax", "keras:backend=jax"]',
+            )
+
+
 def check_name(name: Any, field: str = "name") -> str:
     """A cluster name by the one rule (:data:`NAME_RE`); SpecError naming ``field``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -238,6 +276,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     head_port = read_int(raw, "head_port", "head_port", 29500, 1024, 65534)
     plugins = _plugins(raw.get("plugins", []))
     packages = _packages(raw.get("python_packages", []))
+    _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
     section = target.parse_section(raw.get(provider), nodes=nodes)
     for other in targets:
         if other != provider and other in raw:

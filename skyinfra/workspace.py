@@ -3,18 +3,33 @@ the spec it was made from, ``topology.json``, the local nodes and ``runs/<id>/``
 
 ``<dir>`` defaults to ``.skyinfra/clusters`` under the current directory; ``--dir`` (or
 ``SKYINFRA_DIR``) picks another, e.g. a folder a team commits.
+
+A workspace is private (the folder 0700, what skyinfra writes 0600: tfvars and state can hold
+URLs with credentials in them) and one operation at a time holds it (:meth:`Workspace.lock`).
+Which cluster a command acts on is decided in one place, :func:`select_workspace`: only the
+cluster the user named, by ``--cluster`` or by the spec's name, for anything that changes
+something.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Iterable, Mapping
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import WorkspaceError
+from skyinfra.errors import NoSuchClusterError, WorkspaceBusyError, WorkspaceError
+from skyinfra.spec import check_name
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+LOCK_FILE = ".skyinfra.lock"
 
 DEFAULT_DIR = Path(".skyinfra") / "clusters"
 DIR_ENV = "SKYINFRA_DIR"
@@ -53,14 +68,58 @@ class Workspace:
     def state_file(self) -> Path:
         return self.path / "terraform.tfstate"
 
+    @property
+    def origin_file(self) -> Path:
+        """Which spec file made the cluster (a different one is refused: see lifecycle.up)."""
+        return self.path / "origin.json"
+
     def exists(self) -> bool:
         return self.spec_file.is_file()
+
+    def ensure(self) -> None:
+        """Create the workspace folder, private to its owner."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.chmod(PRIVATE_DIR_MODE)
+        except OSError as err:
+            raise WorkspaceError(
+                f"cannot create the workspace of cluster {self.name!r} at {self.path}: "
+                f"{err.strerror}; choose a writable folder with --dir or $SKYINFRA_DIR"
+            ) from None
+
+    @contextlib.contextmanager
+    def lock(self, command: str) -> Iterator[None]:
+        """Hold the workspace for one operation; another one is refused at once, naming the
+        holder. The kernel drops the lock when the holder dies, so none is ever stale."""
+        self.ensure()
+        path = self.path / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held_by = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+                raise WorkspaceBusyError(self.name, path, held_by) from None
+            holder = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "command": command,
+                "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
 
     def write_files(self, files: Mapping[str, str], *, owned_dirs: Iterable[str] = ()) -> None:
         """Write rendered files (names are relative, ``/``-separated, may name sub-folders);
         each is replaced atomically so a crash leaves old or new. Files under ``owned_dirs``
         that ``files`` does not name are left over from an earlier render and are removed."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.ensure()
         for name in files:
             parts = name.split("/")
             if name.startswith("/") or any(part in ("", ".", "..") for part in parts):
@@ -68,9 +127,8 @@ class Workspace:
         for name, text in files.items():
             target = self.path / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(target)
+            # Scripts keep their execute bit; everything else is readable by the owner only.
+            _write_private(target, text, 0o700 if name.endswith(".sh") else PRIVATE_FILE_MODE)
         wanted = {self.path / name for name in files}
         for owned in owned_dirs:
             root = self.path / owned
@@ -83,9 +141,8 @@ class Workspace:
                     folder.rmdir()
 
     def write_json(self, target: Path, data: Any) -> None:
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        tmp.replace(target)
+        self.ensure()
+        _write_private(target, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
     def read_json(self, target: Path) -> Any:
         try:
@@ -101,27 +158,55 @@ class Workspace:
             ) from err
 
 
-def find_workspace(base: Path, name: str | None, default_name: str | None = None) -> Workspace:
-    """The named cluster, else the spec's name, else the only cluster in ``base``."""
-    if name is None:
-        existing = (
-            sorted(p.name for p in base.iterdir() if (p / "spec.json").is_file())
-            if base.is_dir()
-            else []
-        )
-        if default_name is not None and default_name in existing:
-            name = default_name
-        elif len(existing) == 1:
-            name = existing[0]
-        elif not existing:
-            raise WorkspaceError(f"no clusters in {base}; bring one up with `skyinfra up`")
-        else:
-            raise WorkspaceError(
-                f"several clusters in {base}: {', '.join(existing)}; choose one with --cluster NAME"
+def _write_private(target: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> None:
+    """Replace ``target`` atomically (a crash leaves old or new) with a file of ``mode``."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, mode)  # the umask may have narrowed it; never widen beyond ``mode``
+    tmp.replace(target)
+
+
+def clusters_in(base: Path) -> list[str]:
+    """The clusters that have a workspace in ``base`` (brought up at least once)."""
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "spec.json").is_file())
+
+
+def select_workspace(
+    base: Path,
+    name: str | None,
+    *,
+    spec_name: str | None,
+    changes_something: bool,
+    say: Callable[[str], None],
+) -> Workspace:
+    """The cluster a command acts on: ``--cluster``, else the spec's name. A command that
+    changes or destroys anything acts on nothing else; a read-only one may fall back to the
+    only cluster in ``base`` and says that it did."""
+    if name is not None:
+        check_name(name, "--cluster")  # the spec's rule: no path can reach another folder
+    elif spec_name is not None:
+        name = spec_name
+    else:
+        existing = clusters_in(base)
+        listed = f" (clusters there: {', '.join(existing)})" if existing else ""
+        if changes_something or len(existing) != 1:
+            raise NoSuchClusterError(
+                f"which cluster? name it with --cluster NAME, or run where a skyinfra.toml "
+                f"names it{listed or f'; there are no clusters in {base}'}"
             )
+        name = existing[0]
+        say(f"[skyinfra] cluster {name!r}: the only one in {base}")
     ws = Workspace(base / name)
     if not ws.exists():
-        raise WorkspaceError(
-            f"no cluster named {name!r} in {base}; bring it up with `skyinfra up --name {name}`"
+        existing = clusters_in(base)
+        listed = f"clusters there: {', '.join(existing)}" if existing else "there are none"
+        raise NoSuchClusterError(
+            f"no cluster named {name!r} in {base} ({listed}); bring it up with "
+            f"`skyinfra up --name {name}`"
         )
     return ws

@@ -36,6 +36,10 @@ class TerraformEngine(Protocol):
     def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None: ...
     def destroy(self, on_event: EventHandler | None = None) -> None: ...
     def output(self) -> dict[str, Any]: ...
+    def show_plan(self, plan_file: str) -> dict[str, Any]:
+        """A saved plan as Terraform's JSON (``terraform show -json PLANFILE``)."""
+        ...
+
     def state_list(self) -> list[str]: ...
     def command(self, args: Sequence[str]) -> tuple[int, str, str]:
         """Any Terraform command, captured: (return code, stdout, stderr)."""
@@ -74,6 +78,8 @@ class EmbeddedTerraform:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # State, plans and the lock Terraform writes can hold secrets: owner only.
+            umask=0o077,
         )
         stderr_chunks: list[str] = []
         assert proc.stderr is not None and proc.stdout is not None
@@ -187,6 +193,11 @@ class EmbeddedTerraform:
         out = self._checked(["output", "-json", "-no-color"], "output")
         raw: dict[str, Any] = json.loads(out or "{}")
         return {name: entry["value"] for name, entry in raw.items()}
+
+    def show_plan(self, plan_file: str) -> dict[str, Any]:
+        out = self._checked(["show", "-json", "-no-color", plan_file], "show")
+        plan: dict[str, Any] = json.loads(out or "{}")
+        return plan
 
     def state_list(self) -> list[str]:
         out = self._checked(["state", "list", "-no-color"], "state list")

@@ -300,7 +300,7 @@ def test_up_twice_status_down_through_the_cli(
         assert not (ws / "runs").exists()
         assert "Traceback" not in run.stderr
     finally:
-        down = skyinfra("down", cwd=project, env=cli_env)
+        down = skyinfra("down", "--yes", cwd=project, env=cli_env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert count_cluster_resources(ec2, "cli-two") == NO_SPACE
     state = json.loads((ws / "terraform.tfstate").read_text())
@@ -520,7 +520,7 @@ def test_run_over_ssh_on_emulated_aws_nodes(
             assert not (node_dir / "work" / "where_am_i.py").exists(), i  # the old shared copy
             assert (node_dir / "shared").is_dir(), i
     finally:
-        down = skyinfra("down", cwd=project, env=env)
+        down = skyinfra("down", "--yes", cwd=project, env=env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert count_cluster_resources(ec2, "ssh-run") == NO_SPACE
 

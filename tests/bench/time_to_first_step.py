@@ -88,7 +88,9 @@ def main() -> None:
             report["up_again_no_changes_s"] = round(skyinfra(up, project, env)[0], 2)
             report["runs"] = [run_once(project, env) for _ in range(ns.runs)]
         finally:
-            report["down_s"] = round(skyinfra(["down", "--cluster", "bench"], project, env)[0], 2)
+            report["down_s"] = round(
+                skyinfra(["down", "--yes", "--cluster", "bench"], project, env)[0], 2
+            )
     firsts = [max(n["first_step_s"] for n in r["nodes"].values()) for r in report["runs"]]
     report["first_step_all_nodes_median_s"] = round(statistics.median(firsts), 2)
     out_dir = HERE / "results"

@@ -70,7 +70,7 @@ def cluster(
     try:
         yield name, project
     finally:
-        down = cli(["down", "--cluster", name], project, clean_env)
+        down = cli(["down", "--yes", "--cluster", name], project, clean_env)
         assert down.returncode == 0, down.stdout + down.stderr
         ws = project / ".skyinfra" / "clusters" / name
         assert not any((ws / "nodes").iterdir()), "node directories left after down"
@@ -316,5 +316,5 @@ def test_keras_model_parallel_from_the_spec_file_splits_a_kernel(
             assert value["local_shard_shape"] == [8, 2]  # half of the columns on each node
         assert values[0]["kernel_sum"] == values[1]["kernel_sum"]
     finally:
-        down = cli(["down"], project, clean_env)
+        down = cli(["down", "--yes"], project, clean_env)
         assert down.returncode == 0, down.stdout + down.stderr

@@ -112,7 +112,7 @@ def test_installed_skyinfra_runs_a_cluster_from_an_empty_directory(
             "def main():\n"
             "    return instance_info().total_nodes\n"
         )
-        result = run([skyinfra, "run", "count.py:main"], cwd=project, env=env)
+        result = run([skyinfra, "run", "--cluster", "pip", "count.py:main"], cwd=project, env=env)
         assert "node-0 worker 0: 2" in result.stdout and "node-1 worker 0: 2" in result.stdout
         runs = sorted(p for p in (ws / "runs").iterdir() if p.is_dir())
         summary = json.loads((runs[-1] / "summary.json").read_text())
@@ -125,7 +125,12 @@ def test_installed_skyinfra_runs_a_cluster_from_an_empty_directory(
         assert [(n["index"], n["readiness"]) for n in info["nodes"]] == [(0, "ready"), (1, "ready")]
     finally:
         down = subprocess.run(
-            [skyinfra, "down"], cwd=project, env=env, capture_output=True, text=True, timeout=600
+            [skyinfra, "down", "--yes", "--cluster", "pip"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
     assert down.returncode == 0, down.stdout + down.stderr
     assert "is down" in down.stdout

@@ -91,7 +91,7 @@ def test_up_twice_is_a_no_op_and_down_cleans_up(
     assert plan.returncode == 0, plan.stdout + plan.stderr  # 0 = no changes (2 would be changes)
 
     down = subprocess.run(
-        [*skyinfra_argv(), "down", "--cluster", "twice"],
+        [*skyinfra_argv(), "down", "--yes", "--cluster", "twice"],
         cwd=workdir,
         env=env,
         capture_output=True,
@@ -102,7 +102,7 @@ def test_up_twice_is_a_no_op_and_down_cleans_up(
     assert not any((ws / "nodes").iterdir())
     assert not (ws / "topology.json").exists()
     state = subprocess.run(
-        [*skyinfra_argv(), "tf", "--", "state", "list"],
+        [*skyinfra_argv(), "tf", "--cluster", "twice", "--", "state", "list"],
         cwd=workdir,
         env=env,
         capture_output=True,

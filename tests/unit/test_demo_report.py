@@ -31,7 +31,7 @@ def test_demo_prints_the_shared_report_then_its_own_lines(
     def run_on_cluster(**kwargs: Any) -> RunReport:
         return report
 
-    monkeypatch.setattr(demo.lifecycle, "up", lambda spec, ws, echo: (None, None))
+    monkeypatch.setattr(demo.lifecycle, "up", lambda spec, ws, echo, **_: (None, None))
     monkeypatch.setattr(demo.lifecycle, "transport_for", lambda ws, topology: None)
     monkeypatch.setattr(demo, "run_on_cluster", run_on_cluster)
 

@@ -23,6 +23,7 @@ from skyinfra_runtime import exitcodes, rundirs
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import (
     EntrypointError,
+    PluginOptionError,
     RuntimeSetupError,
     TopologyError,
     UsageError,
@@ -94,7 +95,9 @@ def launch(argv: list[str]) -> int:
         entry = Entrypoint.parse(ns.entry)
         entry.check()
         flags = [parse_plugin_flag(p) for p in ns.plugin] if ns.plugin is not None else None
-    except (EntrypointError, UsageError) as exc:
+        if flags is not None:  # the user's flags are usage: refused as such, before any wait
+            flags = list(validate_plugins(flags))
+    except (EntrypointError, UsageError, PluginOptionError) as exc:
         print(f"skyinfra-runtime: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     try:

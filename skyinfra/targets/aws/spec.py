@@ -114,6 +114,17 @@ def check_ssh_cidrs(value: Any, *, allow_anywhere: bool) -> tuple[str, ...]:
                 "narrower CIDR blocks; 0.0.0.0/0 opens SSH to the internet and needs "
                 "aws.allow_ssh_from_anywhere = true",
             )
+    # Blocks that together cover every address (0.0.0.0/1 + 128.0.0.0/1) are the internet too.
+    networks = [ipaddress.IPv4Network(cidr) for cidr in value]
+    if not allow_anywhere and ipaddress.IPv4Network("0.0.0.0/0") in set(
+        ipaddress.collapse_addresses(networks)
+    ):
+        raise SpecError(
+            "aws.ssh_cidrs",
+            list(value),
+            "blocks that do not cover the whole internet together (these do); narrow them, or "
+            "set aws.allow_ssh_from_anywhere = true to open SSH to everyone on purpose",
+        )
     return tuple(value)
 
 

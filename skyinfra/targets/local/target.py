@@ -5,11 +5,13 @@ infra/modules/local module runs the shared node bootstrap). Nodes are ready when
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import render
+from skyinfra.errors import SpecError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, TargetOption, TargetOptions
 from skyinfra.targets.local.spec import MAX_LOCAL_NODES, LocalSpec, parse_local_section
@@ -57,6 +59,50 @@ def local_files(context: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _ports(head_port: int) -> set[int]:
+    """The ports a cluster's job listens on: jax's coordinator and torch's rendezvous."""
+    return {head_port, head_port + 1}
+
+
+def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
+    """Local clusters share this machine's ports, and the coordinators bind every address:
+    two clusters on one port join each other's jobs. Refuse a head_port that another local
+    cluster in the same folder uses, or that something on this machine holds right now."""
+    mine = _ports(spec.head_port)
+    siblings = ws.path.parent.iterdir() if ws.path.parent.is_dir() else iter(())
+    for other in sorted(p for p in siblings if p != ws.path and p.is_dir()):
+        neighbour = Workspace(other)
+        if not (neighbour.exists() and neighbour.topology_file.is_file()):
+            continue  # down, or never up
+        theirs = ClusterSpec.from_dict(neighbour.read_json(neighbour.spec_file))
+        if theirs.provider == spec.provider and mine & _ports(theirs.head_port):
+            raise SpecError(
+                "head_port",
+                spec.head_port,
+                f"ports no other local cluster uses: cluster {theirs.name!r} ({other}) is up "
+                f"on {theirs.head_port}-{theirs.head_port + 1}; pick e.g. head_port = "
+                f"{theirs.head_port + 2}",
+            )
+    if ws.topology_file.is_file() and ws.exists():
+        current = ClusterSpec.from_dict(ws.read_json(ws.spec_file))
+        if current.head_port == spec.head_port:
+            return  # this cluster's own job may hold them
+    for port in sorted(mine):
+        with socket.socket() as probe:
+            # A port a finished job left in TIME_WAIT is free for a listener; only a
+            # listening socket makes this bind fail.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", port))
+            except OSError as err:
+                raise SpecError(
+                    "head_port",
+                    spec.head_port,
+                    f"free ports: {port} is in use on this machine ({err.strerror}); "
+                    "pick another head_port",
+                ) from None
+
+
 class LocalTarget:
     name: ClassVar[str] = "local"
     max_nodes: ClassVar[int] = MAX_LOCAL_NODES
@@ -70,6 +116,7 @@ class LocalTarget:
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
+        check_head_port(spec, ws)
         local = spec.section_as(LocalSpec)
         wheel = build_runtime_wheel()
         context = local_context(

@@ -1,0 +1,61 @@
+"""What a saved plan would do, read from ``terraform show -json PLANFILE`` (never from the
+human plan text). Pure.
+
+:func:`destructive_changes` lists the resources a plan destroys or replaces, with Terraform's
+own reason in words, so `up` can show them and ask before anything is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Terraform's "action_reason" values (plan JSON format, "resource_changes"):
+# https://developer.hashicorp.com/terraform/internals/json-format#change-representation
+_REASONS = {
+    "replace_because_tainted": "it is tainted (a create or provisioner failed)",
+    "replace_because_cannot_update": "a setting changed that cannot be updated in place",
+    "replace_by_request": "replacement was requested",
+    "replace_by_triggers": "its replace_triggered_by inputs changed",
+    "delete_because_no_resource_config": "the cluster no longer has it",
+    "delete_because_no_module": "the cluster no longer has its module",
+    "delete_because_wrong_repetition": "the cluster no longer has it",
+    "delete_because_count_index": "the cluster no longer has it (fewer nodes)",
+    "delete_because_each_key": "the cluster no longer has it (fewer nodes)",
+    "delete_because_no_move_target": "the cluster no longer has it",
+}
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    address: str
+    action: str  # "destroy" or "replace"
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.action} {self.address}: {self.reason}"
+
+
+def _changed_paths(change: Mapping[str, Any]) -> str:
+    paths = change.get("replace_paths") or []
+    names = sorted({".".join(str(part) for part in path) for path in paths if path})
+    return ", ".join(names)
+
+
+def destructive_changes(plan: Mapping[str, Any]) -> list[ResourceChange]:
+    """Resources the plan destroys or replaces, in plan order."""
+    found: list[ResourceChange] = []
+    changes: Sequence[Mapping[str, Any]] = plan.get("resource_changes") or []
+    for entry in changes:
+        change = entry.get("change") or {}
+        actions = list(change.get("actions") or [])
+        if "delete" not in actions:
+            continue
+        action = "replace" if "create" in actions else "destroy"
+        reason = _REASONS.get(str(entry.get("action_reason", "")), "")
+        paths = _changed_paths(change)
+        if action == "replace" and paths:
+            reason = f"{reason or 'its settings changed'} ({paths})"
+        found.append(ResourceChange(str(entry.get("address")), action, reason or "as planned"))
+    return found
