@@ -256,9 +256,33 @@ def test_a_failure_on_node_1_shows_its_last_lines_and_ends_the_others_at_once(
 def test_a_node_that_succeeds_while_another_fails_is_not_reported_as_ended(
     tmp_path: Path,
 ) -> None:
-    transport = FakeTransport({0: (["done"], 0), 1: (["boom"], 1)}, {})
+    """Node 0 still runs when node 1 fails, then finishes its work with exit 0 during the
+    grace period: its success is reported as such, not as "ended by skyinfra"."""
+
+    class FinishesAnyway(FakeProcess):
+        def kill(self, grace_s: float = 10.0) -> None:
+            self.kill_grace = grace_s
+            self.ended.set()  # not killed: it ended by itself, with its own code
+
+        def wait(self, timeout: float | None = None) -> int:
+            self.ended.wait(timeout)
+            return 0
+
+    transport = FakeTransport({0: (["working"], None), 1: (["boom"], 1)}, {})
+    original_start = transport.start
+
+    def start(node: int, *args: object, **kwargs: object) -> FakeProcess:
+        proc = original_start(node, *args, **kwargs)  # type: ignore[arg-type]
+        if node == 0:
+            proc = FinishesAnyway(0, ["working"], None)
+            transport.procs[0] = proc
+        return proc
+
+    transport.start = start  # type: ignore[method-assign]
     report = run(transport, tmp_path, [], args=[])
-    assert report.outcomes[0].exit_code == 0
+    assert report.first_failure == 1
+    assert transport.procs[0].kill_grace == 3.0  # it was asked to end ...
+    assert report.outcomes[0].exit_code == 0  # ... and finished on its own
     assert not report.outcomes[0].ended_by_us
     assert describe_exit(report.outcomes[0]) == "ok (exit 0)"
 
