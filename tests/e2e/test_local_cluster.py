@@ -179,6 +179,18 @@ def main():
         time.sleep(1)
 """
 
+LAUNCHER_KILLED = """import os, signal, time
+
+
+def main():
+    if os.environ["SKYINFRA_NODE"] == "1":
+        time.sleep(1)
+        os.kill(os.getppid(), signal.SIGKILL)  # the launcher, not this worker
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:  # node 1's worker too, unless it dies with its launcher
+        time.sleep(1)
+"""
+
 
 def run_dirs(node_dir: Path) -> list[str]:
     return sorted(p.name for p in (node_dir / "runs").iterdir() if RUN_ID.match(p.name))
@@ -200,6 +212,7 @@ def test_runs_keep_their_own_dirs_and_the_shared_one(
     (project / "mypkg" / "train.py").write_text(TRAIN)
     (project / "hang.py").write_text(HANG)
     (project / "killed.py").write_text(KILLED)
+    (project / "launcher_killed.py").write_text(LAUNCHER_KILLED)
     for rel in (".env", ".ssh/id_ed25519", ".aws/credentials", "keep.pem", "other.pem"):
         (project / rel).parent.mkdir(exist_ok=True)
         (project / rel).write_text("SECRET")
@@ -257,6 +270,13 @@ def test_runs_keep_their_own_dirs_and_the_shared_one(
     assert "node-0: ended by skyinfra after node-1 failed" in killed.stdout
     took = ended_at - float((nodes[1] / "shared" / "killed_at").read_text())
     assert took < 8, f"node 0 took {took:.1f} s to stop (plus the CLI's own exit)"
+
+    # Node 1's launcher killed: noticed at once (its worker dies with it), node 0 ended.
+    began = time.monotonic()
+    gone = cli(["run", "--cluster", name, "launcher_killed.py:main"], project, clean_env, 120)
+    assert gone.returncode == 4, gone.stdout + gone.stderr
+    assert "node-1 failed first: exit -9 (killed by signal SIGKILL)" in gone.stdout
+    assert time.monotonic() - began < 20
 
     # Pruning: the newest runs are kept, the shared directory always.
     kept = cli(
