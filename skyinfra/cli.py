@@ -19,7 +19,7 @@ from skyinfra import __version__, exitcodes, lifecycle
 from skyinfra.errors import ClusterDownError, SkyinfraError, SpecError
 from skyinfra.run.ignore import topology_path_inside
 from skyinfra.run.report import print_report, raise_for_failure
-from skyinfra.run.session import run_on_cluster
+from skyinfra.run.session import DEFAULT_KEEP_RUNS, run_on_cluster
 from skyinfra.spec import load_spec, parse_plugin_flag
 from skyinfra.targets import all_targets, target_names
 from skyinfra.terraform.plan import ResourceChange
@@ -210,6 +210,24 @@ def up(
     help="Wait up to SECONDS for nodes still bootstrapping (default: 900 on AWS, where "
     "cloud-init installs for minutes after `up`; 0 on the local target: ready after `up`).",
 )
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="End every node when the run takes longer (counted from the start of the nodes), "
+    f"name those still running and exit {exitcodes.RUN_TIMEOUT}. Default: no limit.",
+)
+@click.option(
+    "--keep-runs",
+    type=click.IntRange(min=0),
+    default=DEFAULT_KEEP_RUNS,
+    show_default=True,
+    metavar="N",
+    help="Run directories each node keeps (runs/<id>/, the newest, this one included); "
+    "0 keeps all. $SKYINFRA_SHARED_DIR is never deleted.",
+)
 @click.argument("entry")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -217,16 +235,19 @@ def run(
     clusters_root: Path | None,
     all_logs: bool,
     wait_ready: int | None,
+    timeout_s: float | None,
+    keep_runs: int,
     entry: str,
     args: tuple[str, ...],
 ) -> None:
     """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
 
     Nodes whose bootstrap has not finished are waited for (--wait-ready); a node whose
-    bootstrap failed stops the run before anything starts. The current directory is copied
-    to every node (minus .skyinfraignore patterns), output of node 0 is streamed (--all-logs:
-    all nodes), the first failure ends the other nodes. Results and logs go to the
-    workspace's runs/<id>/.
+    bootstrap failed stops the run before anything starts. ENTRY is checked first (exit 2).
+    The current directory is copied to each node's runs/<id>/work (minus secrets, build
+    output and .skyinfraignore patterns), output of node 0 is streamed (--all-logs: all
+    nodes), the first failure ends the other nodes. Keep outputs in $SKYINFRA_SHARED_DIR.
+    Results and logs go to the workspace's runs/<id>/.
     """
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
     if not ws.topology_file.is_file():
@@ -249,6 +270,8 @@ def run(
             extra_ignores=topology_path_inside(src, ws.path),
             echo=echo,
             wait_ready_s=wait_s,
+            timeout_s=timeout_s,
+            keep_runs=keep_runs,
         )
     print_report(report, echo)
     raise_for_failure(report)

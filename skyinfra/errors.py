@@ -36,6 +36,13 @@ class SpecError(SkyinfraError):
         super().__init__(f"invalid spec field {field!r}: got {value!r}; expected {expected}")
 
 
+class UsageError(SkyinfraError):
+    """A command-line argument is wrong (such as `run`'s ENTRY); the message names it and
+    what would be valid. Raised before anything is copied, started or written."""
+
+    exit_code = exitcodes.USAGE
+
+
 class ProviderUnavailableError(SkyinfraError):
     """The spec names a provider whose target is not installed in this build."""
 
@@ -202,6 +209,27 @@ class RunError(SkyinfraError):
         self.node = node
         self.exit_codes = dict(exit_codes or {})
         super().__init__(message)
+
+
+class RunTimeoutError(RunError):
+    """`run --timeout` passed while nodes still ran; every node was ended. ``node`` is the
+    first node still running then, ``still_running`` all of them."""
+
+    exit_code = exitcodes.RUN_TIMEOUT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        still_running: Sequence[int],
+        exit_codes: Mapping[int, int | None] | None = None,
+    ) -> None:
+        self.still_running = list(still_running)
+        super().__init__(
+            message,
+            node=self.still_running[0] if self.still_running else None,
+            exit_codes=exit_codes,
+        )
 
 
 class NodesNotReadyError(SkyinfraError):

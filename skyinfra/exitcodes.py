@@ -13,6 +13,7 @@ USAGE = 2  # the spec, a flag or a setting (such as an environment variable) is 
 PREFLIGHT = 3  # a cloud check before Terraform failed (credentials, quota, AMI, ...)
 NODE_FAILED = 4  # `skyinfra run`: the entry failed on a node (its own code is in the report)
 NODES_NOT_READY = 5  # `skyinfra run`: a node's bootstrap failed or did not finish in time
+RUN_TIMEOUT = 6  # `skyinfra run --timeout`: nodes still ran when it passed; all were ended
 INTERRUPTED = 130  # Ctrl-C (SIGINT)
 
 MEANINGS: dict[int, str] = {
@@ -22,5 +23,6 @@ MEANINGS: dict[int, str] = {
     PREFLIGHT: "cloud preflight failed; nothing was changed",
     NODE_FAILED: "skyinfra run: a node failed",
     NODES_NOT_READY: "skyinfra run: nodes not ready; nothing was started",
+    RUN_TIMEOUT: "skyinfra run: --timeout passed; every node was ended",
     INTERRUPTED: "interrupted",
 }

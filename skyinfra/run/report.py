@@ -1,5 +1,6 @@
 """What a run came to: each node's outcome, the run's own exit code, runs/<id>/summary.json,
-the lines `skyinfra run` and the demo print, and the RunError for a failed run."""
+the lines `skyinfra run` and the demo print, and the RunError (RunTimeoutError) for a failed
+(timed-out) run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from skyinfra_runtime import exitcodes as node_exitcodes
 
 from skyinfra import exitcodes
-from skyinfra.errors import RunError
+from skyinfra.errors import RunError, RunTimeoutError
 
 SUMMARY_FILE = "summary.json"
 
@@ -22,6 +23,8 @@ class NodeOutcome:
     node: int
     exit_code: int | None = None
     ended_by_us: bool = False
+    # Why skyinfra ended it ("after node-1 failed", "at --timeout 30 s"); "" if it did not.
+    ended_reason: str = ""
     result: Any = None
 
 
@@ -31,20 +34,27 @@ class RunReport:
     run_dir: Path
     outcomes: dict[int, NodeOutcome] = field(default_factory=dict)
     first_failure: int | None = None
+    timeout_s: float | None = None
+    timed_out: list[int] = field(default_factory=list)  # nodes still running at the timeout
 
     @property
     def exit_code(self) -> int:
-        """What `skyinfra run` exits with: OK, or NODE_FAILED whatever the node's own code."""
-        return exitcodes.OK if self.first_failure is None else exitcodes.NODE_FAILED
+        """What `skyinfra run` exits with: OK, NODE_FAILED whatever the node's own code, or
+        RUN_TIMEOUT when the timeout ended nodes that had not failed."""
+        if self.first_failure is not None:
+            return exitcodes.NODE_FAILED
+        return exitcodes.RUN_TIMEOUT if self.timed_out else exitcodes.OK
 
 
 def describe_exit(outcome: NodeOutcome) -> str:
     """A node's outcome in words, with the runtime's meaning of its exit code."""
+    code = outcome.exit_code
     if outcome.ended_by_us:
-        return f"ended by skyinfra after another node failed (exit {outcome.exit_code})"
-    if outcome.exit_code == 0:
+        reason = outcome.ended_reason or "after another node failed"
+        return f"ended by skyinfra {reason} (exit {code}: {node_exitcodes.describe(code)})"
+    if code == 0:
         return "ok (exit 0)"
-    return f"failed (exit {outcome.exit_code}, {node_exitcodes.describe(outcome.exit_code)})"
+    return f"failed (exit {code}, {node_exitcodes.describe(code)})"
 
 
 def worker_results(outcome: NodeOutcome) -> list[dict[str, Any]]:
@@ -63,12 +73,15 @@ def summary(report: RunReport, *, entry: str, args: Sequence[str]) -> dict[str, 
         # What `skyinfra run` exits with (skyinfra.exitcodes); each node's own code is below.
         "exit_code": report.exit_code,
         "first_failure": report.first_failure,
+        "timeout_s": report.timeout_s,
+        "timed_out": list(report.timed_out),
         "nodes": [
             {
                 "node": o.node,
                 "exit_code": o.exit_code,
                 "exit_meaning": node_exitcodes.describe(o.exit_code),
                 "ended_by_skyinfra": o.ended_by_us,
+                "ended_reason": o.ended_reason if o.ended_by_us else "",
                 "result": o.result,
             }
             for o in report.outcomes.values()
@@ -98,11 +111,20 @@ def print_report(
 
 
 def raise_for_failure(report: RunReport) -> None:
-    """RunError (exit NODE_FAILED) naming the first failing node and every node's own code."""
+    """RunError (exit NODE_FAILED) naming the first failing node and every node's own code;
+    RunTimeoutError (exit RUN_TIMEOUT) naming the nodes still running at the timeout."""
+    codes = {i: o.exit_code for i, o in report.outcomes.items()}
+    if report.first_failure is None and report.timed_out:
+        still = ", ".join(f"node-{i}" for i in report.timed_out)
+        raise RunTimeoutError(
+            f"run {report.run_id} timed out after {report.timeout_s:g} s (--timeout); still "
+            f"running then, and ended: {still}; logs in {report.run_dir}",
+            still_running=report.timed_out,
+            exit_codes=codes,
+        )
     if report.first_failure is None:
         return
     first = report.outcomes[report.first_failure]
-    codes = {i: o.exit_code for i, o in report.outcomes.items()}
     per_node = ", ".join(f"node-{o.node}: {describe_exit(o)}" for o in report.outcomes.values())
     raise RunError(
         f"run {report.run_id} failed on node {first.node} "

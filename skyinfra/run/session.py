@@ -1,26 +1,44 @@
 """`skyinfra run`: copy the working directory to every node, launch the runtime on all of them
-in parallel, stream output, stop at the first failure, and collect results into runs/<id>/.
+in parallel, stream output, stop at the first failure or at the timeout, and collect results
+into runs/<id>/.
 
-The session in steps: wait until every node is ready, copy, start all, pump output until the
-streams close (ending the others at the first failure), collect results, write summary.json.
+The session in steps: check ENTRY, wait until every node is ready, copy, start all, pump
+output until every node ended (ending the others at the first failure, or all at the
+timeout), collect results, write summary.json.
+
+On each node a run has its own directory and leaves a shared one alone
+(skyinfra_runtime.rundirs): ``<node root>/runs/<id>/work`` is the copy of the project and the
+entry's working directory, ``<node root>/shared`` is never deleted by a run.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import queue
 import secrets
+import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from skyinfra_runtime import exitcodes as node_exitcodes
+from skyinfra_runtime.rundirs import (
+    KEEP_RUNS_ENV,
+    NODE_DIR_ENV,
+    RUN_DIR_ENV,
+    RUN_ID_ENV,
+    SHARED_DIR_ENV,
+)
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.run.ignore import make_ignore, read_ignore_patterns
+from skyinfra.errors import SkyinfraError
+from skyinfra.run.entry_check import check_entry
+from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.report import NodeOutcome, RunReport, write_summary
 from skyinfra.transport.base import IgnoreFn, NodeProcess, NodeTransport
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
@@ -29,17 +47,67 @@ Echo = Callable[[str], None]
 # A node's output line, or None once its stream closed.
 Event = tuple[int, str | None]
 
+# Ending nodes (after a failure, at the timeout, on Ctrl-C): SIGTERM to the node's process
+# group, SIGKILL after this many seconds. Frameworks blocked in a collective (JAX) ignore
+# SIGTERM, so this bounds how long the others take to stop: under 5 s, all nodes at once.
+END_GRACE_S = 3.0
+# How long a node that was ended (SIGKILL sent) may take to report its exit.
+ENDED_WAIT_S = 5.0
+# How often running nodes are polled for their exit (a node counts as ended when its process
+# does, even if a child of it still holds its output open).
+POLL_S = 0.2
+# After the last node ended: how long to wait for output still on its way.
+DRAIN_S = 2.0
+# How many of a node's last lines are shown when it fails first (or hangs past --timeout)
+# and its output was not streamed.
+TAIL_LINES = 20
+# Run directories each node keeps (the newest, the current one included); 0 keeps all.
+DEFAULT_KEEP_RUNS = 5
+
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
+@dataclass(frozen=True)
+class NodeDirs:
+    """One run's paths on one node (see the module doc)."""
+
+    root: str
+    run_id: str
+
+    @property
+    def run(self) -> str:
+        return f"{self.root}/runs/{self.run_id}"
+
+    @property
+    def work(self) -> str:
+        return f"{self.run}/work"
+
+    @property
+    def shared(self) -> str:
+        return f"{self.root}/shared"
+
+    @property
+    def result(self) -> str:
+        return f"{self.run}/result.json"
+
+    @property
+    def topology(self) -> str:
+        return f"{self.root}/topology.json"
+
+
 @dataclass
 class _Live:
-    """The processes started so far and the queue their output lines arrive on."""
+    """The processes started so far, the queue their output lines arrive on, the nodes still
+    running and still streaming, and each node's last lines."""
 
     procs: dict[int, NodeProcess] = field(default_factory=dict)
     events: queue.Queue[Event] = field(default_factory=queue.Queue)
+    running: set[int] = field(default_factory=set)
+    streaming: set[int] = field(default_factory=set)
+    tails: dict[int, collections.deque[str]] = field(default_factory=dict)
+    shown: set[int] = field(default_factory=set)  # nodes whose output was streamed
 
 
 def run_on_cluster(
@@ -56,14 +124,28 @@ def run_on_cluster(
     echo: Echo = print,
     wait_ready_s: float = 0.0,
     ready_poll_s: float = READY_POLL_S,
+    timeout_s: float | None = None,
+    keep_runs: int = DEFAULT_KEEP_RUNS,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
-    ready now); nothing is copied or started before every node is ready."""
+    ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
+    node is ready. ``timeout_s``: end every node when the run (from the start of the nodes)
+    takes longer. ``keep_runs``: run directories each node keeps (0: all)."""
+    patterns = read_ignore_patterns(src)
+    ignore = make_ignore(patterns, extra_ignores)
+    for note in check_entry(src, entry, ignore):
+        echo(f"[skyinfra] {note}")
     wait_until_ready(transport, topology, timeout_s=wait_ready_s, echo=echo, poll_s=ready_poll_s)
+    left_out = secrets_left_out(src, patterns)
+    if left_out:
+        echo(
+            f"[skyinfra] not copied (secrets): {', '.join(left_out)}; "
+            "a `!PATTERN` line in .skyinfraignore sends one"
+        )
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
-    ignore = make_ignore(read_ignore_patterns(src), extra_ignores)
+    report.timeout_s = timeout_s
     _copy_to_nodes(transport, report, src, topology_file, ignore)
-    _run_all(transport, report, entry, args, all_logs=all_logs, echo=echo)
+    _run_all(transport, report, entry, args, all_logs=all_logs, echo=echo, keep_runs=keep_runs)
     _collect_results(transport, report)
     write_summary(report, entry=entry, args=args)
     return report
@@ -76,13 +158,17 @@ def _new_report(runs_dir: Path, nodes: Sequence[int]) -> RunReport:
     return RunReport(run_id, run_dir, {i: NodeOutcome(i) for i in nodes})
 
 
+def _dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
+    return NodeDirs(transport.node_root(node), run_id)
+
+
 def _copy_to_nodes(
     transport: NodeTransport, report: RunReport, src: Path, topology_file: Path, ignore: IgnoreFn
 ) -> None:
     for i in report.outcomes:
-        root = transport.node_root(i)
-        transport.copy_dir(i, src, f"{root}/work", ignore)
-        transport.put_file(i, topology_file, f"{root}/topology.json")
+        dirs = _dirs(transport, i, report.run_id)
+        transport.copy_dir(i, src, dirs.work, ignore)
+        transport.put_file(i, topology_file, dirs.topology)
 
 
 def _run_all(
@@ -93,40 +179,47 @@ def _run_all(
     *,
     all_logs: bool,
     echo: Echo,
+    keep_runs: int,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far."""
     live = _Live()
+    live.shown = set(report.outcomes) if all_logs else {0}
     with ExitStack() as stack:
         logs = {
             i: stack.enter_context((report.run_dir / f"node-{i}.log").open("w", encoding="utf-8"))
             for i in report.outcomes
         }
         try:
-            _start_all(transport, report.run_id, list(report.outcomes), entry, args, live)
-            _pump_until_first_failure(report, live, logs, all_logs=all_logs, echo=echo)
+            _start_all(
+                transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
+            )
+            _pump_until_done(report, live, logs, echo=echo)
         except KeyboardInterrupt:
-            for proc in live.procs.values():
-                proc.kill()
+            _end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
 
 
-def _launch_argv(root: str, node: int, run_id: str, entry: str, args: Sequence[str]) -> list[str]:
+def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> list[str]:
     argv = [
-        f"{root}/venv/bin/skyinfra-runtime", "launch",
-        "--topology", f"{root}/topology.json",
+        f"{dirs.root}/venv/bin/skyinfra-runtime", "launch",
+        "--topology", dirs.topology,
         "--node", str(node),
-        "--result", f"{root}/runs/{run_id}/result.json",
+        "--result", dirs.result,
         entry,
     ]  # fmt: skip
     return [*argv, "--", *args] if args else argv
 
 
-def _launch_env(root: str, node: int, run_id: str) -> dict[str, str]:
+def _launch_env(dirs: NodeDirs, node: int, keep_runs: int) -> dict[str, str]:
     return {
-        TOPOLOGY_ENV: f"{root}/topology.json",
+        TOPOLOGY_ENV: dirs.topology,
         NODE_ENV: str(node),
-        "SKYINFRA_RUN_ID": run_id,
+        RUN_ID_ENV: dirs.run_id,
+        NODE_DIR_ENV: dirs.root,
+        RUN_DIR_ENV: dirs.run,
+        SHARED_DIR_ENV: dirs.shared,
+        KEEP_RUNS_ENV: str(keep_runs),
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -138,68 +231,201 @@ def _start_all(
     entry: str,
     args: Sequence[str],
     live: _Live,
+    keep_runs: int,
 ) -> None:
     """Start the runtime on every node, each with a thread that queues its output lines."""
     for i in nodes:
-        root = transport.node_root(i)
+        dirs = _dirs(transport, i, run_id)
         proc = transport.start(
             i,
-            _launch_argv(root, i, run_id, entry, args),
-            env=_launch_env(root, i, run_id),
-            cwd=f"{root}/work",
+            _launch_argv(dirs, i, entry, args),
+            env=_launch_env(dirs, i, keep_runs),
+            cwd=dirs.work,
             tag=run_id,
         )
         live.procs[i] = proc
+        live.running.add(i)
+        live.streaming.add(i)
+        live.tails[i] = collections.deque(maxlen=TAIL_LINES)
         threading.Thread(target=_pump, args=(i, proc, live.events), daemon=True).start()
 
 
 def _pump(node: int, proc: NodeProcess, events: queue.Queue[Event]) -> None:
-    for line in proc.lines():
-        events.put((node, line))
-    events.put((node, None))
+    try:
+        for line in proc.lines():
+            events.put((node, line))
+    finally:
+        events.put((node, None))
 
 
-def _pump_until_first_failure(
-    report: RunReport,
-    live: _Live,
-    logs: Mapping[int, IO[str]],
-    *,
-    all_logs: bool,
-    echo: Echo,
+def _pump_until_done(
+    report: RunReport, live: _Live, logs: Mapping[int, IO[str]], *, echo: Echo
 ) -> None:
-    """Log and echo output lines until every stream closed; record each exit as it comes."""
-    open_streams = set(live.procs)
-    while open_streams:
-        i, line = live.events.get()
+    """Log and echo output lines and record each node's exit (polled) until every node ended,
+    then take the output still on its way; end every node when the timeout passes."""
+    started = time.monotonic()
+    deadline = None if report.timeout_s is None else started + report.timeout_s
+    while live.running:
+        wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+        _take_events(live, logs, echo, wait)
+        for i in sorted(live.running):
+            if i not in live.running:  # ended (and recorded) after another node failed
+                continue
+            code = live.procs[i].poll()
+            if code is not None:
+                _record_exit(report, live, logs, i, code, echo)
+        timed_out = deadline is not None and time.monotonic() >= deadline
+        if timed_out and live.running and not report.timed_out:
+            _time_out(report, live, echo)
+    _drain(live, logs, echo, DRAIN_S)
+
+
+def _take_events(live: _Live, logs: Mapping[int, IO[str]], echo: Echo, wait: float) -> None:
+    """Handle the events that arrive within ``wait`` seconds (all that are queued, at least)."""
+    end = time.monotonic() + wait
+    while True:
+        try:
+            i, line = live.events.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            return
         if line is None:
-            open_streams.discard(i)
-            _record_exit(report, live, i, echo)
+            live.streaming.discard(i)
             continue
         logs[i].write(line + "\n")
         logs[i].flush()
-        if all_logs or i == 0:
+        live.tails[i].append(line)
+        if i in live.shown:
             echo(f"[node-{i}] {line}")
 
 
-def _record_exit(report: RunReport, live: _Live, node: int, echo: Echo) -> None:
+def _drain(live: _Live, logs: Mapping[int, IO[str]], echo: Echo, timeout: float) -> None:
+    """Take output until every stream closed or ``timeout`` passed (a child the node's
+    process left behind may hold its output open)."""
+    end = time.monotonic() + timeout
+    while live.streaming and time.monotonic() < end:
+        _take_events(live, logs, echo, min(POLL_S, max(0.0, end - time.monotonic())))
+    _take_events(live, logs, echo, 0.0)
+
+
+def _record_exit(
+    report: RunReport,
+    live: _Live,
+    logs: Mapping[int, IO[str]],
+    node: int,
+    code: int,
+    echo: Echo,
+) -> None:
     """The node's exit code; the first node to fail ends every other node still running."""
-    code = live.procs[node].wait()
-    report.outcomes[node].exit_code = code
+    live.running.discard(node)
+    outcome = report.outcomes[node]
+    outcome.exit_code = code
+    if outcome.ended_reason:  # skyinfra ended it; a node that finished anyway is not "ended"
+        outcome.ended_by_us = code != 0
+        return
     if code == 0 or report.first_failure is not None:
         return
     report.first_failure = node
-    echo(f"[skyinfra] node-{node} exited with {code}; ending the other nodes")
-    for j, other in live.procs.items():
-        if j != node and other.poll() is None:
-            report.outcomes[j].ended_by_us = True
-            other.kill()
+    others = sorted(live.running)
+    ending = (
+        f"; ending {_names(others)} (SIGTERM, SIGKILL after {END_GRACE_S:g} s)" if others else ""
+    )
+    echo(
+        f"[skyinfra] node-{node} failed first: exit {code} "
+        f"({node_exitcodes.describe(code)}){ending}"
+    )
+    stopper = _end_nodes_in_background(report, live, others, f"after node-{node} failed", echo)
+    if node not in live.shown:
+        # Its own error: the lines it printed before it ended (give them a moment to arrive).
+        end = time.monotonic() + 1.0
+        while node in live.streaming and time.monotonic() < end:
+            _take_events(live, logs, echo, POLL_S)
+        _show_tail(live, node, echo)
+        live.shown.add(node)
+    stopper.join()
+    _record_ended(report, live, others)
+
+
+def _time_out(report: RunReport, live: _Live, echo: Echo) -> None:
+    still = sorted(live.running)
+    report.timed_out = still
+    echo(
+        f"[skyinfra] --timeout {report.timeout_s:g} s passed; still running: {_names(still)}; "
+        f"ending them (SIGTERM, SIGKILL after {END_GRACE_S:g} s)"
+    )
+    for i in still:
+        if i not in live.shown:
+            _show_tail(live, i, echo, lines=5)
+    _end_nodes(report, live, still, f"at --timeout {report.timeout_s:g} s", echo)
+
+
+def _end_nodes(
+    report: RunReport, live: _Live, nodes: Iterable[int], reason: str, echo: Echo
+) -> None:
+    nodes = sorted(nodes)
+    _end_nodes_in_background(report, live, nodes, reason, echo).join()
+    _record_ended(report, live, nodes)
+
+
+def _end_nodes_in_background(
+    report: RunReport, live: _Live, nodes: Sequence[int], reason: str, echo: Echo
+) -> threading.Thread:
+    """End ``nodes`` all at once (one thread each); the returned thread joins them."""
+    for i in nodes:
+        report.outcomes[i].ended_reason = reason
+
+    def end(i: int) -> None:
+        try:
+            live.procs[i].kill(grace_s=END_GRACE_S)
+        except (SkyinfraError, OSError) as err:
+            echo(f"[skyinfra] could not end node-{i}: {err}")
+
+    threads = [threading.Thread(target=end, args=(i,), daemon=True) for i in nodes]
+    for t in threads:
+        t.start()
+
+    def join() -> None:
+        for t in threads:
+            t.join()
+
+    joiner = threading.Thread(target=join, daemon=True)
+    joiner.start()
+    return joiner
+
+
+def _record_ended(report: RunReport, live: _Live, nodes: Iterable[int]) -> None:
+    """Record the exit of nodes that were just ended; one that has not ended a few seconds
+    later is given up on (exit code unknown) instead of being waited for forever."""
+    for i in nodes:
+        if i not in live.running:
+            continue
+        try:
+            code: int | None = live.procs[i].wait(timeout=ENDED_WAIT_S)
+        except (TimeoutError, subprocess.TimeoutExpired):
+            code = None
+        live.running.discard(i)
+        report.outcomes[i].exit_code = code
+        report.outcomes[i].ended_by_us = code != 0
+
+
+def _show_tail(live: _Live, node: int, echo: Echo, *, lines: int = TAIL_LINES) -> None:
+    tail = list(live.tails.get(node, ()))[-lines:]
+    if not tail:
+        echo(f"[skyinfra] node-{node} printed nothing")
+        return
+    echo(f"[skyinfra] last {len(tail)} line(s) of node-{node}:")
+    for line in tail:
+        echo(f"[node-{node}] {line}")
+
+
+def _names(nodes: Iterable[int]) -> str:
+    return ", ".join(f"node-{i}" for i in nodes)
 
 
 def _collect_results(transport: NodeTransport, report: RunReport) -> None:
     """Fetch each node's result.json into runs/<id>/node-<i>.result.json (None if unreadable)."""
     for i, outcome in report.outcomes.items():
         local = report.run_dir / f"node-{i}.result.json"
-        remote = f"{transport.node_root(i)}/runs/{report.run_id}/result.json"
+        remote = _dirs(transport, i, report.run_id).result
         if transport.fetch(i, remote, local):
             try:
                 outcome.result = json.loads(local.read_text(encoding="utf-8"))

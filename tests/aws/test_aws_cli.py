@@ -510,11 +510,15 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         assert {i["head_addr"] for i in infos} == {"10.42.0.10"}
         ids = [n["instance_id"] for n in topology["nodes"]]
         assert [[p["instance_id"] for p in i["peers"]] for i in infos] == [ids, ids]
-        # Each node ran in its own root: the work copy and the result are there.
+        # Each node ran in its own root, the run in its own directory there: the work copy
+        # and the result are in runs/<id>/, and the shared directory exists.
         for i, root in enumerate(roots.values()):
             node_dir = root / "opt/skyinfra/node"
-            assert (node_dir / "work" / "where_am_i.py").is_file()
-            assert (node_dir / "runs" / summary["run_id"] / "result.json").is_file(), i
+            run_dir = node_dir / "runs" / summary["run_id"]
+            assert (run_dir / "work" / "where_am_i.py").is_file(), i
+            assert (run_dir / "result.json").is_file(), i
+            assert not (node_dir / "work" / "where_am_i.py").exists(), i  # the old shared copy
+            assert (node_dir / "shared").is_dir(), i
     finally:
         down = skyinfra("down", "--yes", cwd=project, env=env)
     assert down.returncode == 0, down.stdout + down.stderr

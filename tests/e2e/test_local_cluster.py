@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,8 +94,10 @@ def test_keras_digits_same_weights_on_both_nodes(
     assert sorted(v["node"] for v in values) == [0, 1]
     assert values[0]["weights_sha256"] == values[1]["weights_sha256"]
     assert all(float(v["accuracy"]) > 0.8 for v in values)  # type: ignore[arg-type]
-    # .skyinfraignore kept big.bin off the nodes; the examples went.
-    node0 = project / ".skyinfra" / "clusters" / name / "nodes" / "node-0" / "work"
+    # .skyinfraignore kept big.bin off the nodes; the examples went (to the run's own dir).
+    run_root = project / ".skyinfra" / "clusters" / name / "runs"
+    (run_id,) = [p.name for p in run_root.iterdir() if p.is_dir()]
+    node0 = run_root.parent / "nodes" / "node-0" / "runs" / run_id / "work"
     assert (node0 / "examples" / "keras_digits.py").is_file()
     assert not (node0 / "big.bin").exists()
     assert not (node0 / ".skyinfra").exists()
@@ -135,6 +139,160 @@ def test_failure_on_node_1_ends_node_0(
         "node 0's process is still recorded"
     )
     assert os.path.isdir(ws / "runs")
+
+
+RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+
+TRAIN = """import os, pathlib
+
+
+def main():
+    shared = pathlib.Path(os.environ["SKYINFRA_SHARED_DIR"])
+    ckpt = shared / "ckpt.txt"
+    before = ckpt.read_text() if ckpt.exists() else None
+    ckpt.write_text(os.environ["SKYINFRA_RUN_ID"])
+    pathlib.Path("scratch.txt").write_text("this run's own")
+    return {"node": int(os.environ["SKYINFRA_NODE"]), "before": before, "cwd": os.getcwd()}
+"""
+
+HANG = """import os, time
+
+
+def main():
+    if os.environ["SKYINFRA_NODE"] == "1":
+        print("node 1 waits for a peer that never comes", flush=True)
+        time.sleep(600)
+"""
+
+KILLED = """import os, pathlib, signal, time
+
+
+def main():
+    if os.environ["SKYINFRA_NODE"] == "1":
+        time.sleep(1)
+        print("node 1 is about to be killed", flush=True)
+        shared = pathlib.Path(os.environ["SKYINFRA_SHARED_DIR"])
+        (shared / "killed_at").write_text(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as JAX blocked in a collective
+    while True:
+        time.sleep(1)
+"""
+
+LAUNCHER_KILLED = """import os, signal, time
+
+
+def main():
+    if os.environ["SKYINFRA_NODE"] == "1":
+        time.sleep(1)
+        os.kill(os.getppid(), signal.SIGKILL)  # the launcher, not this worker
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:  # node 1's worker too, unless it dies with its launcher
+        time.sleep(1)
+"""
+
+
+def run_dirs(node_dir: Path) -> list[str]:
+    return sorted(p.name for p in (node_dir / "runs").iterdir() if RUN_ID.match(p.name))
+
+
+@pytest.mark.parametrize("cluster", [[]], indirect=True)
+def test_runs_keep_their_own_dirs_and_the_shared_one(
+    cluster: tuple[str, Path], clean_env: dict[str, str]
+) -> None:
+    """Plain entries on a 2-node cluster without plugins, run after run: a module entry from
+    the project, a checkpoint in the shared dir seen by the next run, each run in its own
+    directory, no secrets copied, a bad ENTRY refused before anything, --timeout, a killed
+    worker on node 1 stopping node 0 (which ignores SIGTERM) within seconds, pruning."""
+    name, project = cluster
+    ws = project / ".skyinfra" / "clusters" / name
+    nodes = [ws / "nodes" / f"node-{i}" for i in range(2)]
+    (project / "mypkg").mkdir()
+    (project / "mypkg" / "__init__.py").write_text("")
+    (project / "mypkg" / "train.py").write_text(TRAIN)
+    (project / "hang.py").write_text(HANG)
+    (project / "killed.py").write_text(KILLED)
+    (project / "launcher_killed.py").write_text(LAUNCHER_KILLED)
+    for rel in (".env", ".ssh/id_ed25519", ".aws/credentials", "keep.pem", "other.pem"):
+        (project / rel).parent.mkdir(exist_ok=True)
+        (project / rel).write_text("SECRET")
+    (project / ".skyinfraignore").write_text("big.bin\n!keep.pem\n")
+
+    # A package.module:function entry from the project (never ran before).
+    first = cli(["run", "--cluster", name, "mypkg.train:main"], project, clean_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "not copied (secrets): .aws, .env, .ssh, other.pem" in first.stdout
+    first_id = json.loads((run_summaries(ws)[-1]).read_text())["run_id"]
+    values = results(first.stdout, ws / "runs")
+    assert [v["before"] for v in values] == [None, None]
+    for value, node in zip(values, nodes, strict=True):
+        work = node / "runs" / first_id / "work"
+        assert value["cwd"] == str(work)
+        copied = {p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()}
+        assert "keep.pem" in copied and "mypkg/train.py" in copied
+        assert not {".env", ".ssh/id_ed25519", ".aws/credentials", "other.pem"} & copied
+
+    # The next run sees the checkpoint; the first run's directory is still there.
+    second = cli(["run", "--cluster", name, "mypkg.train:main"], project, clean_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert [v["before"] for v in results(second.stdout, ws / "runs")] == [first_id, first_id]
+    for node in nodes:
+        assert (node / "runs" / first_id / "work" / "scratch.txt").read_text() == "this run's own"
+        assert len(run_dirs(node)) == 2
+
+    # A bad ENTRY: exit 2, nothing copied or started, no runs/<id> on either side.
+    before = sorted((ws / "runs").iterdir())
+    bad = cli(["run", "--cluster", name, "mypkg.train:mian"], project, clean_env)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "mypkg/train.py defines no 'mian' at top level (its functions: main)" in bad.stderr
+    assert sorted((ws / "runs").iterdir()) == before
+    assert all(len(run_dirs(node)) == 2 for node in nodes)
+
+    # --timeout: node 1 hangs; it is named, ended, and its last line shown.
+    hung = cli(["run", "--cluster", name, "--timeout", "4", "hang.py:main"], project, clean_env)
+    assert hung.returncode == 6, hung.stdout + hung.stderr
+    assert "still running: node-1;" in hung.stdout
+    assert "[node-1] node 1 waits for a peer that never comes" in hung.stdout
+    assert "timed out after 4 s (--timeout); still running then, and ended: node-1" in hung.stderr
+    summary = json.loads(run_summaries(ws)[-1].read_text())
+    assert (summary["exit_code"], summary["timed_out"]) == (6, [1])
+    assert summary["nodes"][0]["exit_code"] == 0
+
+    # Node 1's worker killed; node 0 ignores SIGTERM: said as it is, node 0 ended in seconds.
+    killed = cli(["run", "--cluster", name, "killed.py:main"], project, clean_env)
+    ended_at = time.time()
+    assert killed.returncode == 4, killed.stdout + killed.stderr
+    assert (
+        "node-1 failed first: exit 137 (a worker was killed by signal SIGKILL); ending node-0"
+    ) in killed.stdout
+    assert "[node-1] node 1 is about to be killed" in killed.stdout  # without --all-logs
+    assert "user code raised" not in killed.stdout + killed.stderr
+    assert "node-0: ended by skyinfra after node-1 failed" in killed.stdout
+    took = ended_at - float((nodes[1] / "shared" / "killed_at").read_text())
+    assert took < 8, f"node 0 took {took:.1f} s to stop (plus the CLI's own exit)"
+
+    # Node 1's launcher killed: noticed at once (its worker dies with it), node 0 ended.
+    began = time.monotonic()
+    gone = cli(["run", "--cluster", name, "launcher_killed.py:main"], project, clean_env, 120)
+    assert gone.returncode == 4, gone.stdout + gone.stderr
+    assert "node-1 failed first: exit -9 (killed by signal SIGKILL)" in gone.stdout
+    assert time.monotonic() - began < 20
+
+    # Pruning: the newest runs are kept, the shared directory always.
+    kept = cli(
+        ["run", "--cluster", name, "--keep-runs", "2", "mypkg.train:main"], project, clean_env
+    )
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    for node in nodes:
+        assert len(run_dirs(node)) == 2
+        assert first_id not in run_dirs(node)
+        assert (node / "shared" / "ckpt.txt").is_file()
+
+
+def run_summaries(ws: Path) -> list[Path]:
+    """Every run's summary.json, oldest first (by when it was written)."""
+    paths = [p / "summary.json" for p in (ws / "runs").iterdir() if (p / "summary.json").is_file()]
+    return sorted(paths, key=lambda p: p.stat().st_mtime)
 
 
 # Keras model parallelism written in skyinfra.toml (TOML has no null: "" is a replicated

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -248,3 +251,136 @@ def test_plugin_flag_values_are_json_and_checked_by_the_table(tmp_path: Path) ->
     assert proc.returncode == 2, proc.stderr
     assert "mesh_shape, axis_names and layout_map together" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def console_script(tmp_path: Path) -> Path:
+    """`skyinfra-runtime` as pip installs it: a script in a bin/ folder, so that sys.path[0]
+    is that folder, not the current directory (unlike `python -m`)."""
+    script = tmp_path / "bin" / "skyinfra-runtime"
+    script.parent.mkdir()
+    script.write_text("from skyinfra_runtime.launcher import main\n\nmain()\n")
+    return script
+
+
+def test_module_entry_from_the_project_in_the_current_directory(tmp_path: Path) -> None:
+    """The project (the launcher's cwd, as `skyinfra run` starts it) is found without any
+    PYTHONPATH of the user's: first on the launcher's sys.path and on the workers'."""
+    project = tmp_path / "project"
+    (project / "mypkg").mkdir(parents=True)
+    (project / "mypkg" / "__init__.py").write_text("")
+    (project / "mypkg" / "train.py").write_text(
+        "import os, sys\n\n\ndef main():\n"
+        "    return {'cwd': os.getcwd(), 'path0': sys.path[0], 'file': __file__}\n"
+    )
+    # A module of the same name elsewhere on the path must not win over the project's.
+    other = tmp_path / "other" / "mypkg"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise ImportError('the wrong mypkg')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(other.parent)])
+    result = tmp_path / "result.json"
+    script = str(console_script(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, script, "launch", "--result", str(result), "mypkg.train:main"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (worker,) = json.loads(result.read_text())["workers"]
+    assert worker["value"]["file"] == str(project / "mypkg" / "train.py")
+    assert worker["value"]["cwd"] == str(project)
+
+
+def test_a_worker_killed_by_a_signal_is_not_reported_as_user_code_raising(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "die.py").write_text(
+        "import os, signal\n\n\ndef main():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = launch(tmp_path, "die.py:main")
+    assert proc.returncode == 128 + 9, proc.stderr
+    assert "worker 0 on node 0 was killed by signal SIGKILL during running" in proc.stderr
+    from skyinfra_runtime.exitcodes import describe
+
+    assert describe(proc.returncode) == "a worker was killed by signal SIGKILL"
+    assert describe(-9) == "killed by signal SIGKILL"
+
+
+def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
+    """SIGKILL to the launcher alone: its worker does not linger (holding the node's output
+    open and its peers waiting)."""
+    (tmp_path / "hang.py").write_text(
+        "import os, time\n\n\ndef main():\n"
+        "    open('worker.pid', 'w').write(str(os.getpid()))\n"
+        "    time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(launch_argv("hang.py:main"), cwd=tmp_path)
+    pid_file = tmp_path / "worker.pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError("the worker outlived its launcher")
+
+
+def test_the_shared_dir_is_made_and_old_runs_pruned(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    runs = node / "runs"
+    ids = [f"20260101-00000{i}-abcdef" for i in range(6)]
+    for run_id in ids:
+        (runs / run_id / "work").mkdir(parents=True)
+    (runs / "my-notes").mkdir()  # not a run id: never touched
+    (node / "pids").mkdir()
+    (node / "pids" / f"{ids[0]}.pid").write_text(str(os.getpid()))  # alive, but not a launcher
+    (node / "pids" / f"{ids[1]}.pid").write_text("999999999")  # gone
+    current = runs / ids[3]  # the newest is not necessarily the current one
+    env = {
+        "SKYINFRA_NODE_DIR": str(node),
+        "SKYINFRA_RUN_DIR": str(current),
+        "SKYINFRA_SHARED_DIR": str(node / "shared"),
+        "SKYINFRA_KEEP_RUNS": "3",
+    }
+    from skyinfra_runtime.rundirs import prepare
+
+    removed = prepare(env)
+    assert sorted(p.name for p in removed) == ids[:3]
+    assert sorted(p.name for p in runs.iterdir()) == sorted([*ids[3:], "my-notes"])
+    assert (node / "shared").is_dir()
+    # 0: keep every run.
+    assert prepare({**env, "SKYINFRA_KEEP_RUNS": "0"}) == []
+
+
+def test_a_run_still_going_is_not_pruned(tmp_path: Path) -> None:
+    runs = tmp_path / "node" / "runs"
+    old, current = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
+    (runs / old).mkdir(parents=True)
+    (runs / current).mkdir()
+    pids = tmp_path / "node" / "pids"
+    pids.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "skyinfra"])
+    try:
+        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while b"skyinfra" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the child has exec'd
+        (pids / f"{old}.pid").write_text(str(sleeper.pid))
+        from skyinfra_runtime.rundirs import prune
+
+        assert prune(runs / current, 1, pids) == []
+        assert (runs / old).is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

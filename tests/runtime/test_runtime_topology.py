@@ -141,5 +141,5 @@ def test_validate_plugins_names_the_position() -> None:
 
 def test_exit_code_meanings() -> None:
     assert exitcodes.describe(exitcodes.SETUP_FAILED) == "topology or plugin set-up failed"
-    assert exitcodes.describe(-9) == "killed by signal 9"
+    assert exitcodes.describe(-9) == "killed by signal SIGKILL"
     assert exitcodes.describe(None).startswith("no exit code")

@@ -62,7 +62,10 @@ def test_a_failed_node_gives_one_fixed_code_and_reports_its_own(tmp_path: Path) 
     assert err.value.exit_code == exitcodes.NODE_FAILED  # not the node's 3 (preflight's code)
     assert err.value.exit_codes == {0: -15, 1: 3}
     assert "failed on node 1 (node-1, exit 3: topology or plugin set-up failed)" in str(err.value)
-    assert "node-0: ended by skyinfra after another node failed (exit -15)" in str(err.value)
+    assert (
+        "node-0: ended by skyinfra after another node failed (exit -15: killed by signal SIGTERM)"
+        in str(err.value)
+    )
 
 
 def test_a_run_without_failure_raises_nothing(tmp_path: Path) -> None:

@@ -60,7 +60,13 @@ def test_local_run_does_not_wait(tmp_path: Path) -> None:
     assert lines == []
 
 
-def test_cli_run_stops_before_copying_when_a_node_is_not_bootstrapped(tmp_path: Path) -> None:
+def test_cli_run_stops_before_copying_when_a_node_is_not_bootstrapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("def main():\n    pass\n")
+    monkeypatch.chdir(project)
     ws = tmp_path / "clusters" / "c"
     dirs = node_dirs(ws, (True, False))
     (ws / "spec.json").write_text(json.dumps(validate_spec({"name": "c", "nodes": 2}).to_dict()))
@@ -73,4 +79,5 @@ def test_cli_run_stops_before_copying_when_a_node_is_not_bootstrapped(tmp_path: 
     assert isinstance(result.exception, NodesNotReadyError), result.output
     assert "cannot run: node-1" in str(result.exception)
     assert not (dirs[0] / "work").exists()
+    assert not (dirs[0] / "runs").exists()
     assert not (ws / "runs").exists()

@@ -2,9 +2,49 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from skyinfra.run.ignore import make_ignore, read_ignore_patterns, topology_path_inside
+import pytest
+
+from skyinfra.run.ignore import (
+    make_ignore,
+    read_ignore_patterns,
+    secrets_left_out,
+    topology_path_inside,
+)
+from skyinfra.targets.local.transport import LocalTransport
+
+SECRETS = [
+    ".env",
+    ".env.production",
+    "config/.env",
+    ".ssh",
+    ".ssh/id_ed25519",
+    "id_ed25519",
+    "id_ed25519.pub",
+    "deploy/id_rsa",
+    "keys/id_ecdsa",
+    ".aws",
+    ".aws/credentials",
+    ".gcp",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker",
+    "tls/server.pem",
+    "tls/server.key",
+    "signing.p12",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".git-credentials",
+    "credentials.json",
+    "credentials-prod.json",
+    "client_secret_123.json",
+    "infra/terraform.tfstate",
+    "infra/terraform.tfstate.backup",
+]
 
 
 def test_defaults_keep_workspaces_and_environments_out(tmp_path: Path) -> None:
@@ -35,3 +75,69 @@ def test_the_workspaces_folder_inside_the_copied_directory_is_left_out(tmp_path:
     assert topology_path_inside(tmp_path, tmp_path / "c1") == []
     # Workspaces elsewhere: nothing to leave out.
     assert topology_path_inside(tmp_path / "src", tmp_path / "clusters" / "c1") == []
+
+
+@pytest.mark.parametrize("rel", SECRETS)
+def test_secrets_and_key_material_are_not_copied_by_default(tmp_path: Path, rel: str) -> None:
+    assert make_ignore(read_ignore_patterns(tmp_path))(rel)
+
+
+@pytest.mark.parametrize(
+    "rel", ["environment.py", "envs/train.py", "keys.py", "monkey.py", "config/settings.json"]
+)
+def test_ordinary_files_that_look_alike_still_go(tmp_path: Path, rel: str) -> None:
+    assert not make_ignore(read_ignore_patterns(tmp_path))(rel)
+
+
+def test_a_negation_sends_what_an_earlier_pattern_left_out(tmp_path: Path) -> None:
+    (tmp_path / ".skyinfraignore").write_text(
+        "!.env.example\n*.ckpt\n!best.ckpt\n!certs/ca.pem\n!.aws\n"
+    )
+    ignored = make_ignore(read_ignore_patterns(tmp_path))
+    assert not ignored(".env.example")
+    assert ignored(".env.local")
+    assert ignored("last.ckpt") and not ignored("best.ckpt") and not ignored("sub/best.ckpt")
+    assert not ignored("certs/ca.pem") and ignored("certs/other.pem")
+    assert not ignored(".aws")  # the directory comes back ...
+    assert ignored(".aws/key.pem")  # ... minus what another pattern still matches
+
+
+def test_the_last_matching_line_decides(tmp_path: Path) -> None:
+    (tmp_path / ".skyinfraignore").write_text("!*.key\nsecret.key\n")
+    ignored = make_ignore(read_ignore_patterns(tmp_path))
+    assert not ignored("public.key")
+    assert ignored("secret.key")
+
+
+def test_workspaces_are_left_out_whatever_a_negation_says(tmp_path: Path) -> None:
+    (tmp_path / ".skyinfraignore").write_text("!infra/clusters\n")
+    assert make_ignore(read_ignore_patterns(tmp_path), extra_paths=["infra/clusters"])(
+        "infra/clusters"
+    )
+
+
+def test_a_copy_holds_no_secret_but_what_the_user_sends(tmp_path: Path) -> None:
+    """Through the local transport's copy, as `run` copies a project."""
+    src = tmp_path / "project"
+    for rel in ["train.py", ".env", ".env.example", ".ssh/id_ed25519", ".ssh/config",
+                ".aws/credentials", "certs/ca.pem", "certs/server.key", "data/x.csv"]:  # fmt: skip
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(rel)
+    (src / ".skyinfraignore").write_text("!.env.example\n!certs/ca.pem\n")
+    patterns = read_ignore_patterns(src)
+    node = tmp_path / "node"
+    (node / ".skyinfra-node").parent.mkdir()
+    (node / ".skyinfra-node").write_text("")
+    LocalTransport({0: node}).copy_dir(0, src, str(node / "work"), make_ignore(patterns))
+    copied = sorted(
+        p.relative_to(node / "work").as_posix() for p in (node / "work").rglob("*") if p.is_file()
+    )
+    assert copied == [
+        ".env.example",
+        ".skyinfraignore",
+        "certs/ca.pem",
+        "data/x.csv",
+        "train.py",
+    ]
+    assert secrets_left_out(src, patterns) == [".aws", ".env", ".ssh", "certs/server.key"]
+    shutil.rmtree(node)

@@ -29,7 +29,8 @@ def test_print_report_names_every_node_and_every_worker_value(tmp_path: Path) ->
         "[skyinfra] run 20240101-000000-abcdef:",
         "  node-0: ok (exit 0)",
         "  node-1: failed (exit 1, user code raised)",
-        "  node-2: ended by skyinfra after another node failed (exit -15)",
+        "  node-2: ended by skyinfra after another node failed"
+        " (exit -15: killed by signal SIGTERM)",
         '  node-0 worker 0: {"b": 2}',
         f"[skyinfra] results and logs: {tmp_path}",
     ]

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from skyinfra.run.report import RunReport
+from skyinfra import exitcodes
+from skyinfra.errors import RunTimeoutError, UsageError
+from skyinfra.run.entry_check import check_entry
+from skyinfra.run.ignore import make_ignore, read_ignore_patterns
+from skyinfra.run.report import RunReport, describe_exit, raise_for_failure
 from skyinfra.run.session import run_on_cluster
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.base import IgnoreFn, Readiness
@@ -25,6 +30,9 @@ class FakeProcess:
     code: int | None  # None: runs until killed
     ended: threading.Event = field(default_factory=threading.Event)
     killed: bool = False
+    kill_grace: float | None = None
+    kill_takes: float = 0.0  # seconds a kill blocks (a node that ignores SIGTERM)
+    kill_started: float | None = None
 
     def lines(self) -> Iterator[str]:
         yield from self.output
@@ -39,7 +47,10 @@ class FakeProcess:
         self.ended.wait(timeout)
         return -15 if self.killed else (self.code if self.code is not None else -9)
 
-    def kill(self) -> None:
+    def kill(self, grace_s: float = 10.0) -> None:
+        self.kill_started = time.monotonic()
+        self.kill_grace = grace_s
+        time.sleep(self.kill_takes)
         self.killed = self.killed or not self.ended.is_set()
         self.ended.set()
 
@@ -52,6 +63,7 @@ class FakeTransport:
         self.procs: dict[int, FakeProcess] = {}
 
     def node_root(self, node: int) -> str:
+        self.calls.append(("node_root", node))
         return f"/n{node}"
 
     def readiness(self, node: int) -> Readiness:
@@ -99,6 +111,7 @@ def run(
     all_logs: bool = False,
 ) -> RunReport:
     (tmp_path / "src").mkdir(exist_ok=True)
+    (tmp_path / "src" / "train.py").write_text("def main():\n    pass\n")
     return run_on_cluster(
         transport=transport,
         topology=topology(len(transport.plan)),
@@ -121,11 +134,12 @@ def test_a_clean_run_copies_starts_streams_and_collects(tmp_path: Path) -> None:
     rid = report.run_id
     assert report.run_dir == tmp_path / "runs" / rid
     assert lines == ["[node-0] a", "[node-0] b"]  # node 0 only, without --all-logs
-    copies = [c for c in transport.calls if c[0] != "start"]
+    copies = [c for c in transport.calls if c[0] in ("copy_dir", "put_file")]
+    # Each run has its own directory on the node: an earlier run's files stay where they are.
     assert copies == [
-        ("copy_dir", 0, "/n0/work", True, False),
+        ("copy_dir", 0, f"/n0/runs/{rid}/work", True, False),
         ("put_file", 0, "/n0/topology.json"),
-        ("copy_dir", 1, "/n1/work", True, False),
+        ("copy_dir", 1, f"/n1/runs/{rid}/work", True, False),
         ("put_file", 1, "/n1/topology.json"),
     ]
     starts = {c[1]: c for c in transport.calls if c[0] == "start"}
@@ -136,9 +150,13 @@ def test_a_clean_run_copies_starts_streams_and_collects(tmp_path: Path) -> None:
         "SKYINFRA_TOPOLOGY": "/n1/topology.json",
         "SKYINFRA_NODE": "1",
         "SKYINFRA_RUN_ID": rid,
+        "SKYINFRA_NODE_DIR": "/n1",
+        "SKYINFRA_RUN_DIR": f"/n1/runs/{rid}",
+        "SKYINFRA_SHARED_DIR": "/n1/shared",
+        "SKYINFRA_KEEP_RUNS": "5",
         "PYTHONUNBUFFERED": "1",
     }
-    assert starts[1] == ("start", 1, argv, env, "/n1/work", rid)
+    assert starts[1] == ("start", 1, argv, env, f"/n1/runs/{rid}/work", rid)
     assert (report.run_dir / "node-0.log").read_text() == "a\nb\n"
     assert (report.run_dir / "node-1.log").read_text() == "c\n"
     assert report.first_failure is None
@@ -153,7 +171,10 @@ def test_the_first_failure_ends_the_other_nodes(tmp_path: Path) -> None:
     lines: list[str] = []
     report = run(transport, tmp_path, lines, args=[], all_logs=True)
 
-    assert "[skyinfra] node-1 exited with 3; ending the other nodes" in lines
+    assert (
+        "[skyinfra] node-1 failed first: exit 3 (topology or plugin set-up failed); "
+        "ending node-0 (SIGTERM, SIGKILL after 3 s)"
+    ) in lines
     assert "[node-1] boom" in lines
     assert report.first_failure == 1
     assert report.outcomes[1].exit_code == 3 and not report.outcomes[1].ended_by_us
@@ -167,6 +188,8 @@ def test_the_first_failure_ends_the_other_nodes(tmp_path: Path) -> None:
 
 def test_ctrl_c_ends_every_started_node_and_propagates(tmp_path: Path) -> None:
     transport = FakeTransport({0: (["x"], None), 1: ([], None)}, {})
+
+    (tmp_path / "train.py").write_text("def main():\n    pass\n")
 
     def interrupt(line: str) -> None:
         raise KeyboardInterrupt
@@ -187,3 +210,235 @@ def test_ctrl_c_ends_every_started_node_and_propagates(tmp_path: Path) -> None:
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "node-0.log").read_text() == "x\n"
     assert not (run_dir / "summary.json").exists()
+
+
+def test_a_failure_on_node_1_shows_its_last_lines_and_ends_the_others_at_once(
+    tmp_path: Path,
+) -> None:
+    """Without --all-logs node 1's output is not streamed: its own error is still shown.
+    The others get a short grace and are ended in parallel, each said with its signal."""
+    plan: dict[int, tuple[list[str], int | None]] = {
+        0: (["step 1"], None),
+        1: ([f"line {n}" for n in range(30)] + ["Killed"], 137),
+        2: ([], None),
+        3: ([], None),
+    }
+    transport = FakeTransport(plan, {})
+    original_start = transport.start
+
+    def start(node: int, *args: object, **kwargs: object) -> FakeProcess:
+        proc = original_start(node, *args, **kwargs)  # type: ignore[arg-type]
+        proc.kill_takes = 0.5  # each node uses part of its grace
+        return proc
+
+    transport.start = start  # type: ignore[method-assign]
+    lines: list[str] = []
+    began = time.monotonic()
+    report = run(transport, tmp_path, lines, args=[])
+    took = time.monotonic() - began
+
+    assert report.first_failure == 1
+    assert (
+        "[skyinfra] node-1 failed first: exit 137 (a worker was killed by signal SIGKILL); "
+        "ending node-0, node-2, node-3 (SIGTERM, SIGKILL after 3 s)"
+    ) in lines
+    tail = lines[lines.index("[skyinfra] last 20 line(s) of node-1:") + 1 :][:20]
+    assert tail == [f"[node-1] line {n}" for n in range(11, 30)] + ["[node-1] Killed"]
+    assert all(transport.procs[i].kill_grace == 3.0 for i in (0, 2, 3))
+    starts = sorted(transport.procs[i].kill_started or 0.0 for i in (0, 2, 3))
+    assert starts[-1] - starts[0] < 0.3  # all at once, not one grace period after another
+    assert took < 1.4 + 2.5  # three 0.5 s kills in parallel, plus polling and the drain
+    assert report.outcomes[0].ended_by_us
+    assert "ended by skyinfra after node-1 failed (exit -15" in describe_exit(report.outcomes[0])
+    assert "[node-0] step 1" in lines
+
+
+def test_a_node_that_succeeds_while_another_fails_is_not_reported_as_ended(
+    tmp_path: Path,
+) -> None:
+    """Node 0 still runs when node 1 fails, then finishes its work with exit 0 during the
+    grace period: its success is reported as such, not as "ended by skyinfra"."""
+
+    class FinishesAnyway(FakeProcess):
+        def kill(self, grace_s: float = 10.0) -> None:
+            self.kill_grace = grace_s
+            self.ended.set()  # not killed: it ended by itself, with its own code
+
+        def wait(self, timeout: float | None = None) -> int:
+            self.ended.wait(timeout)
+            return 0
+
+    transport = FakeTransport({0: (["working"], None), 1: (["boom"], 1)}, {})
+    original_start = transport.start
+
+    def start(node: int, *args: object, **kwargs: object) -> FakeProcess:
+        proc = original_start(node, *args, **kwargs)  # type: ignore[arg-type]
+        if node == 0:
+            proc = FinishesAnyway(0, ["working"], None)
+            transport.procs[0] = proc
+        return proc
+
+    transport.start = start  # type: ignore[method-assign]
+    report = run(transport, tmp_path, [], args=[])
+    assert report.first_failure == 1
+    assert transport.procs[0].kill_grace == 3.0  # it was asked to end ...
+    assert report.outcomes[0].exit_code == 0  # ... and finished on its own
+    assert not report.outcomes[0].ended_by_us
+    assert describe_exit(report.outcomes[0]) == "ok (exit 0)"
+
+
+def test_a_node_counts_as_ended_when_its_process_does_not_when_its_output_closes(
+    tmp_path: Path,
+) -> None:
+    """A launcher killed by a signal can leave a child holding its output open: the node's
+    exit decides, the others are ended at once, and the run does not wait for the stream."""
+
+    class HeldOpen(FakeProcess):
+        def lines(self) -> Iterator[str]:
+            yield "worker still holds the pipe"
+            time.sleep(30)  # the stream never closes within the test
+
+        def poll(self) -> int | None:
+            return -9
+
+        def wait(self, timeout: float | None = None) -> int:
+            return -9
+
+    transport = FakeTransport({0: (["x"], None), 1: ([], -9)}, {})
+    original_start = transport.start
+
+    def start(node: int, *args: object, **kwargs: object) -> FakeProcess:
+        proc = original_start(node, *args, **kwargs)  # type: ignore[arg-type]
+        if node == 1:
+            proc = HeldOpen(1, [], -9)
+            transport.procs[1] = proc
+        return proc
+
+    transport.start = start  # type: ignore[method-assign]
+    lines: list[str] = []
+    began = time.monotonic()
+    report = run(transport, tmp_path, lines, args=[])
+    assert time.monotonic() - began < 5
+    assert report.first_failure == 1
+    assert any("node-1 failed first: exit -9 (killed by signal SIGKILL)" in line for line in lines)
+    assert transport.procs[0].killed
+
+
+def test_timeout_ends_every_node_and_names_those_still_running(tmp_path: Path) -> None:
+    transport = FakeTransport({0: (["a"], None), 1: (["b", "stuck here"], None), 2: ([], 0)}, {})
+    lines: list[str] = []
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("def main():\n    pass\n")
+    report = run_on_cluster(
+        transport=transport,
+        topology=topology(3),
+        topology_file=tmp_path / "topology.json",
+        runs_dir=tmp_path / "runs",
+        src=src,
+        entry="train.py:main",
+        args=[],
+        all_logs=False,
+        echo=lines.append,
+        timeout_s=0.5,
+    )
+    assert report.timed_out == [0, 1]
+    assert report.exit_code == exitcodes.RUN_TIMEOUT == 6
+    assert (
+        "[skyinfra] --timeout 0.5 s passed; still running: node-0, node-1; "
+        "ending them (SIGTERM, SIGKILL after 3 s)"
+    ) in lines
+    assert "[node-1] stuck here" in lines  # the hung node's last lines, not streamed before
+    assert transport.procs[0].kill_grace == transport.procs[1].kill_grace == 3.0
+    assert not transport.procs[2].killed
+    assert "at --timeout 0.5 s" in describe_exit(report.outcomes[1])
+    with pytest.raises(RunTimeoutError) as caught:
+        raise_for_failure(report)
+    assert caught.value.exit_code == 6 and caught.value.still_running == [0, 1]
+    assert "timed out after 0.5 s" in str(caught.value) and "node-0, node-1" in str(caught.value)
+    summary = json.loads((report.run_dir / "summary.json").read_text())
+    assert (summary["exit_code"], summary["timed_out"], summary["timeout_s"]) == (6, [0, 1], 0.5)
+
+
+BAD_ENTRIES = [
+    ("missing.py:main", "no file 'missing.py'"),
+    ("train.py:mian", "train.py defines no 'mian' at top level (its functions: helper, main)"),
+    ("pkg.nothere:main", "module 'pkg.nothere' is not in the project"),
+    ("pkg.mod:absent", "pkg/mod.py defines no 'absent'"),
+    ("secret/.env.py:main", "'secret/.env.py' is left out of the copy"),
+    ("data/run.py:main", "'data' is left out of the copy"),
+    ("asyncy.py:main", "is `async def`"),
+    ("pkg.mod", "names a module without a function"),
+    ("train.py:not-a-name", "is malformed"),
+    ("pkg/:main", "is not a module name"),
+    ("nsdir.sub:main", "nsdir/sub/ in"),
+]
+
+
+def project(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "mod.py").write_text("import os\n\n\ndef main():\n    return os.getcwd()\n")
+    (src / "train.py").write_text("def helper():\n    pass\n\n\ndef main():\n    pass\n")
+    (src / "asyncy.py").write_text("async def main():\n    pass\n")
+    (src / "secret").mkdir()
+    (src / "secret" / ".env.py").write_text("def main():\n    pass\n")
+    (src / "data").mkdir()
+    (src / "data" / "run.py").write_text("def main():\n    pass\n")
+    (src / ".skyinfraignore").write_text("data/\n")
+    (src / "nsdir" / "sub").mkdir(parents=True)
+    return src
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD_ENTRIES)
+def test_a_bad_entry_is_refused_before_anything_is_copied_or_started(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    src = project(tmp_path)
+    transport = FakeTransport({0: ([], 0), 1: ([], 0)}, {})
+    with pytest.raises(UsageError) as caught:
+        run_on_cluster(
+            transport=transport,
+            topology=topology(2),
+            topology_file=tmp_path / "topology.json",
+            runs_dir=tmp_path / "runs",
+            src=src,
+            entry=entry,
+            args=[],
+            all_logs=False,
+            echo=lambda line: None,
+        )
+    assert caught.value.exit_code == exitcodes.USAGE == 2
+    assert message in str(caught.value)
+    assert transport.calls == []  # not even asked whether the nodes are ready
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "note"),
+    [
+        ("pkg.mod:main", None),
+        ("pkg:main_from_init", None),
+        ("train.py", None),
+        ("star.py:anything", None),  # `from x import *`: cannot be known here
+        ("guarded.py:main", None),  # defined under `if`/`try`
+        ("numpy.linalg:norm", "is not in"),  # installed on the nodes, presumably
+        ("broken.py:main", "could not parse broken.py line 1"),
+    ],
+)
+def test_entries_that_can_run_pass_the_check(tmp_path: Path, entry: str, note: str | None) -> None:
+    src = project(tmp_path)
+    (src / "pkg" / "__init__.py").write_text("from .mod import main as main_from_init\n")
+    (src / "star.py").write_text("from os.path import *\n")
+    (src / "guarded.py").write_text(
+        "try:\n    import fast\nexcept ImportError:\n    if True:\n"
+        "        def main():\n            pass\n"
+    )
+    (src / "broken.py").write_text("def main(:\n")
+    notes = check_entry(src, entry, make_ignore(read_ignore_patterns(src)))
+    if note is None:
+        assert notes == []
+    else:
+        (only,) = notes
+        assert note in only

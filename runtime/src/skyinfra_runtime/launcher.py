@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from skyinfra_runtime import exitcodes
+from skyinfra_runtime import exitcodes, rundirs
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import (
     EntrypointError,
@@ -38,6 +38,7 @@ from skyinfra_runtime.topology import (
     load_topology,
     node_index,
 )
+from skyinfra_runtime.worker import LAUNCHER_PID_ENV
 
 GRACE_SECONDS = 10.0
 
@@ -89,6 +90,7 @@ def launch(argv: list[str]) -> int:
     args = list(ns.args)
     if args[:1] == ["--"]:
         args = args[1:]
+    project = _project_on_path()
     try:
         entry = Entrypoint.parse(ns.entry)
         entry.check()
@@ -116,7 +118,19 @@ def launch(argv: list[str]) -> int:
     except RuntimeSetupError as exc:
         print(f"skyinfra-runtime: {exc}", file=sys.stderr)
         return exitcodes.SETUP_FAILED
-    return _supervise(entry, args, topology, node, procs, ns.result)
+    rundirs.prepare()
+    return _supervise(entry, args, topology, node, procs, ns.result, project)
+
+
+def _project_on_path() -> str:
+    """The project (the current directory: `skyinfra run` starts the launcher in the run's
+    copy of it) first on sys.path, so that ``package.module:function`` entries from it are
+    found here and in the workers (which get it first on PYTHONPATH)."""
+    project = os.getcwd()
+    if project in sys.path:
+        sys.path.remove(project)
+    sys.path.insert(0, project)
+    return project
 
 
 def _supervise(
@@ -126,6 +140,7 @@ def _supervise(
     node: int,
     procs: int,
     result_path: str | None,
+    project: str,
 ) -> int:
     topology_json = json.dumps(topology.to_dict())
     with tempfile.TemporaryDirectory(prefix="skyinfra-launch-") as tmp:
@@ -150,6 +165,10 @@ def _supervise(
                         NODE_ENV: str(node),
                         WORKER_ENV: str(worker),
                         WORKERS_PER_NODE_ENV: str(procs),
+                        LAUNCHER_PID_ENV: str(os.getpid()),
+                        "PYTHONPATH": os.pathsep.join(
+                            p for p in (project, os.environ.get("PYTHONPATH")) if p
+                        ),
                     }
                 )
                 argv = [
@@ -222,10 +241,7 @@ def _explain(code: int, node: int, worker: int, status: Path) -> int:
             # XLA aborts the process (SIGABRT) instead of raising when the coordinator
             # cannot gather every process within the timeout.
             during += " (a peer that never reached the rendezvous ends like this)"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = str(-code)
+    name = exitcodes.signal_name(-code)
     print(
         f"skyinfra-runtime: worker {worker} on node {node} was killed by signal {name}"
         f" during {during}",
@@ -233,7 +249,10 @@ def _explain(code: int, node: int, worker: int, status: Path) -> int:
     )
     if -code in (signal.SIGTERM, signal.SIGINT):
         return exitcodes.INTERRUPTED
-    return exitcodes.SETUP_FAILED if phase.startswith("setup") else exitcodes.USER_FAILED
+    if phase.startswith("setup"):
+        return exitcodes.SETUP_FAILED
+    # Killed while the entry ran (OOM killer, kill -9): not an exception of the user's code.
+    return exitcodes.SIGNALLED + -code
 
 
 __all__ = ["TopologyError", "launch", "main"]

@@ -24,6 +24,9 @@ from skyinfra_runtime.info import instance_info
 from skyinfra_runtime.plugins import Plugin, from_name
 from skyinfra_runtime.topology import load_topology
 
+# The launcher's pid, set by the launcher for its workers.
+LAUNCHER_PID_ENV = "SKYINFRA_LAUNCHER_PID"
+
 
 class _Terminated(BaseException):
     """SIGTERM turned into an exception so that teardown still runs."""
@@ -134,8 +137,24 @@ def _system_exit_code(exc: SystemExit) -> int:
     return exitcodes.USER_FAILED
 
 
+def _die_with_launcher() -> None:
+    """Linux: be killed (SIGKILL) when the launcher dies, so that a launcher killed by a signal
+    leaves no worker behind holding the node's output open (and its peers waiting)."""
+    launcher = os.environ.get(LAUNCHER_PID_ENV, str(os.getppid()))
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the operator still ends the node's process group
+    if str(os.getppid()) != launcher:  # it died before prctl took effect
+        os._exit(exitcodes.INTERRUPTED)
+
+
 def main() -> None:
     # argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS...
+    _die_with_launcher()
     entry_text, result_path, status_path = sys.argv[1:4]
     args = sys.argv[5:] if sys.argv[4:5] == ["--"] else sys.argv[4:]
     plugins: list[Plugin] = []

@@ -44,10 +44,10 @@ class LocalProcess:
         self._pid_file.unlink(missing_ok=True)
         return code
 
-    def kill(self) -> None:
-        """TERM the process group, then KILL what is left after a grace period."""
+    def kill(self, grace_s: float = 10.0) -> None:
+        """TERM the process group, then KILL what is left after ``grace_s`` seconds."""
         pgid = self._popen.pid
-        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)
             except ProcessLookupError:

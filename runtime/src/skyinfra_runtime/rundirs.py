@@ -1,0 +1,103 @@
+"""Where a run lives on a node, and what outlives it.
+
+``skyinfra run`` gives every run its own directory and keeps one that no run deletes::
+
+    $SKYINFRA_NODE_DIR/                the node's own directory (venv/, topology.json, ...)
+        runs/<run id>/                 $SKYINFRA_RUN_DIR: this run (result.json)
+            work/                      the copy of the project; the entry's working directory
+        shared/                        $SKYINFRA_SHARED_DIR: never deleted by a run
+
+The launcher creates the shared directory and removes the oldest run directories beyond
+``$SKYINFRA_KEEP_RUNS`` (0 or unset: keeps every run). Only directories named like a run id
+are removed, never the current run's and never one whose run is still going (its pid file in
+``$SKYINFRA_NODE_DIR/pids/`` is there).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+NODE_DIR_ENV = "SKYINFRA_NODE_DIR"
+RUN_DIR_ENV = "SKYINFRA_RUN_DIR"
+SHARED_DIR_ENV = "SKYINFRA_SHARED_DIR"
+KEEP_RUNS_ENV = "SKYINFRA_KEEP_RUNS"
+RUN_ID_ENV = "SKYINFRA_RUN_ID"
+
+# YYYYmmdd-HHMMSS-<6 hex>: sorts by start time (skyinfra.run.session.new_run_id).
+RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+
+
+def prepare(environ: dict[str, str] | None = None) -> list[Path]:
+    """Create the shared directory, prune old runs; returns the run directories removed.
+
+    Never fails a run: a directory that cannot be created or removed is reported on stderr.
+    """
+    env = os.environ if environ is None else environ
+    shared = env.get(SHARED_DIR_ENV)
+    if shared:
+        try:
+            Path(shared).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _say(f"cannot create the shared directory {shared}: {exc}")
+    run_dir = env.get(RUN_DIR_ENV)
+    try:
+        keep = int(env.get(KEEP_RUNS_ENV) or 0)
+    except ValueError:
+        _say(f"${KEEP_RUNS_ENV}={env.get(KEEP_RUNS_ENV)!r} is not an integer; keeping every run")
+        keep = 0
+    if not run_dir or keep <= 0:
+        return []
+    node_dir = env.get(NODE_DIR_ENV)
+    return prune(Path(run_dir), keep, Path(node_dir) / "pids" if node_dir else None)
+
+
+def prune(run_dir: Path, keep: int, pids: Path | None) -> list[Path]:
+    """Remove the oldest run directories beside ``run_dir`` so that ``keep`` remain."""
+    current = run_dir.name
+    try:
+        runs = sorted(p for p in run_dir.parent.iterdir() if p.is_dir() and RUN_ID_RE.match(p.name))
+    except OSError:
+        return []
+    older = [p for p in runs if p.name != current]
+    removable = older[: max(0, len(runs) - keep)]
+    removed = []
+    for path in removable:
+        if pids is not None and _still_running(pids / f"{path.name}.pid"):
+            continue
+        try:
+            shutil.rmtree(path)
+            removed.append(path)
+        except OSError as exc:
+            _say(f"cannot remove the old run directory {path}: {exc}")
+    return removed
+
+
+def _still_running(pid_file: Path) -> bool:
+    """Whether the run that recorded ``pid_file`` still runs (a launcher of it is alive).
+
+    A pid file can outlive its run (the SSH transport leaves it); a live process with that
+    pid counts only when it is a skyinfra-runtime launcher (Linux /proc; elsewhere any live
+    process counts, erring on keeping the directory)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        pass  # alive, another user's
+    except OSError:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"skyinfra" in cmdline
+
+
+def _say(message: str) -> None:
+    print(f"skyinfra-runtime: {message}", file=sys.stderr, flush=True)
