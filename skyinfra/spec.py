@@ -248,7 +248,7 @@ def _check_plugin_order(
             raise SpecError(
                 f"plugins[{i}]",
                 plugin.name,
-                'the jax plugin before keras on JAX with several processes, e.g. plugins = '
+                "the jax plugin before keras on JAX with several processes, e.g. plugins = "
                 '["jax", "keras:backend=jax"]',
             )
 
