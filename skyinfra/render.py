@@ -28,11 +28,17 @@ BOOTSTRAP_FILE = f"{SCRIPTS_DIR}/bootstrap-node.sh"
 OWNED_DIRS = (MODULES_DIR, SCRIPTS_DIR)
 
 
-def render_root(provider: str, context: Mapping[str, Any]) -> dict[str, str]:
-    """Render every ``infra/templates/<provider>/*.j2``: output file name -> text."""
+# A target's root-module templates: ``infra/templates/<target>/root/``. Its other templates
+# (the AWS cloud-init user data) live in folders of their own beside it, so rendering a root
+# module can never emit one of them as a root-module file.
+ROOT_TEMPLATES = "root"
+
+
+def render_root(target: str, context: Mapping[str, Any]) -> dict[str, str]:
+    """Render every ``infra/templates/<target>/root/*.j2``: output file name -> text."""
     return {
         name.rsplit("/", 1)[-1][: -len(".j2")]: templating.render(name, context)
-        for name in templating.template_names(provider)
+        for name in templating.template_names(f"{target}/{ROOT_TEMPLATES}")
     }
 
 

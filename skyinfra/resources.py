@@ -6,7 +6,7 @@ read ``infra/`` itself, a built wheel carries a copy (pyproject.toml's package-d
 read goes through :mod:`importlib.resources`, never through a path computed from
 ``__file__``, so skyinfra also runs from a wheel installed anywhere.
 
-Names are ``/``-separated and relative to ``infra/``: ``templates/local/main.tf.j2``,
+Names are ``/``-separated and relative to ``infra/``: ``templates/local/root/main.tf.j2``,
 ``modules/aws/network``, ``scripts/bootstrap-node.sh``.
 """
 

@@ -76,6 +76,6 @@ def render(name: str, context: Mapping[str, Any]) -> str:
 
 def template_names(folder: str) -> list[str]:
     """The ``*.j2`` templates directly in ``infra/templates/<folder>``, sorted, relative to
-    infra/templates (``local/main.tf.j2``)."""
+    infra/templates (``local/root/main.tf.j2``)."""
     prefix = f"{TEMPLATES}/"
     return [name[len(prefix) :] for name in resources.list_files(f"{TEMPLATES}/{folder}", (".j2",))]

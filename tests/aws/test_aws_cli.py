@@ -250,7 +250,9 @@ def test_up_twice_status_down_through_the_cli(
         assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
         user_data = tfvars["user_data"]["node-1"]["text"]
         assert user_data.startswith("#cloud-config")
-        assert "skyinfra-idle.timer" in user_data and "chown -R ubuntu:ubuntu" in user_data
+        assert "skyinfra-idle.timer" in user_data
+        # provision.sh hands the node folder to the login user its settings name.
+        assert "SSH_USER=ubuntu\n" in user_data and 'chown -R "$SSH_USER:$SSH_USER"' in user_data
         assert json.loads((ws / TARGET_FILE).read_text())["ssh_user"] == "ubuntu"
 
         # A new DLAMI release must not replace the nodes: the second `up` reuses the pinned id.

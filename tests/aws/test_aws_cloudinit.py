@@ -12,14 +12,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from skyinfra import resources
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.cloudinit import (
+    IDLE_CHECK_SCRIPT,
     JAX_FIND_LINKS,
+    PROVISION_SCRIPT,
     NodeUserData,
     default_bootstrap_script,
     render_user_data,
 )
 from skyinfra.targets.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
+from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 from tests.conftest import require_system_tool
 
 TOPOLOGY = {
@@ -92,18 +96,28 @@ def files_of(document: str) -> dict[str, str]:
 
 
 def test_content_topology_identity_bootstrap_and_install() -> None:
-    files = files_of(render_user_data(params(python_packages=["keras==3.6.0"])))
+    document = render_user_data(params(python_packages=["keras==3.6.0"]))
+    files = files_of(document)
     assert json.loads(files["/etc/skyinfra/topology.json"]) == TOPOLOGY
     assert "SKYINFRA_NODE=1\n" in files["/etc/skyinfra/node.env"]
     # The very script the local target runs, byte for byte.
     assert files["/opt/skyinfra/bootstrap-node.sh"] == default_bootstrap_script()
+    # provision.sh and idle-check.sh are infra/scripts/ files too, byte for byte; their
+    # values are written beside them.
     provision = files["/opt/skyinfra/provision.sh"]
+    assert provision == resources.read_text(PROVISION_SCRIPT)
     assert "sha256sum --check --strict" in provision
-    assert "'jax[cuda12]'" in provision
-    assert f"--find-links {JAX_FIND_LINKS}" in provision
-    assert "--package keras==3.6.0" in provision
-    assert "systemctl enable --now skyinfra-idle.timer" in provision
+    settings = files["/opt/skyinfra/provision-settings.sh"]
+    assert "'jax[cuda12]'" in settings
+    assert f"--find-links {JAX_FIND_LINKS}" in settings
+    assert "--package keras==3.6.0" in settings
+    (runcmd,) = yaml.safe_load(document)["runcmd"]
+    assert "systemctl enable --now skyinfra-idle.timer" in runcmd
+    assert runcmd.startswith("/opt/skyinfra/provision.sh && ")  # only once the node is ready
     assert "/etc/systemd/system/skyinfra-idle.timer" in files
+    assert files["/opt/skyinfra/idle-check.sh"] == resources.read_text(IDLE_CHECK_SCRIPT)
+    service = files["/etc/systemd/system/skyinfra-idle.service"]
+    assert f"Environment=IDLE_MINUTES={DEFAULT_IDLE_SHUTDOWN_MINUTES} STATE_DIR=" in service
 
 
 def test_idle_timer_off_by_explicit_setting() -> None:
@@ -153,3 +167,44 @@ def test_bad_input_names_the_field(field: str, value: str, message: str) -> None
     with pytest.raises(RenderError, match=message) as err:
         render_user_data(params(**{field: value}))
     assert not isinstance(err.value, SpecError)
+
+
+def test_provision_settings_are_the_values_as_bash_reads_them(tmp_path: Path) -> None:
+    """provision.sh sources its settings: every value comes back as it went in, quoting and
+    all (a presigned URL's & and ?, an extra's brackets, a requirement's spaces)."""
+    packages = ["keras==3.6.0", "torch >=2.13"]
+    document = render_user_data(params(python_packages=packages))
+    settings = tmp_path / "provision-settings.sh"
+    settings.write_text(files_of(document)["/opt/skyinfra/provision-settings.sh"])
+    shown = subprocess.run(
+        ["bash", "-c", f'. {settings}; printf "%s\\n" "$WHEEL_URL" "${{BOOTSTRAP_ARGS[@]}}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert shown == [
+        params().wheel_url,
+        "--find-links",
+        JAX_FIND_LINKS,
+        "--package",
+        "jax[cuda12]",
+        "--package",
+        "keras==3.6.0",
+        "--package",
+        "torch >=2.13",
+    ]
+
+
+def test_node_scripts_pass_shellcheck() -> None:
+    """The scripts the nodes run, as they ship (infra/scripts/), pass shellcheck."""
+    shellcheck = require_system_tool(shutil.which("shellcheck"), "shellcheck")
+    scripts = [
+        resources.bootstrap_script(),
+        resources.read_text(PROVISION_SCRIPT),
+        resources.read_text(IDLE_CHECK_SCRIPT),
+    ]
+    for text in scripts:
+        result = subprocess.run(
+            [shellcheck, "--shell=bash", "-"], input=text, capture_output=True, text=True
+        )
+        assert result.returncode == 0, text.splitlines()[1] + "\n" + result.stdout

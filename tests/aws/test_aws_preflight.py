@@ -95,6 +95,40 @@ def test_type_not_offered_in_the_zone(seeded: dict[str, float], aws_env: str) ->
         preflight(aws_env, availability_zone=missing)
 
 
+def test_first_offering_zone_when_none_is_given(seeded: dict[str, float], aws_env: str) -> None:
+    seeded[P_QUOTA] = 400
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+    zones = sorted(
+        o["Location"]
+        for o in ec2.describe_instance_type_offerings(
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": ["p4d.24xlarge"]}],
+        )["InstanceTypeOfferings"]
+    )
+    assert preflight(aws_env, availability_zone=None).availability_zone == zones[0]
+
+
+def test_without_checks_the_same_lookups_and_no_checks(
+    seeded: dict[str, float], aws_env: str
+) -> None:
+    """checks=False (--skip-preflight): the AMI, zone and type are looked up as with the
+    checks, the quota is not asked, and a type AWS does not know is a warning."""
+    seeded[P_QUOTA] = 1  # far too small: not checked
+    found = preflight(aws_env, availability_zone=None, checks=False)
+    checked = preflight(aws_env, availability_zone=None, node_count=0)  # fits the quota of 1
+    assert (found.ami_id, found.availability_zone, found.gpu_name, found.gpu_count) == (
+        checked.ami_id,
+        checked.availability_zone,
+        "A100",
+        8,
+    )
+    assert (found.efa_interface_count, found.quota_vcpus, found.warnings) == (4, None, [])
+    unknown = preflight(aws_env, instance_type="p9z.mega", availability_zone=None, checks=False)
+    assert unknown.availability_zone == f"{REGION}a"  # no zone offers it
+    assert (unknown.ami_id, unknown.accelerator, unknown.efa_interface_count) == (DLAMI, None, 0)
+    assert [w.split(" (")[0] for w in unknown.warnings] == ["instance type p9z.mega not described"]
+
+
 def test_quota_exceeded_counts_running_vcpus(seeded: dict[str, float], aws_env: str) -> None:
     seeded[P_QUOTA] = 288  # room for three p4d.24xlarge (96 vCPUs each)
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)

@@ -3,6 +3,12 @@
 The document writes the topology and the node's identity, fetches the runtime wheel from a
 presigned URL, checks its sha256, runs the node bootstrap shared with the local target,
 marks the node ready and (by default) installs an idle-shutdown timer.
+
+The template is ``infra/templates/aws/cloud-init/user-data.yaml.j2``; the scripts it writes
+to the node are ``infra/scripts/`` files embedded byte for byte (bootstrap-node.sh,
+provision.sh, idle-check.sh), so each can be read and shellchecked on its own. Their values
+go beside them: provision.sh sources ``provision-settings.sh``, idle-check.sh reads the
+environment its systemd unit sets.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 
-TEMPLATE = "aws/user-data.yaml.j2"
+TEMPLATE = "aws/cloud-init/user-data.yaml.j2"
+# The scripts the user data writes to the node as they are (infra/scripts/).
+PROVISION_SCRIPT = "scripts/provision.sh"
+IDLE_CHECK_SCRIPT = "scripts/idle-check.sh"
 
 # Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
 # `failed` (the failing line and command) when it did not. The SSH transport reads both.
@@ -72,7 +81,7 @@ def default_bootstrap_script() -> str:
     return resources.bootstrap_script()
 
 
-def _check(params: NodeUserData) -> None:
+def _check_wheel(params: NodeUserData) -> None:
     if not _SHA256_RE.match(params.wheel_sha256):
         raise RenderError("wheel_sha256", params.wheel_sha256, "64 lower-case hex digits")
     if not _WHEEL_RE.match(params.wheel_filename):
@@ -81,6 +90,22 @@ def _check(params: NodeUserData) -> None:
         )
     if not params.wheel_url.startswith("https://") and not params.wheel_url.startswith("http://"):
         raise RenderError("wheel_url", params.wheel_url, "an http(s) URL (a presigned S3 URL)")
+
+
+def _check_topology(topology_json: str) -> None:
+    try:
+        topology = json.loads(topology_json)
+    except ValueError as err:
+        raise RenderError("topology", topology_json[:80], f"JSON ({err})") from None
+    if not isinstance(topology, dict) or topology.get("schema") != 1:
+        raise RenderError(
+            "topology", topology_json[:80], 'a schema 1 topology ({"schema": 1, ...})'
+        )
+
+
+def _check(params: NodeUserData) -> None:
+    """Refuse a value skyinfra computed wrongly (RenderError: not the user's spec)."""
+    _check_wheel(params)
     if params.jax_extra is not None and not _EXTRA_RE.match(params.jax_extra):
         raise RenderError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
     if params.idle_shutdown_minutes is not None and params.idle_shutdown_minutes < 0:
@@ -91,14 +116,7 @@ def _check(params: NodeUserData) -> None:
         value = getattr(params, name)
         if not _DIR_RE.match(value):
             raise RenderError(name, value, "an absolute path of letters, digits and _./-")
-    try:
-        topology = json.loads(params.topology_json)
-    except ValueError as err:
-        raise RenderError("topology", params.topology_json[:80], f"JSON ({err})") from None
-    if not isinstance(topology, dict) or topology.get("schema") != 1:
-        raise RenderError(
-            "topology", params.topology_json[:80], 'a schema 1 topology ({"schema": 1, ...})'
-        )
+    _check_topology(params.topology_json)
     if not params.bootstrap_script.startswith("#!"):
         raise RenderError(
             "bootstrap_script", params.bootstrap_script[:40], "a script starting with #!"
@@ -118,6 +136,8 @@ def render_user_data(params: NodeUserData) -> str:
             node_index=params.node_index,
             topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
             bootstrap_script=params.bootstrap_script.rstrip("\n"),
+            provision_script=resources.read_text(PROVISION_SCRIPT).rstrip("\n"),
+            idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT).rstrip("\n"),
             wheel_url=params.wheel_url,
             wheel_sha256=params.wheel_sha256,
             wheel_filename=params.wheel_filename,

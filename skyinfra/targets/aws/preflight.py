@@ -2,12 +2,16 @@
 
 Every failure is one :class:`PreflightError` saying what to do. The checks take a boto3
 session (and an optional emulator) so they run unchanged against AWS, LocalStack or moto.
+
+The lookups later steps need (the concrete AMI id, the zone, the type's GPUs and EFA
+interfaces) are made here too, with the checks or without them (``run_preflight(checks=False)``,
+for ``--skip-preflight``): there is one lookup path, not one per mode.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +20,8 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 from skyinfra.errors import PreflightError
-from skyinfra.targets.aws.endpoints import Emulator, boto3_client_kwargs
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.session import AwsClients
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), through its public SSM
 # parameter: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
@@ -69,6 +74,36 @@ def quota_class(instance_type: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class InstanceTypeFacts:
+    """What skyinfra reads from an instance type's DescribeInstanceTypes entry."""
+
+    vcpus: int
+    gpu_name: str | None
+    gpu_count: int
+    efa_interface_count: int
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any]) -> InstanceTypeFacts:
+        gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
+        network = info.get("NetworkInfo") or {}
+        efa = (
+            int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
+            if network.get("EfaSupported")
+            else 0
+        )
+        return cls(
+            vcpus=int(info["VCpuInfo"]["DefaultVCpus"]),
+            gpu_name=str(gpus[0]["Name"]) if gpus else None,
+            gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
+            efa_interface_count=efa,
+        )
+
+
+# An instance type the lookups could not describe (only with the checks off).
+UNDESCRIBED = InstanceTypeFacts(vcpus=0, gpu_name=None, gpu_count=0, efa_interface_count=0)
+
+
+@dataclass(frozen=True)
 class PreflightResult:
     """What later steps need: the concrete AMI, the account, the type's accelerators and EFA."""
 
@@ -85,11 +120,10 @@ class PreflightResult:
     running_vcpus: int
     warnings: list[str] = field(default_factory=list)
 
-
-def _client(
-    session: boto3.session.Session, service: str, region: str, emulator: Emulator | None
-) -> Any:
-    return session.client(service, **boto3_client_kwargs(region, emulator))
+    @property
+    def accelerator(self) -> tuple[str, int] | None:
+        """GPU name and count per node, or None (no GPU, or not described)."""
+        return (self.gpu_name, self.gpu_count) if self.gpu_name else None
 
 
 def _credentials_error(err: Exception) -> PreflightError:
@@ -163,12 +197,17 @@ def describe_type(ec2: Any, instance_type: str) -> dict[str, Any]:
     return dict(types[0])
 
 
-def check_offered(ec2: Any, instance_type: str, availability_zone: str) -> None:
+def offering_zones(ec2: Any, instance_type: str) -> list[str]:
+    """The availability zones of the region that offer ``instance_type``, sorted."""
     offerings = ec2.describe_instance_type_offerings(
         LocationType="availability-zone",
         Filters=[{"Name": "instance-type", "Values": [instance_type]}],
     )["InstanceTypeOfferings"]
-    zones = sorted({o["Location"] for o in offerings})
+    return sorted({str(o["Location"]) for o in offerings})
+
+
+def check_offered(ec2: Any, instance_type: str, availability_zone: str) -> None:
+    zones = offering_zones(ec2, instance_type)
     if availability_zone not in zones:
         where = (
             f"it is offered in {', '.join(zones)}" if zones else "no zone of this region offers it"
@@ -228,76 +267,134 @@ def quota_vcpus(quotas: Any, quota_code: str) -> float | None:
     return None
 
 
+def _type_facts(
+    ec2: Any, instance_type: str, *, strict: bool, warnings: list[str]
+) -> InstanceTypeFacts:
+    """The type's facts; without ``strict`` a type that cannot be described is a warning."""
+    if strict:
+        return InstanceTypeFacts.of(describe_type(ec2, instance_type))
+    try:
+        return InstanceTypeFacts.of(describe_type(ec2, instance_type))
+    except (PreflightError, ClientError, BotoCoreError) as err:
+        warnings.append(f"instance type {instance_type} not described ({err}); no GPU info")
+        return UNDESCRIBED
+
+
+def _first_zone(
+    ec2: Any, instance_type: str, region: str, *, strict: bool, warnings: list[str]
+) -> str:
+    """The first zone offering the type, else the region's first zone (the offering check
+    then says whether the type is unknown or offered nowhere)."""
+    if strict:
+        with aws_errors(f"looking up the zones offering {instance_type}"):
+            zones = offering_zones(ec2, instance_type)
+    else:
+        try:
+            zones = offering_zones(ec2, instance_type)
+        except (ClientError, BotoCoreError) as err:
+            warnings.append(f"could not look up the zones offering {instance_type}: {err}")
+            zones = []
+    return zones[0] if zones else f"{region}a"
+
+
+def _check_quota(
+    clients: AwsClients,
+    *,
+    instance_type: str,
+    node_count: int,
+    vcpus: int,
+    warnings: list[str],
+) -> tuple[float | None, int]:
+    """(quota, vCPUs running) of the type's on-demand class; PreflightError when the nodes
+    would not fit, a warning when there is no quota to check against."""
+    klass = quota_class(instance_type)
+    if klass is None:
+        warnings.append(f"no known vCPU quota for {instance_type!r}; quota not checked")
+        return None, 0
+    code, title = ON_DEMAND_VCPU_QUOTAS[klass]
+    quota = quota_vcpus(clients.client("service-quotas"), code)
+    if quota is None:
+        warnings.append(
+            f"Service Quotas gave no answer for {title} ({code}); going on without a quota check"
+        )
+        return None, 0
+    ec2 = clients.client("ec2")
+    cache: dict[str, int] = {instance_type: vcpus}
+
+    def vcpus_of(name: str) -> int:
+        if name not in cache:
+            cache[name] = InstanceTypeFacts.of(describe_type(ec2, name)).vcpus
+        return cache[name]
+
+    running = running_vcpus(ec2, klass, vcpus_of)
+    requested = vcpus * node_count
+    if running + requested > quota:
+        raise PreflightError(
+            f"not enough vCPU quota for {node_count} x {instance_type}: {title} "
+            f"({code}) is {quota:g} vCPUs in {clients.region}, {running} are in use and "
+            f"{requested} are requested. Request an increase in the Service Quotas "
+            f"console (quota {code}) or ask for fewer/smaller nodes."
+        )
+    return quota, running
+
+
 def run_preflight(
     *,
     region: str,
-    availability_zone: str,
     instance_type: str,
     node_count: int,
+    availability_zone: str | None = None,
     ami_id: str | None = None,
     ami_parameter: str = DEFAULT_DLAMI_PARAMETER,
     session: boto3.session.Session | None = None,
     emulator: Emulator | None = None,
+    clients: AwsClients | None = None,
+    checks: bool = True,
 ) -> PreflightResult:
-    """All checks, in the order a user would fix them. No Terraform runs before this passes."""
-    session = session or boto3.session.Session()
+    """All checks, in the order a user would fix them, and the lookups later steps need. No
+    Terraform runs before this passes.
+
+    ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
+    behind ``ami_parameter``. ``clients`` (else made from ``session`` and ``emulator``) lets
+    the caller share its boto3 clients.
+
+    ``checks=False`` (``--skip-preflight``): the same lookups without the checks (offering in
+    the zone, vCPU quota); a type that cannot be described, or whose zones cannot be listed,
+    is a warning instead of an error. The credentials and the AMI are still required.
+    """
+    clients = clients or AwsClients(session or boto3.session.Session(), region, emulator)
     warnings: list[str] = []
     with aws_errors():
-        account = check_credentials(_client(session, "sts", region, emulator))
-        ec2 = _client(session, "ec2", region, emulator)
-        info = describe_type(ec2, instance_type)
-        check_offered(ec2, instance_type, availability_zone)
-        ami = ami_id or resolve_ami(_client(session, "ssm", region, emulator), ami_parameter)
-
-        vcpus = int(info["VCpuInfo"]["DefaultVCpus"])
-        gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
-        network = info.get("NetworkInfo") or {}
-        efa = (
-            int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
-            if network.get("EfaSupported")
-            else 0
+        account = check_credentials(clients.client("sts"))
+        ec2 = clients.client("ec2")
+        facts = _type_facts(ec2, instance_type, strict=checks, warnings=warnings)
+        zone = availability_zone or _first_zone(
+            ec2, instance_type, region, strict=checks, warnings=warnings
         )
-
-        klass = quota_class(instance_type)
-        quota: float | None = None
-        running = 0
-        if klass is None:
-            warnings.append(f"no known vCPU quota for {instance_type!r}; quota not checked")
-        else:
-            code, title = ON_DEMAND_VCPU_QUOTAS[klass]
-            quota = quota_vcpus(_client(session, "service-quotas", region, emulator), code)
-            if quota is None:
-                warnings.append(
-                    f"Service Quotas gave no answer for {title} ({code}); going on without a "
-                    "quota check"
-                )
-            else:
-                cache: dict[str, int] = {instance_type: vcpus}
-
-                def vcpus_of(name: str) -> int:
-                    if name not in cache:
-                        cache[name] = int(describe_type(ec2, name)["VCpuInfo"]["DefaultVCpus"])
-                    return cache[name]
-
-                running = running_vcpus(ec2, klass, vcpus_of)
-                requested = vcpus * node_count
-                if running + requested > quota:
-                    raise PreflightError(
-                        f"not enough vCPU quota for {node_count} x {instance_type}: {title} "
-                        f"({code}) is {quota:g} vCPUs in {region}, {running} are in use and "
-                        f"{requested} are requested. Request an increase in the Service Quotas "
-                        f"console (quota {code}) or ask for fewer/smaller nodes."
-                    )
+        if checks:
+            check_offered(ec2, instance_type, zone)
+        ami = ami_id or resolve_ami(clients.client("ssm"), ami_parameter)
+        quota, running = (
+            _check_quota(
+                clients,
+                instance_type=instance_type,
+                node_count=node_count,
+                vcpus=facts.vcpus,
+                warnings=warnings,
+            )
+            if checks
+            else (None, 0)
+        )
     return PreflightResult(
         account_id=account,
         region=region,
-        availability_zone=availability_zone,
+        availability_zone=zone,
         instance_type=instance_type,
         ami_id=ami,
-        vcpus_per_node=vcpus,
-        gpu_name=str(gpus[0]["Name"]) if gpus else None,
-        gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
-        efa_interface_count=efa,
+        vcpus_per_node=facts.vcpus,
+        gpu_name=facts.gpu_name,
+        gpu_count=facts.gpu_count,
+        efa_interface_count=facts.efa_interface_count,
         quota_vcpus=quota,
         running_vcpus=running,
         warnings=warnings,

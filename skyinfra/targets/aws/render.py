@@ -14,13 +14,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skyinfra import templating
 from skyinfra.errors import InternalError, RenderError, SpecError
+from skyinfra.render import render_root
 from skyinfra.spec import check_name
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.spec import AMI_EXPECTED, AMI_RE, MAX_AWS_NODES, check_ssh_cidrs
 
-TEMPLATE = "aws/main.tf.j2"
+# The root module's values (the settings of the last `up`, which the next one pins from).
+TFVARS_FILE = "terraform.tfvars.json"
 # The static modules the root module calls (copied into the workspace under modules/aws/).
 MODULES = ("aws/network", "aws/security", "aws/nodes")
 
@@ -94,6 +95,28 @@ def encode_user_data(document: str) -> dict[str, str]:
     return {"base64": base64.b64encode(packed).decode()}
 
 
+def _check_network(params: AwsClusterParams) -> None:
+    """The spec's subnet (both ids or neither), or room for the nodes in skyinfra's own."""
+    if (params.existing_vpc_id is None) != (params.existing_subnet_id is None):
+        # The target resolves the VPC from aws.subnet_id: one without the other is a bug.
+        raise InternalError(
+            f"existing_vpc_id={params.existing_vpc_id!r} and "
+            f"existing_subnet_id={params.existing_subnet_id!r}: both or neither"
+        )
+    if params.existing_subnet_id is not None:
+        return
+    subnet = ipaddress.ip_network(params.subnet_cidr_block, strict=False)
+    last_needed = params.private_ip_host_offset + params.node_count - 1
+    # AWS reserves the first four and the last address of every subnet.
+    if params.private_ip_host_offset < 4 or last_needed > subnet.num_addresses - 2:
+        raise SpecError(
+            "nodes",
+            params.node_count,
+            f"at most {subnet.num_addresses - 1 - params.private_ip_host_offset} nodes "
+            f"in subnet {params.subnet_cidr_block} from host {params.private_ip_host_offset}",
+        )
+
+
 def validate_params(params: AwsClusterParams) -> None:
     """Refuse bad values before anything is written, naming the field and what is valid.
 
@@ -108,23 +131,7 @@ def validate_params(params: AwsClusterParams) -> None:
         check_ssh_cidrs(
             list(params.ssh_ingress_cidrs), allow_anywhere=params.allow_ssh_from_anywhere
         )
-    if (params.existing_vpc_id is None) != (params.existing_subnet_id is None):
-        # The target resolves the VPC from aws.subnet_id: one without the other is a bug.
-        raise InternalError(
-            f"existing_vpc_id={params.existing_vpc_id!r} and "
-            f"existing_subnet_id={params.existing_subnet_id!r}: both or neither"
-        )
-    if params.existing_subnet_id is None:
-        subnet = ipaddress.ip_network(params.subnet_cidr_block, strict=False)
-        last_needed = params.private_ip_host_offset + params.node_count - 1
-        # AWS reserves the first four and the last address of every subnet.
-        if params.private_ip_host_offset < 4 or last_needed > subnet.num_addresses - 2:
-            raise SpecError(
-                "nodes",
-                params.node_count,
-                f"at most {subnet.num_addresses - 1 - params.private_ip_host_offset} nodes "
-                f"in subnet {params.subnet_cidr_block} from host {params.private_ip_host_offset}",
-            )
+    _check_network(params)
     if params.efa_interface_count < 0:
         raise SpecError("aws.efa", params.efa_interface_count, "0 (off) or the type's EFA count")
 
@@ -146,8 +153,9 @@ def render_root_module(
     expected = node_names(params.node_count)
     if sorted(user_data) != sorted(expected):
         raise RenderError("user_data", sorted(user_data), f"one document for each of {expected}")
-    main_tf = templating.render(
-        TEMPLATE,
+    # infra/templates/aws/root/: main.tf only (the values go into the tfvars below).
+    files = render_root(
+        "aws",
         {
             "cluster_name": params.cluster_name,
             "provider_version": AWS_PROVIDER_VERSION,
@@ -185,7 +193,5 @@ def render_root_module(
         },
         "user_data": {name: encode_user_data(user_data[name]) for name in expected},
     }
-    return {
-        "main.tf": main_tf,
-        "terraform.tfvars.json": json.dumps(tfvars, indent=2, sort_keys=False) + "\n",
-    }
+    files[TFVARS_FILE] = json.dumps(tfvars, indent=2, sort_keys=False) + "\n"
+    return files

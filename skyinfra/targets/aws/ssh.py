@@ -6,8 +6,9 @@ that the node is busy.
 
 A node is ready once cloud-init's provision.sh wrote its ready marker. Until then it is
 pending, or failed when provision.sh wrote its failed marker or cloud-init itself reports an
-error (or finished without the marker); a node that does not answer over SSH is unreachable,
-which right after `up` is normal (it is still booting).
+error (or finished without the marker): readiness.py holds that protocol, this module runs its
+probe. A node that does not answer over SSH is unreachable, which right after `up` is normal
+(it is still booting).
 """
 
 from __future__ import annotations
@@ -27,17 +28,13 @@ import paramiko
 
 from skyinfra.errors import HostKeyChangedError, TransportError
 from skyinfra.targets.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
+from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS, parse_probe_output, probe_script
 from skyinfra.transport.base import IgnoreFn, Readiness
 
 # paramiko logs a failed connection's traceback from its own thread; without a handler
 # Python prints it to stderr. The failure reaches the user as a TransportError (or as an
 # unreachable node) anyway, so keep its log quiet unless the application configures logging.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-# Asked when neither marker exists: cloud-init may have failed before provision.sh ran.
-CLOUD_INIT_STATUS = "cloud-init status"
-# How much of the failed marker or of cloud-init's answer goes into a message.
-_DETAIL_CHARS = 600
 
 
 @dataclass(frozen=True)
@@ -258,63 +255,40 @@ class SshTransport:
 
     def readiness(self, node: int) -> Readiness:
         """Ready, pending, failed or unreachable, from the markers provision.sh writes (and
-        cloud-init's own status when neither is there). One SSH command; never raises."""
+        cloud-init's own status when neither is there; see readiness.py). One SSH command;
+        never raises."""
         if node in self._unreachable:
             return Readiness("unreachable", self._unreachable[node])
         target = self._targets.get(node)
         if target is None:
             return Readiness("failed", f"no node {node} (nodes: {self._nodes()})")
         ready_marker = self._on_node(node, self._ready_marker)
-        ready = shlex.quote(ready_marker)
-        failed = shlex.quote(self._on_node(node, self._failed_marker))
-        script = (
-            f"if [ -e {ready} ]; then echo ready; exit 0; fi\n"
-            f"if [ -e {failed} ]; then echo failed; head -c {_DETAIL_CHARS} {failed}; exit 0; fi\n"
+        script = probe_script(
+            ready_marker, self._on_node(node, self._failed_marker), self._cloud_init_status
         )
-        if self._cloud_init_status:
-            program = shlex.split(self._cloud_init_status)[0]
-            script += (
-                f"if command -v {shlex.quote(program)} >/dev/null 2>&1; then\n"
-                f"  s=$({self._cloud_init_status} 2>&1) || true\n"
-                '  case "$s" in\n'
-                '    *"status: error"*) echo cloud-init-error; echo "$s"; exit 0 ;;\n'
-                # provision.sh may have written the marker just after the first look.
-                f'    *"status: done"*) [ -e {ready} ] && echo ready || echo cloud-init-done\n'
-                '      echo "$s"; exit 0 ;;\n'
-                "  esac\n"
-                "fi\n"
-            )
-        script += "echo pending\n"
-        output = ""
-        for attempt in (1, 2):  # a second try on a fresh connection if the cached one broke
+        output = self._probe(node, script)
+        if isinstance(output, Readiness):
+            return output
+        return parse_probe_output(
+            output,
+            ready_marker=ready_marker,
+            bootstrap_log=self._bootstrap_log,
+            tail_command=self._tail_hint(target),
+        )
+
+    def _probe(self, node: int, script: str) -> str | Readiness:
+        """The probe's output, or the node's Readiness when it cannot be asked: a second try
+        on a fresh connection if the cached one broke, then unreachable."""
+        error: Exception | None = None
+        for _attempt in (1, 2):
             try:
-                output = self.check_call(node, script, timeout=self._timeout)
-                break
+                return self.check_call(node, script, timeout=self._timeout)
             except HostKeyChangedError as err:
                 return Readiness("failed", str(err))
             except (TransportError, paramiko.SSHException, OSError, EOFError) as err:
                 self._drop(node)
-                if attempt == 2:
-                    return Readiness("unreachable", f"not reachable over SSH ({err})")
-        state, _, rest = output.strip().partition("\n")
-        rest = " ".join(rest.split())[:_DETAIL_CHARS]
-        where = f"see {self._bootstrap_log} on the node ({self._tail_hint(target)})"
-        if state == "ready":
-            return Readiness("ready")
-        if state == "failed":
-            return Readiness("failed", f"bootstrap failed: {rest or 'no detail'}; {where}")
-        if state == "cloud-init-error":
-            return Readiness("failed", f"cloud-init reported an error ({rest}); {where}")
-        if state == "cloud-init-done":
-            return Readiness(
-                "failed",
-                f"cloud-init finished but the bootstrap left no {ready_marker} ({rest}); {where}",
-            )
-        return Readiness(
-            "pending",
-            f"bootstrap still running (no {ready_marker} yet; progress in "
-            f"{self._bootstrap_log} on the node)",
-        )
+                error = err
+        return Readiness("unreachable", f"not reachable over SSH ({error})")
 
     def _tail_hint(self, target: SshTarget) -> str:
         port = "" if target.port == 22 else f" -p {target.port}"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Shut an idle AWS node down (which terminates it: the nodes module sets
+# instance_initiated_shutdown_behavior) once no skyinfra process and no SSH session has been
+# seen for IDLE_MINUTES minutes. Run every minute by skyinfra-idle.timer; the user data
+# (infra/templates/aws/cloud-init/user-data.yaml.j2) installs both, and skyinfra-idle.service
+# sets:
+#   IDLE_MINUTES  how long the node may stay idle
+#   STATE_DIR     where the last-busy stamp is kept
+#   NODE_DIR      the node folder, whose pids/ records the running skyinfra commands
+set -u
+stamp="$STATE_DIR/last-busy"
+busy=0
+for f in "$NODE_DIR"/pids/*.pid; do
+    [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && busy=1
+done
+[ -n "$(who)" ] && busy=1
+[ -f "$stamp" ] || busy=1
+if [ "$busy" = 1 ]; then touch "$stamp"; exit 0; fi
+idle=$(( $(date +%s) - $(stat -c %Y "$stamp") ))
+if [ "$idle" -ge $(( IDLE_MINUTES * 60 )) ]; then
+    logger -t skyinfra "idle for ${idle}s: shutting down"
+    shutdown -h now
+fi

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Provision an AWS node: run once by cloud-init's runcmd. The user data
+# (infra/templates/aws/cloud-init/user-data.yaml.j2) writes this script, the node bootstrap and
+# provision-settings.sh beside it; the output goes to cloud-init's output log
+# (/var/log/cloud-init-output.log).
+#
+# Fetches the runtime wheel from its presigned URL, checks its sha256, runs the node bootstrap
+# shared with the local target (bootstrap-node.sh), hands the node folder to the login user
+# and writes the ready marker. A failure leaves the node without the ready marker and writes
+# the failed marker (the failing line and command); `skyinfra run` and `skyinfra status` read
+# both over SSH (skyinfra/targets/aws/readiness.py).
+#
+# provision-settings.sh sets (rendered by skyinfra.targets.aws.cloudinit):
+#   STATE_DIR       where the ready and failed markers go
+#   SCRIPT_DIR      where bootstrap-node.sh is; the wheel is downloaded to SCRIPT_DIR/wheel/
+#   NODE_DIR        the node folder bootstrap-node.sh makes (venv/, work/, pids/)
+#   SSH_USER        the login user, who owns NODE_DIR once the bootstrap is done
+#   PYTHON          the interpreter bootstrap-node.sh makes the node's venv with
+#   WHEEL_URL, WHEEL_SHA256, WHEEL_FILENAME   the runtime wheel
+#   BOOTSTRAP_ARGS  further bootstrap-node.sh arguments (--find-links URL, --package REQ)
+set -eEuo pipefail
+# shellcheck source=/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/provision-settings.sh"
+mkdir -p "$STATE_DIR" "$SCRIPT_DIR/wheel"
+rm -f "$STATE_DIR/ready" "$STATE_DIR/failed"
+trap 'echo "provision.sh line $LINENO: $BASH_COMMAND (exit $?)" > "$STATE_DIR/failed"' ERR
+wheel="$SCRIPT_DIR/wheel/$WHEEL_FILENAME"
+curl --fail --silent --show-error --location --retry 5 --retry-connrefused \
+    --output "$wheel" "$WHEEL_URL"
+echo "$WHEEL_SHA256  $wheel" | sha256sum --check --strict -
+"$SCRIPT_DIR/bootstrap-node.sh" --node-dir "$NODE_DIR" --python "$PYTHON" --wheel "$wheel" \
+    "${BOOTSTRAP_ARGS[@]}"
+chown -R "$SSH_USER:$SSH_USER" "$NODE_DIR"
+date -u +%Y-%m-%dT%H:%M:%SZ > "$STATE_DIR/ready"

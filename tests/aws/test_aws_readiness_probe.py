@@ -1,0 +1,94 @@
+"""The readiness protocol without sshd: the pure parser of the probe's output, and the probe
+script itself run by a local shell against marker files under tmp.
+
+The same protocol over a real SSH connection is tested in test_aws_readiness.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skyinfra.targets.aws.readiness import DETAIL_CHARS, parse_probe_output, probe_script
+from skyinfra.transport.base import Readiness
+
+READY = "/var/lib/skyinfra/ready"
+LOG = "/var/log/cloud-init-output.log"
+TAIL = "ssh -i key ubuntu@203.0.113.9 sudo tail -n 50 /var/log/cloud-init-output.log"
+
+
+def parse(output: str) -> Readiness:
+    return parse_probe_output(output, ready_marker=READY, bootstrap_log=LOG, tail_command=TAIL)
+
+
+def test_ready() -> None:
+    assert parse("ready\n") == Readiness("ready")
+
+
+def test_failed_with_detail_names_where_to_look() -> None:
+    found = parse("failed\nprovision.sh line 9: curl --fail ...\n  (exit 22)\n")
+    assert found.state == "failed"
+    # The detail on one line, whitespace folded.
+    assert found.detail == (
+        f"bootstrap failed: provision.sh line 9: curl --fail ... (exit 22); see {LOG} on the "
+        f"node ({TAIL})"
+    )
+
+
+def test_failed_without_detail_and_long_detail_cut() -> None:
+    assert parse("failed\n").detail.startswith("bootstrap failed: no detail; see ")
+    long = parse("failed\n" + "x" * (DETAIL_CHARS * 2))
+    assert f"bootstrap failed: {'x' * DETAIL_CHARS}; see" in long.detail
+
+
+def test_cloud_init_error() -> None:
+    found = parse("cloud-init-error\nstatus: error\n")
+    assert found.state == "failed"
+    assert found.detail.startswith("cloud-init reported an error (status: error); see ")
+
+
+def test_cloud_init_done_without_the_marker() -> None:
+    found = parse("cloud-init-done\nstatus: done\n")
+    assert found.state == "failed"
+    assert f"cloud-init finished but the bootstrap left no {READY} (status: done)" in found.detail
+    assert TAIL in found.detail
+
+
+@pytest.mark.parametrize("output", ["pending\n", "", "something else\n"])
+def test_pending_and_unknown_output(output: str) -> None:
+    found = parse(output)
+    assert found.state == "pending"
+    assert (
+        found.detail == f"bootstrap still running (no {READY} yet; progress in {LOG} on the node)"
+    )
+
+
+def run_probe(tmp_path: Path, cloud_init_answer: str | None) -> Readiness:
+    """Run the probe script in a local shell with its markers under tmp_path."""
+    state = tmp_path / "state"
+    status = None
+    if cloud_init_answer is not None:
+        fake = tmp_path / "cloud-init"
+        fake.write_text(f"#!/bin/sh\necho '{cloud_init_answer}'\n")
+        fake.chmod(0o755)
+        status = f"{fake} status"
+    script = probe_script(str(state / "ready"), str(state / "failed"), status)
+    output = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    return parse_probe_output(
+        output, ready_marker=str(state / "ready"), bootstrap_log=LOG, tail_command=TAIL
+    )
+
+
+def test_probe_script_reads_the_markers_then_cloud_init(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    assert run_probe(tmp_path, None).state == "pending"
+    assert run_probe(tmp_path, "status: running").state == "pending"
+    assert "cloud-init reported an error" in run_probe(tmp_path, "status: error").detail
+    assert "cloud-init finished but" in run_probe(tmp_path, "status: done").detail
+    (tmp_path / "state" / "failed").write_text("provision.sh line 3: false (exit 1)\n")
+    failed = run_probe(tmp_path, "status: done")
+    assert failed.state == "failed" and "provision.sh line 3: false (exit 1)" in failed.detail
+    (tmp_path / "state" / "ready").write_text("2026-11-23T10:00:00Z\n")
+    assert run_probe(tmp_path, "status: error").ready
