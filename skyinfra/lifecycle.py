@@ -19,7 +19,7 @@ from skyinfra.errors import (
     WorkspaceConflictError,
     WorkspaceError,
 )
-from skyinfra.render import OWNED_DIRS
+from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
@@ -155,7 +155,7 @@ def _apply(
     spec_file: Path | None,
     confirm: Confirm | None,
 ) -> tuple[PlanSummary, Topology]:
-    ws.write_files(files, owned_dirs=OWNED_DIRS)
+    ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
     ws.write_json(ws.spec_file, spec.to_dict())
     ws.write_json(
         ws.origin_file, {"spec_file": str(spec_file.resolve()) if spec_file is not None else None}

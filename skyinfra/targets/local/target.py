@@ -5,6 +5,7 @@ infra/modules/local module runs the shared node bootstrap). Nodes are ready when
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from pathlib import Path
@@ -49,11 +50,27 @@ def local_context(
     }
 
 
+# The root module's variables, written as terraform.tfvars.json (as the AWS target's are).
+LOCAL_TFVARS = (
+    "cluster_name",
+    "node_count",
+    "base_address",
+    "head_port",
+    "node_root",
+    "python",
+    "wheel_path",
+    "wheel_sha256",
+    "python_packages",
+)
+
+
 def local_files(context: dict[str, Any]) -> dict[str, str]:
     """Everything a local cluster's workspace holds: root module, tfvars, the local module's
     copy and the bootstrap script."""
+    tfvars = {name: context[name] for name in LOCAL_TFVARS}
     return {
         **render.render_root("local", context),
+        render.TFVARS_JSON: json.dumps(tfvars, indent=2) + "\n",
         **render.module_files("local"),
         **render.bootstrap_files(),
     }
