@@ -15,7 +15,13 @@ from skyinfra.render import OWNED_DIRS
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
-from skyinfra.terraform import EmbeddedTerraform, EngineFactory, PlanSummary, format_event
+from skyinfra.terraform import (
+    EmbeddedTerraform,
+    EngineFactory,
+    PlanSummary,
+    format_event,
+    signals_as_interrupt,
+)
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.transport.readiness import check_readiness
@@ -91,17 +97,28 @@ def up(
     on_event = progress_printer(echo)
     echo(f"[skyinfra] terraform init in {ws.path}")
     engine.init()
-    echo("[skyinfra] terraform plan")
-    summary = engine.plan(out=PLAN_FILE, on_event=on_event)
-    if summary.no_changes:
-        echo("[skyinfra] no changes: the cluster already matches the spec")
-    else:
-        echo(
-            f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to change, "
-            f"{summary.remove} to destroy)"
-        )
-        engine.apply(PLAN_FILE, on_event=on_event)
-    (ws.path / PLAN_FILE).unlink(missing_ok=True)
+    # Nodes Terraform thinks are fine but the target finds broken (a node folder deleted by
+    # hand) are replaced: `up` repairs what `status` reports as failed.
+    in_state = engine.state_list() if ws.state_file.is_file() else []
+    replace = target_of(spec).nodes_to_replace(ws, spec, in_state)
+    if replace:
+        echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so that the saved plan (it can hold variable
+    # values) never outlives this `up`; while Terraform runs, the engine lets it finish first.
+    with signals_as_interrupt():
+        try:
+            echo("[skyinfra] terraform plan")
+            summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
+            if summary.no_changes:
+                echo("[skyinfra] no changes: the cluster already matches the spec")
+            else:
+                echo(
+                    f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to "
+                    f"change, {summary.remove} to destroy)"
+                )
+                engine.apply(PLAN_FILE, on_event=on_event)
+        finally:
+            (ws.path / PLAN_FILE).unlink(missing_ok=True)
     topology = topology_from_outputs(engine.output(), spec)
     ws.write_json(ws.topology_file, topology.to_dict())
     return summary, topology
