@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from skyinfra.errors import TerraformError
 from skyinfra.terraform.config import terraform_env
@@ -94,10 +94,19 @@ def _forwarding_signals(proc: subprocess.Popen[str]) -> Iterator[list[int]]:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
-def _state_dump(text: str) -> dict[str, Any] | None:
-    """The state Terraform printed when it could write it nowhere (an indented JSON object
-    from a line ``{`` to a line ``}``), or None."""
-    lines = text.splitlines()
+def _is_state(value: object) -> TypeGuard[dict[str, Any]]:
+    return isinstance(value, dict) and "lineage" in value and "version" in value
+
+
+def _state_dump(events: Sequence[dict[str, Any]], printed: str) -> dict[str, Any] | None:
+    """The state Terraform printed when it could write it nowhere, or None: with -json an
+    "Emergency state dump" event holding it, otherwise an indented JSON object from a line
+    ``{`` to a line ``}`` among the lines that are not events."""
+    for event in events:
+        state = event.get("state")
+        if _is_state(state):
+            return state
+    lines = printed.splitlines()
     for start, line in enumerate(lines):
         if line.rstrip() != "{":
             continue
@@ -108,7 +117,7 @@ def _state_dump(text: str) -> dict[str, Any] | None:
                 value = json.loads("\n".join(lines[start : end + 1]))
             except json.JSONDecodeError:
                 continue
-            if isinstance(value, dict) and "lineage" in value and "version" in value:
+            if _is_state(value):
                 return value
     return None
 
@@ -127,16 +136,18 @@ def _save_private(path: Path, text: str) -> bool:
         return False
 
 
-def rescue_state(workdir: Path, since: float, printed: str) -> str:
+def rescue_state(
+    workdir: Path, since: float, events: Sequence[dict[str, Any]], printed: str
+) -> str:
     """When Terraform failed to write its state: where the state is now and how to push it
-    back ("" when Terraform left no state behind). ``printed`` is what it wrote besides JSON
-    events; ``since`` when the command started."""
+    back ("" when Terraform left no state behind). ``events``: its JSON events, ``printed``:
+    what else it wrote; ``since``: when the command started."""
     errored = workdir / ERRORED_STATE
     where: Path | None = None
     if errored.is_file() and errored.stat().st_mtime >= since - 1:
         where = errored
     else:
-        dump = _state_dump(printed)
+        dump = _state_dump(events, printed)
         if dump is None:
             return ""
         text = json.dumps(dump, indent=2) + "\n"
@@ -297,7 +308,7 @@ class EmbeddedTerraform:
         started = time.time()
         code, _, stderr = self.command(argv, on_line=on_line)
         if code not in ok:
-            rescue = rescue_state(self.workdir, started, "\n".join([*printed, stderr]))
+            rescue = rescue_state(self.workdir, started, events, "\n".join([*printed, stderr]))
             raise TerraformError(
                 f"terraform {what} failed in {self.workdir}{error_diagnostics(events)}{rescue}",
                 argv=["terraform", *argv],
