@@ -225,10 +225,10 @@ def test_up_repairs_a_node_folder_deleted_by_hand(project: Path, env: dict[str, 
     assert readiness(project, env) == {"node-0": "ready", "node-1": "failed"}
     repaired = up(project, env)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert readiness(project, env) == {"node-0": "ready", "node-1": "ready"}
     assert 'replacing broken node(s): module.nodes.terraform_data.node["node-1"]' in (
         repaired.stdout
     )
-    assert readiness(project, env) == {"node-0": "ready", "node-1": "ready"}
     down_leaves_nothing(project, env)
 
 
