@@ -30,8 +30,6 @@ def node_problem(node_dir: Path) -> str | None:
     and `up` replaces."""
     if not (node_dir / ".skyinfra-node").is_file():
         return f"{node_dir} is not a bootstrapped node directory (run `skyinfra up`)"
-    if not (node_dir / "venv" / "bin" / "python").exists():
-        return f"{node_dir} has no virtual environment (run `skyinfra up`)"
     return None
 
 
