@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from skyinfra.errors import SkyinfraError, SpecError, WorkspaceError
+from skyinfra.errors import SkyinfraError, SpecError, TerraformError, WorkspaceError
 from skyinfra.render import OWNED_DIRS
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
@@ -19,6 +19,7 @@ from skyinfra.terraform import (
     EmbeddedTerraform,
     EngineFactory,
     PlanSummary,
+    TerraformEngine,
     format_event,
     signals_as_interrupt,
 )
@@ -68,6 +69,20 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
     return on_event
 
 
+def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> list[str]:
+    """Nodes Terraform thinks are fine but the target finds broken (a node folder deleted by
+    hand): `up` replaces them, so that it repairs what `status` reports as failed. A state
+    that cannot be listed now (an earlier, killed `up`'s Terraform still writing it) is left
+    to the plan, which waits for Terraform's lock."""
+    if not ws.state_file.is_file():
+        return []
+    try:
+        in_state = engine.state_list()
+    except TerraformError:
+        return []
+    return target_of(spec).nodes_to_replace(ws, spec, in_state)
+
+
 def up(
     spec: ClusterSpec,
     ws: Workspace,
@@ -97,10 +112,7 @@ def up(
     on_event = progress_printer(echo)
     echo(f"[skyinfra] terraform init in {ws.path}")
     engine.init()
-    # Nodes Terraform thinks are fine but the target finds broken (a node folder deleted by
-    # hand) are replaced: `up` repairs what `status` reports as failed.
-    in_state = engine.state_list() if ws.state_file.is_file() else []
-    replace = target_of(spec).nodes_to_replace(ws, spec, in_state)
+    replace = broken_nodes(ws, spec, engine)
     if replace:
         echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
     # SIGTERM and SIGHUP unwind like Ctrl-C, so that the saved plan (it can hold variable
