@@ -9,7 +9,7 @@ and nothing else: it has no branch on a target's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -79,6 +79,13 @@ class Target(Protocol):
         connect_timeout_s: float | None = None,
     ) -> NodeTransport:
         """How `run` and `status` reach the nodes."""
+        ...
+
+    def nodes_to_replace(
+        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+    ) -> list[str]:
+        """The Terraform addresses among ``in_state`` (the state's resources) of nodes that
+        are broken in a way Terraform's refresh does not see; `up` replaces them."""
         ...
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:

@@ -21,7 +21,7 @@ readiness.py (reaching nodes).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -331,6 +331,13 @@ class AwsTarget:
         if connect_timeout_s is None:
             return transport(ws, spec, topology)
         return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+    def nodes_to_replace(
+        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+    ) -> list[str]:
+        """None: Terraform's refresh sees an instance that is gone (terminated, deleted) and
+        plans a new one itself; a node whose bootstrap failed is not replaced by `up`."""
+        return []
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
         """Forget the destroyed nodes' host keys: the next `up` makes new nodes with new keys
