@@ -215,11 +215,12 @@ def _confirm_losses(
     repairs: Collection[str] = (),
 ) -> None:
     """Show what the saved plan destroys or replaces; go on only with the user's yes."""
-    losses = [
-        change
-        for change in destructive_changes(engine.show_plan(PLAN_FILE))
-        if change.address not in repairs
-    ]
+    losses = []
+    for change in destructive_changes(engine.show_plan(PLAN_FILE)):
+        if change.is_repair or change.address in repairs:
+            echo(f"[skyinfra] repairing: {change.describe()}")
+        else:
+            losses.append(change)
     if not losses:
         return
     echo(f"[skyinfra] this would destroy or replace {len(losses)} resource(s) of {spec.name!r}:")

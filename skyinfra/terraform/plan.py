@@ -32,6 +32,14 @@ class ResourceChange:
     address: str
     action: str  # "destroy" or "replace"
     reason: str
+    # Terraform's own action_reason ("replace_because_tainted", ...), "" when it gives none.
+    cause: str = ""
+
+    @property
+    def is_repair(self) -> bool:
+        """Replacing a tainted resource (a create or provisioner that failed, or an
+        interrupted apply) rebuilds something already broken: nothing working is lost."""
+        return self.cause == "replace_because_tainted"
 
     def describe(self) -> str:
         return f"{self.action} {self.address}: {self.reason}"
@@ -53,9 +61,12 @@ def destructive_changes(plan: Mapping[str, Any]) -> list[ResourceChange]:
         if "delete" not in actions:
             continue
         action = "replace" if "create" in actions else "destroy"
-        reason = _REASONS.get(str(entry.get("action_reason", "")), "")
+        cause = str(entry.get("action_reason", "") or "")
+        reason = _REASONS.get(cause, "")
         paths = _changed_paths(change)
         if action == "replace" and paths:
             reason = f"{reason or 'its settings changed'} ({paths})"
-        found.append(ResourceChange(str(entry.get("address")), action, reason or "as planned"))
+        found.append(
+            ResourceChange(str(entry.get("address")), action, reason or "as planned", cause)
+        )
     return found

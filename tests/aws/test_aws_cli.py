@@ -294,6 +294,7 @@ def test_up_twice_status_down_through_the_cli(
         assert "    not dialled: emulator mode (SKYINFRA_AWS_ENDPOINT_URL is set)" in text.stdout
 
         # `run` does not start on nodes that are not ready: it waits, then names them.
+        (project / "train.py").write_text("def main():\n    return 0\n")
         run = skyinfra("run", "--wait-ready", "1", "train.py:main", cwd=project, env=cli_env)
         assert run.returncode == 5, run.stdout + run.stderr  # exitcodes.NODES_NOT_READY
         assert "error: 2 of 2 node(s) not ready after 1 s: node-0: not dialled" in run.stderr

@@ -121,7 +121,7 @@ def cluster_processes(ws: Path) -> list[str]:
 
 def down_leaves_nothing(project: Path, env: dict[str, str]) -> None:
     ws = workspace(project)
-    down = cli(["down", "--cluster", NAME], project, env)
+    down = cli(["down", "--yes", "--cluster", NAME], project, env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not list((ws / "nodes").glob("*")), "node folders left after down"
     assert state_list(project, env) == []

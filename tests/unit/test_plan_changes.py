@@ -35,11 +35,13 @@ def test_destroys_and_replaces_with_reasons() -> None:
             'module.nodes.terraform_data.node["node-1"]',
             "destroy",
             "the cluster no longer has it (fewer nodes)",
+            "delete_because_each_key",
         ),
         ResourceChange(
             'module.nodes.aws_instance.this["node-0"]',
             "replace",
             "a setting changed that cannot be updated in place (ami, instance_type)",
+            "replace_because_cannot_update",
         ),
         ResourceChange("aws_security_group.x", "replace", "as planned"),
     ]
@@ -48,3 +50,19 @@ def test_destroys_and_replaces_with_reasons() -> None:
 def test_a_plan_without_losses() -> None:
     assert destructive_changes({"resource_changes": PLAN["resource_changes"][3:4]}) == []
     assert destructive_changes({}) == []
+
+
+def test_replacing_a_tainted_resource_is_a_repair() -> None:
+    (tainted,) = destructive_changes(
+        {
+            "resource_changes": [
+                {
+                    "address": 'module.nodes.terraform_data.node["node-0"]',
+                    "change": {"actions": ["delete", "create"]},
+                    "action_reason": "replace_because_tainted",
+                }
+            ]
+        }
+    )
+    assert tainted.is_repair and tainted.reason.startswith("it is tainted")
+    assert not any(change.is_repair for change in destructive_changes(PLAN))
