@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+from skyinfra.spec import validate_spec
+from skyinfra.targets.local.target import local_context
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -105,3 +109,30 @@ def make_venv(path: Path) -> Path:
     """A fresh virtual environment (with pip) from this interpreter's base Python; its python."""
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
     return path / "bin" / "python"
+
+
+# The local root module's template values for a fixed 2-node spec (the golden files'
+# input), fresh on every call; shared by the render and the Terraform tests.
+GoldenContext = Callable[[], dict[str, object]]
+
+
+@pytest.fixture
+def golden_context() -> GoldenContext:
+    def make() -> dict[str, object]:
+        spec = validate_spec(
+            {
+                "name": "demo",
+                "nodes": 2,
+                "python_packages": ["numpy>=1.26", "jax[cpu]"],
+                "head_port": 29600,
+            }
+        )
+        return local_context(
+            spec,
+            node_root=Path("/srv/skyinfra/demo/nodes"),
+            python="/opt/python/bin/python3",
+            wheel_path=Path("/cache/wheels/skyinfra_runtime-0.1.0-py3-none-any.whl"),
+            wheel_sha256="ab" * 32,
+        )
+
+    return make

@@ -17,12 +17,13 @@ import boto3
 import pytest
 
 # pytest puts this folder (no __init__.py) on sys.path, which makes aws_tf importable.
-from aws_tf import REGION, Terraform, find_plugin_mirror, write_cli_config
+from aws_tf import REGION, TerraformFactory, find_plugin_mirror
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ssm.models import Parameter, ssm_backends
 
 from skyinfra.targets.aws.preflight import DEFAULT_DLAMI_PARAMETER
 from skyinfra.targets.aws.ssh import SshTarget
+from skyinfra.terraform import MIRROR_ENV, PLUGIN_CACHE_ENV, EmbeddedTerraform
 from tests.conftest import require_system_tool
 
 
@@ -67,10 +68,12 @@ def plugin_mirror() -> Path:
 
 
 @pytest.fixture(scope="session")
-def terraform(plugin_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> Terraform:
-    base = tmp_path_factory.mktemp("terraform")
-    (base / "plugin-cache").mkdir()
-    return Terraform(write_cli_config(base / "cli.tfrc", plugin_mirror, base / "plugin-cache"))
+def terraform(plugin_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> TerraformFactory:
+    """The product's engine for a folder, with providers only from the mirror (no registry
+    traffic) and a plugin cache of the session's own."""
+    cache = tmp_path_factory.mktemp("terraform-plugins")
+    env = {**os.environ, MIRROR_ENV: str(plugin_mirror), PLUGIN_CACHE_ENV: str(cache)}
+    return lambda workdir: EmbeddedTerraform(workdir, env=env)
 
 
 @pytest.fixture(scope="session")

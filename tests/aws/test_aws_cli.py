@@ -43,18 +43,12 @@ from skyinfra.terraform import MIRROR_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, skyinfra_argv
 
-VENV_BIN = REPO_ROOT / ".venv" / "bin"
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
 AMAZON_LINUX_DLAMI = "ami-999844e0"  # "Deep Learning AMI Amazon Linux - 3.3_Oct2017"
 NO_SPACE = {"instances": 0, "security_groups": 0, "subnets": 0, "vpcs": 0}
-
-
-def skyinfra_argv() -> list[str]:
-    script = VENV_BIN / "skyinfra"
-    return [str(script)] if script.is_file() else [str(VENV_BIN / "python"), "-m", "skyinfra.cli"]
 
 
 @pytest.fixture

@@ -1,45 +1,56 @@
-"""Static checks of the AWS modules with real Terraform: fmt, validate, `terraform test`."""
+"""Static checks of the AWS modules with real Terraform (the product's engine): fmt, validate,
+`terraform test`."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
-from aws_tf import MODULES, Terraform
+from aws_tf import MODULES_DIR, TerraformFactory
 
 MODULE_NAMES = ("network", "security", "nodes")
 
 
-def test_modules_are_fmt_clean(terraform: Terraform) -> None:
-    result = terraform(MODULES, "fmt", "-check", "-recursive", "-diff", "-no-color")
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_modules_are_fmt_clean(terraform: TerraformFactory) -> None:
+    code, out, err = terraform(MODULES_DIR).command(
+        ["fmt", "-check", "-recursive", "-diff", "-no-color"]
+    )
+    assert code == 0, out + err
 
 
 @pytest.fixture(scope="module")
-def initialised(terraform: Terraform, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def initialised(
+    terraform: TerraformFactory, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     """Each module copied out of the tree (no .terraform in the repo) and initialised."""
     base = tmp_path_factory.mktemp("modules")
     dirs = {}
     for name in MODULE_NAMES:
         target = base / name
-        shutil.copytree(MODULES / name, target)
-        terraform(target, "init", "-backend=false", "-input=false", "-no-color").check()
+        shutil.copytree(MODULES_DIR / name, target)
+        code, out, err = terraform(target).command(
+            ["init", "-backend=false", "-input=false", "-no-color"]
+        )
+        assert code == 0, out + err
         dirs[name] = target
     return dirs
 
 
 @pytest.mark.parametrize("name", MODULE_NAMES)
-def test_module_validates(terraform: Terraform, initialised: dict[str, Path], name: str) -> None:
-    result = terraform(initialised[name], "validate", "-json", "-no-color")
-    assert '"valid": true' in result.stdout, result.stdout + result.stderr
+def test_module_validates(
+    terraform: TerraformFactory, initialised: dict[str, Path], name: str
+) -> None:
+    result = terraform(initialised[name]).validate()
+    assert result["valid"] is True, json.dumps(result["diagnostics"])
 
 
 @pytest.mark.parametrize("name", MODULE_NAMES)
 def test_terraform_test_files_pass(
-    terraform: Terraform, initialised: dict[str, Path], name: str
+    terraform: TerraformFactory, initialised: dict[str, Path], name: str
 ) -> None:
-    result = terraform(initialised[name], "test", "-no-color")
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert "0 failed" in result.stdout
-    assert " passed, 0 failed" in result.stdout
+    code, out, err = terraform(initialised[name]).command(["test", "-no-color"])
+    assert code == 0, out[-6000:] + err[-3000:]
+    assert "0 failed" in out
+    assert " passed, 0 failed" in out

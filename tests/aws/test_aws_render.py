@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from aws_tf import REGION, Terraform
+from aws_tf import REGION, TerraformFactory
 
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.endpoints import Emulator
@@ -104,9 +104,9 @@ def test_user_data_must_cover_every_node() -> None:
 
 @pytest.mark.parametrize("emulated", [False, True])
 def test_rendered_main_tf_is_fmt_clean(
-    terraform: Terraform, tmp_path: Path, emulated: bool
+    terraform: TerraformFactory, tmp_path: Path, emulated: bool
 ) -> None:
     emulator = Emulator(url="http://127.0.0.1:4566") if emulated else None
     (tmp_path / "main.tf").write_text(render(params(), emulator)["main.tf"])
-    result = terraform(tmp_path, "fmt", "-check", "-diff", "-no-color")
-    assert result.returncode == 0, result.stdout + result.stderr
+    code, out, err = terraform(tmp_path).command(["fmt", "-check", "-diff", "-no-color"])
+    assert code == 0, out + err

@@ -7,11 +7,10 @@ Apply, outputs and destroy of a 2-node cluster are tested through the CLI in tes
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from aws_tf import REGION, Terraform, write_root
+from aws_tf import REGION, TerraformFactory, write_root
 
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.render import AwsClusterParams
@@ -22,7 +21,7 @@ SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0
 
 
 def test_plan_with_placement_group_and_efa(
-    terraform: Terraform, aws_env: str, tmp_path: Path
+    terraform: TerraformFactory, aws_env: str, tmp_path: Path
 ) -> None:
     params = AwsClusterParams(
         cluster_name="moto-efa",
@@ -37,9 +36,10 @@ def test_plan_with_placement_group_and_efa(
         efa_interface_count=4,  # p4d.24xlarge: 4 network cards, one EFA each
     )
     root = write_root(tmp_path, params, Emulator(url=aws_env))
-    terraform(root, "init", "-input=false", "-no-color").check()
-    terraform(root, "plan", "-input=false", "-no-color", "-out=tfplan").check()
-    plan = json.loads(terraform(root, "show", "-json", "tfplan").check().stdout)
+    engine = terraform(root)
+    engine.init()
+    engine.plan(out="tfplan")
+    plan = engine.show_plan("tfplan")
     creates = [c for c in plan["resource_changes"] if c["change"]["actions"] == ["create"]]
     created = {c["address"]: c["change"]["after"] for c in creates}
     unknown = {c["address"]: c["change"]["after_unknown"] for c in creates}

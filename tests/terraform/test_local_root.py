@@ -17,12 +17,11 @@ import pytest
 from skyinfra.targets.local.target import local_files
 from skyinfra.terraform import EmbeddedTerraform
 from skyinfra.workspace import Workspace
-from tests.conftest import REPO_ROOT, skyinfra_argv
-from tests.unit.test_render import golden_context
+from tests.conftest import REPO_ROOT, GoldenContext, skyinfra_argv
 
 
 @pytest.fixture
-def rendered(tmp_path: Path) -> Path:
+def rendered(tmp_path: Path, golden_context: GoldenContext) -> Path:
     ws = tmp_path / "clusters" / "demo"
     ws.mkdir(parents=True)
     Workspace(ws).write_files(local_files(golden_context()))

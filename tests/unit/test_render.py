@@ -11,34 +11,16 @@ import pytest
 
 import skyinfra
 from skyinfra import render, resources
-from skyinfra.spec import validate_spec
-from skyinfra.targets.local.target import local_context, local_files
+from skyinfra.targets.local.target import local_files
 from skyinfra.templating import hcl
+from tests.conftest import GoldenContext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GOLDEN = Path(__file__).parent / "golden" / "local"
 
 
-def golden_context() -> dict[str, object]:
-    spec = validate_spec(
-        {
-            "name": "demo",
-            "nodes": 2,
-            "python_packages": ["numpy>=1.26", "jax[cpu]"],
-            "head_port": 29600,
-        }
-    )
-    return local_context(
-        spec,
-        node_root=Path("/srv/skyinfra/demo/nodes"),
-        python="/opt/python/bin/python3",
-        wheel_path=Path("/cache/wheels/skyinfra_runtime-0.1.0-py3-none-any.whl"),
-        wheel_sha256="ab" * 32,
-    )
-
-
-def test_local_root_matches_golden_files() -> None:
+def test_local_root_matches_golden_files(golden_context: GoldenContext) -> None:
     rendered = local_files(golden_context())
     files = {name: rendered[name] for name in ("main.tf", "terraform.tfvars.json")}
     assert sorted(render.render_root("local", golden_context())) == ["main.tf"]
@@ -49,13 +31,13 @@ def test_local_root_matches_golden_files() -> None:
         assert text == (GOLDEN / name).read_text(), f"{name} differs from its golden file"
 
 
-def test_rendering_is_deterministic() -> None:
+def test_rendering_is_deterministic(golden_context: GoldenContext) -> None:
     assert render.render_root("local", golden_context()) == render.render_root(
         "local", golden_context()
     )
 
 
-def test_local_workspace_is_self_contained() -> None:
+def test_local_workspace_is_self_contained(golden_context: GoldenContext) -> None:
     """The root calls ./modules/local, a byte-for-byte copy of infra/modules/local, and the
     bootstrap script is copied beside it: nothing points outside the workspace."""
     files = local_files(golden_context())
@@ -113,7 +95,7 @@ def test_hcl_literals(value: object, literal: str) -> None:
     assert hcl(value) == literal
 
 
-def test_missing_context_value_is_an_error() -> None:
+def test_missing_context_value_is_an_error(golden_context: GoldenContext) -> None:
     context = golden_context()
     del context["module_source"]
     with pytest.raises(jinja2.UndefinedError, match="module_source"):
