@@ -79,4 +79,5 @@ class Entrypoint:
             fn = getattr(importlib.import_module(self.module), self.function or "", None)
         if not callable(fn):
             raise EntrypointError(f"entrypoint {self.text!r}: {self.function!r} is not a function")
-        return fn
+        function: Callable[[], Any] = fn
+        return function

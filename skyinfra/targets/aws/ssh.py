@@ -72,7 +72,7 @@ class SshProcess:
 
     def poll(self) -> int | None:
         if self._channel.exit_status_ready():
-            return self._channel.recv_exit_status()
+            return int(self._channel.recv_exit_status())
         return None
 
     def wait(self, timeout: float | None = None) -> int:
@@ -81,7 +81,7 @@ class SshProcess:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"node {self.node}: command still running after {timeout}s")
             time.sleep(0.05)
-        return self._channel.recv_exit_status()
+        return int(self._channel.recv_exit_status())
 
     def kill(self, grace_s: float = 10.0) -> None:
         """TERM the remote process group, then KILL it after ``grace_s`` seconds."""
