@@ -440,7 +440,7 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(moved(entry["content"]))
         path.chmod(int(entry["permissions"], 8))
-    (command,) = document["runcmd"]
+    command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
     return subprocess.run(
         [moved(part) for part in command], capture_output=True, text=True, timeout=600
     )

@@ -111,13 +111,18 @@ def test_content_topology_identity_bootstrap_and_install() -> None:
     assert "'jax[cuda12]'" in settings
     assert f"--find-links {JAX_FIND_LINKS}" in settings
     assert "--package keras==3.6.0" in settings
-    (runcmd,) = yaml.safe_load(document)["runcmd"]
-    assert "systemctl enable --now skyinfra-idle.timer" in runcmd
-    assert runcmd.startswith("/opt/skyinfra/provision.sh && ")  # only once the node is ready
+    # The idle timer is armed before provision.sh runs: a node whose bootstrap fails still
+    # shuts itself down (idle-check.sh counts a failed bootstrap as idle).
+    runcmd = yaml.safe_load(document)["runcmd"]
+    assert runcmd == [
+        ["systemctl", "daemon-reload"],
+        ["systemctl", "enable", "--now", "skyinfra-idle.timer"],
+        ["/opt/skyinfra/provision.sh"],
+    ]
     assert "/etc/systemd/system/skyinfra-idle.timer" in files
     assert files["/opt/skyinfra/idle-check.sh"] == resources.read_text(IDLE_CHECK_SCRIPT)
     service = files["/etc/systemd/system/skyinfra-idle.service"]
-    assert f"Environment=IDLE_MINUTES={DEFAULT_IDLE_SHUTDOWN_MINUTES} STATE_DIR=" in service
+    assert f"Environment=IDLE_MINUTES={DEFAULT_IDLE_SHUTDOWN_MINUTES} PROVISION_MINUTES=" in service
 
 
 def test_idle_timer_off_by_explicit_setting() -> None:

@@ -14,6 +14,7 @@ import getpass
 import hashlib
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -256,9 +257,12 @@ def wheel_server(
         server.shutdown()
 
 
-def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subprocess.Popen[str]:
+def provision(
+    node_root: Path, wheel_url: str, wheel: Path, sha256: str, *, idle_shutdown_minutes: int = 0
+) -> subprocess.Popen[str]:
     """Render the user data with its directories under node_root, write the scripts cloud-init
-    would write, and start provision.sh."""
+    would write (the document itself goes to ``<node_root>/../user-data``), and start
+    provision.sh."""
     scripts = node_root.parent / "scripts"
     document = render_user_data(
         NodeUserData(
@@ -270,7 +274,7 @@ def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subp
             wheel_filename=wheel.name,
             bootstrap_script=default_bootstrap_script(),
             jax_extra=None,
-            idle_shutdown_minutes=0,
+            idle_shutdown_minutes=idle_shutdown_minutes,
             ssh_user=getpass.getuser(),
             python=sys.executable,
             node_dir=str(node_root),
@@ -278,6 +282,7 @@ def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subp
             script_dir=str(scripts),
         )
     )
+    (node_root.parent / "user-data").write_text(document)
     for entry in yaml.safe_load(document)["write_files"]:
         path = Path(entry["path"])
         if path.parent == scripts:
@@ -327,3 +332,59 @@ def test_provision_script_failure_is_reported_with_the_failing_step(
     assert "bootstrap failed: provision.sh line" in found.detail
     assert "sha256sum --check --strict" in found.detail
     assert f"see {LOG} on the node" in found.detail
+
+
+def idle_check(node_root: Path, tmp_path: Path, **overrides: str) -> bool:
+    """Run the node's idle-check.sh as its systemd unit would (the unit's Environment line,
+    ``overrides`` on top), with stand-ins for shutdown, logger and who; True: it shut down."""
+    document = yaml.safe_load((node_root.parent / "user-data").read_text())
+    files = {f["path"]: f["content"] for f in document["write_files"]}
+    (line,) = [
+        x
+        for x in files["/etc/systemd/system/skyinfra-idle.service"].splitlines()
+        if x.startswith("Environment=")
+    ]
+    env = dict(pair.split("=", 1) for pair in line.removeprefix("Environment=").split())
+    env.update(overrides)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    shut = tmp_path / "shutdown-called"
+    for name, body in {"shutdown": f'echo "$@" > {shut}', "logger": ":", "who": ":"}.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env["PATH"] = f"{stubs}:/usr/bin:/bin"
+    script = node_root.parent / "scripts" / "idle-check.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return shut.is_file()
+
+
+def test_a_node_whose_bootstrap_failed_shuts_itself_down(
+    node_root: Path, wheel_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The idle timer is armed before provision.sh (test_aws_cloudinit checks the order); a
+    bootstrap still running counts as busy, a failed one as idle: the node ends itself."""
+    base, wheel = wheel_server
+    proc = provision(node_root, f"{base}/{wheel.name}", wheel, "0" * 64, idle_shutdown_minutes=1)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, output
+    assert (node_root / "state" / "failed").is_file()
+    stamp = node_root / "state" / "last-busy"
+
+    def aged() -> None:
+        old = time.time() - 120
+        os.utime(stamp, (old, old))
+
+    # Still bootstrapping (no marker), well within PROVISION_MINUTES: busy, never shut down.
+    failed = (node_root / "state" / "failed").read_text()
+    (node_root / "state" / "failed").unlink()
+    assert not idle_check(node_root, tmp_path, PROVISION_MINUTES="100000")
+    aged()
+    assert not idle_check(node_root, tmp_path, PROVISION_MINUTES="100000")
+    # The bootstrap failed: idle from then on, so the node shuts down IDLE_MINUTES later.
+    (node_root / "state" / "failed").write_text(failed)
+    stamp.unlink()
+    assert not idle_check(node_root, tmp_path)  # the first look only starts the clock
+    aged()
+    assert idle_check(node_root, tmp_path)
+    assert (tmp_path / "shutdown-called").read_text().split() == ["-h", "now"]

@@ -35,6 +35,9 @@ FAILED_MARKER = f"{STATE_DIR}/failed"
 SCRIPT_DIR = "/opt/skyinfra"
 # cloud-init's copy of every module's and runcmd script's output on the node.
 OUTPUT_LOG = "/var/log/cloud-init-output.log"
+# How long the idle check counts a bootstrap that is still running (no ready or failed marker)
+# as busy: past this a hung bootstrap no longer keeps the node alive (idle-check.sh).
+PROVISION_MINUTES = 60
 
 # JAX's CUDA wheels: https://docs.jax.dev/en/latest/installation.html
 JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
@@ -151,6 +154,7 @@ def render_user_data(params: NodeUserData) -> str:
             script_dir=params.script_dir,
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,
+            provision_minutes=PROVISION_MINUTES,
         ),
     )
     assert_no_secret(document, params.forbidden_values)
