@@ -1,22 +1,7 @@
 #!/usr/bin/env python3
-"""Download one S3 object with the node's own credentials: run by provision.sh on an AWS node.
-
-Usage: fetch-s3-object.py URL REGION OUTPUT
-
-URL is the object's plain address (https://BUCKET.s3.REGION.amazonaws.com/KEY), with no
-credentials in it: the request is signed here (Signature Version 4, standard library only,
-so a bare AMI's python3 is enough) with the instance role's temporary credentials from the
-instance metadata service (IMDSv2). The role may read only its cluster's staged objects (the
-nodes module's staged-read policy). AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and
-AWS_SESSION_TOKEN) in the environment take precedence, as for the AWS SDKs; tests use them
-with an emulator. AWS_EC2_METADATA_SERVICE_ENDPOINT moves the metadata service.
-
-A fresh instance profile can take a while to reach a new instance (IAM is eventually
-consistent), so failures are retried for up to FETCH_DEADLINE_S seconds (default 600).
-
-SigV4 for S3: https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
-IMDSv2: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instance-metadata-security-credentials.html
-"""
+"""fetch-s3-object.py URL REGION OUT: GET an S3 object signed (SigV4) with the instance
+role's credentials (IMDSv2; AWS_* variables first), retrying for FETCH_DEADLINE_S (600) s.
+Run by provision.sh; skyinfra/targets/aws/staging.py says why."""
 
 from __future__ import annotations
 
@@ -27,12 +12,10 @@ import json
 import os
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
-# A GET has no body: its payload hash is that of the empty string.
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()  # a GET's payload
 
 
 def _get(url: str, headers: dict[str, str], method: str = "GET") -> bytes:
@@ -41,83 +24,64 @@ def _get(url: str, headers: dict[str, str], method: str = "GET") -> bytes:
         return bytes(response.read())
 
 
-def imds_credentials() -> tuple[str, str, str | None]:
-    base = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://169.254.169.254")
-    base = base.rstrip("/")
-    token = _get(
-        f"{base}/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "300"}, "PUT"
-    ).decode()
-    headers = {"X-aws-ec2-metadata-token": token}
-    roles = f"{base}/latest/meta-data/iam/security-credentials/"
-    role = _get(roles, headers).decode().split()[0]
-    document = json.loads(_get(roles + role, headers))
-    return document["AccessKeyId"], document["SecretAccessKey"], document.get("Token")
-
-
 def credentials() -> tuple[str, str, str | None]:
-    key = os.environ.get("AWS_ACCESS_KEY_ID")
-    secret = os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if key and secret:
-        return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
-    return imds_credentials()
+    env = os.environ
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        return env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN")
+    base = env.get("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://169.254.169.254").rstrip("/")
+    ttl = {"X-aws-ec2-metadata-token-ttl-seconds": "300"}
+    headers = {"X-aws-ec2-metadata-token": _get(f"{base}/latest/api/token", ttl, "PUT").decode()}
+    roles = f"{base}/latest/meta-data/iam/security-credentials/"
+    doc = json.loads(_get(roles + _get(roles, headers).decode().split()[0], headers))
+    return doc["AccessKeyId"], doc["SecretAccessKey"], doc.get("Token")
 
 
 def signed_headers(
     url: str, region: str, creds: tuple[str, str, str | None], now: datetime.datetime
 ) -> dict[str, str]:
-    """The headers of a SigV4-signed GET of ``url`` (an S3 object) at ``now`` (UTC)."""
     parts = urllib.parse.urlsplit(url)
     key, secret, token = creds
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    day = stamp[:8]
     headers = {"host": parts.netloc, "x-amz-content-sha256": EMPTY_SHA256, "x-amz-date": stamp}
     if token:
         headers["x-amz-security-token"] = token
-    names = sorted(headers)
-    signed = ";".join(names)
-    canonical = "\n".join(
-        ["GET", parts.path or "/", parts.query]
-        + [f"{name}:{headers[name].strip()}" for name in names]
-        + ["", signed, EMPTY_SHA256]
-    )
-    scope = f"{day}/{region}/s3/aws4_request"
-    to_sign = "\n".join(
-        ["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-    )
+    signed = ";".join(sorted(headers))
+    lines = [f"{name}:{headers[name].strip()}" for name in sorted(headers)]
+    canonical = "\n".join(["GET", parts.path or "/", parts.query, *lines, "", signed, EMPTY_SHA256])
+    scope = f"{stamp[:8]}/{region}/s3/aws4_request"
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
     signing_key = ("AWS4" + secret).encode()
-    for part in (day, region, "s3", "aws4_request"):
+    for part in scope.split("/"):
         signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+    message = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{digest}".encode()
+    signature = hmac.new(signing_key, message, hashlib.sha256).hexdigest()
     headers["authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={key}/{scope}, SignedHeaders={signed}, "
-        f"Signature={signature}"
+        f"AWS4-HMAC-SHA256 Credential={key}/{scope}, SignedHeaders={signed}, Signature={signature}"
     )
-    del headers["host"]  # urllib sets it, to the same value
+    del headers["host"]
     return headers
 
 
-def fetch(url: str, region: str, output: str, deadline_s: float) -> None:
-    give_up = time.monotonic() + deadline_s
+def main(url: str, region: str, output: str) -> None:
+    give_up = time.monotonic() + float(os.environ.get("FETCH_DEADLINE_S", "600"))
     delay = 2.0
     while True:
         try:
             now = datetime.datetime.now(datetime.timezone.utc)
             body = _get(url, signed_headers(url, region, credentials(), now))
             break
-        except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError) as err:
+        except (OSError, LookupError, ValueError) as err:
             if time.monotonic() + delay > give_up:
                 sys.exit(f"fetch-s3-object: {url}: {err}")
             print(f"fetch-s3-object: {err}; retrying in {delay:.0f}s", file=sys.stderr)
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
-    partial = output + ".part"
-    with open(partial, "wb") as handle:
+    with open(output + ".part", "wb") as handle:
         handle.write(body)
-    os.replace(partial, output)
+    os.replace(output + ".part", output)
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         sys.exit("usage: fetch-s3-object.py URL REGION OUTPUT")
-    url, region, output = sys.argv[1:4]
-    fetch(url, region, output, deadline_s=float(os.environ.get("FETCH_DEADLINE_S", "600")))
+    main(*sys.argv[1:4])

@@ -15,6 +15,7 @@ import yaml
 from skyinfra import resources
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.cloudinit import (
+    FETCH_SCRIPT,
     IDLE_CHECK_SCRIPT,
     JAX_FIND_LINKS,
     PROVISION_SCRIPT,
@@ -51,8 +52,8 @@ def params(**overrides: object) -> NodeUserData:
         "cluster_name": "demo",
         "node_index": 1,
         "topology_json": json.dumps(TOPOLOGY),
-        "wheel_url": "https://bucket.s3.amazonaws.com/w/skyinfra_runtime-0.1.0-py3-none-any.whl"
-        "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=7200&X-Amz-Signature=0f0f",
+        "wheel_url": "https://bucket.s3.us-east-1.amazonaws.com/w/"
+        "skyinfra_runtime-0.1.0-py3-none-any.whl",
         "wheel_sha256": "ab" * 32,
         "wheel_filename": "skyinfra_runtime-0.1.0-py3-none-any.whl",
         "bootstrap_script": default_bootstrap_script(),
@@ -176,7 +177,7 @@ def test_bad_input_names_the_field(field: str, value: str, message: str) -> None
 
 def test_provision_settings_are_the_values_as_bash_reads_them(tmp_path: Path) -> None:
     """provision.sh sources its settings: every value comes back as it went in, quoting and
-    all (a presigned URL's & and ?, an extra's brackets, a requirement's spaces)."""
+    all (an extra's brackets, a requirement's spaces)."""
     packages = ["keras==3.6.0", "torch >=2.13"]
     document = render_user_data(params(python_packages=packages))
     settings = tmp_path / "provision-settings.sh"
@@ -213,3 +214,36 @@ def test_node_scripts_pass_shellcheck() -> None:
             [shellcheck, "--shell=bash", "-"], input=text, capture_output=True, text=True
         )
         assert result.returncode == 0, text.splitlines()[1] + "\n" + result.stdout
+
+
+def test_a_presigned_url_is_refused_and_the_node_signs_its_own_request() -> None:
+    """No credential in user data: a URL with a query string (where a presigned URL keeps
+    X-Amz-Credential and X-Amz-Security-Token) is refused; the node's fetch-s3-object.py
+    signs its GET as botocore does (SigV4, checked against botocore's own signer)."""
+    presigned = params().wheel_url + "?X-Amz-Credential=AKIAEXAMPLE%2F20261123"
+    with pytest.raises(RenderError, match="without a query string"):
+        render_user_data(params(wheel_url=presigned))
+    files = files_of(render_user_data(params()))
+    assert files["/opt/skyinfra/fetch-s3-object.py"] == resources.read_text(FETCH_SCRIPT)
+
+    import datetime
+    import types
+    from unittest import mock
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    fetcher = types.ModuleType("fetch_s3_object")
+    exec(compile(resources.read_text(FETCH_SCRIPT), FETCH_SCRIPT, "exec"), fetcher.__dict__)
+    now = datetime.datetime(2026, 11, 23, 10, 0, 0, tzinfo=datetime.timezone.utc)
+    url = "https://b.s3.eu-west-1.amazonaws.com/c/ws-1/ab/skyinfra_runtime-0.1%2Bx-py3-none-any.whl"
+    for creds in [("AKIAEXAMPLE", "secret/key+1", "token=="), ("AKIAEXAMPLE", "s", None)]:
+        mine = fetcher.signed_headers(url, "eu-west-1", creds, now)
+        request = AWSRequest(method="GET", url=url)
+        auth = S3SigV4Auth(Credentials(*creds), "s3", "eu-west-1")
+        with mock.patch(
+            "botocore.auth.get_current_datetime", return_value=now.replace(tzinfo=None)
+        ):
+            auth.add_auth(request)
+        assert mine["authorization"] == request.headers["Authorization"]

@@ -104,10 +104,18 @@ def _error_code(err: ClientError) -> str:
     return str(err.response.get("Error", {}).get("Code"))
 
 
-def ensure_bucket(s3: Any, bucket: str, region: str, owner: str) -> None:
+def ensure_bucket(
+    s3: Any, bucket: str, region: str, owner: str, *, tls_only: bool | None = None
+) -> None:
     """Create the staging bucket when it is missing, then (created or found) make it private:
     public access block, default encryption, TLS-only policy, expiry of staged wheels. Every
-    call names ``owner`` (the account id) as the expected bucket owner."""
+    call names ``owner`` (the account id) as the expected bucket owner.
+
+    ``tls_only`` (default: whether the client reaches S3 over https, as it always does on
+    AWS) sets the policy that denies requests without TLS; an emulator served over plain
+    http (moto enforces the policy) could not be used with it."""
+    if tls_only is None:
+        tls_only = urlsplit(str(s3.meta.endpoint_url)).scheme == "https"
     mine = {"Bucket": bucket, "ExpectedBucketOwner": owner}
     try:
         s3.head_bucket(**mine)
@@ -143,7 +151,8 @@ def ensure_bucket(s3: Any, bucket: str, region: str, owner: str) -> None:
             "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
         },
     )
-    s3.put_bucket_policy(**mine, Policy=tls_only_policy(bucket, region))
+    if tls_only:
+        s3.put_bucket_policy(**mine, Policy=tls_only_policy(bucket, region))
     s3.put_bucket_lifecycle_configuration(
         **mine,
         LifecycleConfiguration={
