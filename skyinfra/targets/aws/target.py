@@ -21,6 +21,7 @@ readiness.py (reaching nodes).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -51,7 +52,7 @@ from skyinfra.targets.aws.render import (
 from skyinfra.targets.aws.resolve import Resolved, resolve
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import MAX_AWS_NODES, NO_JAX, AwsSpec, parse_aws_section
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
 from skyinfra.targets.aws.staging import (
     StagedWheel,
     default_bucket_name,
@@ -293,6 +294,31 @@ def _emulated_targets(
     return targets, unreachable
 
 
+def console_host_keys(spec: ClusterSpec, topology: Topology) -> Callable[[int], list[str]]:
+    """The SSH host keys each node printed on its serial console (cloud-init does at first
+    boot), read through EC2 GetConsoleOutput with the operator's credentials: a channel the
+    network between operator and node cannot forge. Empty while the node has not printed
+    them (or the API would not say)."""
+    instance_ids = {node.index: node.instance_id for node in topology.nodes}
+
+    def keys(index: int) -> list[str]:
+        instance_id = instance_ids.get(index)
+        if not instance_id:
+            return []
+        ec2 = _clients(spec).client("ec2")
+        try:
+            try:
+                answer = ec2.get_console_output(InstanceId=instance_id, Latest=True)
+            except ClientError:  # Latest is for Nitro instances only
+                answer = ec2.get_console_output(InstanceId=instance_id)
+        except (ClientError, BotoCoreError):
+            return []
+        # botocore decodes the API's base64 already (its decode_console_output handler).
+        return host_keys_from_console(str(answer.get("Output") or ""))
+
+    return keys
+
+
 def transport(
     ws: Workspace, spec: ClusterSpec, topology: Topology, *, connect_timeout_s: float = 20.0
 ) -> SshTransport:
@@ -326,6 +352,8 @@ def transport(
         targets,
         key_path=key,
         known_hosts=ws.path / KNOWN_HOSTS_FILE,
+        host_keys=console_host_keys(spec, topology),
+        on_new_host_key=lambda line: print(line, file=sys.stderr, flush=True),
         node_root=NODE_DIR,
         connect_timeout_s=connect_timeout_s,
         # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
