@@ -453,10 +453,22 @@ def test_run_over_ssh_on_emulated_aws_nodes(
     sshd: tuple[SshTarget, Path],
     ec2: Any,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """up -> status (pending) -> the real provisioning script -> status (ready) -> run over SSH
     (a function entry returning instance_info()) -> down, through the CLI on the AWS target."""
     target, key = sshd
+    # The nodes' consoles show the stand-in sshd's host key, as cloud-init prints a node's
+    # own at first boot: the transport pins it from there (GetConsoleOutput, moto's here).
+    import moto.ec2.responses.general as general
+
+    host_key = " ".join((key.parent / "host_ed25519.pub").read_text().split()[:2])
+    monkeypatch.setattr(
+        general,
+        "SAMPLE_CONSOLE_OUTPUT",
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        f"{host_key} root@node\n-----END SSH HOST KEY KEYS-----\n",
+    )
     project = tmp_path / "project"
     project.mkdir()
     (project / "skyinfra.toml").write_text(
@@ -487,8 +499,10 @@ def test_run_over_ssh_on_emulated_aws_nodes(
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         topology = json.loads((ws / "topology.json").read_text())
-        pending = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)
+        first = skyinfra("status", "--json", cwd=project, env=env)
+        pending = json.loads(first.stdout)
         assert [n["readiness"] for n in pending["nodes"]] == ["pending", "pending"]
+        assert "matches the key it published on its console" in first.stderr
 
         tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
         for name, root in roots.items():
