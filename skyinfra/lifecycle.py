@@ -8,7 +8,7 @@ an engine factory; nothing here knows which target or engine it drives.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +16,11 @@ from skyinfra.errors import (
     ConfirmationRequired,
     SkyinfraError,
     SpecError,
+    TerraformError,
     WorkspaceConflictError,
     WorkspaceError,
 )
-from skyinfra.render import OWNED_DIRS
+from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
@@ -29,6 +30,7 @@ from skyinfra.terraform import (
     PlanSummary,
     TerraformEngine,
     format_event,
+    signals_as_interrupt,
 )
 from skyinfra.terraform.plan import ResourceChange, destructive_changes
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
@@ -79,6 +81,20 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
 
 # Asked before `up` or `down` destroys or replaces anything; True goes ahead. None: refuse.
 Confirm = Callable[[Sequence[ResourceChange]], bool]
+
+
+def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> list[str]:
+    """Nodes Terraform thinks are fine but the target finds broken (a node folder deleted by
+    hand): `up` replaces them, so that it repairs what `status` reports as failed. A state
+    that cannot be listed now (an earlier, killed `up`'s Terraform still writing it) is left
+    to the plan, which waits for Terraform's lock."""
+    if not ws.state_file.is_file():
+        return []
+    try:
+        in_state = engine.state_list()
+    except TerraformError:
+        return []
+    return target_of(spec).nodes_to_replace(ws, spec, in_state)
 
 
 def up(
@@ -155,7 +171,7 @@ def _apply(
     spec_file: Path | None,
     confirm: Confirm | None,
 ) -> tuple[PlanSummary, Topology]:
-    ws.write_files(files, owned_dirs=OWNED_DIRS)
+    ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
     ws.write_json(ws.spec_file, spec.to_dict())
     ws.write_json(
         ws.origin_file, {"spec_file": str(spec_file.resolve()) if spec_file is not None else None}
@@ -164,30 +180,46 @@ def _apply(
     on_event = progress_printer(echo)
     echo(f"[skyinfra] terraform init in {ws.path}")
     engine.init()
-    echo("[skyinfra] terraform plan")
-    try:
-        summary = engine.plan(out=PLAN_FILE, on_event=on_event)
-        if summary.no_changes:
-            echo("[skyinfra] no changes: the cluster already matches the spec")
-        else:
-            _confirm_losses(spec, engine, echo, confirm)
-            echo(
-                f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to change, "
-                f"{summary.remove} to destroy)"
-            )
-            engine.apply(PLAN_FILE, on_event=on_event)
-    finally:
-        (ws.path / PLAN_FILE).unlink(missing_ok=True)  # it can hold variable values
+    replace = broken_nodes(ws, spec, engine)
+    if replace:
+        echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so that the saved plan (it can hold variable
+    # values) never outlives this `up`; while Terraform runs, the engine lets it finish first.
+    with signals_as_interrupt():
+        try:
+            echo("[skyinfra] terraform plan")
+            summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
+            if summary.no_changes:
+                echo("[skyinfra] no changes: the cluster already matches the spec")
+            else:
+                # Replacing a node that is already broken loses nothing: not asked about.
+                _confirm_losses(spec, engine, echo, confirm, repairs=set(replace))
+                echo(
+                    f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to "
+                    f"change, {summary.remove} to destroy)"
+                )
+                engine.apply(PLAN_FILE, on_event=on_event)
+        finally:
+            (ws.path / PLAN_FILE).unlink(missing_ok=True)
     topology = topology_from_outputs(engine.output(), spec)
     ws.write_json(ws.topology_file, topology.to_dict())
     return summary, topology
 
 
 def _confirm_losses(
-    spec: ClusterSpec, engine: TerraformEngine, echo: Echo, confirm: Confirm | None
+    spec: ClusterSpec,
+    engine: TerraformEngine,
+    echo: Echo,
+    confirm: Confirm | None,
+    *,
+    repairs: Collection[str] = (),
 ) -> None:
     """Show what the saved plan destroys or replaces; go on only with the user's yes."""
-    losses = destructive_changes(engine.show_plan(PLAN_FILE))
+    losses = [
+        change
+        for change in destructive_changes(engine.show_plan(PLAN_FILE))
+        if change.address not in repairs
+    ]
     if not losses:
         return
     echo(f"[skyinfra] this would destroy or replace {len(losses)} resource(s) of {spec.name!r}:")

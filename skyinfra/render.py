@@ -26,6 +26,10 @@ BOOTSTRAP_FILE = f"{SCRIPTS_DIR}/bootstrap-node.sh"
 # Folders of a workspace that rendering owns entirely: files in them that a render does not
 # produce are stale copies from an older skyinfra and are removed when the workspace is written.
 OWNED_DIRS = (MODULES_DIR, SCRIPTS_DIR)
+# Root-module variables are JSON, written with json.dumps (no HCL serialiser needed).
+TFVARS_JSON = "terraform.tfvars.json"
+# Files older skyinfra versions rendered that Terraform would still read: removed on write.
+RETIRED_FILES = ("terraform.tfvars",)
 
 
 # A target's root-module templates: ``infra/templates/<target>/root/``. Its other templates

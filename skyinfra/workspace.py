@@ -115,10 +115,17 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def write_files(self, files: Mapping[str, str], *, owned_dirs: Iterable[str] = ()) -> None:
+    def write_files(
+        self,
+        files: Mapping[str, str],
+        *,
+        owned_dirs: Iterable[str] = (),
+        retired: Iterable[str] = (),
+    ) -> None:
         """Write rendered files (names are relative, ``/``-separated, may name sub-folders);
         each is replaced atomically so a crash leaves old or new. Files under ``owned_dirs``
-        that ``files`` does not name are left over from an earlier render and are removed."""
+        that ``files`` does not name are left over from an earlier render and are removed, and
+        so are the ``retired`` files (names an older render used)."""
         self.ensure()
         for name in files:
             parts = name.split("/")
@@ -129,6 +136,9 @@ class Workspace:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Scripts keep their execute bit; everything else is readable by the owner only.
             _write_private(target, text, 0o700 if name.endswith(".sh") else PRIVATE_FILE_MODE)
+        for name in retired:
+            if name not in files:
+                (self.path / name).unlink(missing_ok=True)
         wanted = {self.path / name for name in files}
         for owned in owned_dirs:
             root = self.path / owned

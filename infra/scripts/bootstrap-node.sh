@@ -10,6 +10,12 @@
 #
 # Result: DIR/venv with skyinfra-runtime (and the packages) installed, DIR/work for the
 # user's code, DIR/pids for process ids the transport records, DIR/.skyinfra-node as marker.
+#
+# Every process of a node carries SKYINFRA_LOCAL_NODE_DIR=DIR in its environment (the
+# bootstrap's own, and what the local transport starts). --remove ends all of them, whether or
+# not DIR still exists, and the process groups recorded in DIR/pids/*.pid ("PID START", START
+# being field 22 of /proc/PID/stat), never a process that reused the pid of a stale pid file.
+# A new bootstrap first ends what an earlier, interrupted one of the same DIR left running.
 set -euo pipefail
 
 node_dir="" python="" wheel="" inherit=0 remove=0
@@ -34,25 +40,72 @@ done
 [ -n "$node_dir" ] || die "--node-dir is required"
 case "$node_dir" in /*) ;; *) die "--node-dir must be absolute, got '$node_dir'" ;; esac
 
-if [ "$remove" = 1 ]; then
-    [ -d "$node_dir" ] || exit 0
-    [ -f "$node_dir/.skyinfra-node" ] || die "refusing to remove '$node_dir': no .skyinfra-node marker"
-    # End what still runs on the node: every recorded process group, TERM then KILL.
+# When process $1 started (field 22 of /proc/PID/stat, after the command name in
+# parentheses, which may hold spaces), or nothing if it is gone.
+start_time() {
+    sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20
+}
+
+# The recorded process groups that still exist and are still ours: a live process with the
+# recorded pid but another start time reused a stale pid (a gone leader's group id cannot be
+# reused while a member of the group lives, so such a group is still the one recorded).
+recorded_groups() {
+    local f pid start now
     for f in "$node_dir"/pids/*.pid; do
         [ -f "$f" ] || continue
-        pid="$(cat "$f")"
-        kill -TERM -- "-$pid" 2>/dev/null || true
+        pid="" start=""
+        read -r pid start < "$f" || true
+        case "$pid" in '' | *[!0-9]*) continue ;; esac
+        now="$(start_time "$pid")"
+        [ -n "$now" ] && [ "$now" != "$start" ] && continue
+        kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
     done
-    for f in "$node_dir"/pids/*.pid; do
-        [ -f "$f" ] || continue
-        pid="$(cat "$f")"
-        for _ in 1 2 3 4 5 6 7 8 9 10; do
-            kill -0 -- "-$pid" 2>/dev/null || break
-            sleep 0.5
+    return 0
+}
+
+# Processes whose environment marks them as this node's, except this script and its callers.
+marked_processes() {
+    local spared=" " p=$$ f pid
+    while [ -n "$p" ] && [ "$p" != 0 ]; do
+        spared+="$p "
+        p="$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)"
+    done
+    { grep -lzxF -- "SKYINFRA_LOCAL_NODE_DIR=$node_dir" /proc/[0-9]*/environ 2>/dev/null || true; } |
+        while read -r f; do
+            pid="${f#/proc/}"
+            pid="${pid%/environ}"
+            case "$spared" in *" $pid "*) ;; *) echo "$pid" ;; esac
         done
-        kill -KILL -- "-$pid" 2>/dev/null || true
+    return 0
+}
+
+# End every process of the node: TERM, up to 5 s, then KILL what a fresh look still finds.
+end_node_processes() {
+    local pid left
+    for pid in $(recorded_groups); do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    for pid in $(marked_processes); do kill -TERM "$pid" 2>/dev/null || true; done
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        left="$(recorded_groups)$(marked_processes)"
+        [ -n "$left" ] || return 0
+        sleep 0.5
     done
-    rm -rf -- "$node_dir"
+    for pid in $(recorded_groups); do kill -KILL -- "-$pid" 2>/dev/null || true; done
+    for pid in $(marked_processes); do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+if [ "$remove" = 1 ]; then
+    end_node_processes
+    [ -d "$node_dir" ] || exit 0
+    if [ ! -f "$node_dir/.skyinfra-node" ]; then
+        # An empty folder is what a bootstrap stopped before its first step leaves.
+        rmdir -- "$node_dir" 2>/dev/null && exit 0
+        die "refusing to remove '$node_dir': no .skyinfra-node marker"
+    fi
+    for _ in 1 2 3; do
+        rm -rf -- "$node_dir" 2>/dev/null && break
+        sleep 0.5
+    done
+    [ ! -e "$node_dir" ] || die "could not remove '$node_dir'"
     echo "bootstrap-node: removed $node_dir"
     exit 0
 fi
@@ -61,8 +114,11 @@ fi
 [ -n "$wheel" ] || die "--wheel is required"
 command -v "$python" >/dev/null 2>&1 || die "--python '$python' is not an executable"
 
-mkdir -p "$node_dir/work" "$node_dir/pids"
+end_node_processes
+export SKYINFRA_LOCAL_NODE_DIR="$node_dir"
+mkdir -p "$node_dir"
 touch "$node_dir/.skyinfra-node"
+mkdir -p "$node_dir/work" "$node_dir/pids"
 
 "$python" -m venv --clear "$node_dir/venv"
 venv_python="$node_dir/venv/bin/python"

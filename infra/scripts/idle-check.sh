@@ -15,7 +15,9 @@ mkdir -p "$STATE_DIR"
 stamp="$STATE_DIR/last-busy"
 busy=0
 for f in "$NODE_DIR"/pids/*.pid; do
-    [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && busy=1
+    # A pid file holds "PID START" (the process's start time): the pid is the first word.
+    pid=""; [ -f "$f" ] && read -r pid _ < "$f"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && busy=1
 done
 if [ ! -f "$STATE_DIR/ready" ] && [ ! -f "$STATE_DIR/failed" ]; then
     uptime_s=$(cut -d. -f1 /proc/uptime)

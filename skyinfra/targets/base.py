@@ -81,6 +81,13 @@ class Target(Protocol):
         """How `run` and `status` reach the nodes."""
         ...
 
+    def nodes_to_replace(
+        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+    ) -> list[str]:
+        """The Terraform addresses among ``in_state`` (the state's resources) of nodes that
+        are broken in a way Terraform's refresh does not see; `up` replaces them."""
+        ...
+
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
         """Clean up what Terraform does not own, once the cluster is destroyed."""
         ...

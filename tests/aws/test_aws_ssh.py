@@ -94,6 +94,27 @@ def test_kill_ends_the_whole_process_group(transport: SshTransport, tmp_path: Pa
     assert not (tmp_path / "node" / "pids" / "long.pid").exists()
 
 
+def test_kill_never_signals_a_process_that_reused_a_stale_pid(
+    transport: SshTransport, tmp_path: Path
+) -> None:
+    proc = transport.start(0, ["true"], env={}, cwd=str(tmp_path), tag="gone")
+    assert proc.wait(timeout=30) == 0
+    pid_file = tmp_path / "node" / "pids" / "gone.pid"
+    pid, start = pid_file.read_text().split()  # the pid and its start time are recorded
+    assert int(pid) > 0 and start.isdigit()
+    # The pid file outlived its process; an unrelated process group now has a pid it names.
+    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        for stale in (f"{bystander.pid}\n", f"{bystander.pid} {start}\n"):
+            pid_file.write_text(stale)
+            proc.kill(grace_s=0.5)
+            assert bystander.poll() is None, f"kill signalled an unrelated process ({stale!r})"
+            assert not pid_file.exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def test_wrong_key_is_a_transport_error(sshd: tuple[SshTarget, Path], tmp_path: Path) -> None:
     target, _ = sshd
     other = tmp_path / "other"

@@ -101,7 +101,7 @@ def test_installed_skyinfra_runs_a_cluster_from_an_empty_directory(
         assert (ws / "scripts" / "bootstrap-node.sh").is_file()
         # The node wheel is rebuilt from the installed runtime, byte-for-byte the one this
         # (editable) environment builds from the same sources.
-        tfvars = (ws / "terraform.tfvars").read_text()
+        tfvars = (ws / "terraform.tfvars.json").read_text()
         assert f'"{build_runtime_wheel(cache=tmp_path / "here").sha256}"' in tfvars
         for name in ("main.tf", "modules/local/main.tf"):
             text = (ws / name).read_text()

@@ -159,5 +159,5 @@ def test_workspace_is_private(project: Path, env: dict[str, str]) -> None:
     up(project, env, "--name", "private", "--nodes", "1")
     ws = project / ".skyinfra/clusters/private"
     assert stat.S_IMODE(ws.stat().st_mode) == 0o700
-    for name in ("spec.json", "topology.json", "terraform.tfvars", "terraform.tfstate"):
+    for name in ("spec.json", "topology.json", "terraform.tfvars.json", "terraform.tfstate"):
         assert stat.S_IMODE((ws / name).stat().st_mode) == 0o600, name

@@ -46,10 +46,10 @@ def test_rendered_root_validates(rendered: Path) -> None:
 def test_module_rejects_bad_variables(rendered: Path) -> None:
     engine = EmbeddedTerraform(rendered)
     engine.init()
-    tfvars = rendered / "terraform.tfvars"
-    tfvars.write_text(
-        tfvars.read_text().replace('base_address    = "127.0.0.2"', 'base_address    = "10.1.2.3"')
-    )
+    tfvars = rendered / "terraform.tfvars.json"
+    values = json.loads(tfvars.read_text())
+    assert values["base_address"] == "127.0.0.2"
+    tfvars.write_text(json.dumps({**values, "base_address": "10.1.2.3"}))
     code = engine.raw(["plan", "-input=false", "-no-color"])
     assert code == 1
 

@@ -39,8 +39,9 @@ def golden_context() -> dict[str, object]:
 
 
 def test_local_root_matches_golden_files() -> None:
-    files = render.render_root("local", golden_context())
-    assert sorted(files) == ["main.tf", "terraform.tfvars"]
+    rendered = local_files(golden_context())
+    files = {name: rendered[name] for name in ("main.tf", "terraform.tfvars.json")}
+    assert sorted(render.render_root("local", golden_context())) == ["main.tf"]
     if os.environ.get("SKYINFRA_UPDATE_GOLDEN"):
         for name, text in files.items():
             (GOLDEN / name).write_text(text)
@@ -65,7 +66,7 @@ def test_local_workspace_is_self_contained() -> None:
         "modules/local/variables.tf",
         "modules/local/versions.tf",
         "scripts/bootstrap-node.sh",
-        "terraform.tfvars",
+        "terraform.tfvars.json",
     ]
     assert 'source = "./modules/local"' in files["main.tf"]
     assert 'abspath("${path.module}/scripts/bootstrap-node.sh")' in files["main.tf"]
@@ -114,6 +115,6 @@ def test_hcl_literals(value: object, literal: str) -> None:
 
 def test_missing_context_value_is_an_error() -> None:
     context = golden_context()
-    del context["wheel_sha256"]
-    with pytest.raises(jinja2.UndefinedError, match="wheel_sha256"):
+    del context["module_source"]
+    with pytest.raises(jinja2.UndefinedError, match="module_source"):
         render.render_root("local", context)

@@ -38,7 +38,7 @@ resource "terraform_data" "node" {
   # package requirements are single-quoted (the spec forbids quotes and spaces in them).
   provisioner "local-exec" {
     command = join(" ", concat(
-      ["bash \"$BOOTSTRAP\" --node-dir \"$NODE_DIR\" --python \"$NODE_PYTHON\" --wheel \"$WHEEL\""],
+      ["exec bash \"$BOOTSTRAP\" --node-dir \"$NODE_DIR\" --python \"$NODE_PYTHON\" --wheel \"$WHEEL\""],
       var.inherit_site_packages ? ["--inherit-site-packages"] : [],
       [for p in var.python_packages : "--package '${p}'"],
     ))

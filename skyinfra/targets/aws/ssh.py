@@ -52,6 +52,11 @@ class SshTarget:
     root: str = ""
 
 
+# Shell: when process $1 started (field 22 of /proc/PID/stat; the command name before it
+# may hold spaces). Pid files hold "PID START".
+_START_TIME = "start_of() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f20; }; start_of"
+
+
 class SshProcess:
     """A command running on a node; stdout and stderr arrive merged, line by line."""
 
@@ -85,8 +90,13 @@ class SshProcess:
         """TERM the remote process group, then KILL it after ``grace_s`` seconds."""
         pid_file = shlex.quote(self._pid_file)
         steps = int(max(grace_s, 0.5) / 0.5)
+        # A live process with the recorded pid but another start time reused the pid of a
+        # stale file: never signal it (a gone leader's group id cannot be reused while any
+        # member of the group lives, so that group is still ours).
         script = (
-            f"pid=$(cat {pid_file} 2>/dev/null) || exit 0; "
+            f"read -r pid start < {pid_file} 2>/dev/null || exit 0; "
+            f'now=$({_START_TIME} "$pid"); '
+            f'if [ -n "$now" ] && [ "$now" != "$start" ]; then rm -f {pid_file}; exit 0; fi; '
             'kill -TERM -- "-$pid" 2>/dev/null || exit 0; '
             f"for _ in $(seq {steps}); do "
             'kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done; '
@@ -412,7 +422,7 @@ class SshTransport:
         # group id `kill` signals. `exec` keeps that pid for the user's command.
         command = (
             f"mkdir -p {shlex.quote(posixpath.dirname(pid_file))} && "
-            f"echo $$ > {shlex.quote(pid_file)} && "
+            f'echo "$$ $({_START_TIME} $$)" > {shlex.quote(pid_file)} && '
             f"cd {shlex.quote(cwd)} && "
             f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'
             f"exec {shlex.join(argv)}"

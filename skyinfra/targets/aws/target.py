@@ -403,6 +403,13 @@ class AwsTarget:
             return transport(ws, spec, topology)
         return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
 
+    def nodes_to_replace(
+        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+    ) -> list[str]:
+        """None: Terraform's refresh sees an instance that is gone (terminated, deleted) and
+        plans a new one itself; a node whose bootstrap failed is not replaced by `up`."""
+        return []
+
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
         """Forget the destroyed nodes' host keys (the next `up` makes new nodes with new keys
         and, for the private addresses, the same IPs, which a stale pin would refuse), and

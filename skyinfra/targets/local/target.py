@@ -5,7 +5,10 @@ infra/modules/local module runs the shared node bootstrap). Nodes are ready when
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import socket
 import sys
 from collections.abc import Sequence
@@ -16,14 +19,18 @@ from skyinfra import render
 from skyinfra.errors import SpecError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, TargetOption, TargetOptions
+from skyinfra.targets.local.processes import end_processes
 from skyinfra.targets.local.spec import MAX_LOCAL_NODES, LocalSpec, parse_local_section
-from skyinfra.targets.local.transport import LocalTransport
+from skyinfra.targets.local.transport import LocalTransport, node_problem
 from skyinfra.topology import Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
     from skyinfra.targets.base import Target
+
+# A node's resource in the rendered root module (infra/modules/local).
+NODE_ADDRESS = re.compile(r'^module\.nodes\.terraform_data\.node\["(node-\d+)"\]$')
 
 
 def local_context(
@@ -51,11 +58,27 @@ def local_context(
     }
 
 
+# The root module's variables, written as terraform.tfvars.json (as the AWS target's are).
+LOCAL_TFVARS = (
+    "cluster_name",
+    "node_count",
+    "base_address",
+    "head_port",
+    "node_root",
+    "python",
+    "wheel_path",
+    "wheel_sha256",
+    "python_packages",
+)
+
+
 def local_files(context: dict[str, Any]) -> dict[str, str]:
     """Everything a local cluster's workspace holds: root module, tfvars, the local module's
     copy and the bootstrap script."""
+    tfvars = {name: context[name] for name in LOCAL_TFVARS}
     return {
         **render.render_root("local", context),
+        render.TFVARS_JSON: json.dumps(tfvars, indent=2) + "\n",
         **render.module_files("local"),
         **render.bootstrap_files(),
     }
@@ -140,8 +163,32 @@ class LocalTarget:
     ) -> LocalTransport:
         return LocalTransport({n.index: ws.nodes_dir / n.name for n in topology.nodes})
 
+    def nodes_to_replace(
+        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+    ) -> list[str]:
+        """Nodes in state whose folder is gone or broken (deleted by hand, say): Terraform
+        cannot see that (``terraform_data`` has nothing to refresh), `status` reports them
+        failed, so `up` plans them with ``-replace``."""
+        broken = []
+        for address in in_state:
+            match = NODE_ADDRESS.match(address)
+            if match and node_problem(ws.nodes_dir / match.group(1)):
+                broken.append(address)
+        return broken
+
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
-        """Nothing: Terraform's destroy provisioner removed the node folders."""
+        """The destroy provisioner ended the nodes' processes and removed their folders;
+        end and remove whatever a node no state knew about left (a bootstrap interrupted
+        with Terraform itself killed), so that nothing of the cluster is left."""
+        ended = end_processes([ws.nodes_dir])
+        if ended:
+            echo(f"[skyinfra] ended {len(ended)} leftover node process(es): {ended}")
+        if not ws.nodes_dir.is_dir():
+            return
+        for node_dir in sorted(ws.nodes_dir.iterdir()):
+            if (node_dir / ".skyinfra-node").is_file():
+                shutil.rmtree(node_dir, ignore_errors=True)
+                echo(f"[skyinfra] removed leftover node folder {node_dir}")
 
     def leftovers(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> list[str]:
         """Node folders still there, and processes still running in one (their working

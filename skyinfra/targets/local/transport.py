@@ -1,8 +1,10 @@
 """LocalTransport: every node is a directory on this machine, reached with subprocesses.
 
-Each process starts in its own session (process group), and its id is recorded in the node's
-``pids/`` folder while it runs, so `kill` ends the whole tree (the runtime may spawn one worker
-per device) and the destroy provisioner can end anything left behind.
+Each process starts in its own session (process group), and its id and start time are
+recorded in the node's ``pids/`` folder while it runs, so `kill` ends the whole tree (the
+runtime may spawn one worker per device); each also carries the node's mark in its environment
+(processes.py), so the destroy provisioner ends everything a node left behind, and never an
+unrelated process that reused a stale pid.
 """
 
 from __future__ import annotations
@@ -16,10 +18,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skyinfra.errors import TransportError
+from skyinfra.targets.local.processes import NODE_ENV, write_pid_file
 from skyinfra.transport.base import IgnoreFn, Readiness
 
 # Variables of the operator's own Python that must not leak into a node's interpreter.
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+
+
+def node_problem(node_dir: Path) -> str | None:
+    """Why ``node_dir`` is not a usable node (None: it is): what `status` reports as failed
+    and `up` replaces."""
+    if not (node_dir / ".skyinfra-node").is_file():
+        return f"{node_dir} is not a bootstrapped node directory (run `skyinfra up`)"
+    return None
 
 
 class LocalProcess:
@@ -87,11 +98,8 @@ class LocalTransport:
         d = self._dirs.get(node)
         if d is None:
             return Readiness("failed", f"no such node (nodes: {sorted(self._dirs)})")
-        if not (d / ".skyinfra-node").is_file():
-            return Readiness(
-                "failed", f"{d} is not a bootstrapped node directory (run `skyinfra up`)"
-            )
-        return Readiness("ready")
+        problem = node_problem(d)
+        return Readiness("failed", problem) if problem else Readiness("ready")
 
     def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
         target = Path(dest)
@@ -119,6 +127,7 @@ class LocalTransport:
         full_env["PATH"] = f"{venv_bin}{os.pathsep}{full_env.get('PATH', '')}"
         full_env["VIRTUAL_ENV"] = str(node_dir / "venv")
         full_env.update(env)
+        full_env[NODE_ENV] = str(node_dir)  # how `down` finds every process of the node
         try:
             popen = subprocess.Popen(
                 list(argv),
@@ -134,8 +143,7 @@ class LocalTransport:
         except OSError as err:
             raise TransportError(f"node {node}: cannot start {argv[0]}: {err}", argv=argv) from err
         pid_file = node_dir / "pids" / f"{tag}.pid"
-        pid_file.parent.mkdir(exist_ok=True)
-        pid_file.write_text(str(popen.pid))
+        write_pid_file(pid_file, popen.pid)
         return LocalProcess(node, popen, pid_file)
 
     def fetch(self, node: int, remote: str, local: Path) -> bool:
