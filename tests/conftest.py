@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -105,3 +105,13 @@ def make_venv(path: Path) -> Path:
     """A fresh virtual environment (with pip) from this interpreter's base Python; its python."""
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
     return path / "bin" / "python"
+
+
+def content_of(entry: dict[str, Any]) -> str:
+    """A cloud-init write_files entry's text (unpacked when ``encoding: gz+b64``)."""
+    import base64
+    import gzip
+
+    if entry.get("encoding") == "gz+b64":
+        return gzip.decompress(base64.b64decode(entry["content"])).decode()
+    return str(entry["content"])

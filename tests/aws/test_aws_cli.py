@@ -43,7 +43,7 @@ from skyinfra.terraform import MIRROR_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, content_of
 
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
@@ -438,7 +438,7 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
         if not str(path).startswith(str(root)):
             continue  # systemd units of the idle timer (off in this spec)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(moved(entry["content"]))
+        path.write_text(moved(content_of(entry)))
         path.chmod(int(entry["permissions"], 8))
     command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
     return subprocess.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from skyinfra.targets.aws.cloudinit import (
 )
 from skyinfra.targets.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
-from tests.conftest import require_system_tool
+from tests.conftest import content_of, require_system_tool
 
 TOPOLOGY = {
     "schema": 1,
@@ -93,7 +94,7 @@ def test_user_data_fits_ec2_limit_as_plain_text(name: str) -> None:
 
 
 def files_of(document: str) -> dict[str, str]:
-    return {f["path"]: f["content"] for f in yaml.safe_load(document)["write_files"]}
+    return {f["path"]: content_of(f) for f in yaml.safe_load(document)["write_files"]}
 
 
 def test_content_topology_identity_bootstrap_and_install() -> None:
@@ -151,7 +152,9 @@ def test_secret_in_spec_never_reaches_user_data() -> None:
 
 
 def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
-    big_script = "#!/bin/sh\n" + "".join(f"echo line {i} of a long script\n" for i in range(900))
+    # The bootstrap goes in compressed: only hard-to-compress text makes the document big.
+    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(200))
+    big_script = "#!/bin/sh\n" + "".join(lines)
     document = render_user_data(params(bootstrap_script=big_script))
     assert len(document.encode()) > USER_DATA_LIMIT_BYTES
     encoded = encode_user_data(document)

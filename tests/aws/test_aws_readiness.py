@@ -39,6 +39,7 @@ from skyinfra.targets.aws.target import console_host_keys
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.wheel import build_runtime_wheel
+from tests.conftest import content_of
 
 LOG = "/var/log/cloud-init-output.log"
 
@@ -292,7 +293,7 @@ def provision(
         path = Path(entry["path"])
         if path.parent == scripts:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(entry["content"])
+            path.write_text(content_of(entry))
             path.chmod(0o755)
     # The node signs its S3 GET with its role's credentials; here a test server that ignores
     # the signature serves the wheel, and these stand in for the instance metadata service.
@@ -348,7 +349,7 @@ def idle_check(node_root: Path, tmp_path: Path, **overrides: str) -> bool:
     """Run the node's idle-check.sh as its systemd unit would (the unit's Environment line,
     ``overrides`` on top), with stand-ins for shutdown, logger and who; True: it shut down."""
     document = yaml.safe_load((node_root.parent / "user-data").read_text())
-    files = {f["path"]: f["content"] for f in document["write_files"]}
+    files = {f["path"]: content_of(f) for f in document["write_files"]}
     (line,) = [
         x
         for x in files["/etc/systemd/system/skyinfra-idle.service"].splitlines()

@@ -150,12 +150,12 @@ def render_user_data(params: NodeUserData) -> str:
             cluster_name=params.cluster_name,
             node_index=params.node_index,
             topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
-            bootstrap_script=params.bootstrap_script.rstrip("\n"),
+            bootstrap_script=params.bootstrap_script,
             provision_script=resources.read_text(PROVISION_SCRIPT).rstrip("\n"),
             idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT).rstrip("\n"),
             wheel_url=params.wheel_url,
             wheel_region=params.wheel_region,
-            fetch_script=resources.read_text(FETCH_SCRIPT).rstrip("\n"),
+            fetch_script=resources.read_text(FETCH_SCRIPT),
             wheel_sha256=params.wheel_sha256,
             wheel_filename=params.wheel_filename,
             python=params.python,
@@ -171,7 +171,9 @@ def render_user_data(params: NodeUserData) -> str:
             provision_minutes=PROVISION_MINUTES,
         ),
     )
+    # The scripts go in compressed: check them as text, too.
     assert_no_secret(document, params.forbidden_values)
+    assert_no_secret(params.bootstrap_script, params.forbidden_values)
     return document
 
 
