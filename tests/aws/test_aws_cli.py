@@ -191,6 +191,7 @@ def test_up_twice_status_down_through_the_cli(
     project = tmp_path / "project"
     project.mkdir()
     write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    (project / "train.py").write_text("def main():\n    pass\n")  # `run` checks ENTRY first
     ws = project / ".skyinfra" / "clusters" / "cli-two"
 
     first = skyinfra("up", "--provider", "aws", cwd=project, env=cli_env)

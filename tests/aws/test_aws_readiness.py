@@ -189,6 +189,7 @@ def test_run_waits_then_fails_naming_the_node_not_ready(
     topology = topology_of(2)
     (tmp_path / "topology.json").write_text(json.dumps(topology.to_dict()))
     (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("def main():\n    pass\n")  # ENTRY is checked
     lines: list[str] = []
     started = time.monotonic()
     with pytest.raises(NodesNotReadyError) as err:
