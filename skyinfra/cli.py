@@ -333,6 +333,32 @@ def down(cluster_name: str | None, clusters_root: Path | None, yes: bool) -> Non
     echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
 
 
+@cli.command()
+@dir_option
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also look where this spec runs (default ./skyinfra.toml when present).",
+)
+def gc(clusters_root: Path | None, spec_path: Path | None) -> None:
+    """List resources skyinfra tagged that no workspace's state knows about (lists only).
+
+    Looks where the workspaces in --dir (and the spec) run: on AWS, their regions, for
+    anything tagged skyinfra:cluster that no terraform.tfstate holds. Delete what it lists
+    with the provider's own tools once you are sure; nothing is deleted here.
+    """
+    path = spec_path or (DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None)
+    extra = [load_spec(path, {})] if path is not None else []
+    lines = lifecycle.gc(clusters_dir(clusters_root), echo, extra_specs=extra)
+    for line in lines:
+        echo(line)
+    echo(
+        f"[skyinfra] {len(lines)} resource(s) tagged by skyinfra that no workspace knows about"
+        + ("" if not lines else " (listed above; nothing was deleted)")
+    )
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @cluster_option
 @dir_option

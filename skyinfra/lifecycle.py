@@ -36,7 +36,7 @@ from skyinfra.terraform.plan import ResourceChange, destructive_changes
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.transport.readiness import check_readiness
-from skyinfra.workspace import Workspace
+from skyinfra.workspace import Workspace, clusters_in
 
 Echo = Callable[[str], None]
 # The saved plan `up` applies (deleted afterwards: it can hold variable values).
@@ -266,7 +266,27 @@ def down(
             raise WorkspaceError(
                 f"cluster {ws.name!r}: resources left in state after destroy: {remaining}"
             )
-        target_of(spec).after_down(ws, spec, echo=echo)
+        target = target_of(spec)
+        target.after_down(ws, spec, echo=echo)
+        left = target.leftovers(ws, spec, echo=echo)
+        if left:
+            raise WorkspaceError(
+                f"cluster {ws.name!r}: destroyed in Terraform's state, but {spec.provider} still "
+                f"shows {len(left)} of its resource(s): " + "; ".join(left)
+            )
+        echo(f"[skyinfra] checked with {spec.provider}: nothing of cluster {spec.name!r} is left")
+
+
+def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> list[str]:
+    """What every target made (by its tags) that no workspace in ``base`` has in its state,
+    looked for where those workspaces (and ``extra_specs``) run. Lists; deletes nothing."""
+    workspaces = [Workspace(base / name) for name in clusters_in(base)]
+    specs = [spec_of(ws) for ws in workspaces] + list(extra_specs)
+    lines: list[str] = []
+    for target in all_targets():
+        if any(spec.provider == target.name for spec in specs):
+            lines += target.orphans(workspaces, specs, echo=echo)
+    return lines
 
 
 def transport_for(

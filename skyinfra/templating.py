@@ -10,7 +10,9 @@ keeps the template's trailing newline. Filters beside Jinja's own (``tojson`` am
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
 import json
 import shlex
 from collections.abc import Mapping
@@ -46,6 +48,12 @@ def hcl(value: Any) -> str:
     raise TypeError(f"no HCL literal for {type(value).__name__}: {value!r}")
 
 
+def gzip_b64(value: Any) -> str:
+    """Text as gzip (no timestamp: the same text gives the same bytes) in base64: cloud-init's
+    ``encoding: gz+b64`` for write_files."""
+    return base64.b64encode(gzip.compress(str(value).encode(), compresslevel=9, mtime=0)).decode()
+
+
 def shquote(value: Any) -> str:
     return shlex.quote(str(value))
 
@@ -66,6 +74,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["hcl"] = hcl
     env.filters["shquote"] = shquote
+    env.filters["gzip_b64"] = gzip_b64
     return env
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -136,3 +136,13 @@ def golden_context() -> GoldenContext:
         )
 
     return make
+
+
+def content_of(entry: dict[str, Any]) -> str:
+    """A cloud-init write_files entry's text (unpacked when ``encoding: gz+b64``)."""
+    import base64
+    import gzip
+
+    if entry.get("encoding") == "gz+b64":
+        return gzip.decompress(base64.b64decode(entry["content"])).decode()
+    return str(entry["content"])

@@ -2,12 +2,16 @@
 # Shut an idle AWS node down (which terminates it: the nodes module sets
 # instance_initiated_shutdown_behavior) once no skyinfra process and no SSH session has been
 # seen for IDLE_MINUTES minutes. Run every minute by skyinfra-idle.timer; the user data
-# (infra/templates/aws/cloud-init/user-data.yaml.j2) installs both, and skyinfra-idle.service
-# sets:
-#   IDLE_MINUTES  how long the node may stay idle
-#   STATE_DIR     where the last-busy stamp is kept
-#   NODE_DIR      the node folder, whose pids/ records the running skyinfra commands
+# (infra/templates/aws/cloud-init/user-data.yaml.j2) installs both and arms the timer before
+# provision.sh runs, and skyinfra-idle.service sets:
+#   IDLE_MINUTES       how long the node may stay idle
+#   PROVISION_MINUTES  how long a bootstrap still running (neither marker yet) counts as busy
+#   STATE_DIR          where the last-busy stamp and provision.sh's ready/failed markers are
+#   NODE_DIR           the node folder, whose pids/ records the running skyinfra commands
+# A node whose bootstrap failed (STATE_DIR/failed) is idle like any other: nobody can run on
+# it, so it ends itself IDLE_MINUTES later unless someone is logged in to look.
 set -u
+mkdir -p "$STATE_DIR"
 stamp="$STATE_DIR/last-busy"
 busy=0
 for f in "$NODE_DIR"/pids/*.pid; do
@@ -15,6 +19,10 @@ for f in "$NODE_DIR"/pids/*.pid; do
     pid=""; [ -f "$f" ] && read -r pid _ < "$f"
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && busy=1
 done
+if [ ! -f "$STATE_DIR/ready" ] && [ ! -f "$STATE_DIR/failed" ]; then
+    uptime_s=$(cut -d. -f1 /proc/uptime)
+    [ "$uptime_s" -lt $(( ${PROVISION_MINUTES:-60} * 60 )) ] && busy=1
+fi
 [ -n "$(who)" ] && busy=1
 [ -f "$stamp" ] || busy=1
 if [ "$busy" = 1 ]; then touch "$stamp"; exit 0; fi

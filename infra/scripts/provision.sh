@@ -4,7 +4,8 @@
 # provision-settings.sh beside it; the output goes to cloud-init's output log
 # (/var/log/cloud-init-output.log).
 #
-# Fetches the runtime wheel from its presigned URL, checks its sha256, runs the node bootstrap
+# Fetches the runtime wheel from S3 with the node's instance role (fetch-s3-object.py: no
+# credential is in the user data), checks its sha256, runs the node bootstrap
 # shared with the local target (bootstrap-node.sh), hands the node folder to the login user
 # and writes the ready marker. A failure leaves the node without the ready marker and writes
 # the failed marker (the failing line and command); `skyinfra run` and `skyinfra status` read
@@ -12,11 +13,13 @@
 #
 # provision-settings.sh sets (rendered by skyinfra.targets.aws.cloudinit):
 #   STATE_DIR       where the ready and failed markers go
-#   SCRIPT_DIR      where bootstrap-node.sh is; the wheel is downloaded to SCRIPT_DIR/wheel/
+#   SCRIPT_DIR      where bootstrap-node.sh and fetch-s3-object.py are; the wheel is
+#                   downloaded to SCRIPT_DIR/wheel/
 #   NODE_DIR        the node folder bootstrap-node.sh makes (venv/, work/, pids/)
 #   SSH_USER        the login user, who owns NODE_DIR once the bootstrap is done
 #   PYTHON          the interpreter bootstrap-node.sh makes the node's venv with
-#   WHEEL_URL, WHEEL_SHA256, WHEEL_FILENAME   the runtime wheel
+#   WHEEL_URL, WHEEL_REGION, WHEEL_SHA256, WHEEL_FILENAME   the runtime wheel: its S3
+#                   object's plain address (no credentials) and the bucket's region
 #   BOOTSTRAP_ARGS  further bootstrap-node.sh arguments (--find-links URL, --package REQ)
 set -eEuo pipefail
 # shellcheck source=/dev/null
@@ -25,8 +28,7 @@ mkdir -p "$STATE_DIR" "$SCRIPT_DIR/wheel"
 rm -f "$STATE_DIR/ready" "$STATE_DIR/failed"
 trap 'echo "provision.sh line $LINENO: $BASH_COMMAND (exit $?)" > "$STATE_DIR/failed"' ERR
 wheel="$SCRIPT_DIR/wheel/$WHEEL_FILENAME"
-curl --fail --silent --show-error --location --retry 5 --retry-connrefused \
-    --output "$wheel" "$WHEEL_URL"
+"$PYTHON" "$SCRIPT_DIR/fetch-s3-object.py" "$WHEEL_URL" "$WHEEL_REGION" "$wheel"
 echo "$WHEEL_SHA256  $wheel" | sha256sum --check --strict -
 "$SCRIPT_DIR/bootstrap-node.sh" --node-dir "$NODE_DIR" --python "$PYTHON" --wheel "$wheel" \
     "${BOOTSTRAP_ARGS[@]}"

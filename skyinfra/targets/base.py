@@ -91,3 +91,18 @@ class Target(Protocol):
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
         """Clean up what Terraform does not own, once the cluster is destroyed."""
         ...
+
+    def leftovers(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> list[str]:
+        """After ``down``: what of this cluster still exists, asked of the place it runs
+        rather than of Terraform's state (AWS: resources tagged with the workspace's id,
+        counted through the API; local: node folders and processes). One line each; empty
+        when nothing is left."""
+        ...
+
+    def orphans(
+        self, workspaces: Sequence[Workspace], specs: Sequence[ClusterSpec], *, echo: Echo
+    ) -> list[str]:
+        """What this target made (by its tags) that the state of none of ``workspaces``
+        knows about, searched where ``specs`` run (AWS: their regions). Lists, never
+        deletes; one line each."""
+        ...

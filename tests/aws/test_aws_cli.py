@@ -43,7 +43,7 @@ from skyinfra.terraform import MIRROR_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
-from tests.conftest import REPO_ROOT, skyinfra_argv
+from tests.conftest import REPO_ROOT, content_of, skyinfra_argv
 
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
@@ -185,6 +185,7 @@ def test_up_twice_status_down_through_the_cli(
     project = tmp_path / "project"
     project.mkdir()
     write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    (project / "train.py").write_text("def main():\n    pass\n")  # `run` checks ENTRY first
     ws = project / ".skyinfra" / "clusters" / "cli-two"
 
     first = skyinfra("up", "--provider", "aws", cwd=project, env=cli_env)
@@ -288,7 +289,6 @@ def test_up_twice_status_down_through_the_cli(
         assert "    not dialled: emulator mode (SKYINFRA_AWS_ENDPOINT_URL is set)" in text.stdout
 
         # `run` does not start on nodes that are not ready: it waits, then names them.
-        (project / "train.py").write_text("def main():\n    return 0\n")
         run = skyinfra("run", "--wait-ready", "1", "train.py:main", cwd=project, env=cli_env)
         assert run.returncode == 5, run.stdout + run.stderr  # exitcodes.NODES_NOT_READY
         assert "error: 2 of 2 node(s) not ready after 1 s: node-0: not dialled" in run.stderr
@@ -433,9 +433,9 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
         if not str(path).startswith(str(root)):
             continue  # systemd units of the idle timer (off in this spec)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(moved(entry["content"]))
+        path.write_text(moved(content_of(entry)))
         path.chmod(int(entry["permissions"], 8))
-    (command,) = document["runcmd"]
+    command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
     return subprocess.run(
         [moved(part) for part in command], capture_output=True, text=True, timeout=600
     )
@@ -448,10 +448,22 @@ def test_run_over_ssh_on_emulated_aws_nodes(
     sshd: tuple[SshTarget, Path],
     ec2: Any,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """up -> status (pending) -> the real provisioning script -> status (ready) -> run over SSH
     (a function entry returning instance_info()) -> down, through the CLI on the AWS target."""
     target, key = sshd
+    # The nodes' consoles show the stand-in sshd's host key, as cloud-init prints a node's
+    # own at first boot: the transport pins it from there (GetConsoleOutput, moto's here).
+    import moto.ec2.responses.general as general
+
+    host_key = " ".join((key.parent / "host_ed25519.pub").read_text().split()[:2])
+    monkeypatch.setattr(
+        general,
+        "SAMPLE_CONSOLE_OUTPUT",
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        f"{host_key} root@node\n-----END SSH HOST KEY KEYS-----\n",
+    )
     project = tmp_path / "project"
     project.mkdir()
     (project / "skyinfra.toml").write_text(
@@ -482,8 +494,10 @@ def test_run_over_ssh_on_emulated_aws_nodes(
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         topology = json.loads((ws / "topology.json").read_text())
-        pending = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)
+        first = skyinfra("status", "--json", cwd=project, env=env)
+        pending = json.loads(first.stdout)
         assert [n["readiness"] for n in pending["nodes"]] == ["pending", "pending"]
+        assert "matches the key it published on its console" in first.stderr
 
         tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
         for name, root in roots.items():
@@ -568,3 +582,118 @@ def test_transport_in_emulator_mode_dials_only_mapped_nodes(
     monkeypatch.setenv(EMULATED_NODES_ENV_VAR, '{"node-7": "127.0.0.1:2201"}')
     with pytest.raises(ConfigError, match=r"a node of 'emu': \['node-0', 'node-1'\]"):
         transport(ws, spec, topology)
+
+
+# Recognisable credentials that moto accepts (it checks none): none may be written anywhere.
+PLANTED = {
+    "AWS_ACCESS_KEY_ID": "AKIAPLANTED0KEY04242",
+    "AWS_SECRET_ACCESS_KEY": "PlantedSecret/4242/DoNotLeak+xQzVbNmKlJhGfDsA",
+    "AWS_SESSION_TOKEN": "PlantedSessionToken4242DoNotLeakIQoJb3JpZ2luX2VjEXAMPLE==",
+}
+
+
+def files_holding(root: Path, values: dict[str, str]) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            found += [f"{path}: {name}" for name, v in values.items() if v.encode() in data]
+    return found
+
+
+def tagged_instance(ec2: Any, tags: dict[str, str]) -> str:
+    made = ec2.run_instances(
+        ImageId=UBUNTU_DLAMI,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="t3.micro",
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )
+    return str(made["Instances"][0]["InstanceId"])
+
+
+@pytest.mark.slow
+def test_credentials_stay_out_of_files_tags_gc_and_down_checks_by_tag(
+    cli_env: dict[str, str],
+    dlami: None,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    ec2: Any,
+    tmp_path: Path,
+) -> None:
+    """Planted credentials for `up`/`status`/`gc`/`down`: no value in any file of the project
+    or workspace (tfvars, state, plan, settings) or in any output. Every resource carries the
+    cluster and the workspace id; the nodes' role reads the staged wheel; `gc` lists a
+    tagged instance no state knows; `down` refuses while the API still shows one of the
+    workspace's instances, and once clean deletes the staged wheel."""
+    project = tmp_path / "project"
+    project.mkdir()
+    write_spec(project / "skyinfra.toml", "leak-check", "t3.micro", ssh_key)
+    env = {**cli_env, **PLANTED}
+    ws = project / ".skyinfra" / "clusters" / "leak-check"
+    runs: list[subprocess.CompletedProcess[str]] = []
+    up = skyinfra("up", cwd=project, env=env)
+    runs.append(up)
+    stray = ghost = None
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        ws_id = json.loads((ws / "workspace-id.json").read_text())["id"]
+        settings = json.loads((ws / TARGET_FILE).read_text())
+        assert settings["workspace_id"] == ws_id
+        topology = json.loads((ws / "topology.json").read_text())
+        ids = [n["instance_id"] for n in topology["nodes"]]
+        for instance in instances_by_id(ec2, ids).values():
+            tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+            assert (tags["skyinfra:cluster"], tags["skyinfra:workspace"]) == ("leak-check", ws_id)
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "tag:skyinfra:workspace", "Values": [ws_id]}])
+        assert len(vpcs["Vpcs"]) == 1
+        # The user data names the object, not a presigned URL; the role may read the prefix.
+        user_data = json.loads((ws / "terraform.tfvars.json").read_text())["user_data"]
+        text = user_data["node-0"]["text"]
+        prefix = settings["staging_prefix"]
+        assert f"/{settings['staging_bucket']}/{prefix}" in text and "X-Amz-" not in text
+        iam = boto3.client("iam", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
+        policy = iam.get_role_policy(
+            RoleName="leak-check-node", PolicyName="leak-check-staged-read"
+        )
+        (statement,) = policy["PolicyDocument"]["Statement"]
+        assert statement["Action"] == "s3:GetObject"
+        assert statement["Resource"] == f"arn:aws:s3:::{settings['staging_bucket']}/{prefix}*"
+
+        runs.append(skyinfra("status", cwd=project, env=env))
+        # An instance tagged like a cluster's that no state knows about: `gc` lists it.
+        ghost = tagged_instance(
+            ec2, {"skyinfra:cluster": "gone", "skyinfra:workspace": "ws-00000000000000aa"}
+        )
+        gc = skyinfra("gc", cwd=project, env=env)
+        runs.append(gc)
+        assert gc.returncode == 0, gc.stdout + gc.stderr
+        assert f"{REGION} instance {ghost} (skyinfra:cluster=gone" in gc.stdout
+        assert not any(i in gc.stdout for i in ids)  # the cluster's own are in its state
+        assert "nothing was deleted" in gc.stdout
+        ec2.terminate_instances(InstanceIds=[ghost])
+        # One of this workspace's instances that Terraform does not know: `down` says so.
+        stray = tagged_instance(
+            ec2, {"skyinfra:cluster": "leak-check", "skyinfra:workspace": ws_id}
+        )
+    finally:
+        down = skyinfra("down", "--yes", cwd=project, env=env)
+        runs.append(down)
+    assert down.returncode != 0, down.stdout + down.stderr
+    assert f"aws still shows 1 of its resource(s): instance {stray}" in down.stderr
+    ec2.terminate_instances(InstanceIds=[stray])
+    again = skyinfra("down", "--yes", cwd=project, env=env)
+    runs.append(again)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "checked with aws: nothing of cluster 'leak-check' is left" in again.stdout
+    assert count_cluster_resources(ec2, "leak-check") == NO_SPACE
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
+    listed = s3.list_objects_v2(Bucket=settings["staging_bucket"], Prefix=prefix)
+    assert listed["KeyCount"] == 0  # `down` deleted the staged wheel
+
+    assert files_holding(tmp_path, PLANTED) == []
+    for run in runs:
+        for name, value in PLANTED.items():
+            assert value not in run.stdout + run.stderr, name

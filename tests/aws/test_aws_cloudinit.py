@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import yaml
 from skyinfra import resources
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.cloudinit import (
+    FETCH_SCRIPT,
     IDLE_CHECK_SCRIPT,
     JAX_FIND_LINKS,
     PROVISION_SCRIPT,
@@ -24,7 +26,7 @@ from skyinfra.targets.aws.cloudinit import (
 )
 from skyinfra.targets.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
-from tests.conftest import require_system_tool
+from tests.conftest import content_of, require_system_tool
 
 TOPOLOGY = {
     "schema": 1,
@@ -51,8 +53,8 @@ def params(**overrides: object) -> NodeUserData:
         "cluster_name": "demo",
         "node_index": 1,
         "topology_json": json.dumps(TOPOLOGY),
-        "wheel_url": "https://bucket.s3.amazonaws.com/w/skyinfra_runtime-0.1.0-py3-none-any.whl"
-        "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=7200&X-Amz-Signature=0f0f",
+        "wheel_url": "https://bucket.s3.us-east-1.amazonaws.com/w/"
+        "skyinfra_runtime-0.1.0-py3-none-any.whl",
         "wheel_sha256": "ab" * 32,
         "wheel_filename": "skyinfra_runtime-0.1.0-py3-none-any.whl",
         "bootstrap_script": default_bootstrap_script(),
@@ -92,7 +94,7 @@ def test_user_data_fits_ec2_limit_as_plain_text(name: str) -> None:
 
 
 def files_of(document: str) -> dict[str, str]:
-    return {f["path"]: f["content"] for f in yaml.safe_load(document)["write_files"]}
+    return {f["path"]: content_of(f) for f in yaml.safe_load(document)["write_files"]}
 
 
 def test_content_topology_identity_bootstrap_and_install() -> None:
@@ -111,13 +113,18 @@ def test_content_topology_identity_bootstrap_and_install() -> None:
     assert "'jax[cuda12]'" in settings
     assert f"--find-links {JAX_FIND_LINKS}" in settings
     assert "--package keras==3.6.0" in settings
-    (runcmd,) = yaml.safe_load(document)["runcmd"]
-    assert "systemctl enable --now skyinfra-idle.timer" in runcmd
-    assert runcmd.startswith("/opt/skyinfra/provision.sh && ")  # only once the node is ready
+    # The idle timer is armed before provision.sh runs: a node whose bootstrap fails still
+    # shuts itself down (idle-check.sh counts a failed bootstrap as idle).
+    runcmd = yaml.safe_load(document)["runcmd"]
+    assert runcmd == [
+        ["systemctl", "daemon-reload"],
+        ["systemctl", "enable", "--now", "skyinfra-idle.timer"],
+        ["/opt/skyinfra/provision.sh"],
+    ]
     assert "/etc/systemd/system/skyinfra-idle.timer" in files
     assert files["/opt/skyinfra/idle-check.sh"] == resources.read_text(IDLE_CHECK_SCRIPT)
     service = files["/etc/systemd/system/skyinfra-idle.service"]
-    assert f"Environment=IDLE_MINUTES={DEFAULT_IDLE_SHUTDOWN_MINUTES} STATE_DIR=" in service
+    assert f"Environment=IDLE_MINUTES={DEFAULT_IDLE_SHUTDOWN_MINUTES} PROVISION_MINUTES=" in service
 
 
 def test_idle_timer_off_by_explicit_setting() -> None:
@@ -145,7 +152,9 @@ def test_secret_in_spec_never_reaches_user_data() -> None:
 
 
 def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
-    big_script = "#!/bin/sh\n" + "".join(f"echo line {i} of a long script\n" for i in range(900))
+    # The bootstrap goes in compressed: only hard-to-compress text makes the document big.
+    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(200))
+    big_script = "#!/bin/sh\n" + "".join(lines)
     document = render_user_data(params(bootstrap_script=big_script))
     assert len(document.encode()) > USER_DATA_LIMIT_BYTES
     encoded = encode_user_data(document)
@@ -171,7 +180,7 @@ def test_bad_input_names_the_field(field: str, value: str, message: str) -> None
 
 def test_provision_settings_are_the_values_as_bash_reads_them(tmp_path: Path) -> None:
     """provision.sh sources its settings: every value comes back as it went in, quoting and
-    all (a presigned URL's & and ?, an extra's brackets, a requirement's spaces)."""
+    all (an extra's brackets, a requirement's spaces)."""
     packages = ["keras==3.6.0", "torch >=2.13"]
     document = render_user_data(params(python_packages=packages))
     settings = tmp_path / "provision-settings.sh"
@@ -208,3 +217,36 @@ def test_node_scripts_pass_shellcheck() -> None:
             [shellcheck, "--shell=bash", "-"], input=text, capture_output=True, text=True
         )
         assert result.returncode == 0, text.splitlines()[1] + "\n" + result.stdout
+
+
+def test_a_presigned_url_is_refused_and_the_node_signs_its_own_request() -> None:
+    """No credential in user data: a URL with a query string (where a presigned URL keeps
+    X-Amz-Credential and X-Amz-Security-Token) is refused; the node's fetch-s3-object.py
+    signs its GET as botocore does (SigV4, checked against botocore's own signer)."""
+    presigned = params().wheel_url + "?X-Amz-Credential=AKIAEXAMPLE%2F20261123"
+    with pytest.raises(RenderError, match="without a query string"):
+        render_user_data(params(wheel_url=presigned))
+    files = files_of(render_user_data(params()))
+    assert files["/opt/skyinfra/fetch-s3-object.py"] == resources.read_text(FETCH_SCRIPT)
+
+    import datetime
+    import types
+    from unittest import mock
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    fetcher = types.ModuleType("fetch_s3_object")
+    exec(compile(resources.read_text(FETCH_SCRIPT), FETCH_SCRIPT, "exec"), fetcher.__dict__)
+    now = datetime.datetime(2026, 11, 23, 10, 0, 0, tzinfo=datetime.timezone.utc)
+    url = "https://b.s3.eu-west-1.amazonaws.com/c/ws-1/ab/skyinfra_runtime-0.1%2Bx-py3-none-any.whl"
+    for creds in [("AKIAEXAMPLE", "secret/key+1", "token=="), ("AKIAEXAMPLE", "s", None)]:
+        mine = fetcher.signed_headers(url, "eu-west-1", creds, now)
+        request = AWSRequest(method="GET", url=url)
+        auth = S3SigV4Auth(Credentials(*creds), "s3", "eu-west-1")
+        with mock.patch(
+            "botocore.auth.get_current_datetime", return_value=now.replace(tzinfo=None)
+        ):
+            auth.add_auth(request)
+        assert mine["authorization"] == request.headers["Authorization"]

@@ -14,6 +14,7 @@ import getpass
 import hashlib
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,18 +22,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from aws_tf import REGION
 from conftest import free_port
 
 from skyinfra.errors import NodesNotReadyError
 from skyinfra.run.session import run_on_cluster
+from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
+from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.target import console_host_keys
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.wheel import build_runtime_wheel
+from tests.conftest import content_of
 
 LOG = "/var/log/cloud-init-output.log"
 
@@ -257,9 +264,12 @@ def wheel_server(
         server.shutdown()
 
 
-def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subprocess.Popen[str]:
+def provision(
+    node_root: Path, wheel_url: str, wheel: Path, sha256: str, *, idle_shutdown_minutes: int = 0
+) -> subprocess.Popen[str]:
     """Render the user data with its directories under node_root, write the scripts cloud-init
-    would write, and start provision.sh."""
+    would write (the document itself goes to ``<node_root>/../user-data``), and start
+    provision.sh."""
     scripts = node_root.parent / "scripts"
     document = render_user_data(
         NodeUserData(
@@ -271,7 +281,7 @@ def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subp
             wheel_filename=wheel.name,
             bootstrap_script=default_bootstrap_script(),
             jax_extra=None,
-            idle_shutdown_minutes=0,
+            idle_shutdown_minutes=idle_shutdown_minutes,
             ssh_user=getpass.getuser(),
             python=sys.executable,
             node_dir=str(node_root),
@@ -279,17 +289,23 @@ def provision(node_root: Path, wheel_url: str, wheel: Path, sha256: str) -> subp
             script_dir=str(scripts),
         )
     )
+    (node_root.parent / "user-data").write_text(document)
     for entry in yaml.safe_load(document)["write_files"]:
         path = Path(entry["path"])
         if path.parent == scripts:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(entry["content"])
+            path.write_text(content_of(entry))
             path.chmod(0o755)
+    # The node signs its S3 GET with its role's credentials; here a test server that ignores
+    # the signature serves the wheel, and these stand in for the instance metadata service.
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "node-role", "AWS_SECRET_ACCESS_KEY": "node-role"}
+    env["FETCH_DEADLINE_S"] = "5"
     return subprocess.Popen(
         ["bash", str(scripts / "provision.sh")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=env,
     )
 
 
@@ -328,3 +344,170 @@ def test_provision_script_failure_is_reported_with_the_failing_step(
     assert "bootstrap failed: provision.sh line" in found.detail
     assert "sha256sum --check --strict" in found.detail
     assert f"see {LOG} on the node" in found.detail
+
+
+def idle_check(node_root: Path, tmp_path: Path, **overrides: str) -> bool:
+    """Run the node's idle-check.sh as its systemd unit would (the unit's Environment line,
+    ``overrides`` on top), with stand-ins for shutdown, logger and who; True: it shut down."""
+    document = yaml.safe_load((node_root.parent / "user-data").read_text())
+    files = {f["path"]: content_of(f) for f in document["write_files"]}
+    (line,) = [
+        x
+        for x in files["/etc/systemd/system/skyinfra-idle.service"].splitlines()
+        if x.startswith("Environment=")
+    ]
+    env = dict(pair.split("=", 1) for pair in line.removeprefix("Environment=").split())
+    env.update(overrides)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    shut = tmp_path / "shutdown-called"
+    for name, body in {"shutdown": f'echo "$@" > {shut}', "logger": ":", "who": ":"}.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env["PATH"] = f"{stubs}:/usr/bin:/bin"
+    script = node_root.parent / "scripts" / "idle-check.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return shut.is_file()
+
+
+def test_a_node_whose_bootstrap_failed_shuts_itself_down(
+    node_root: Path, wheel_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The idle timer is armed before provision.sh (test_aws_cloudinit checks the order); a
+    bootstrap still running counts as busy, a failed one as idle: the node ends itself."""
+    base, wheel = wheel_server
+    proc = provision(node_root, f"{base}/{wheel.name}", wheel, "0" * 64, idle_shutdown_minutes=1)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, output
+    assert (node_root / "state" / "failed").is_file()
+    stamp = node_root / "state" / "last-busy"
+
+    def aged() -> None:
+        old = time.time() - 120
+        os.utime(stamp, (old, old))
+
+    # Still bootstrapping (no marker), well within PROVISION_MINUTES: busy, never shut down.
+    failed = (node_root / "state" / "failed").read_text()
+    (node_root / "state" / "failed").unlink()
+    assert not idle_check(node_root, tmp_path, PROVISION_MINUTES="100000")
+    aged()
+    assert not idle_check(node_root, tmp_path, PROVISION_MINUTES="100000")
+    # The bootstrap failed: idle from then on, so the node shuts down IDLE_MINUTES later.
+    (node_root / "state" / "failed").write_text(failed)
+    stamp.unlink()
+    assert not idle_check(node_root, tmp_path)  # the first look only starts the clock
+    aged()
+    assert idle_check(node_root, tmp_path)
+    assert (tmp_path / "shutdown-called").read_text().split() == ["-h", "now"]
+
+
+# ---------------------------------------------------------------- host keys
+
+
+def console_with(public_key_file: Path) -> str:
+    """What cloud-init prints to the serial console at first boot, with this host key."""
+    key = " ".join(public_key_file.read_text().split()[:2])
+    return (
+        "Cloud-init v. 24.1 running 'modules:final'\n"
+        "ec2: #############################################################\n"
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY= root@ip-10-42-0-10\n"
+        f"{key} root@ip-10-42-0-10\n"
+        "-----END SSH HOST KEY KEYS-----\n"
+    )
+
+
+@pytest.fixture
+def moto_console(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Set what moto's GetConsoleOutput answers (its server runs in this process)."""
+    import moto.ec2.responses.general as general
+
+    return lambda text: monkeypatch.setattr(general, "SAMPLE_CONSOLE_OUTPUT", text)
+
+
+def test_host_key_is_pinned_from_the_console_output(
+    sshd: tuple[SshTarget, Path],
+    ec2: Any,
+    moto_console: Callable[[str], None],
+    node_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    aws_env: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The AWS target's transport accepts only the host key the node printed on its console
+    (read through EC2 GetConsoleOutput, here moto's); without one on the console it does
+    not connect, and a different key is refused. The first contact names the fingerprint."""
+    target, key = sshd
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
+    host_pub = key.parent / "host_ed25519.pub"
+    instance = ec2.run_instances(ImageId="ami-dca37ea5", MinCount=1, MaxCount=1)
+    instance_id = instance["Instances"][0]["InstanceId"]
+    spec = validate_spec(
+        {
+            "name": "pin",
+            "provider": "aws",
+            "nodes": 1,
+            "aws": {
+                "region": REGION,
+                "instance_type": "t3.micro",
+                "ssh_cidrs": ["203.0.113.7/32"],
+                "ssh_key": str(key),
+            },
+        }
+    )
+    topology = Topology(
+        cluster="pin",
+        provider="aws",
+        head_addr="10.42.0.10",
+        head_port=29500,
+        nodes=(Node(0, "node-0", "10.42.0.10", None, instance_id),),
+    )
+    keys = console_host_keys(spec, topology)
+    (node_root / "state" / "ready").write_text("now\n")
+
+    def transport(known: str) -> SshTransport:
+        return SshTransport(
+            {0: target},
+            key_path=key,
+            known_hosts=tmp_path / known,
+            node_root=str(node_root),
+            connect_timeout_s=5,
+            ready_marker=str(node_root / "state" / "ready"),
+            failed_marker=str(node_root / "state" / "failed"),
+            cloud_init_status=None,
+            host_keys=keys,
+            on_new_host_key=lambda line: print(line),
+        )
+
+    # Not on the console yet (moto's stock output has no key block): no connection at all.
+    assert keys(0) == []
+    waiting = transport("known_hosts_a").readiness(0)
+    assert waiting.state == "unreachable" and "not on its console yet" in waiting.detail
+    assert not (tmp_path / "known_hosts_a").exists()
+
+    # Another key on the console than the one sshd presents: refused, naming what it saw.
+    other = tmp_path / "other_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    moto_console(console_with(other.with_suffix(".pub")))
+    refused = transport("known_hosts_b").readiness(0)
+    assert refused.state == "failed", refused.detail
+    assert "not a key the node published on its console" in refused.detail
+    expected = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(host_pub)], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    assert expected in refused.detail  # the fingerprint it was shown
+
+    # The node's own key on the console: connects, records it and says which key it was.
+    moto_console(console_with(host_pub))
+    assert keys(0) != []
+    ssh = transport("known_hosts_c")
+    try:
+        assert ssh.readiness(0).ready
+    finally:
+        ssh.close()
+    said = capsys.readouterr().out
+    assert f"host key ssh-ed25519 {expected} matches the key it published on its console" in said
+    recorded = (tmp_path / "known_hosts_c").read_text()
+    assert host_pub.read_text().split()[1] in recorded

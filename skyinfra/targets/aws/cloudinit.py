@@ -1,8 +1,9 @@
 """Render a node's cloud-init user data: one ``#cloud-config`` document (pure).
 
-The document writes the topology and the node's identity, fetches the runtime wheel from a
-presigned URL, checks its sha256, runs the node bootstrap shared with the local target,
-marks the node ready and (by default) installs an idle-shutdown timer.
+The document writes the topology and the node's identity, fetches the runtime wheel from S3
+with the node's instance role (the document holds the object's plain address, never a
+credential: staging.py says why), checks its sha256, runs the node bootstrap shared with the
+local target, marks the node ready and (by default) installs an idle-shutdown timer.
 
 The template is ``infra/templates/aws/cloud-init/user-data.yaml.j2``; the scripts it writes
 to the node are ``infra/scripts/`` files embedded byte for byte (bootstrap-node.sh,
@@ -26,6 +27,7 @@ TEMPLATE = "aws/cloud-init/user-data.yaml.j2"
 # The scripts the user data writes to the node as they are (infra/scripts/).
 PROVISION_SCRIPT = "scripts/provision.sh"
 IDLE_CHECK_SCRIPT = "scripts/idle-check.sh"
+FETCH_SCRIPT = "scripts/fetch-s3-object.py"
 
 # Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
 # `failed` (the failing line and command) when it did not. The SSH transport reads both.
@@ -35,6 +37,9 @@ FAILED_MARKER = f"{STATE_DIR}/failed"
 SCRIPT_DIR = "/opt/skyinfra"
 # cloud-init's copy of every module's and runcmd script's output on the node.
 OUTPUT_LOG = "/var/log/cloud-init-output.log"
+# How long the idle check counts a bootstrap that is still running (no ready or failed marker)
+# as busy: past this a hung bootstrap no longer keeps the node alive (idle-check.sh).
+PROVISION_MINUTES = 60
 
 # JAX's CUDA wheels: https://docs.jax.dev/en/latest/installation.html
 JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
@@ -42,6 +47,7 @@ JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _EXTRA_RE = re.compile(r"^[a-z0-9_]+$")
+_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
 # Directories go into the scripts unquoted.
 _DIR_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
 # Values that must never reach user data (it is readable by every process on the node
@@ -63,6 +69,8 @@ class NodeUserData:
     wheel_sha256: str
     wheel_filename: str
     bootstrap_script: str
+    # The staging bucket's region (the node signs its S3 GET for it).
+    wheel_region: str = "us-east-1"
     jax_extra: str | None = "cuda12"
     python_packages: Sequence[str] = ()
     # The spec's default (on); 0 or None renders no idle timer.
@@ -89,7 +97,14 @@ def _check_wheel(params: NodeUserData) -> None:
             "wheel_filename", params.wheel_filename, "a wheel file name ending in .whl"
         )
     if not params.wheel_url.startswith("https://") and not params.wheel_url.startswith("http://"):
-        raise RenderError("wheel_url", params.wheel_url, "an http(s) URL (a presigned S3 URL)")
+        raise RenderError("wheel_url", params.wheel_url, "an http(s) URL of the staged S3 object")
+    if "?" in params.wheel_url or "#" in params.wheel_url:
+        # A query string is where a presigned URL keeps its credential and token.
+        raise RenderError(
+            "wheel_url", "<redacted>", "the object's plain address, without a query string"
+        )
+    if not _REGION_RE.match(params.wheel_region):
+        raise RenderError("wheel_region", params.wheel_region, "an AWS region such as us-east-1")
 
 
 def _check_topology(topology_json: str) -> None:
@@ -135,10 +150,12 @@ def render_user_data(params: NodeUserData) -> str:
             cluster_name=params.cluster_name,
             node_index=params.node_index,
             topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
-            bootstrap_script=params.bootstrap_script.rstrip("\n"),
+            bootstrap_script=params.bootstrap_script,
             provision_script=resources.read_text(PROVISION_SCRIPT).rstrip("\n"),
             idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT).rstrip("\n"),
             wheel_url=params.wheel_url,
+            wheel_region=params.wheel_region,
+            fetch_script=resources.read_text(FETCH_SCRIPT),
             wheel_sha256=params.wheel_sha256,
             wheel_filename=params.wheel_filename,
             python=params.python,
@@ -151,9 +168,12 @@ def render_user_data(params: NodeUserData) -> str:
             script_dir=params.script_dir,
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,
+            provision_minutes=PROVISION_MINUTES,
         ),
     )
+    # The scripts go in compressed: check them as text, too.
     assert_no_secret(document, params.forbidden_values)
+    assert_no_secret(params.bootstrap_script, params.forbidden_values)
     return document
 
 

@@ -59,6 +59,8 @@ class AwsClusterParams:
     # GPU name and count per node (DescribeInstanceTypes GpuInfo), or None for none/unknown.
     accelerator: tuple[str, int] | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    # Where the runtime wheel is staged (bucket, prefix): the nodes' role may read it.
+    staging: tuple[str, str] | None = None
 
 
 def node_names(node_count: int) -> list[str]:
@@ -191,6 +193,11 @@ def render_root_module(
             ),
             "tags": dict(sorted(params.tags.items())),
         },
+        "staging": (
+            None
+            if params.staging is None
+            else {"bucket": params.staging[0], "prefix": params.staging[1]}
+        ),
         "user_data": {name: encode_user_data(user_data[name]) for name in expected},
     }
     files[TFVARS_FILE] = json.dumps(tfvars, indent=2, sort_keys=False) + "\n"

@@ -38,11 +38,11 @@ class AwsClients:
         return self._clients[service]
 
     def secret_values(self) -> list[str]:
-        """The caller's secret key: it must never end up in user data."""
+        """The caller's credentials (access key id, secret key, session token): none of them
+        may end up in user data (the nodes fetch the wheel with their own role, staging.py)."""
         credentials = self.session.get_credentials()
         if credentials is None:
             return []
         frozen = credentials.get_frozen_credentials()
-        # Not the session token: a presigned URL made with temporary credentials carries it
-        # (see staging.py); it is useless without the secret key, which never leaves here.
-        return [frozen.secret_key] if frozen.secret_key else []
+        values = (frozen.access_key, frozen.secret_key, frozen.token)
+        return [value for value in values if value]

@@ -13,14 +13,17 @@ probe. A node that does not answer over SSH is unreachable, which right after `u
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import hashlib
 import logging
 import posixpath
 import shlex
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,12 +108,44 @@ class SshProcess:
             self.wait(timeout=5)
 
 
+# cloud-init prints the node's SSH host public keys to the serial console at first boot
+# between these lines (its cc_keys_to_console module); EC2's GetConsoleOutput returns them.
+CONSOLE_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
+CONSOLE_KEYS_END = "-----END SSH HOST KEY KEYS-----"
+
+# A node's published host keys ("<type> <base64>" lines), or empty when not published yet.
+HostKeySource = Callable[[int], Sequence[str]]
+
+
+def host_keys_from_console(output: str) -> list[str]:
+    """The ``<type> <base64>`` lines of the last host-key block cloud-init printed."""
+    if CONSOLE_KEYS_BEGIN not in output:
+        return []
+    block = output.rsplit(CONSOLE_KEYS_BEGIN, 1)[1].split(CONSOLE_KEYS_END, 1)[0]
+    keys = []
+    for line in block.splitlines():
+        fields = line.strip().split()
+        if len(fields) >= 2 and (fields[0].startswith(("ssh-", "ecdsa-"))):
+            keys.append(f"{fields[0]} {fields[1]}")
+    return keys
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -l` prints it."""
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
+
+
 class SshTransport:
     """Nodes reached over SSH with one private key; host keys are pinned in ``known_hosts``.
 
-    A host key seen for the first time is recorded in ``known_hosts`` (the file belongs to
-    this cluster: the nodes are new, so there is no earlier key to check against); a changed
-    key afterwards is refused.
+    What is trusted, and when: with ``host_keys`` (the AWS target passes the keys each node
+    printed on its EC2 console, read through the API with the operator's credentials) a
+    node's first connection accepts only a key the node itself published, and the node reads
+    as not reachable until it has; the keys are then recorded in ``known_hosts``. Without
+    ``host_keys`` (tests, direct use) a key seen for the first time is trusted and recorded,
+    and the ``on_new_host_key`` callback is told its fingerprint. Either way, a key that
+    differs from the recorded one is refused afterwards (`down` forgets them).
     """
 
     def __init__(
@@ -126,6 +161,8 @@ class SshTransport:
         cloud_init_status: str | None = CLOUD_INIT_STATUS,
         bootstrap_log: str = OUTPUT_LOG,
         unreachable: Mapping[int, str] | None = None,
+        host_keys: HostKeySource | None = None,
+        on_new_host_key: Callable[[str], None] | None = None,
     ) -> None:
         """``ready_marker``/``failed_marker``: the files provision.sh writes;
         ``cloud_init_status``: a command printing ``status: <state>`` (None: not asked);
@@ -142,6 +179,8 @@ class SshTransport:
         self._cloud_init_status = cloud_init_status
         self._bootstrap_log = bootstrap_log
         self._clients: dict[int, paramiko.SSHClient] = {}
+        self._host_keys = host_keys
+        self._on_new_host_key = on_new_host_key
         # One lock per node so nodes connect in parallel; _lock guards the dicts and the
         # known_hosts file.
         self._node_locks: dict[int, threading.Lock] = {}
@@ -177,7 +216,10 @@ class SshTransport:
             with self._lock:
                 if self._known_hosts.is_file():
                     client.load_host_keys(str(self._known_hosts))
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            published = self._pin_published_keys(node, target, client)
+            client.set_missing_host_key_policy(
+                paramiko.RejectPolicy() if published else paramiko.AutoAddPolicy()
+            )
             try:
                 client.connect(
                     target.host,
@@ -191,6 +233,13 @@ class SshTransport:
                     look_for_keys=False,
                 )
             except paramiko.BadHostKeyException as err:
+                client.close()
+                if published:
+                    raise HostKeyChangedError(
+                        f"node {node} ({target.host}:{target.port}) presented "
+                        f"{fingerprint(err.key)}, which is not a key the node published on "
+                        "its console: refusing the connection (someone may be in between)"
+                    ) from err
                 raise HostKeyChangedError(
                     f"node {node} ({target.host}:{target.port}): host key changed since it was "
                     f"recorded in {self._known_hosts}; if the node was replaced, remove its line"
@@ -201,6 +250,7 @@ class SshTransport:
                     f"node {node}: cannot connect to {target.user}@{target.host}:{target.port} "
                     f"with key {self._key_path}: {err}"
                 ) from err
+            self._tell_new_key(node, target, client, published)
             with self._lock:
                 self._known_hosts.parent.mkdir(parents=True, exist_ok=True)
                 # Merge what other nodes' connections recorded meanwhile, then write.
@@ -209,6 +259,51 @@ class SshTransport:
                 client.save_host_keys(str(self._known_hosts))
                 self._clients[node] = client
             return client
+
+    @staticmethod
+    def _host_name(target: SshTarget) -> str:
+        return target.host if target.port == 22 else f"[{target.host}]:{target.port}"
+
+    def _pin_published_keys(self, node: int, target: SshTarget, client: paramiko.SSHClient) -> bool:
+        """With a key source, and no key recorded for the host yet: add the node's published
+        keys as the only acceptable ones (True). TransportError while it has published none."""
+        if self._host_keys is None:
+            return False
+        name = self._host_name(target)
+        if client.get_host_keys().lookup(name):
+            return True  # pinned at an earlier connection (from the console, too)
+        lines = list(self._host_keys(node))
+        if not lines:
+            raise TransportError(
+                f"node {node}: its SSH host key is not on its console yet (cloud-init prints "
+                "it at first boot; read through EC2 GetConsoleOutput): not connecting to a "
+                "host whose key cannot be checked"
+            )
+        for line in lines:
+            key_type, _, data = line.partition(" ")
+            try:
+                key = paramiko.PKey.from_type_string(key_type, base64.b64decode(data))
+            except (ValueError, paramiko.SSHException, binascii.Error):
+                continue  # a key type paramiko does not know
+            client.get_host_keys().add(name, key_type, key)
+        return True
+
+    def _tell_new_key(
+        self, node: int, target: SshTarget, client: paramiko.SSHClient, published: bool
+    ) -> None:
+        transport = client.get_transport()
+        if self._on_new_host_key is None or transport is None:
+            return
+        if self._known_hosts.is_file():
+            recorded = paramiko.HostKeys(str(self._known_hosts))
+            if recorded.lookup(self._host_name(target)):
+                return
+        how = "matches the key it published on its console" if published else "trusted on first use"
+        self._on_new_host_key(
+            f"[skyinfra] node {node} ({target.host}:{target.port}): host key "
+            f"{fingerprint(transport.get_remote_server_key())} {how}; recorded in "
+            f"{self._known_hosts}"
+        )
 
     def _drop(self, node: int) -> None:
         """Forget a node's connection (it broke: the node rebooted, or the network did)."""

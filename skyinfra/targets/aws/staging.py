@@ -1,37 +1,43 @@
-"""Stage the runtime wheel in S3 and hand the nodes a presigned URL plus its sha256.
+"""Stage the runtime wheel in S3 where only the cluster's nodes may read it.
 
-Nodes need no AWS permissions for this: the URL is the capability, it expires, and the node
-checks the sha256 before installing (cloud-init's provision.sh).
+No credential leaves the operator's machine. The nodes get the object's plain address (no
+query string: no access key id, no session token, no signature) and fetch it with their
+instance role (infra/scripts/fetch-s3-object.py signs the GET with the role's temporary
+credentials from the instance metadata service); the nodes module grants that role
+s3:GetObject on this workspace's prefix and nothing else. A presigned URL would not do:
+every presigned URL carries the signer's access key id (``X-Amz-Credential``) and, with
+temporary credentials, the session token (``X-Amz-Security-Token``), and the user data holding
+it lands in terraform.tfvars.json and terraform.tfstate whatever its expiry
+(https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html: "anyone with
+the URL"; and the IAM guide's advice to use roles for applications on EC2 instead of passing
+credentials, https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_switch-role-ec2.html).
 
-Temporary credentials (SSO, an assumed role, anything with AWS_SESSION_TOKEN): the presigned
-URL then carries the session token as ``X-Amz-Security-Token`` (checked with botocore 1.44:
-SigV4 and the legacy SigV2 presigner both add it), and the URL lands in every node's user
-data. What that means:
-- anyone who can read the user data (every process on the node through the instance metadata
-  service, any principal allowed ec2:DescribeInstanceAttribute) sees the token and the access
-  key id. The token is not usable on its own: requests must be signed with the secret key,
-  which never leaves the operator's machine (the AWS target refuses user data that contains
-  it). What they can do is fetch this one wheel until the URL expires, which is the point.
-- the URL dies when the credentials do, whatever ``expires_s`` says: a one-hour SSO session
-  gives a URL good for at most that hour. Nodes fetch the wheel within minutes of `up`, and
-  every `up` presigns afresh (a node re-created later gets a new URL), so this only bites a
-  node whose first boot is delayed past the session's end.
-- the token adds one to two KB to each node's user data (16 KB limit; gzip takes over above).
+The bucket (one per account and region) is made private and kept so on every `up`, whether
+or not skyinfra created it, every call with ``ExpectedBucketOwner`` (a bucket of that name in
+another account is refused, https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucket-owner-condition.html):
+public access blocked, default encryption (SSE-S3), a policy denying requests without TLS
+(https://docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html) and a
+lifecycle rule expiring staged wheels (every `up` uploads the wheel again, so the clock starts
+at the last `up`). `down` deletes the workspace's staged objects (:func:`delete_staged`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.errors import PreflightError
 
-# Long enough for slow boots (package updates, big AMIs); short enough to be worthless later.
-DEFAULT_URL_EXPIRY_S = 6 * 3600
+# Staged wheels expire this many days after the last `up` uploaded them (a node made later,
+# e.g. by an `up` after an idle shutdown, re-uploads first).
+STAGED_WHEEL_EXPIRY_DAYS = 7
+LIFECYCLE_RULE_ID = "skyinfra-expire-staged-wheels"
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,10 @@ class StagedWheel:
     key: str
     filename: str
     sha256: str
+    # The object's plain address (no credentials in it): the nodes sign their GET themselves.
     url: str
+    # The prefix the nodes' role may read (``<cluster>/<workspace id>/``).
+    prefix: str
 
 
 def sha256_of(path: Path) -> str:
@@ -56,27 +65,79 @@ def default_bucket_name(account_id: str, region: str) -> str:
     return f"skyinfra-staging-{account_id}-{region}"
 
 
-def ensure_bucket(s3: Any, bucket: str, region: str) -> None:
-    """Create the private staging bucket when it is missing (idempotent)."""
+def staging_prefix(cluster: str, workspace_id: str) -> str:
+    """Where one workspace's wheels go: the cluster name for people, the id for uniqueness
+    (two projects may both have a cluster called ``train``)."""
+    return f"{cluster}/{workspace_id}/"
+
+
+def partition_of(region: str) -> str:
+    """The ARN partition of a region (aws, aws-cn, aws-us-gov)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def tls_only_policy(bucket: str, region: str = "us-east-1") -> str:
+    arn = f"arn:{partition_of(region)}:s3:::{bucket}"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [arn, f"{arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def _error_code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code"))
+
+
+def ensure_bucket(
+    s3: Any, bucket: str, region: str, owner: str, *, tls_only: bool | None = None
+) -> None:
+    """Create the staging bucket when it is missing, then (created or found) make it private:
+    public access block, default encryption, TLS-only policy, expiry of staged wheels. Every
+    call names ``owner`` (the account id) as the expected bucket owner.
+
+    ``tls_only`` (default: whether the client reaches S3 over https, as it always does on
+    AWS) sets the policy that denies requests without TLS; an emulator served over plain
+    http (moto enforces the policy) could not be used with it."""
+    if tls_only is None:
+        tls_only = urlsplit(str(s3.meta.endpoint_url)).scheme == "https"
+    mine = {"Bucket": bucket, "ExpectedBucketOwner": owner}
     try:
-        s3.head_bucket(Bucket=bucket)
-        return
+        s3.head_bucket(**mine)
+        exists = True
     except ClientError as err:
-        code = str(err.response.get("Error", {}).get("Code"))
+        code = _error_code(err)
         if code in ("403", "AccessDenied"):
             raise PreflightError(
-                f"S3 bucket {bucket!r} exists but belongs to someone else or is not readable: "
-                "set another staging bucket name"
+                f"S3 bucket {bucket!r} exists but is not owned by account {owner} or is not "
+                "readable: skyinfra stages the runtime wheel only in its own account's bucket"
             ) from None
         if code not in ("404", "NoSuchBucket", "NotFound"):
             raise PreflightError(f"cannot check S3 bucket {bucket!r}: {err}") from None
-    create: dict[str, Any] = {"Bucket": bucket}
-    # us-east-1 is S3's default location and rejects an explicit LocationConstraint.
-    if region != "us-east-1":
-        create["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    s3.create_bucket(**create)
+        exists = False
+    if not exists:
+        create: dict[str, Any] = {"Bucket": bucket}
+        # us-east-1 is S3's default location and rejects an explicit LocationConstraint.
+        if region != "us-east-1":
+            create["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        s3.create_bucket(**create)
     s3.put_public_access_block(
-        Bucket=bucket,
+        **mine,
         PublicAccessBlockConfiguration={
             "BlockPublicAcls": True,
             "IgnorePublicAcls": True,
@@ -85,11 +146,38 @@ def ensure_bucket(s3: Any, bucket: str, region: str) -> None:
         },
     )
     s3.put_bucket_encryption(
-        Bucket=bucket,
+        **mine,
         ServerSideEncryptionConfiguration={
             "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
         },
     )
+    if tls_only:
+        s3.put_bucket_policy(**mine, Policy=tls_only_policy(bucket, region))
+    s3.put_bucket_lifecycle_configuration(
+        **mine,
+        LifecycleConfiguration={
+            "Rules": [
+                {
+                    "ID": LIFECYCLE_RULE_ID,
+                    "Filter": {"Prefix": ""},
+                    "Status": "Enabled",
+                    "Expiration": {"Days": STAGED_WHEEL_EXPIRY_DAYS},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+                }
+            ]
+        },
+    )
+
+
+def object_url(s3: Any, bucket: str, key: str) -> str:
+    """The object's address as the client reaches S3 (virtual-hosted on AWS, path-style on
+    an emulator), without any query string."""
+    endpoint = urlsplit(str(s3.meta.endpoint_url))
+    quoted = quote(key, safe="/~")
+    style = (s3.meta.config.s3 or {}).get("addressing_style")
+    if style == "path":
+        return f"{endpoint.scheme}://{endpoint.netloc}/{bucket}/{quoted}"
+    return f"{endpoint.scheme}://{bucket}.{endpoint.netloc}/{quoted}"
 
 
 def stage_wheel(
@@ -98,24 +186,53 @@ def stage_wheel(
     *,
     bucket: str,
     region: str,
-    cluster: str,
-    expires_s: int = DEFAULT_URL_EXPIRY_S,
+    owner: str,
+    prefix: str,
 ) -> StagedWheel:
-    """Upload ``wheel`` under ``<cluster>/<sha256>/<filename>`` and presign a GET for it."""
+    """Upload ``wheel`` under ``<prefix><sha256>/<filename>`` of a private bucket."""
     if not wheel.is_file() or wheel.suffix != ".whl":
         raise PreflightError(f"runtime wheel {wheel} is missing or not a .whl file: build it first")
     digest = sha256_of(wheel)
-    key = f"{cluster}/{digest}/{wheel.name}"
+    key = f"{prefix}{digest}/{wheel.name}"
     try:
-        ensure_bucket(s3, bucket, region)
-        s3.upload_file(str(wheel), bucket, key, ExtraArgs={"ContentType": "application/zip"})
-        # With temporary credentials the URL includes X-Amz-Security-Token (module docstring).
-        url = s3.generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s
+        ensure_bucket(s3, bucket, region, owner)
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=wheel.read_bytes(),
+            ContentType="application/zip",
+            ExpectedBucketOwner=owner,
         )
     except (ClientError, BotoCoreError) as err:
         raise PreflightError(
             f"could not stage the runtime wheel in s3://{bucket}/{key}: {err}. Check that the "
-            "credentials may create buckets and put objects (s3:CreateBucket, s3:PutObject)."
+            "credentials may create and configure buckets and put objects (s3:CreateBucket, "
+            "s3:PutBucketPolicy, s3:PutEncryptionConfiguration, s3:PutLifecycleConfiguration, "
+            "s3:PutBucketPublicAccessBlock, s3:PutObject)."
         ) from None
-    return StagedWheel(bucket=bucket, key=key, filename=wheel.name, sha256=digest, url=str(url))
+    return StagedWheel(
+        bucket=bucket,
+        key=key,
+        filename=wheel.name,
+        sha256=digest,
+        url=object_url(s3, bucket, key),
+        prefix=prefix,
+    )
+
+
+def delete_staged(s3: Any, *, bucket: str, prefix: str, owner: str) -> list[str]:
+    """Delete every object under ``prefix`` (one workspace's wheels); the keys deleted."""
+    if not prefix.endswith("/") or prefix.count("/") < 2:
+        raise ValueError(f"refusing to delete under {prefix!r}: not a workspace's prefix")
+    deleted: list[str] = []
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix, ExpectedBucketOwner=owner):
+        keys = [item["Key"] for item in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(
+                Bucket=bucket,
+                Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True},
+                ExpectedBucketOwner=owner,
+            )
+            deleted += keys
+    return deleted

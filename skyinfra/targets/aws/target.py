@@ -21,11 +21,13 @@ readiness.py (reaching nodes).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.errors import ConfigError, WorkspaceError
 from skyinfra.render import module_files, module_source
@@ -50,9 +52,23 @@ from skyinfra.targets.aws.render import (
 from skyinfra.targets.aws.resolve import Resolved, resolve
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import MAX_AWS_NODES, NO_JAX, AwsSpec, parse_aws_section
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
-from skyinfra.targets.aws.staging import StagedWheel, default_bucket_name, stage_wheel
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
+from skyinfra.targets.aws.staging import (
+    StagedWheel,
+    default_bucket_name,
+    delete_staged,
+    stage_wheel,
+    staging_prefix,
+)
+from skyinfra.targets.aws.tagged import count_tagged, orphans
 from skyinfra.targets.base import TargetOption, TargetOptions
+from skyinfra.targets.identity import (
+    CLUSTER_TAG,
+    WORKSPACE_TAG,
+    read_workspace_id,
+    workspace_id,
+    workspace_id_file,
+)
 from skyinfra.topology import Accelerator, Node, Topology, build_topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
@@ -81,11 +97,21 @@ def _aws_of(spec: ClusterSpec) -> AwsSpec:
 
 
 def cluster_params(
-    spec: ClusterSpec, resolved: Resolved | None, public_key: str
+    spec: ClusterSpec,
+    resolved: Resolved | None,
+    public_key: str,
+    *,
+    ws_id: str | None = None,
+    staging: tuple[str, str] | None = None,
 ) -> AwsClusterParams:
-    """The root module's parameters; with ``resolved=None`` placeholders for a early check."""
+    """The root module's parameters; with ``resolved=None`` placeholders for a early check.
+    ``ws_id``: the workspace's id, tagged on every resource beside the cluster's name;
+    ``staging``: the wheel's (bucket, prefix), which the nodes' role may read."""
     spec_aws = _aws_of(spec)
     extra: dict[str, Any] = {}
+    tags = {CLUSTER_TAG: spec.name}
+    if ws_id is not None:
+        tags[WORKSPACE_TAG] = ws_id
     if resolved is not None and resolved.subnet_cidr_block:
         extra["subnet_cidr_block"] = resolved.subnet_cidr_block
     return AwsClusterParams(
@@ -105,6 +131,8 @@ def cluster_params(
         existing_subnet_id=resolved.existing_subnet_id if resolved else None,
         head_port=spec.head_port,
         accelerator=resolved.accelerator if resolved else None,
+        tags=tags,
+        staging=staging,
         **extra,
     )
 
@@ -150,6 +178,7 @@ def _user_data(
                 node_index=index,
                 topology_json=topology_json,
                 wheel_url=staged.url,
+                wheel_region=spec_aws.region,
                 wheel_sha256=staged.sha256,
                 wheel_filename=staged.filename,
                 bootstrap_script=bootstrap,
@@ -165,9 +194,13 @@ def _user_data(
     }
 
 
-def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel) -> str:
+def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel, ws_id: str) -> str:
     """The text of TARGET_FILE: what `up` looked up that later commands read."""
     settings = {
+        "workspace_id": ws_id,
+        "account_id": resolved.account_id,
+        "staging_bucket": staged.bucket,
+        "staging_prefix": staged.prefix,
         "region": spec_aws.region,
         "availability_zone": resolved.availability_zone,
         "ami_id": resolved.ami_id,
@@ -196,15 +229,25 @@ def render_files(
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
     resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight)
-    params = cluster_params(spec, resolved, public_key)
+    ws_id = workspace_id(ws)
+    bucket = default_bucket_name(resolved.account_id, spec_aws.region)
+    prefix = staging_prefix(spec.name, ws_id)
+    params = cluster_params(spec, resolved, public_key, ws_id=ws_id, staging=(bucket, prefix))
     validate_params(params)
 
     wheel = build_runtime_wheel()
-    bucket = default_bucket_name(resolved.account_id, spec_aws.region)
     staged = stage_wheel(
-        clients.client("s3"), wheel.path, bucket=bucket, region=spec_aws.region, cluster=spec.name
+        clients.client("s3"),
+        wheel.path,
+        bucket=bucket,
+        region=spec_aws.region,
+        owner=resolved.account_id,
+        prefix=prefix,
     )
-    say(f"[skyinfra] runtime wheel staged at s3://{staged.bucket}/{staged.key}")
+    say(
+        f"[skyinfra] runtime wheel staged at s3://{staged.bucket}/{staged.key} "
+        "(readable by the nodes' role only)"
+    )
 
     topology = preboot_topology(spec, params)
     user_data = _user_data(spec, resolved, staged, topology, clients.secret_values())
@@ -215,7 +258,8 @@ def render_files(
         emulator=clients.emulator,
     )
     files.update(module_files(*AWS_MODULES))
-    files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged)
+    files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged, ws_id)
+    files.update(workspace_id_file(ws_id))
     return files
 
 
@@ -248,6 +292,31 @@ def _emulated_targets(
                 f"{node.name} to a stand-in sshd with {EMULATED_NODES_ENV_VAR}"
             )
     return targets, unreachable
+
+
+def console_host_keys(spec: ClusterSpec, topology: Topology) -> Callable[[int], list[str]]:
+    """The SSH host keys each node printed on its serial console (cloud-init does at first
+    boot), read through EC2 GetConsoleOutput with the operator's credentials: a channel the
+    network between operator and node cannot forge. Empty while the node has not printed
+    them (or the API would not say)."""
+    instance_ids = {node.index: node.instance_id for node in topology.nodes}
+
+    def keys(index: int) -> list[str]:
+        instance_id = instance_ids.get(index)
+        if not instance_id:
+            return []
+        ec2 = _clients(spec).client("ec2")
+        try:
+            try:
+                answer = ec2.get_console_output(InstanceId=instance_id, Latest=True)
+            except ClientError:  # Latest is for Nitro instances only
+                answer = ec2.get_console_output(InstanceId=instance_id)
+        except (ClientError, BotoCoreError):
+            return []
+        # botocore decodes the API's base64 already (its decode_console_output handler).
+        return host_keys_from_console(str(answer.get("Output") or ""))
+
+    return keys
 
 
 def transport(
@@ -283,6 +352,8 @@ def transport(
         targets,
         key_path=key,
         known_hosts=ws.path / KNOWN_HOSTS_FILE,
+        host_keys=console_host_keys(spec, topology),
+        on_new_host_key=lambda line: print(line, file=sys.stderr, flush=True),
         node_root=NODE_DIR,
         connect_timeout_s=connect_timeout_s,
         # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
@@ -340,12 +411,60 @@ class AwsTarget:
         return []
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
-        """Forget the destroyed nodes' host keys: the next `up` makes new nodes with new keys
-        (and, for the private addresses, the same IPs), which a stale pin would refuse."""
+        """Forget the destroyed nodes' host keys (the next `up` makes new nodes with new keys
+        and, for the private addresses, the same IPs, which a stale pin would refuse), and
+        delete the workspace's staged wheels from S3."""
         known_hosts = ws.path / KNOWN_HOSTS_FILE
         if known_hosts.is_file():
             known_hosts.unlink()
             echo(f"[skyinfra] forgot the destroyed nodes' host keys ({known_hosts.name})")
+        settings_file = ws.path / TARGET_FILE
+        settings = ws.read_json(settings_file) if settings_file.is_file() else {}
+        bucket, prefix = settings.get("staging_bucket"), settings.get("staging_prefix")
+        owner = settings.get("account_id")
+        if not (bucket and prefix and owner):
+            return  # a workspace from before staging was recorded: the lifecycle rule expires it
+        s3 = _clients(spec).client("s3")
+        try:
+            deleted = delete_staged(s3, bucket=bucket, prefix=prefix, owner=owner)
+        except (ClientError, BotoCoreError) as err:
+            echo(
+                f"[skyinfra] warning: could not delete the staged wheel under "
+                f"s3://{bucket}/{prefix} ({err}); the bucket's lifecycle rule expires it"
+            )
+            return
+        if deleted:
+            echo(f"[skyinfra] deleted the staged runtime wheel(s) under s3://{bucket}/{prefix}")
+
+    def leftovers(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> list[str]:
+        """What the EC2 and IAM APIs still show tagged with this workspace's id (with only
+        the cluster's name for a workspace from before ids), counted after `down`."""
+        ws_id = read_workspace_id(ws.path)
+        tags = {CLUSTER_TAG: spec.name}
+        if ws_id is not None:
+            tags[WORKSPACE_TAG] = ws_id
+        left, unchecked = count_tagged(_clients(spec), tags, iam_role=f"{spec.name}-node")
+        for kind in unchecked:
+            echo(f"[skyinfra] warning: could not list {kind}; not checked")
+        return left
+
+    def orphans(
+        self, workspaces: Sequence[Workspace], specs: Sequence[ClusterSpec], *, echo: Echo
+    ) -> list[str]:
+        """Resources tagged ``skyinfra:cluster`` in the regions of ``specs`` that the state
+        of none of ``workspaces`` holds."""
+        regions = sorted({_aws_of(spec).region for spec in specs if spec.provider == self.name})
+        clients = [
+            AwsClients(boto3.session.Session(), region, emulator_from_env()) for region in regions
+        ]
+        lines, unchecked = orphans(clients, [w.path for w in workspaces])
+        for kind in unchecked:
+            echo(f"[skyinfra] warning: could not list {kind}; not checked")
+        return lines
+
+
+def _clients(spec: ClusterSpec) -> AwsClients:
+    return AwsClients(boto3.session.Session(), _aws_of(spec).region, emulator_from_env())
 
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ infra/modules/local module runs the shared node bootstrap). Nodes are ready when
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -188,6 +189,37 @@ class LocalTarget:
             if (node_dir / ".skyinfra-node").is_file():
                 shutil.rmtree(node_dir, ignore_errors=True)
                 echo(f"[skyinfra] removed leftover node folder {node_dir}")
+
+    def leftovers(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> list[str]:
+        """Node folders still there, and processes still running in one (their working
+        directory under the workspace's nodes/; Linux's /proc)."""
+        left = [f"node folder {p}" for p in sorted(ws.nodes_dir.glob("*")) if p.is_dir()]
+        left += [f"process {pid} in {cwd}" for pid, cwd in _processes_under(ws.nodes_dir)]
+        return left
+
+    def orphans(
+        self, workspaces: Sequence[Workspace], specs: Sequence[ClusterSpec], *, echo: Echo
+    ) -> list[str]:
+        """Node folders of local workspaces whose state holds no resources."""
+        lines = []
+        for ws in workspaces:
+            if ws.state_file.is_file() and '"resources": []' not in ws.state_file.read_text():
+                continue
+            lines += [f"node folder {p}" for p in sorted(ws.nodes_dir.glob("*")) if p.is_dir()]
+        return lines
+
+
+def _processes_under(folder: Path) -> list[tuple[int, str]]:
+    found = []
+    root = str(folder.resolve())
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == root or cwd.startswith(root + "/"):
+            found.append((int(proc.name), cwd))
+    return sorted(found)
 
 
 if TYPE_CHECKING:

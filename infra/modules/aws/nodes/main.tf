@@ -64,6 +64,28 @@ resource "aws_iam_role_policy_attachment" "this" {
   policy_arn = each.value
 }
 
+data "aws_partition" "current" {}
+
+# Read access to the staged runtime wheel only: nodes fetch it with the role's credentials
+# instead of a presigned URL, which would put the operator's access key id (and session token)
+# into the user data, the tfvars and the state.
+data "aws_iam_policy_document" "staged_read" {
+  count = var.staged_read == null ? 0 : 1
+
+  statement {
+    actions   = ["s3:GetObject"]
+    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.staged_read.bucket}/${var.staged_read.prefix}*"]
+  }
+}
+
+resource "aws_iam_role_policy" "staged_read" {
+  count = var.staged_read == null ? 0 : 1
+
+  name   = "${var.name}-staged-read"
+  role   = aws_iam_role.this.id
+  policy = data.aws_iam_policy_document.staged_read[0].json
+}
+
 resource "aws_iam_instance_profile" "this" {
   name = "${var.name}-node"
   role = aws_iam_role.this.name
@@ -137,9 +159,9 @@ resource "aws_instance" "this" {
 
   lifecycle {
     # User data only matters at first boot (cloud-init runs it once per instance); changing it
-    # later would stop and start a running node for nothing. It does change on every `up`: the
-    # wheel's presigned URL is fresh each time, so that a node created later (after an idle
-    # shutdown ended it) gets a URL that has not expired.
+    # later would stop and start a running node for nothing. It changes when the runtime wheel
+    # does (a new sha256 and key): a node created later (after an idle shutdown ended it)
+    # gets the current document.
     ignore_changes = [user_data, user_data_base64]
   }
 

@@ -156,10 +156,19 @@ variable "user_data" {
 }
 
 variable "instance_profile_policy_arns" {
-  description = "Managed policies attached to the nodes' role. Empty by default: the runtime wheel comes from a presigned URL, so nodes need no AWS permissions."
+  description = "Managed policies attached to the nodes' role. Empty by default: the only permission nodes need is reading their staged objects (staged_read)."
   type        = list(string)
   default     = []
   nullable    = false
+}
+
+variable "staged_read" {
+  description = "S3 objects the nodes' role may read (s3:GetObject on bucket/prefix*): where skyinfra staged the runtime wheel, fetched by the node with its role so that no credential is in the user data. null: none."
+  type = object({
+    bucket = string
+    prefix = string
+  })
+  default = null
 }
 
 variable "tags" {
