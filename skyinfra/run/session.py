@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
@@ -66,7 +67,9 @@ DEFAULT_KEEP_RUNS = 5
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    """YYYYmmdd-HHMMSS-ffffff-<4 hex>: sorts in start order even for runs started within the
+    same second (pruning keeps the newest by this order), and two operators never collide."""
+    return datetime.now().strftime("%Y%m%d-%H%M%S-%f") + "-" + secrets.token_hex(2)
 
 
 @dataclass(frozen=True)

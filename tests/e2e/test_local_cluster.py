@@ -141,7 +141,7 @@ def test_failure_on_node_1_ends_node_0(
     assert os.path.isdir(ws / "runs")
 
 
-RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+RUN_ID = re.compile(r"^\d{8}-\d{6}-\d{6}-[0-9a-f]{4}$")
 
 TRAIN = """import os, pathlib
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.rundirs import RUN_ID_RE
 
 from skyinfra import exitcodes
 from skyinfra.errors import RunTimeoutError, UsageError
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
 from skyinfra.run.report import RunReport, describe_exit, raise_for_failure
-from skyinfra.run.session import run_on_cluster
+from skyinfra.run.session import new_run_id, run_on_cluster
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.base import IgnoreFn, Readiness
 
@@ -442,3 +443,12 @@ def test_entries_that_can_run_pass_the_check(tmp_path: Path, entry: str, note: s
     else:
         (only,) = notes
         assert note in only
+
+
+def test_run_ids_sort_in_start_order_within_one_second() -> None:
+    """Pruning keeps the newest runs by id, and so do people reading runs/: ids made within
+    the same second still sort by when they were made (the random part comes last)."""
+    ids = [new_run_id() for _ in range(50)]
+    assert sorted(ids) == ids
+    assert len(set(ids)) == len(ids)
+    assert all(RUN_ID_RE.match(run_id) for run_id in ids)

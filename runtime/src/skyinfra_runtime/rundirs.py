@@ -27,8 +27,9 @@ SHARED_DIR_ENV = "SKYINFRA_SHARED_DIR"
 KEEP_RUNS_ENV = "SKYINFRA_KEEP_RUNS"
 RUN_ID_ENV = "SKYINFRA_RUN_ID"
 
-# YYYYmmdd-HHMMSS-<6 hex>: sorts by start time (skyinfra.run.session.new_run_id).
-RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+# YYYYmmdd-HHMMSS-ffffff-<4 hex>: sorts by start time (skyinfra.run.session.new_run_id).
+# The older form YYYYmmdd-HHMMSS-<6 hex> is still recognised, so earlier runs get pruned too.
+RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-(\d{6}-[0-9a-f]{4}|[0-9a-f]{6})$")
 
 
 def prepare(environ: dict[str, str] | None = None) -> list[Path]:
