@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
@@ -22,6 +22,18 @@ LOOPBACK_GUARD_DIR = REPO_ROOT / "tests" / "loopback_guard"
 sys.path.insert(0, str(LOOPBACK_GUARD_DIR))
 # The guard's hooks and autouse fixture, registered for the whole suite.
 from pytest_loopback_guard import loopback_only, pytest_configure  # noqa: E402, F401
+
+# The AWS fixtures (moto's server, a real sshd, Terraform with the provider mirror), for the
+# AWS tests of every level (unit/aws, terraform/aws, integration/aws, e2e/aws).
+from tests.support.aws_fixtures import (  # noqa: E402, F401
+    aws_env,
+    ec2,
+    moto_url,
+    plugin_mirror,
+    sshd,
+    terraform,
+)
+from tests.support.tools import require_system_tool, skip_or_fail  # noqa: E402, F401
 
 
 def skyinfra_argv() -> list[str]:
@@ -60,21 +72,6 @@ def minimal_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _skip_or_fail(message: str) -> NoReturn:
-    """Skip, or fail under SKYINFRA_REQUIRE_SYSTEM_TOOLS=1 (as in CI: a CI run that silently
-    skipped the real-sshd, cloud-init or pip-install tests would prove nothing)."""
-    if os.environ.get("SKYINFRA_REQUIRE_SYSTEM_TOOLS") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def require_system_tool(path: str | None, package: str) -> str:
-    """``path`` of a system tool, or skip (fail in CI, see _skip_or_fail)."""
-    if path is not None and os.path.exists(path):
-        return path
-    _skip_or_fail(f"{package} is not installed (`make test` installs it; see tests/system-deps.sh)")
-
-
 # Wheels of skyinfra's dependencies, so that tests install into fresh venvs without an index.
 WHEELHOUSE_ENV = "SKYINFRA_WHEELHOUSE"
 
@@ -85,7 +82,7 @@ def require_wheelhouse() -> Path:
     wheelhouse = Path(os.environ.get(WHEELHOUSE_ENV) or REPO_ROOT / ".wheelhouse")
     if wheelhouse.is_dir() and any(wheelhouse.glob("*.whl")):
         return wheelhouse
-    _skip_or_fail(
+    skip_or_fail(
         f"no dependency wheels in {wheelhouse}: run `make wheelhouse` (`make test` does) "
         f"or point ${WHEELHOUSE_ENV} at a folder of wheels"
     )

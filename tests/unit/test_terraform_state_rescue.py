@@ -1,5 +1,6 @@
 """What the engine makes of a Terraform that could not write its state, and of a plan that
-changes outputs only (fast: no Terraform runs here; tests/e2e/test_faults.py runs the real one)."""
+changes outputs only (fast: no Terraform runs here; tests/e2e/local/test_faults.py runs the
+real one)."""
 
 from __future__ import annotations
 

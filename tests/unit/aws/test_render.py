@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from aws_tf import REGION, TerraformFactory
 
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from tests.support.aws import REGION, TerraformFactory
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk r"
 

@@ -317,7 +317,10 @@ def test_keras_model_parallel_from_the_spec_file_splits_a_kernel(
     project: Path, clean_env: dict[str, str]
 ) -> None:
     (project / "skyinfra.toml").write_text(MODEL_PARALLEL_SPEC)
-    shutil.copy(REPO_ROOT / "tests" / "runtime" / "entries" / "keras_model_parallel.py", project)
+    shutil.copy(
+        REPO_ROOT / "tests/integration/runtime/entries/keras_model_parallel.py",
+        project,
+    )
     ws = project / ".skyinfra" / "clusters" / "mp"
     up = cli(["up"], project, clean_env)
     assert up.returncode == 0, up.stdout + up.stderr

@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from aws_tf import MODULES_DIR, TerraformFactory
+
+from tests.support.aws import MODULES_DIR, TerraformFactory
 
 MODULE_NAMES = ("network", "security", "nodes")
 

@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from aws_tf import REGION, write_root
 
 from skyinfra.targets.aws.render import AwsClusterParams
 from tests.conftest import require_system_tool
+from tests.support.aws import REGION, write_root
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk ck"
 

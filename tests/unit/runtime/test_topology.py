@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from launch_harness import topology
 from skyinfra_runtime import (
     InstanceInfo,
     Topology,
@@ -18,6 +17,8 @@ from skyinfra_runtime import (
 from skyinfra_runtime.errors import PluginError, PluginFlagError, PluginOptionError, UsageError
 from skyinfra_runtime.plugins import PLUGINS, from_name, parse_plugin_flag, validate_plugins
 from skyinfra_runtime.plugins.base import init_timeout
+
+from tests.integration.runtime.launch_harness import topology
 
 
 def test_round_trip_through_to_dict() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launch_harness import ENTRIES, run_nodes, topology
+from tests.integration.runtime.launch_harness import ENTRIES, run_nodes, topology
 
 BASICS = ENTRIES / "basics.py"
 

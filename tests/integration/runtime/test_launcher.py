@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_harness import ENTRIES, interrupt_after, launch_argv, run_nodes, topology
+
+from tests.integration.runtime.launch_harness import (
+    ENTRIES,
+    interrupt_after,
+    launch_argv,
+    run_nodes,
+    topology,
+)
 
 BASICS = ENTRIES / "basics.py"
 

@@ -15,16 +15,14 @@ from pathlib import Path
 
 import boto3
 import pytest
-
-# pytest puts this folder (no __init__.py) on sys.path, which makes aws_tf importable.
-from aws_tf import REGION, TerraformFactory, find_plugin_mirror
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ssm.models import Parameter, ssm_backends
 
 from skyinfra.targets.aws.preflight import DEFAULT_DLAMI_PARAMETER
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.terraform import MIRROR_ENV, PLUGIN_CACHE_ENV, EmbeddedTerraform
-from tests.conftest import require_system_tool
+from tests.support.aws import REGION, TerraformFactory, find_plugin_mirror
+from tests.support.tools import require_system_tool
 
 
 def seed_dlami(ami: str) -> None:

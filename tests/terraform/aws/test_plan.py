@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aws_tf import REGION, TerraformFactory, write_root
 
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.render import AwsClusterParams
+from tests.support.aws import REGION, TerraformFactory, write_root
 
 pytestmark = pytest.mark.slow
 

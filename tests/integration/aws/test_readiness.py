@@ -26,8 +26,6 @@ from typing import Any
 
 import pytest
 import yaml
-from aws_tf import REGION
-from conftest import free_port
 
 from skyinfra.errors import NodesNotReadyError
 from skyinfra.run.session import run_on_cluster
@@ -40,6 +38,8 @@ from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.wheel import build_runtime_wheel
 from tests.conftest import content_of
+from tests.support.aws import REGION
+from tests.support.aws_fixtures import free_port
 
 LOG = "/var/log/cloud-init-output.log"
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_tf import REGION
-from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.errors import PreflightError
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.preflight import quota_class, run_preflight
+from tests.support.aws import REGION
+from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
 DLAMI = "ami-0abcdef1234567890"
 P_QUOTA = "L-417A185B"

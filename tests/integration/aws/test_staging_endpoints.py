@@ -9,7 +9,6 @@ from pathlib import Path
 
 import boto3
 import pytest
-from aws_tf import REGION
 from botocore.exceptions import ClientError
 
 from skyinfra.errors import ConfigError, PreflightError
@@ -31,6 +30,7 @@ from skyinfra.targets.aws.staging import (
     stage_wheel,
     staging_prefix,
 )
+from tests.support.aws import REGION
 
 
 def make_wheel(path: Path) -> Path:

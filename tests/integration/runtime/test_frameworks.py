@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from launch_harness import ENTRIES, launch_argv, run_nodes, topology
+from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, run_nodes, topology
 
 JAX = {"name": "jax", "options": {"init_timeout": 30}}
 KERAS = {"name": "keras", "options": {"backend": "jax"}}

@@ -30,8 +30,6 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from aws_tf import REGION
-from conftest import seed_dlami, unseed_dlami
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.errors import ConfigError
@@ -44,6 +42,8 @@ from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT, content_of, skyinfra_argv
+from tests.support.aws import REGION
+from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
@@ -114,7 +114,7 @@ def cli_env(
             MIRROR_ENV: str(plugin_mirror),
             "SKYINFRA_CACHE": str(tmp_path / "cache"),
             "SKYINFRA_TF_PLUGIN_CACHE": str(tmp_path / "tf-plugins"),
-            # The Terraform layer is under test, not the runtime (tests/runtime, tests/e2e).
+            # The Terraform layer is under test, not the runtime (integration/runtime, e2e/local).
             "SKYINFRA_RUNTIME_DIR": str(minimal_runtime_dir),
         }
     )
