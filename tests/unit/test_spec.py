@@ -16,6 +16,7 @@ from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.targets.local.spec import LocalSpec
 from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
+from tests.support.specs import MODEL_PARALLEL_SPEC
 
 
 def test_minimal_spec_gets_defaults() -> None:
@@ -110,26 +111,9 @@ def test_torch_mpi_is_accepted_because_the_runtime_runs_it() -> None:
     assert "nccl, gloo, mpi" in str(err.value)
 
 
-MODEL_PARALLEL_TOML = """
-name = "mp"
-nodes = 2
-[[plugins]]
-name = "jax"
-options = { init_timeout = 60 }
-[[plugins]]
-name = "keras"
-[plugins.options]
-backend = "jax"
-mesh_shape = [1, 2]
-axis_names = ["batch", "model"]
-# TOML has no null: "" is a replicated dimension.
-layout_map = { ".*wide/kernel" = ["", "model"] }
-"""
-
-
 def test_keras_model_parallel_options_from_toml_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "skyinfra.toml"
-    path.write_text(MODEL_PARALLEL_TOML)
+    path.write_text(MODEL_PARALLEL_SPEC)
     spec = load_spec(path, {})
     keras = spec.plugins[1]
     assert spec.plugins[0].options == {"init_timeout": 60}  # a number stays a number

@@ -33,7 +33,7 @@ import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.errors import ConfigError
-from skyinfra.spec import validate_spec
+from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR, Emulator
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
@@ -374,14 +374,16 @@ def test_skip_preflight_bypasses_the_checks(
     assert s3.list_objects_v2(Bucket=f"skyinfra-staging-{DEFAULT_ACCOUNT_ID}-{REGION}")["KeyCount"]
 
 
-def test_transport_uses_the_spec_key_and_public_or_private_address(
-    ssh_key: Path, tmp_path: Path
-) -> None:
-    ws = Workspace(tmp_path / "clusters" / "ssh")
+def aws_workspace(
+    tmp_path: Path, name: str, ssh_key: Path, **aws: str
+) -> tuple[Workspace, ClusterSpec]:
+    """A workspace holding a 2-node AWS spec (g5.xlarge), as `up` leaves it, for transport
+    tests that need no Terraform."""
+    ws = Workspace(tmp_path / "clusters" / name)
     ws.path.mkdir(parents=True)
     spec = validate_spec(
         {
-            "name": "ssh",
+            "name": name,
             "provider": "aws",
             "nodes": 2,
             "aws": {
@@ -389,10 +391,18 @@ def test_transport_uses_the_spec_key_and_public_or_private_address(
                 "instance_type": "g5.xlarge",
                 "ssh_cidrs": ["203.0.113.7/32"],
                 "ssh_key": str(ssh_key),
+                **aws,
             },
         }
     )
     ws.write_json(ws.spec_file, spec.to_dict())
+    return ws, spec
+
+
+def test_transport_uses_the_spec_key_and_public_or_private_address(
+    ssh_key: Path, tmp_path: Path
+) -> None:
+    ws, spec = aws_workspace(tmp_path, "ssh", ssh_key)
     ws.write_json(ws.path / TARGET_FILE, {"ssh_user": "ec2-user"})
     topology = Topology(
         cluster="ssh",
@@ -539,23 +549,7 @@ def test_run_over_ssh_on_emulated_aws_nodes(
 def test_transport_in_emulator_mode_dials_only_mapped_nodes(
     ssh_key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws = Workspace(tmp_path / "clusters" / "emu")
-    ws.path.mkdir(parents=True)
-    spec = validate_spec(
-        {
-            "name": "emu",
-            "provider": "aws",
-            "nodes": 2,
-            "aws": {
-                "region": REGION,
-                "instance_type": "g5.xlarge",
-                "ssh_cidrs": ["203.0.113.7/32"],
-                "ssh_key": str(ssh_key),
-                "ssh_user": "ubuntu",
-            },
-        }
-    )
-    ws.write_json(ws.spec_file, spec.to_dict())
+    ws, spec = aws_workspace(tmp_path, "emu", ssh_key, ssh_user="ubuntu")
     topology = Topology(
         cluster="emu",
         provider="aws",

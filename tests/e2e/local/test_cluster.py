@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
+from tests.support.specs import MODEL_PARALLEL_SPEC
 
 pytestmark = pytest.mark.slow
 
@@ -293,24 +294,6 @@ def run_summaries(ws: Path) -> list[Path]:
     """Every run's summary.json, oldest first (by when it was written)."""
     paths = [p / "summary.json" for p in (ws / "runs").iterdir() if (p / "summary.json").is_file()]
     return sorted(paths, key=lambda p: p.stat().st_mtime)
-
-
-# Keras model parallelism written in skyinfra.toml (TOML has no null: "" is a replicated
-# dimension), carried in topology.json as JSON, and applied by the runtime on both nodes.
-MODEL_PARALLEL_SPEC = """
-name = "mp"
-nodes = 2
-[[plugins]]
-name = "jax"
-options = { init_timeout = 60 }
-[[plugins]]
-name = "keras"
-[plugins.options]
-backend = "jax"
-mesh_shape = [1, 2]
-axis_names = ["batch", "model"]
-layout_map = { ".*wide/kernel" = ["", "model"] }
-"""
 
 
 def test_keras_model_parallel_from_the_spec_file_splits_a_kernel(
