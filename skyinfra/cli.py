@@ -217,7 +217,8 @@ def up(
     default=None,
     metavar="SECONDS",
     help="End every node when the run takes longer (counted from the start of the nodes), "
-    f"name those still running and exit {exitcodes.RUN_TIMEOUT}. Default: no limit.",
+    f"name those still running and exit {exitcodes.RUN_TIMEOUT}. Default: the spec's "
+    "run_timeout, else no limit.",
 )
 @click.option(
     "--keep-runs",
@@ -270,7 +271,7 @@ def run(
             extra_ignores=topology_path_inside(src, ws.path),
             echo=echo,
             wait_ready_s=wait_s,
-            timeout_s=timeout_s,
+            timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
             keep_runs=keep_runs,
         )
     print_report(report, echo)

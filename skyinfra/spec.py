@@ -49,7 +49,10 @@ COMMON_KEYS = (
     "head_port",
     "plugins",
     "python_packages",
+    "run_timeout",
 )
+# The longest `run_timeout` (seconds): a week.
+MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 
 # A plugin as the spec names it: the runtime's own type, so the topology carries it as is.
 # Its options are JSON values (strings, numbers, booleans, lists, tables), checked against
@@ -70,6 +73,8 @@ class ClusterSpec:
     head_port: int = 29500
     plugins: tuple[PluginSpec, ...] = ()
     python_packages: tuple[str, ...] = ()
+    # `skyinfra run`'s default --timeout in seconds (None: no limit).
+    run_timeout: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -81,6 +86,7 @@ class ClusterSpec:
             "head_port": self.head_port,
             "plugins": [{"name": p.name, "options": dict(p.options)} for p in self.plugins],
             "python_packages": list(self.python_packages),
+            **({"run_timeout": self.run_timeout} if self.run_timeout is not None else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -276,6 +282,11 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     head_port = read_int(raw, "head_port", "head_port", 29500, 1024, 65534)
     plugins = _plugins(raw.get("plugins", []))
     packages = _packages(raw.get("python_packages", []))
+    run_timeout = (
+        read_int(raw, "run_timeout", "run_timeout", 0, 1, MAX_RUN_TIMEOUT_S)
+        if "run_timeout" in raw
+        else None
+    )
     _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
     section = target.parse_section(raw.get(provider), nodes=nodes)
     for other in targets:
@@ -290,4 +301,5 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         head_port=head_port,
         plugins=plugins,
         python_packages=packages,
+        run_timeout=run_timeout,
     )

@@ -208,6 +208,8 @@ BAD_SPECS = [
     ('name = "c"\npython_packages = ["--index-url=http://x"]\n', [], "'python_packages[0]'"),
     ('name = "c"\npython_packages = ["numpy; rm -rf /"]\n', [], "'python_packages[0]'"),
     ('name = "c"\nhead_port = 80\n', [], "'head_port'"),
+    ('name = "c"\nrun_timeout = 0\n', [], "'run_timeout'"),
+    ('name = "c"\nrun_timeout = "1h"\n', [], "'run_timeout'"),
     ('name = "c"\nprocs_per_node = "many"\n', [], "'procs_per_node'"),
     ('name = "c"\ncolour = "blue"\n', [], "'colour'"),
     ('name = "c"\n[local]\nbase_address = "10.0.0.1"\n', [], "'local.base_address'"),

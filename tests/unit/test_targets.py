@@ -51,6 +51,7 @@ def test_node_limit_comes_from_the_target() -> None:
     [
         {"name": "c", "nodes": 2, "local": {"base_address": "127.0.1.2"}},
         {"name": "c", "plugins": ["jax", "torch:backend=gloo"], "python_packages": ["numpy"]},
+        {"name": "c", "run_timeout": 3600},
         {
             "name": "c",
             "provider": "aws",

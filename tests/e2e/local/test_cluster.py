@@ -324,3 +324,18 @@ def test_keras_model_parallel_from_the_spec_file_splits_a_kernel(
     finally:
         down = cli(["down", "--yes"], project, clean_env)
         assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_the_spec_sets_run_timeout(project: Path, clean_env: dict[str, str]) -> None:
+    """`run_timeout` in skyinfra.toml is `run`'s default --timeout (a flag still wins)."""
+    (project / "skyinfra.toml").write_text('name = "rt"\nnodes = 1\nrun_timeout = 3\n')
+    (project / "sleepy.py").write_text("import time\n\n\ndef main():\n    time.sleep(600)\n")
+    up = cli(["up"], project, clean_env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        run = cli(["run", "sleepy.py:main"], project, clean_env)
+        assert run.returncode == 6, run.stdout + run.stderr  # exitcodes.RUN_TIMEOUT
+        assert "timed out after 3 s" in run.stderr and "node-0" in run.stderr
+    finally:
+        down = cli(["down", "--yes"], project, clean_env)
+    assert down.returncode == 0, down.stdout + down.stderr
