@@ -14,8 +14,8 @@ from skyinfra.errors import NodesNotReadyError
 from skyinfra.lifecycle import default_wait_ready_s
 from skyinfra.spec import validate_spec
 from skyinfra.targets.local.transport import LocalTransport
-from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
+from tests.support.topologies import local_topology
 
 
 def node_dirs(tmp_path: Path, bootstrapped: tuple[bool, ...]) -> dict[int, Path]:
@@ -27,18 +27,6 @@ def node_dirs(tmp_path: Path, bootstrapped: tuple[bool, ...]) -> dict[int, Path]
             (d / ".skyinfra-node").touch()
         dirs[i] = d
     return dirs
-
-
-def topology(count: int) -> Topology:
-    return Topology(
-        cluster="c",
-        provider="local",
-        head_addr="127.0.0.2",
-        head_port=29500,
-        nodes=tuple(
-            Node(i, f"node-{i}", f"127.0.0.{2 + i}", None, f"local-c-{i}") for i in range(count)
-        ),
-    )
 
 
 def test_marker_makes_a_local_node_ready(tmp_path: Path) -> None:
@@ -55,7 +43,7 @@ def test_local_run_does_not_wait(tmp_path: Path) -> None:
     transport = LocalTransport(node_dirs(tmp_path, (True, False)))
     lines: list[str] = []
     with pytest.raises(NodesNotReadyError, match=r"^cannot run: node-1: .*node-1 is not a") as err:
-        wait_until_ready(transport, topology(2), timeout_s=0, echo=lines.append)
+        wait_until_ready(transport, local_topology(2), timeout_s=0, echo=lines.append)
     assert err.value.nodes == {"node-1": "failed"}
     assert lines == []
 
@@ -70,7 +58,7 @@ def test_cli_run_stops_before_copying_when_a_node_is_not_bootstrapped(
     ws = tmp_path / "clusters" / "c"
     dirs = node_dirs(ws, (True, False))
     (ws / "spec.json").write_text(json.dumps(validate_spec({"name": "c", "nodes": 2}).to_dict()))
-    (ws / "topology.json").write_text(json.dumps(topology(2).to_dict()))
+    (ws / "topology.json").write_text(json.dumps(local_topology(2).to_dict()))
     result = CliRunner().invoke(
         cli,
         ["run", "--dir", str(tmp_path / "clusters"), "--cluster", "c", "train.py:main"],

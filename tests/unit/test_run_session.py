@@ -20,8 +20,8 @@ from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
 from skyinfra.run.report import RunReport, describe_exit, raise_for_failure
 from skyinfra.run.session import new_run_id, run_on_cluster
-from skyinfra.topology import Node, Topology
 from skyinfra.transport.base import IgnoreFn, Readiness
+from tests.support.topologies import local_topology
 
 
 @dataclass
@@ -91,18 +91,6 @@ class FakeTransport:
         return True
 
 
-def topology(count: int) -> Topology:
-    return Topology(
-        cluster="c",
-        provider="local",
-        head_addr="127.0.0.2",
-        head_port=29500,
-        nodes=tuple(
-            Node(i, f"node-{i}", f"127.0.0.{2 + i}", None, f"local-c-{i}") for i in range(count)
-        ),
-    )
-
-
 def run(
     transport: FakeTransport,
     tmp_path: Path,
@@ -115,7 +103,7 @@ def run(
     (tmp_path / "src" / "train.py").write_text("def main():\n    pass\n")
     return run_on_cluster(
         transport=transport,
-        topology=topology(len(transport.plan)),
+        topology=local_topology(len(transport.plan)),
         topology_file=tmp_path / "topology.json",
         runs_dir=tmp_path / "runs",
         src=tmp_path / "src",
@@ -198,7 +186,7 @@ def test_ctrl_c_ends_every_started_node_and_propagates(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_on_cluster(
             transport=transport,
-            topology=topology(2),
+            topology=local_topology(2),
             topology_file=tmp_path / "topology.json",
             runs_dir=tmp_path / "runs",
             src=tmp_path,
@@ -333,7 +321,7 @@ def test_timeout_ends_every_node_and_names_those_still_running(tmp_path: Path) -
     (src / "train.py").write_text("def main():\n    pass\n")
     report = run_on_cluster(
         transport=transport,
-        topology=topology(3),
+        topology=local_topology(3),
         topology_file=tmp_path / "topology.json",
         runs_dir=tmp_path / "runs",
         src=src,
@@ -401,7 +389,7 @@ def test_a_bad_entry_is_refused_before_anything_is_copied_or_started(
     with pytest.raises(UsageError) as caught:
         run_on_cluster(
             transport=transport,
-            topology=topology(2),
+            topology=local_topology(2),
             topology_file=tmp_path / "topology.json",
             runs_dir=tmp_path / "runs",
             src=src,
