@@ -254,7 +254,7 @@ def run(
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
-    spec = lifecycle.spec_of(ws)
+    spec = ws.spec()
     src = Path.cwd()
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
     # One operation at a time: an `up` that would replace the nodes waits for the run.

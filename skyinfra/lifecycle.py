@@ -46,11 +46,6 @@ PLAN_FILE = "skyinfra.tfplan"
 STATUS_CONNECT_TIMEOUT_S = 5.0
 
 
-def spec_of(ws: Workspace) -> ClusterSpec:
-    """The spec the cluster was last brought up with (its workspace's spec.json)."""
-    return ClusterSpec.from_dict(ws.read_json(ws.spec_file))
-
-
 def target_of(spec: ClusterSpec) -> Target:
     return get_target(spec.provider)
 
@@ -146,7 +141,7 @@ def _check_same_cluster(
 ) -> None:
     if not ws.exists():
         return
-    previous = spec_of(ws)
+    previous = ws.spec()
     if previous.provider != spec.provider:
         raise WorkspaceError(
             f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
@@ -242,7 +237,7 @@ def down(
     confirm: Confirm | None = None,
 ) -> None:
     """Destroy the cluster after showing what goes and getting ``confirm``'s yes."""
-    spec = spec_of(ws)
+    spec = ws.spec()
     with ws.lock("down"):
         engine = engine_factory(ws.path)
         if not (ws.path / ".terraform").is_dir():
@@ -281,7 +276,7 @@ def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> li
     """What every target made (by its tags) that no workspace in ``base`` has in its state,
     looked for where those workspaces (and ``extra_specs``) run. Lists; deletes nothing."""
     workspaces = [Workspace(base / name) for name in clusters_in(base)]
-    specs = [spec_of(ws) for ws in workspaces] + list(extra_specs)
+    specs = [ws.spec() for ws in workspaces] + list(extra_specs)
     lines: list[str] = []
     for target in all_targets():
         if any(spec.provider == target.name for spec in specs):
@@ -297,7 +292,7 @@ def transport_for(
     connect_timeout_s: float | None = None,
 ) -> NodeTransport:
     """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
-    spec = spec or spec_of(ws)
+    spec = spec or ws.spec()
     return target_of(spec).transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
 
 
@@ -330,7 +325,7 @@ def node_readiness(
 def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) -> dict[str, Any]:
     """The cluster's state, resources and nodes; each node says whether it is ready
     (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
-    spec = spec_of(ws)
+    spec = ws.spec()
     engine = engine_factory(ws.path)
     resources = engine.state_list() if ws.state_file.is_file() else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None

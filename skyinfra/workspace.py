@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import NoSuchClusterError, WorkspaceBusyError, WorkspaceError
-from skyinfra.spec import check_name
+from skyinfra.spec import ClusterSpec, check_name
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -75,6 +75,10 @@ class Workspace:
 
     def exists(self) -> bool:
         return self.spec_file.is_file()
+
+    def spec(self) -> ClusterSpec:
+        """The spec the cluster was last brought up with (spec.json), validated again."""
+        return ClusterSpec.from_dict(self.read_json(self.spec_file))
 
     def ensure(self) -> None:
         """Create the workspace folder, private to its owner."""

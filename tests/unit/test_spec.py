@@ -10,7 +10,6 @@ import pytest
 from skyinfra_runtime.plugins import from_name
 
 from skyinfra.errors import SpecError
-from skyinfra.lifecycle import spec_of
 from skyinfra.spec import load_spec, parse_plugin_flag, validate_spec
 from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.targets.local.spec import LocalSpec
@@ -127,7 +126,7 @@ def test_keras_model_parallel_options_from_toml_round_trip(tmp_path: Path) -> No
     ws = Workspace(tmp_path / "clusters" / "mp")
     ws.path.mkdir(parents=True)
     ws.write_json(ws.spec_file, spec.to_dict())
-    assert spec_of(ws) == spec
+    assert ws.spec() == spec
     plugin = from_name(keras.name, json.loads(json.dumps(keras.options)))
     assert getattr(plugin, "layout_map", None) == {".*wide/kernel": [None, "model"]}
 

@@ -99,7 +99,7 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
         neighbour = Workspace(other)
         if not (neighbour.exists() and neighbour.topology_file.is_file()):
             continue  # down, or never up
-        theirs = ClusterSpec.from_dict(neighbour.read_json(neighbour.spec_file))
+        theirs = neighbour.spec()
         if theirs.provider == spec.provider and mine & _ports(theirs.head_port):
             raise SpecError(
                 "head_port",
@@ -109,7 +109,7 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
                 f"{theirs.head_port + 2}",
             )
     if ws.topology_file.is_file() and ws.exists():
-        current = ClusterSpec.from_dict(ws.read_json(ws.spec_file))
+        current = ws.spec()
         if current.head_port == spec.head_port:
             return  # this cluster's own job may hold them
     for port in sorted(mine):
