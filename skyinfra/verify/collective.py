@@ -30,6 +30,8 @@ START_MARGIN_S = 30.0
 # NCCL prints which network it uses at communicator set-up with NCCL_DEBUG=INFO.
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 _NCCL_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
+# How the runtime's plugins say their rendezvous timed out (skyinfra_runtime.plugins).
+_RENDEZVOUS_TIMEOUT = re.compile(r"(init_process_group|jax\.distributed\.initialize)\b.* failed")
 _NCCL_PLUGIN = re.compile(r"NCCL INFO NET/Plugin\s*:?\s*(.+?)\s*$")
 
 
@@ -41,6 +43,8 @@ class CollectiveOutcome:
     ok: bool = False
     reason: str = ""
     sums: dict[str, float] = field(default_factory=dict)
+    # Ended by verify because another node failed first (it could not have finished).
+    ended_early: bool = False
     lines: list[str] = field(default_factory=list)
 
     def nccl_network(self) -> str | None:
@@ -115,7 +119,8 @@ def run_collective(
                     tag=tag,
                 )
             except TransportError as err:
-                outcomes[node.index].reason = f"could not start the runtime's launcher: {err}"
+                first = str(err).splitlines()[0]  # the evidence (argv: the topology) is long
+                outcomes[node.index].reason = f"could not start the runtime's launcher: {first}"
     for index, proc in procs.items():
         threading.Thread(target=_pump, args=(proc, index, lines), daemon=True).start()
     _wait(procs, outcomes, lines, deadline=time.monotonic() + timeout_s + START_MARGIN_S)
@@ -141,7 +146,12 @@ def _wait(
 ) -> None:
     open_streams = set(procs)
     running = set(procs)
+    # A node that could not start, or ended with an error, is missing: the others would only
+    # wait out their rendezvous timeout, so they are ended at once (like `run` does).
+    failed_first = [i for i, o in outcomes.items() if o.reason]
     while (open_streams or running) and time.monotonic() < deadline:
+        if failed_first:
+            break
         try:
             index, line = lines.get(timeout=0.2)
         except queue.Empty:
@@ -151,10 +161,22 @@ def _wait(
                 open_streams.discard(index)
             else:
                 outcomes[index].lines.append(line)
-        running = {i for i in running if procs[i].poll() is None}
+        for i in list(running):
+            code = procs[i].poll()
+            if code is not None:
+                running.discard(i)
+                if code != 0:
+                    failed_first.append(i)
         if not running and not open_streams:
             break
+    if failed_first:
+        time.sleep(0.5)  # the failed node's last lines
+        while not lines.empty():
+            index, line = lines.get()
+            if line is not None:
+                outcomes[index].lines.append(line)
     for index in running:
+        outcomes[index].ended_early = bool(failed_first)
         procs[index].kill(grace_s=2.0)
 
 
@@ -166,19 +188,23 @@ def _last_words(lines: Sequence[str]) -> str:
 def _judge(
     outcomes: dict[int, CollectiveOutcome], procs: Mapping[int, NodeProcess], timeout_s: float
 ) -> None:
-    failed: list[int] = []
+    # Nodes that never reached the rendezvous (not started, or failed another way): the
+    # others name them. A node whose own set-up timed out at the rendezvous is not missing.
+    missing: list[int] = []
     for index, outcome in outcomes.items():
         if outcome.reason:  # not started
-            failed.append(index)
+            missing.append(index)
             continue
+        if outcome.ended_early:
+            continue  # named below, with the nodes it waited for
         code = procs[index].poll()
         results = [ln[len(RESULT_PREFIX) :] for ln in outcome.lines if ln.startswith(RESULT_PREFIX)]
         if code is None or code != 0 or not results:
             if code is not None:
-                outcome.reason = (
-                    f"the collective failed (exit {code}): {_last_words(outcome.lines)}"
-                )
-                failed.append(index)
+                words = _last_words(outcome.lines)
+                outcome.reason = f"the collective failed (exit {code}): {words}"
+                if not _RENDEZVOUS_TIMEOUT.search(words):
+                    missing.append(index)
             continue
         for text in results:
             answer = json.loads(text)
@@ -194,11 +220,13 @@ def _judge(
     for index, outcome in outcomes.items():
         if outcome.ok:
             continue
-        others = [i for i in failed if i != index]
-        missing = f"; missing: {', '.join(f'node {i}' for i in others)}" if others else ""
-        if not outcome.reason:
+        others = [i for i in missing if i != index]
+        note = f"missing: {', '.join(f'node {i}' for i in others)}; " if others else ""
+        if outcome.ended_early:
+            outcome.reason = "ended without a result: the collective cannot finish without them"
+        elif not outcome.reason:
             outcome.reason = (
                 f"no result within {timeout_s:g}s (+{START_MARGIN_S:g}s start): still waiting "
                 "for the other nodes at the rendezvous"
             )
-        outcome.reason += missing
+        outcome.reason = note + outcome.reason

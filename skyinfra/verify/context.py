@@ -64,6 +64,9 @@ class VerifyContext:
     expect: Expectations
     hosts: dict[int, testinfra.host.Host] = field(default_factory=dict)
     token: str = field(default_factory=lambda: secrets.token_hex(8))
+    # Whether the probe imports the frameworks (the plugin turns it off when no selected
+    # check needs them).
+    probe_frameworks: bool = True
     _facts: dict[int, dict[str, Any]] | None = None
     _listener: tuple[NodeProcess | None, str] | None = None
     _collective: dict[int, CollectiveOutcome] | None = None
@@ -122,8 +125,10 @@ class VerifyContext:
             "node_dir": self.root(index),
             "node": index,
             "topology": self.topology_path(index),
-            "frameworks": [list(f) for f in self.expect.frameworks],
-            "gpu": self.has_gpu(index),
+            "frameworks": [list(f) for f in self.expect.frameworks]
+            if self.probe_frameworks
+            else [],
+            "gpu": self.has_gpu(index) and self.probe_frameworks,
         }
         try:
             result = self.run_script(index, "probe", json.dumps(config))

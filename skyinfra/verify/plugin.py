@@ -21,6 +21,8 @@ from skyinfra.verify.report import CheckResult, Status
 
 NODE_PARAM = "_skyinfra_node"
 BUILTIN_DIR = Path(__file__).parent / "checks"
+# The built-in checks that read what the probe finds by importing the frameworks.
+FRAMEWORK_CHECKS = ("test_framework", "test_gpus_visible")
 
 
 class VerifyPlugin:
@@ -59,6 +61,13 @@ class VerifyPlugin:
         return found
 
     # ------------------------------------------------------------------ hooks
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Import the frameworks on the nodes only when a selected check looks at them
+        (importing torch or jax takes seconds)."""
+        self.context.probe_frameworks = any(
+            getattr(item, "originalname", "") in FRAMEWORK_CHECKS for item in session.items
+        )
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if NODE_PARAM in metafunc.fixturenames:

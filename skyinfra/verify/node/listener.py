@@ -2,8 +2,8 @@
 token, so the other nodes learn they reached this listener and not another process.
 
 Usage: python listener.py TOKEN SECONDS PORT...  Prints "listening" once every port is held,
-or "held PORT ERROR" for a port another process already holds (exit 3); serves until killed
-or for SECONDS at most.
+or "held PORT ERROR" for the first port another process already holds; serves the ports it
+holds until killed or for SECONDS at most.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 def main() -> int:
     token, seconds, ports = sys.argv[1], float(sys.argv[2]), [int(p) for p in sys.argv[3:]]
     listeners = []
+    held = []
     for port in ports:
         sock = socket.socket()
         # Like the coordinators (jax's and torch's bind every address); SO_REUSEADDR lets a
@@ -26,13 +27,17 @@ def main() -> int:
             sock.bind(("", port))
             sock.listen(64)
         except OSError as exc:
-            print(f"held {port} {exc.strerror or exc}", flush=True)
-            return 3
+            held.append(f"held {port} {exc.strerror or exc}")
+            sock.close()
+            continue
         listeners.append(sock)
     selector = selectors.DefaultSelector()
     for sock in listeners:
         selector.register(sock, selectors.EVENT_READ)
-    print("listening", flush=True)
+    # The first held port, if any; the others are served all the same.
+    print(held[0] if held else "listening", flush=True)
+    if not listeners:
+        return 3
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.5):
