@@ -23,7 +23,7 @@ from skyinfra_runtime.topology import Node, Topology
 from skyinfra.errors import SkyinfraError
 from skyinfra.transport.base import NodeProcess, NodeTransport
 from skyinfra.verify.collective import CollectiveOutcome, run_collective
-from skyinfra.verify.hosts import testinfra_host
+from skyinfra.verify.hosts import node_host
 from skyinfra.verify.node import script
 
 FACTS_PREFIX = "skyinfra-verify-facts "
@@ -75,7 +75,7 @@ class VerifyContext:
     def __post_init__(self) -> None:
         for node in self.topology.nodes:
             if node.index not in self.hosts:
-                self.hosts[node.index] = testinfra_host(self.transport, node.index, node.name)
+                self.hosts[node.index] = node_host(self.transport, node.index, node.name)
 
     # ------------------------------------------------------------------ nodes
 

@@ -74,7 +74,7 @@ class PinnedParamikoBackend(ParamikoBackend):  # type: ignore[misc]
         self._transport.forget(self._node)
 
 
-def testinfra_host(transport: NodeTransport, node: int, name: str) -> testinfra.host.Host:
+def node_host(transport: NodeTransport, node: int, name: str) -> testinfra.host.Host:
     """The testinfra Host for ``node`` of a cluster reached through ``transport``."""
     backend: base.BaseBackend
     if isinstance(transport, LocalTransport):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,27 +17,11 @@ import pytest
 
 from skyinfra import exitcodes
 from tests.conftest import skyinfra_argv
+from tests.support.ports import free_port_pair
 
 pytestmark = pytest.mark.slow
 
 NAME = "vfy"
-
-
-def free_port_pair() -> int:
-    """A port P with P and P + 1 free (the cluster's jax and torch rendezvous ports)."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = int(sock.getsockname()[1])
-        if port >= 65534:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two free ports in a row")
 
 
 class Cluster:
