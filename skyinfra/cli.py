@@ -24,6 +24,7 @@ from skyinfra.spec import load_spec, parse_plugin_flag
 from skyinfra.targets import all_targets, target_names
 from skyinfra.terraform.plan import ResourceChange
 from skyinfra.topology import read_topology
+from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.workspace import Workspace, clusters_dir, select_workspace
 
 DEFAULT_SPEC = Path("skyinfra.toml")
@@ -269,6 +270,8 @@ def run(
     with ws.lock(f"run {entry}"):
         transport = lifecycle.transport_for(ws, topology, spec=spec)
         if verify_first or spec.verify:
+            # Checks on half-bootstrapped nodes would only say they are not ready yet.
+            wait_until_ready(transport, topology, timeout_s=wait_s, echo=echo)
             _verify_gate(ws, spec, topology, transport)
         report = run_on_cluster(
             transport=transport,

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 from pathlib import Path
 
+import paramiko
 import pytest
 from skyinfra_runtime.topology import Topology
 
-from skyinfra.errors import InternalError, UsageError
+from skyinfra.errors import HostKeyChangedError, InternalError, SkyinfraError, UsageError
 from skyinfra.transport.base import NodeTransport
 from skyinfra.verify.context import Expectations, VerifyContext
 from skyinfra.verify.plugin import BUILTIN_DIR, VerifyPlugin
@@ -45,10 +47,15 @@ def ship_missing_topology(context: VerifyContext, topology_file: Path) -> list[i
     local cluster's nodes get theirs at the first run); a copy that is there is checked as is."""
     shipped = []
     for node in context.topology.nodes:
-        path = context.topology_path(node.index)
-        if context.hosts[node.index].run(f"test -e '{path}'").rc != 0:
-            context.transport.put_file(node.index, topology_file, path)
-            shipped.append(node.index)
+        try:
+            path = context.topology_path(node.index)
+            if context.hosts[node.index].run(f"test -e {shlex.quote(path)}").rc != 0:
+                context.transport.put_file(node.index, topology_file, path)
+                shipped.append(node.index)
+        except HostKeyChangedError:
+            raise  # refused loudly, never a row of the table
+        except (SkyinfraError, OSError, paramiko.SSHException):
+            continue  # a node that cannot be reached: its checks say so, one by one
     return shipped
 
 

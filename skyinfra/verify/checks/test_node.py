@@ -37,6 +37,12 @@ def _skew(cluster: VerifyContext, node: int, read: Any, what: str) -> None:
         )
 
 
+def test_ready(cluster: VerifyContext, node: int) -> None:
+    """The node's bootstrap finished (what `run` waits for: on AWS, cloud-init's provision)."""
+    readiness = cluster.transport.readiness(node)
+    assert readiness.ready, f"the node is {readiness.state}: {readiness.detail}"
+
+
 def test_runtime(cluster: VerifyContext, node: int, facts: dict[str, Any]) -> None:
     runtime = facts["runtime"]
     assert runtime["launcher_exists"], (

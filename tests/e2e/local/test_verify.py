@@ -92,6 +92,7 @@ def test_healthy_cluster_passes_every_check(cluster: Cluster) -> None:
     assert report["ok"] and report["failures"] == []
     rows = {row["check"]: row["nodes"] for row in report["checks"]}
     for check in (
+        "ready",
         "runtime",
         "topology",
         "python",
