@@ -27,12 +27,16 @@ RESULT_PREFIX = "skyinfra-verify-collective "
 COLLECTIVE_PLUGINS = ("jax", "torch")
 # Beyond the rendezvous timeout: importing the frameworks and starting the launcher.
 START_MARGIN_S = 30.0
-# NCCL prints which network it uses at communicator set-up with NCCL_DEBUG=INFO.
+# NCCL prints which network it uses at communicator set-up with NCCL_DEBUG=INFO ("NCCL INFO
+# Using network AWS Libfabric" with the aws-ofi-nccl plugin, "... Using network Socket" when
+# no net plugin loaded: NCCL falls back to TCP without an error; see research F8).
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 _NCCL_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
+_NCCL_PLUGIN = re.compile(
+    r"NCCL INFO (?:NET/OFI Initializing (aws-ofi-nccl \S+)|NET/Plugin\s*:?\s*Loaded (.+?)\s*$)"
+)
 # How the runtime's plugins say their rendezvous timed out (skyinfra_runtime.plugins).
 _RENDEZVOUS_TIMEOUT = re.compile(r"(init_process_group|jax\.distributed\.initialize)\b.* failed")
-_NCCL_PLUGIN = re.compile(r"NCCL INFO NET/Plugin\s*:?\s*(.+?)\s*$")
 
 
 @dataclass
@@ -59,7 +63,7 @@ def nccl_network(lines: Sequence[str]) -> str | None:
         if found := _NCCL_NETWORK.search(line):
             network = found.group(1)
         elif found := _NCCL_PLUGIN.search(line):
-            plugin = found.group(1)
+            plugin = found.group(1) or found.group(2)
     if network is None:
         return None
     return f"{network} ({plugin})" if plugin else network

@@ -71,10 +71,21 @@ def test_verdicts() -> None:
         (["ip-10-0-0-5:77:77 [0] NCCL INFO Using network Socket"], "Socket"),
         (
             [
-                "node:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v8)",
-                "node:1:1 [0] NCCL INFO Using network Libfabric",
+                "algo-1:18566:18639 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.11.0-aws",
+                "algo-1:18566:18639 [0] NCCL INFO NET/OFI Setting provider_filter to efa",
+                "algo-1:18566:18639 [0] NCCL INFO Using network AWS Libfabric",
             ],
-            "Libfabric (Loaded net plugin Libfabric (v8))",
+            "AWS Libfabric (aws-ofi-nccl 1.11.0-aws)",
+        ),
+        (
+            [  # the plugin failed to initialize: NCCL fell back to TCP sockets
+                "w-0:21:570 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.9.1-aws",
+                "w-0:21:570 [0] nccl_net_ofi_create_plugin:257 NCCL WARN NET/OFI aws-ofi-nccl "
+                "initialization failed",
+                "w-0:21:570 [0] NCCL INFO NET/Socket : Using [0]eth0:192.168.29.226<0>",
+                "w-0:21:570 [0] NCCL INFO Using network Socket",
+            ],
+            "Socket (aws-ofi-nccl 1.9.1-aws)",
         ),
         (["skyinfra-verify-collective {}"], None),
     ],
