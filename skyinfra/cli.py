@@ -376,6 +376,8 @@ def verify_command(
             close = getattr(transport, "close", None)
             if callable(close):
                 close()
+    if not report.results:
+        verify.raise_for_failures(report)  # -k selected nothing: a usage error, no table
     if as_json:
         click.echo(json.dumps(verify.to_json(report), indent=2))
     else:

@@ -17,7 +17,7 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-from skyinfra.errors import VerifyFailedError
+from skyinfra.errors import UsageError, VerifyFailedError
 from skyinfra.spec import ClusterSpec
 from skyinfra.topology import Topology
 from skyinfra.transport.base import NodeTransport
@@ -72,12 +72,13 @@ def verify_cluster(
 
 
 def raise_for_failures(report: VerifyReport) -> None:
-    """VerifyFailedError naming each failing node and check (none ran: a failure too)."""
+    """VerifyFailedError naming each failing node and check; UsageError when no check ran
+    (a -k that selects none)."""
     if report.ok:
         return
+    if not report.results:
+        raise UsageError("-k selects no check: see the check names in `skyinfra verify`'s table")
     failures = [(report.node_name(f.node), f.check, f.reason) for f in report.failures()]
-    if not failures:
-        failures = [("every node", "-k", "no check ran (the -k expression selects none)")]
     raise VerifyFailedError(failures)
 
 

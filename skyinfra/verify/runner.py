@@ -88,12 +88,13 @@ def run_verify(
     if select:
         args += ["-k", select]
     output = io.StringIO()
-    with contextlib.redirect_stdout(output):
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
         code = pytest.main(args, plugins=[plugin])
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not plugin.results:
         if code == pytest.ExitCode.USAGE_ERROR:
-            words = [ln for ln in output.getvalue().splitlines() if ln.strip()]
-            raise UsageError(f"-k {select!r}: " + (words[-1] if words else "not a -k expression"))
+            said = [ln.removeprefix("ERROR: ") for ln in output.getvalue().splitlines()]
+            errors = [ln for ln in said if "-k" in ln or "expression" in ln.lower()]
+            raise UsageError(errors[0] if errors else f"-k {select!r} is not a -k expression")
         if code == pytest.ExitCode.NO_TESTS_COLLECTED:
             return VerifyReport(topology.cluster, tuple(n.name for n in topology.nodes))
         raise InternalError(f"the checks did not run (pytest exit {code}):\n{output.getvalue()}")
