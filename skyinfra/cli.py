@@ -24,7 +24,6 @@ from skyinfra.spec import load_spec, parse_plugin_flag
 from skyinfra.targets import all_targets, target_names
 from skyinfra.terraform.plan import ResourceChange
 from skyinfra.topology import read_topology
-from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.workspace import Workspace, clusters_dir, select_workspace
 
 DEFAULT_SPEC = Path("skyinfra.toml")
@@ -270,9 +269,9 @@ def run(
     with ws.lock(f"run {entry}"):
         transport = lifecycle.transport_for(ws, topology, spec=spec)
         if verify_first or spec.verify:
-            # Checks on half-bootstrapped nodes would only say they are not ready yet.
-            wait_until_ready(transport, topology, timeout_s=wait_s, echo=echo)
-            _verify_gate(ws, spec, topology, transport)
+            from skyinfra.verify import gate
+
+            gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=echo)
         report = run_on_cluster(
             transport=transport,
             topology=topology,
@@ -290,24 +289,6 @@ def run(
         )
     print_report(report, echo)
     raise_for_failure(report)
-
-
-def _verify_gate(ws: Workspace, spec: Any, topology: Any, transport: Any) -> None:
-    """`run --verify`: the checks first; a failure stops the run before anything starts."""
-    from skyinfra import verify
-
-    echo("[skyinfra] verify: checking every node before the run")
-    report = verify.verify_cluster(
-        transport,
-        topology,
-        verify.expectations(spec, topology),
-        topology_file=ws.topology_file,
-        project=Path.cwd(),
-    )
-    if not report.ok:
-        click.echo(verify.render_table(report), nl=False)
-    verify.raise_for_failures(report)
-    echo(verify.verdict(report))
 
 
 @cli.command("verify")
@@ -351,33 +332,13 @@ def verify_command(
     from skyinfra import verify
 
     ws = _workspace(clusters_root, cluster_name, changes_something=False)
-    if not ws.topology_file.is_file():
-        raise ClusterDownError(ws.name)
-    topology = read_topology(ws.topology_file)
-    spec = ws.spec()
-    # The rendezvous checks hold the cluster's ports: not while a run of it uses them.
-    with ws.lock("verify"):
-        transport = lifecycle.transport_for(ws, topology, spec=spec)
-        try:
-            report = verify.verify_cluster(
-                transport,
-                topology,
-                verify.expectations(
-                    spec,
-                    topology,
-                    min_free_gb=min_free_gb,
-                    collective_timeout_s=collective_timeout,
-                ),
-                topology_file=ws.topology_file,
-                project=Path.cwd(),
-                select=select,
-            )
-        finally:
-            close = getattr(transport, "close", None)
-            if callable(close):
-                close()
-    if not report.results:
-        verify.raise_for_failures(report)  # -k selected nothing: a usage error, no table
+    report = verify.verify_workspace(
+        ws,
+        project=Path.cwd(),
+        select=select,
+        min_free_gb=min_free_gb,
+        collective_timeout_s=collective_timeout,
+    )
     if as_json:
         click.echo(json.dumps(verify.to_json(report), indent=2))
     else:

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from skyinfra.errors import UsageError, VerifyFailedError
+from skyinfra import lifecycle
+from skyinfra.errors import ClusterDownError, UsageError, VerifyFailedError
 from skyinfra.spec import ClusterSpec
-from skyinfra.topology import Topology
+from skyinfra.topology import Topology, read_topology
 from skyinfra.transport.base import NodeTransport
+from skyinfra.transport.readiness import wait_until_ready
 from skyinfra.verify.context import Expectations, frameworks_of
 from skyinfra.verify.report import VerifyReport, render_table, to_json, verdict
 from skyinfra.verify.runner import run_verify
 from skyinfra.wheel import RUNTIME_DIR_ENV, RUNTIME_DIST, tree_source
+from skyinfra.workspace import Workspace
 
 DEFAULT_MIN_FREE_GB = 5.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 60.0
@@ -71,6 +75,71 @@ def verify_cluster(
     )
 
 
+def verify_workspace(
+    ws: Workspace,
+    *,
+    project: Path | None,
+    select: str | None = None,
+    min_free_gb: float = DEFAULT_MIN_FREE_GB,
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
+) -> VerifyReport:
+    """`skyinfra verify`: the checks on every node of the workspace's cluster. A -k that
+    selects nothing is a UsageError (before any table)."""
+    if not ws.topology_file.is_file():
+        raise ClusterDownError(ws.name)
+    topology = read_topology(ws.topology_file)
+    spec = ws.spec()
+    expect = expectations(
+        spec, topology, min_free_gb=min_free_gb, collective_timeout_s=collective_timeout_s
+    )
+    # The rendezvous checks hold the cluster's ports: not while a run of it uses them.
+    with ws.lock("verify"):
+        transport = lifecycle.transport_for(ws, topology, spec=spec)
+        try:
+            report = verify_cluster(
+                transport,
+                topology,
+                expect,
+                topology_file=ws.topology_file,
+                project=project,
+                select=select,
+            )
+        finally:
+            close = getattr(transport, "close", None)
+            if callable(close):
+                close()
+    if not report.results:
+        raise_for_failures(report)
+    return report
+
+
+def gate(
+    ws: Workspace,
+    spec: ClusterSpec,
+    topology: Topology,
+    transport: NodeTransport,
+    *,
+    wait_ready_s: float,
+    echo: Callable[[str], None],
+) -> None:
+    """`run --verify` (or ``verify = true``): wait for bootstrapping nodes (checks on them
+    would only say they are not ready yet), run every check, and raise VerifyFailedError,
+    after the table, when one fails: the run starts nothing."""
+    wait_until_ready(transport, topology, timeout_s=wait_ready_s, echo=echo)
+    echo("[skyinfra] verify: checking every node before the run")
+    report = verify_cluster(
+        transport,
+        topology,
+        expectations(spec, topology),
+        topology_file=ws.topology_file,
+        project=Path.cwd(),
+    )
+    if not report.ok:
+        echo(render_table(report).rstrip("\n"))
+    raise_for_failures(report)
+    echo(verdict(report))
+
+
 def raise_for_failures(report: VerifyReport) -> None:
     """VerifyFailedError naming each failing node and check; UsageError when no check ran
     (a -k that selects none)."""
@@ -88,10 +157,12 @@ __all__ = [
     "Expectations",
     "VerifyReport",
     "expectations",
+    "gate",
     "operator_runtime_version",
     "raise_for_failures",
     "render_table",
     "to_json",
     "verdict",
     "verify_cluster",
+    "verify_workspace",
 ]
