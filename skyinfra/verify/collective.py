@@ -25,6 +25,8 @@ from skyinfra.verify.node import script
 RESULT_PREFIX = "skyinfra-verify-collective "
 # The frameworks with a cross-process collective here (keras rides on one of them).
 COLLECTIVE_PLUGINS = ("jax", "torch")
+# jax would take 75% of each GPU's memory at its first use, leaving torch none.
+COLLECTIVE_ENV = {"PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 # Beyond the rendezvous timeout: importing the frameworks and starting the launcher.
 START_MARGIN_S = 30.0
 # NCCL prints which network it uses at communicator set-up with NCCL_DEBUG=INFO ("NCCL INFO
@@ -118,7 +120,7 @@ def run_collective(
                         "--",
                         *frameworks,
                     ],
-                    env={"PYTHONUNBUFFERED": "1", **(NCCL_DEBUG_ENV if gpu else {})},
+                    env={**COLLECTIVE_ENV, **(NCCL_DEBUG_ENV if gpu else {})},
                     cwd=f"{root}/verify",
                     tag=tag,
                 )
@@ -127,7 +129,12 @@ def run_collective(
                 outcomes[node.index].reason = f"could not start the runtime's launcher: {first}"
     for index, proc in procs.items():
         threading.Thread(target=_pump, args=(proc, index, lines), daemon=True).start()
-    _wait(procs, outcomes, lines, deadline=time.monotonic() + timeout_s + START_MARGIN_S)
+    try:
+        _wait(procs, outcomes, lines, deadline=time.monotonic() + timeout_s + START_MARGIN_S)
+    except KeyboardInterrupt:
+        for proc in procs.values():
+            proc.kill(grace_s=1.0)
+        raise
     _judge(outcomes, procs, timeout_s)
     return outcomes
 

@@ -28,7 +28,7 @@ from skyinfra.verify.node import script
 
 FACTS_PREFIX = "skyinfra-verify-facts "
 # How long the head's listener lives at most (it is ended when the port checks are done).
-LISTENER_LIFETIME_S = 300
+LISTENER_LIFETIME_S = 120
 LISTENER_START_S = 20.0
 CONNECT_TIMEOUT_S = 5.0
 

@@ -127,6 +127,8 @@ def gpus(frameworks: list[str]) -> dict[str, Any]:
 
 def main() -> None:
     config = json.loads(sys.argv[1])
+    # jax would take 75% of each GPU's memory just to list its devices.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     node_dir = config["node_dir"]
     facts: dict[str, Any] = {
         "python": platform.python_version(),
