@@ -212,12 +212,3 @@ def test_corrupt_topology_on_node_1_and_a_failing_user_check(cluster: Cluster) -
         topology.write_text(good)
         check.unlink()
         (cluster.node(0) / "head-marker").unlink()
-
-
-def test_a_bad_or_empty_selection_is_a_usage_error(cluster: Cluster) -> None:
-    bad = cluster.verify("-k", "runtime and (")
-    assert bad.returncode == exitcodes.USAGE, bad.stdout + bad.stderr
-    assert "Wrong expression passed to '-k': runtime and (" in bad.stderr
-    none = cluster.verify("-k", "no_such_check")
-    assert none.returncode == exitcodes.USAGE, none.stdout + none.stderr
-    assert "-k selects no check" in none.stderr and none.stdout == ""
