@@ -96,7 +96,7 @@ class JaxPlugin:
     def explain(self, exc: BaseException) -> str | None:
         if self._initialized and _TWICE in str(exc):
             return (
-                "the jax plugin had already called jax.distributed.initialize; drop your call,"
+                "it had already called jax.distributed.initialize; drop your call,"
                 " or set the plugin's option initialize = false (--plugin jax:initialize=false)"
                 " and initialise in your script from JAX_NUM_PROCESSES and JAX_PROCESS_ID"
             )

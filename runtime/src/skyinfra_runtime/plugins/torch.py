@@ -95,7 +95,7 @@ class TorchPlugin:
         text = str(exc)
         if self._initialized and _TWICE in text:
             return (
-                "the torch plugin had already called init_process_group for this function entry"
+                "it had already called init_process_group for this function entry"
                 " (module:function or script.py:function); either drop your own"
                 " init_process_group call and use the plugin's group, or run the file as a"
                 " script (`skyinfra run train.py -- ARGS` or `-m package.module`): a script gets"
@@ -103,8 +103,8 @@ class TorchPlugin:
             )
         if self._script and _NOT_INITIALIZED in text:
             return (
-                "a script entry runs as under torchrun: the torch plugin set RANK, WORLD_SIZE,"
-                " MASTER_ADDR, MASTER_PORT... but leaves init_process_group to the script;"
+                "a script entry runs as under torchrun: it set RANK, WORLD_SIZE, MASTER_ADDR,"
+                " MASTER_PORT... and leaves init_process_group to the script;"
                 ' call dist.init_process_group() in it (e.g. "gloo" on CPU, "nccl" on GPU),'
                 " or name a function (script.py:main) to have the plugin initialise the group"
                 " around it"
