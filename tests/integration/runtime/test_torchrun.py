@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import REPO_ROOT
 from tests.integration.runtime.launch_harness import ENTRIES, free_port_pair, run_nodes, topology
 
 TORCH = {"name": "torch", "options": {"init_timeout": 30}}
@@ -125,3 +126,38 @@ def test_a_jax_script_initialises_itself_with_initialize_false(tmp_path: Path) -
         assert run.returncode == 0, run.stderr
     out = "".join(r.stdout for r in runs)
     assert "jax process 0 of 2 sum=3" in out and "jax process 1 of 2 sum=3" in out
+
+
+def test_torch_refuses_more_processes_than_the_nodes_gpus_before_starting(tmp_path: Path) -> None:
+    # The topology claims 2 GPUs (this machine has none): the launcher's count is what is
+    # tested. (procs_per_node 1, the default, becomes one per GPU: tests/unit/runtime.)
+    gloo = {"name": "torch", "options": {"init_timeout": 30, "backend": "gloo"}}
+    topo = topology(nodes=1, plugins=[gloo], accelerators=2, procs_per_node=4)
+    (refused,) = run_nodes(tmp_path, topo, f"{ENTRIES}/torch_ddp.py:ranks")
+    assert refused.returncode == 3
+    assert "4 processes per node but the node has 2 GPU(s)" in refused.stderr
+    assert "plugin torch ready" not in refused.stderr  # refused before any worker started
+
+
+def test_keras_on_one_process_with_4_devices_trains_data_parallel(tmp_path: Path) -> None:
+    """The demo on one node with 4 devices (XLA's host devices stand in for GPUs): the keras
+    plugin sets DataParallel although there is one process, and the batches divide by 4."""
+    demo = str(REPO_ROOT / "examples" / "keras_digits.py")
+    (tmp_path / "entry.py").write_text(
+        "import runpy\n\n\ndef main():\n"
+        f"    value = runpy.run_path({demo!r})['main'](1)\n"
+        "    import keras\n\n"
+        "    value['distribution'] = type(keras.distribution.distribution()).__name__\n"
+        "    return value\n"
+    )
+    plugins = [{"name": "jax", "options": {}}, {"name": "keras", "options": {"backend": "jax"}}]
+    (run,) = run_nodes(
+        tmp_path,
+        topology(nodes=1, plugins=plugins),
+        f"{tmp_path / 'entry.py'}:main",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+    )
+    assert run.returncode == 0, run.stderr
+    (value,) = run.values()
+    assert value["distribution"] == "DataParallel"
+    assert (value["devices"], value["batch_size"], value["train_samples"]) == (4, 52, 1500)
