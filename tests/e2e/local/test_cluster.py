@@ -114,6 +114,14 @@ def test_torch_ddp_same_weights_on_both_nodes(
     values = results(run.stdout, project / ".skyinfra" / "clusters" / name / "runs")
     assert sorted(v["rank"] for v in values) == [0, 1]
     assert values[0]["weights_sha256"] == values[1]["weights_sha256"]
+    # The same cluster runs an unmodified torchrun script (its own init_process_group), here
+    # as `-m` with arguments: torchrun's environment on every node, as under torchrun.
+    argv = ["run", "--cluster", name, "--all-logs", "-m", "examples.torchrun_ddp"]
+    script = cli([*argv, "--", "--epochs", "2"], project, clean_env)
+    assert script.returncode == 0, script.stdout + script.stderr
+    lines = re.findall(r"rank (\d)/2 epochs=2 .* weights_sha256=(\w+)", script.stdout)
+    assert sorted(rank for rank, _ in lines) == ["0", "1"], script.stdout
+    assert len({digest for _, digest in lines}) == 1  # identical parameters on both ranks
 
 
 @pytest.mark.parametrize("cluster", [["jax"]], indirect=True)
