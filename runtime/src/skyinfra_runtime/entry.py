@@ -50,6 +50,7 @@ class Entrypoint:
         if not sep:
             raise EntrypointError(
                 f"entrypoint {text!r} names a module without a function; expected {FORMS}"
+                f" (to run it as `python -m` does: -m {target})"
             )
         if not all(part.isidentifier() for part in target.split(".")):
             raise EntrypointError(f"entrypoint {text!r}: {target!r} is not a module name")
