@@ -54,4 +54,15 @@ def main(steps: int = 30) -> dict[str, object]:
 
 
 if __name__ == "__main__":
+    # As a script (`torchrun examples/torch_ddp.py`, `skyinfra run examples/torch_ddp.py`) it
+    # initialises the process group itself, as torchrun scripts do; as a function the plugin does.
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     print(main())
+    dist.destroy_process_group()
