@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -60,11 +61,13 @@ def main() -> None:
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().cpu().numpy().tobytes())
-    print(
+    # One write per line: the processes of a node share its output, and print() writes the
+    # text and the newline separately when Python runs unbuffered (as torchrun's -u does).
+    sys.stdout.write(
         f"rank {rank}/{world} epochs={args.epochs} loss={loss.item():.4f}"
-        f" weights_sha256={digest.hexdigest()}",
-        flush=True,
+        f" weights_sha256={digest.hexdigest()}\n"
     )
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
