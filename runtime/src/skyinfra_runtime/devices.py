@@ -7,7 +7,36 @@ one GPU: more processes than GPUs is refused, not wrapped around.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
 from skyinfra_runtime.errors import PluginError
+
+_NVIDIA_DEVICE = re.compile(r"nvidia\d+")
+
+
+def node_gpus(
+    topology_count: int,
+    provider: str,
+    *,
+    dev: Path = Path("/dev"),
+    env: Mapping[str, str] = os.environ,
+) -> int:
+    """The node's GPUs: the topology's count, else (an instance type the operator could not
+    describe) what this machine shows: CUDA_VISIBLE_DEVICES when set, else one
+    ``/dev/nvidiaN`` file per GPU (the driver's device nodes; no framework needed). Not on
+    the local target: its nodes share one machine, whose GPUs are no node's own."""
+    if topology_count > 0 or provider == "local":
+        return topology_count
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        return sum(1 for p in dev.iterdir() if _NVIDIA_DEVICE.fullmatch(p.name))
+    except OSError:
+        return 0
 
 
 def torch_procs(procs: int, gpus: int, *, chosen: bool) -> int:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from skyinfra_runtime import exitcodes, rundirs
-from skyinfra_runtime.devices import torch_procs
+from skyinfra_runtime.devices import node_gpus, torch_procs
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import (
     EntrypointError,
@@ -135,7 +135,7 @@ def launch(argv: list[str]) -> int:
 
 def _torch_procs(procs: int, topology: Topology, node: int, *, chosen: bool) -> int:
     accel = topology.nodes[node].accelerator
-    gpus = accel.count if accel else 0
+    gpus = node_gpus(accel.count if accel else 0, topology.provider)
     resolved = torch_procs(procs, gpus, chosen=chosen)
     if resolved != procs:
         print(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from skyinfra_runtime.devices import jax_local_devices, torch_device, torch_procs
 from skyinfra_runtime.errors import PluginError
@@ -117,3 +119,15 @@ def test_jax_initialize_is_a_boolean_option() -> None:
     assert from_name("jax", {"initialize": False}).initialize is False  # type: ignore[attr-defined]
     with pytest.raises(PluginOptionError, match="option 'initialize' is 'no'; expected true or"):
         validate_plugin("jax", {"initialize": "no"})
+
+
+def test_the_gpu_count_falls_back_to_what_the_machine_shows(tmp_path: Path) -> None:
+    from skyinfra_runtime.devices import node_gpus
+
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm", "null"):
+        (tmp_path / name).touch()
+    assert node_gpus(8, "aws", dev=tmp_path, env={}) == 8  # the topology knows
+    assert node_gpus(0, "aws", dev=tmp_path, env={}) == 3  # one /dev/nvidiaN per GPU
+    assert node_gpus(0, "aws", dev=tmp_path, env={"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
+    assert node_gpus(0, "aws", dev=tmp_path / "absent", env={}) == 0  # no GPU here
+    assert node_gpus(0, "local", dev=tmp_path, env={}) == 0  # local nodes share the machine

@@ -20,7 +20,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from skyinfra_runtime.devices import jax_local_devices
+from skyinfra_runtime.devices import jax_local_devices, node_gpus
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.plugins.base import init_timeout
@@ -38,7 +38,8 @@ def jax_env(info: InstanceInfo, topology: Topology) -> dict[str, str]:
         "JAX_NUM_PROCESSES": str(info.total_workers),
         "JAX_PROCESS_ID": str(info.global_index),
     }
-    ids = jax_local_devices(info.worker, info.workers_per_node, info.accelerators)
+    gpus = node_gpus(info.accelerators, info.provider)
+    ids = jax_local_devices(info.worker, info.workers_per_node, gpus)
     if ids is not None:
         env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in ids)
     return env
