@@ -136,8 +136,11 @@ def _explain(plugins: list[Plugin], exc: BaseException) -> None:
 
 
 def _log(message: str) -> None:
-    """One line on stderr, flushed: the operator interleaves several workers' streams."""
-    print(f"skyinfra-runtime: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, flushed: the operator interleaves several workers' streams. One
+    write (print() writes the newline separately on an unbuffered stream, and the workers of a
+    node share its stderr: two lines would run into one)."""
+    sys.stderr.write(f"skyinfra-runtime: {message}\n")
+    sys.stderr.flush()
 
 
 def _system_exit_code(exc: SystemExit) -> int:
