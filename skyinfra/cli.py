@@ -236,6 +236,13 @@ def up(
     help="Run `skyinfra verify`'s checks first; start nothing when one fails "
     f"(exit {exitcodes.VERIFY_FAILED}). `verify = true` in the spec does the same.",
 )
+@click.option(
+    "-m",
+    "--module",
+    "as_module",
+    is_flag=True,
+    help="ENTRY is a module run as `python -m ENTRY` (as `torchrun -m`).",
+)
 @click.argument("entry")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -246,10 +253,15 @@ def run(
     timeout_s: float | None,
     keep_runs: int,
     verify_first: bool,
+    as_module: bool,
     entry: str,
     args: tuple[str, ...],
 ) -> None:
     """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
+
+    ENTRY is script.py (run as __main__, as `python script.py` or torchrun: it gets
+    torchrun's environment with the torch plugin), -m package.module, package.module:function
+    or script.py:function (a function: the plugins initialise the frameworks around it).
 
     Nodes whose bootstrap has not finished are waited for (--wait-ready); a node whose
     bootstrap failed stops the run before anything starts. ENTRY is checked first (exit 2).
@@ -258,6 +270,8 @@ def run(
     nodes), the first failure ends the other nodes. Keep outputs in $SKYINFRA_SHARED_DIR.
     Results and logs go to the workspace's runs/<id>/.
     """
+    if as_module:
+        entry = f"-m {entry}"  # the runtime's text for a `python -m` entry
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
