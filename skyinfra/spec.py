@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from skyinfra_runtime.plugins import validate_plugins
 from skyinfra_runtime.topology import PluginRef
 
 from skyinfra.errors import InternalError, SpecError
+from skyinfra.review.guardrails import Guardrails, parse_guardrails
 from skyinfra.targets import get_target, target_names
 
 # One rule for cluster names, everywhere: 1-32 characters, lowercase letters, digits and '-',
@@ -50,6 +51,7 @@ COMMON_KEYS = (
     "plugins",
     "python_packages",
     "run_timeout",
+    "guardrails",
 )
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
@@ -75,6 +77,8 @@ class ClusterSpec:
     python_packages: tuple[str, ...] = ()
     # `skyinfra run`'s default --timeout in seconds (None: no limit).
     run_timeout: int | None = None
+    # `[guardrails]`: what `plan` checks and `up`/`apply` refuse to go past (skyinfra/review).
+    guardrails: Guardrails = field(default_factory=Guardrails)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -87,6 +91,7 @@ class ClusterSpec:
             "plugins": [{"name": p.name, "options": dict(p.options)} for p in self.plugins],
             "python_packages": list(self.python_packages),
             **({"run_timeout": self.run_timeout} if self.run_timeout is not None else {}),
+            **({"guardrails": self.guardrails.to_dict()} if self.guardrails.to_dict() else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -287,6 +292,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         if "run_timeout" in raw
         else None
     )
+    guardrails = parse_guardrails(raw.get("guardrails"))
     _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
     section = target.parse_section(raw.get(provider), nodes=nodes)
     for other in targets:
@@ -302,4 +308,5 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         plugins=plugins,
         python_packages=packages,
         run_timeout=run_timeout,
+        guardrails=guardrails,
     )

@@ -370,6 +370,7 @@ SKIP_PREFLIGHT = TargetOption(
     flag="--skip-preflight",
     help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
     "quota); values such as the AMI id are still looked up.",
+    commands=("up", "plan", "render"),
 )
 
 
