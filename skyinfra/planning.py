@@ -36,6 +36,9 @@ PLANFILE = "skyinfra.tfplan"
 PLAN_JSON = "plan.json"
 PLAN_MD = "plan.md"
 PLAN_META = "plan-meta.json"
+# The root module the plan was made from, beside it: `apply` in a fresh workspace (a CI job
+# on another machine, with a remote backend holding the state) initialises from it.
+PLANNED_ROOT = "root"
 # The workspace folder `plan` writes into unless --out says.
 DEFAULT_PLAN_DIR = "plan"
 RENDER_README = "README.md"
@@ -214,6 +217,7 @@ def plan(
     out_ws = Workspace(out)
     out_ws.write_files(
         {
+            **{f"{PLANNED_ROOT}/{name}": text for name, text in files.items()},
             PLAN_JSON: json.dumps(plan_json, indent=2, sort_keys=True) + "\n",
             PLAN_MD: document,
             PLAN_META: json.dumps(
@@ -322,13 +326,20 @@ def apply_planfile(
             f"PLANFILE {planfile} is a plan of cluster {meta.get('cluster')!r}, not {ws.name!r}"
         )
     spec = ClusterSpec.from_dict(meta["spec"])
-    if not (ws.path / ".terraform").is_dir():
-        raise WorkspaceError(
-            f"cluster {ws.name!r}: no initialised workspace at {ws.path}; apply a plan in the "
-            "workspace `skyinfra plan` made it in (same --dir)"
-        )
     with ws.lock("apply"):
         engine = engine_factory(ws.path)
+        if not (ws.path / ".terraform").is_dir():
+            # A fresh workspace (CI): the root module the plan was made from, initialised.
+            planned = planfile.parent / PLANNED_ROOT
+            if not planned.is_dir():
+                raise WorkspaceError(
+                    f"cluster {ws.name!r}: no initialised workspace at {ws.path} and no "
+                    f"{PLANNED_ROOT}/ beside {planfile.name}; apply the folder `skyinfra plan` "
+                    "wrote, as it wrote it"
+                )
+            ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
+            echo(f"[skyinfra] terraform init in {ws.path}")
+            engine.init()
         check_not_stale(planfile, meta, engine, spec_now=spec_now, expect_sha256=expect_sha256)
         plan_json = engine.show_plan(str(planfile))
         review = build_review(plan_json, facts_of(spec), planfile_sha256=meta["planfile_sha256"])
