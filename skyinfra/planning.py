@@ -26,6 +26,7 @@ from skyinfra.review import markdown
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import TargetOptions
+from skyinfra.targets.identity import WORKSPACE_ID_FILE
 from skyinfra.terraform import EmbeddedTerraform, EngineFactory, TerraformEngine
 from skyinfra.topology import topology_from_outputs
 from skyinfra.workspace import Workspace
@@ -122,11 +123,17 @@ def render(
     options = dict(options or {})
     lifecycle.check_target_options(spec, options)
     created = not ws.path.exists()
+    keep = False
     try:
         with ws.lock("render"):
             files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options=options)
+            if WORKSPACE_ID_FILE in files:
+                # The id names the cluster's resources (tags, the wheel's staging prefix): kept,
+                # so that the next render, and the first `up`, use the same one.
+                ws.write_files({WORKSPACE_ID_FILE: files[WORKSPACE_ID_FILE]})
+                keep = True
     finally:
-        if created and not (ws.path / "spec.json").exists():
+        if created and not keep:
             shutil.rmtree(ws.path, ignore_errors=True)
     written = {**files, RENDER_README: render_readme(spec, files)}
     Workspace(out).write_files(written, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)

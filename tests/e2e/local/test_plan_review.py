@@ -76,9 +76,12 @@ def test_plan_apply_and_stale_plans(project: tuple[Path, dict[str, str]]) -> Non
     assert again.returncode == exitcodes.STALE_PLAN, again.stdout + again.stderr
     assert "state changed since the plan (no state then, serial" in again.stderr
 
-    code, text = plan(root, env, "p-same")
-    assert code == exitcodes.OK
-    check_golden("local-no-changes", text)
+    same = skyinfra(["plan", "--out", "p-same", "--json"], root, env)
+    assert same.returncode == exitcodes.OK, same.stdout + same.stderr
+    summary = json.loads(same.stdout)  # stdout holds the JSON summary only
+    assert summary["plan"]["no_changes"] is True and summary["passed"] is True
+    assert summary["topology"]["after"]["nodes"] == 2
+    check_golden("local-no-changes", (root / "p-same/plan.md").read_text())
 
     code, text = plan(root, env, "p-scale", "--nodes", "4")
     assert code == exitcodes.PLAN_CHANGES
@@ -149,3 +152,13 @@ def test_render_is_self_contained_byte_identical_and_fmt_clean(
     code, text = plan(root, env, "p-from", "--from", "r1")
     assert code == exitcodes.PLAN_CHANGES
     assert "**Plan: 3 to add, 0 to change, 0 to destroy.**" in text
+
+
+def test_plan_errors_exit_1_like_terraform(project: tuple[Path, dict[str, str]]) -> None:
+    """`plan`'s 2 means "changes": a bad spec there exits 1, naming the field."""
+    root, env = project
+    (root / "skyinfra.toml").write_text(SPEC + "[guardrails]\nmax_hourly_usd = -5\n")
+    proc = skyinfra(["plan"], root, env)
+    assert proc.returncode == exitcodes.ERROR, proc.stdout + proc.stderr
+    assert "invalid spec field 'guardrails.max_hourly_usd'" in proc.stderr
+    assert not (root / ".skyinfra").exists()
