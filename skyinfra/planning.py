@@ -10,17 +10,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from skyinfra import __version__, lifecycle
-from skyinfra.errors import StalePlanError, UsageError, WorkspaceError
+from skyinfra.errors import StalePlanError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
@@ -158,6 +159,39 @@ def read_rendered(folder: Path) -> dict[str, str]:
 # ---------------------------------------------------------------- plan
 
 
+@contextlib.contextmanager
+def _files_restored(ws: Workspace, files: Mapping[str, str]) -> Iterator[None]:
+    """Put back every file of the workspace that rendering ``files`` would change: the named
+    ones, the owned folders' and the retired ones (absent ones are removed again)."""
+    names = set(files) | set(RETIRED_FILES)
+    for owned in OWNED_DIRS:
+        root = ws.path / owned
+        if root.is_dir():
+            names |= {p.relative_to(ws.path).as_posix() for p in root.rglob("*") if p.is_file()}
+    saved = {}
+    for name in names:
+        path = ws.path / name
+        saved[name] = (path.read_bytes(), path.stat().st_mode) if path.is_file() else None
+    try:
+        yield
+    finally:
+        for name, old in sorted(saved.items()):
+            path = ws.path / name
+            if old is None:
+                path.unlink(missing_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(old[0])
+            path.chmod(old[1] & 0o777)
+        for owned in OWNED_DIRS:
+            root = ws.path / owned
+            for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+                if not any(folder.iterdir()):
+                    folder.rmdir()
+            if root.is_dir() and not any(root.iterdir()):
+                root.rmdir()
+
+
 @dataclass(frozen=True)
 class PlanResult:
     review: Review
@@ -195,19 +229,22 @@ def plan(
                 files = read_rendered(from_dir)
             else:
                 files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options=options)
-            ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
-            engine = engine_factory(ws.path)
-            echo(f"[skyinfra] terraform init in {ws.path}")
-            engine.init()
-            replace = lifecycle.broken_nodes(ws, spec, engine)
-            Workspace(out).ensure()
-            planfile = out / PLANFILE
-            echo("[skyinfra] terraform plan")
-            engine.plan(out=str(planfile), replace=replace)
-            plan_json = engine.show_plan(str(planfile))
-            _, text, _ = engine.command(["show", "-no-color", str(planfile)])
-            state = state_identity(engine)
-            providers = provider_versions(ws.path)
+            # Planning applies nothing: the workspace's files (the pins of the last `up` among
+            # them) are put back as they were; `apply` writes the planned ones.
+            with _files_restored(ws, files):
+                ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
+                engine = engine_factory(ws.path)
+                echo(f"[skyinfra] terraform init in {ws.path}")
+                engine.init()
+                replace = lifecycle.broken_nodes(ws, spec, engine)
+                Workspace(out).ensure()
+                planfile = out / PLANFILE
+                echo("[skyinfra] terraform plan")
+                engine.plan(out=str(planfile), replace=replace)
+                plan_json = engine.show_plan(str(planfile))
+                _, text, _ = engine.command(["show", "-no-color", str(planfile)])
+                state = state_identity(engine)
+                providers = provider_versions(ws.path)
     except BaseException:
         if created:
             shutil.rmtree(ws.path, ignore_errors=True)
@@ -335,15 +372,14 @@ def apply_planfile(
     spec = ClusterSpec.from_dict(meta["spec"])
     with ws.lock("apply"):
         engine = engine_factory(ws.path)
+        planned = planfile.parent / PLANNED_ROOT
+        if not planned.is_dir():
+            raise UsageError(
+                f"PLANFILE {planfile}: no {PLANNED_ROOT}/ beside it; apply the folder "
+                "`skyinfra plan` wrote, as it wrote it"
+            )
         if not (ws.path / ".terraform").is_dir():
-            # A fresh workspace (CI): the root module the plan was made from, initialised.
-            planned = planfile.parent / PLANNED_ROOT
-            if not planned.is_dir():
-                raise WorkspaceError(
-                    f"cluster {ws.name!r}: no initialised workspace at {ws.path} and no "
-                    f"{PLANNED_ROOT}/ beside {planfile.name}; apply the folder `skyinfra plan` "
-                    "wrote, as it wrote it"
-                )
+            # A fresh workspace (CI, the state in a remote backend): the planned root module.
             ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
             echo(f"[skyinfra] terraform init in {ws.path}")
             engine.init()
@@ -356,6 +392,8 @@ def apply_planfile(
             echo("[skyinfra] no changes in this plan: the cluster already matches it")
         else:
             lifecycle.confirm_review_losses(spec, review, echo, confirm)
+            # The workspace holds what is applied (the AWS pins of the next render among it).
+            ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
             echo(f"[skyinfra] terraform apply {planfile.name} ({counts.line})")
             engine.apply(str(planfile), on_event=lifecycle.progress_printer(echo))
         ws.write_json(ws.spec_file, spec.to_dict())

@@ -158,21 +158,27 @@ def _paths(change: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted({".".join(str(p) for p in path) for path in paths if path}))
 
 
-def _diffs(change: Mapping[str, Any], names: Iterable[str]) -> tuple[Diff, ...]:
+def _diffs(
+    change: Mapping[str, Any], forced: Sequence[str], extra: Sequence[str]
+) -> tuple[Diff, ...]:
+    """Before -> after of the attributes forcing the replacement, and of ``extra`` ones when
+    they are known and differ (an unknown value there is Terraform's bookkeeping, not news)."""
     before = change.get("before") or {}
     after = change.get("after") or {}
     unknown = change.get("after_unknown") or {}
     out = []
-    for name in names:
+    for name in dict.fromkeys([*forced, *extra]):
         top = name.split(".")[0]
         if top not in before and top not in after:
             continue
-        old = before.get(top)
-        new_is_unknown = unknown.get(top) is True
-        new = UNKNOWN if new_is_unknown else _text(after.get(top))
-        if not new_is_unknown and old == after.get(top):
+        old, new = before.get(top), after.get(top)
+        if unknown.get(top) is True:
+            if name in forced:
+                out.append(Diff(top, _text(old), UNKNOWN))
             continue
-        out.append(Diff(top, _text(old), new))
+        if old == new or {old, new} <= {None, ""}:
+            continue
+        out.append(Diff(top, _text(old), _text(new)))
     return tuple(out)
 
 
@@ -187,7 +193,6 @@ def losses(plan: Mapping[str, Any]) -> tuple[Loss, ...]:
         cause = str(entry.get("action_reason") or "")
         paths = _paths(change)
         node = is_node(entry)
-        shown = list(dict.fromkeys([*paths, *(NODE_ATTRIBUTES if node else ())]))
         found.append(
             Loss(
                 address=str(entry.get("address")),
@@ -196,7 +201,11 @@ def losses(plan: Mapping[str, Any]) -> tuple[Loss, ...]:
                 cause=cause,
                 reason=reason_words(cause) or "as planned",
                 replace_paths=paths,
-                diffs=_diffs(change, shown) if action == "replace" else (),
+                diffs=(
+                    _diffs(change, paths, NODE_ATTRIBUTES if node else ())
+                    if action == "replace"
+                    else ()
+                ),
             )
         )
     return tuple(sorted(found, key=lambda loss: not loss.node))

@@ -52,7 +52,11 @@ def record_plan(name: str, out: Path) -> None:
     for table in spec.values():
         if isinstance(table, dict) and "ssh_key" in table:
             table["ssh_key"] = "~/.ssh/id_ed25519"  # the test's temporary key: not a fact
-    kept = {"spec": spec, "planfile_sha256": meta["planfile_sha256"]}
+    kept = {
+        "spec": spec,
+        "planfile_sha256": meta["planfile_sha256"],
+        "providers": meta["summary"]["providers"],
+    }
     (GOLDEN_DIR / f"{name}.meta.json").write_text(json.dumps(kept, indent=2) + "\n")
 
 

@@ -86,6 +86,8 @@ def test_plan_apply_and_stale_plans(project: tuple[Path, dict[str, str]]) -> Non
     code, text = plan(root, env, "p-scale", "--nodes", "4")
     assert code == exitcodes.PLAN_CHANGES
     check_golden("local-scale-2-to-4", text)
+    # Planning applied nothing: the workspace still holds the 2-node root module.
+    assert json.loads((ws / "terraform.tfvars.json").read_text())["node_count"] == 2
     # The spec file still says 2 nodes: applying the 4-node plan is refused, naming the field.
     stale = skyinfra(["apply", "p-scale/skyinfra.tfplan"], root, env)
     assert stale.returncode == exitcodes.STALE_PLAN, stale.stdout + stale.stderr
