@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from skyinfra import __version__, exitcodes, lifecycle, planning
-from skyinfra.errors import ClusterDownError, SkyinfraError, SpecError
+from skyinfra.errors import ClusterDownError, SkyinfraError, SpecError, UsageError
 from skyinfra.review.markdown import terminal as terminal_warning
 from skyinfra.run.ignore import topology_path_inside
 from skyinfra.run.report import print_report, raise_for_failure
@@ -179,6 +179,25 @@ def up(
 ) -> None:
     """Create or update a cluster: validate the spec, render Terraform, apply it."""
     if planfile is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--spec", spec_path),
+                ("--name", name),
+                ("--provider", provider),
+                ("--nodes", nodes),
+                ("--procs-per-node", procs_per_node),
+                ("--plugin", plugins),
+                ("--package", packages),
+                ("--adopt", adopt),
+            )
+            if value
+        ]
+        if given:
+            raise UsageError(
+                f"--plan applies the planfile as it was planned: {', '.join(given)} cannot "
+                "change it; plan again with them instead"
+            )
         _apply_planfile(planfile, clusters_root, yes=yes, expect_sha256=None)
         return
     overrides: dict[str, Any] = {

@@ -157,6 +157,11 @@ def cost(c: Cost) -> list[str]:
             f"Nodes end themselves after {c.lifetime_hours:g} h, or after "
             f"{c.idle_shutdown_minutes} min idle, whichever comes first."
         )
+    else:
+        lines.append(
+            f"Idle shutdown is off: nodes cost this, busy or idle, until they end themselves "
+            f"after {c.lifetime_hours:g} h."
+        )
     if c.missing:
         lines.append(f"No price in the table for {', '.join(_code(t) for t in c.missing)}.")
     lines.append(f"<sub>On-demand list prices; source: {c.source}; as of {c.date}.</sub>")

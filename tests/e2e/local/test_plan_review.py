@@ -164,3 +164,9 @@ def test_plan_errors_exit_1_like_terraform(project: tuple[Path, dict[str, str]])
     assert proc.returncode == exitcodes.ERROR, proc.stdout + proc.stderr
     assert "invalid spec field 'guardrails.max_hourly_usd'" in proc.stderr
     assert not (root / ".skyinfra").exists()
+    mixed = skyinfra(["up", "--plan", "p/skyinfra.tfplan", "--nodes", "3"], root, env)
+    assert mixed.returncode == exitcodes.USAGE, mixed.stdout + mixed.stderr
+    assert "--nodes cannot change it" in mixed.stderr
+    missing = skyinfra(["apply", "nowhere/skyinfra.tfplan"], root, env)
+    assert missing.returncode == exitcodes.USAGE, missing.stdout + missing.stderr
+    assert "nowhere/skyinfra.tfplan: no such file" in missing.stderr
