@@ -199,7 +199,11 @@ def losses(plan: Mapping[str, Any]) -> tuple[Loss, ...]:
                 action=action,
                 node=node,
                 cause=cause,
-                reason=reason_words(cause) or "as planned",
+                # "(fewer nodes)" is said of nodes only: another resource keyed the same way
+                # (an SSH rule per CIDR) goes for its own reason.
+                reason=(reason_words(cause) or "as planned").removesuffix(
+                    "" if node else " (fewer nodes)"
+                ),
                 replace_paths=paths,
                 diffs=(
                     _diffs(change, paths, NODE_ATTRIBUTES if node else ())

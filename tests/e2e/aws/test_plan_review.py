@@ -118,6 +118,11 @@ def cases(project: Path, env: dict[str, str], key: Path) -> None:
     golden("aws-world-ssh", project, "p-world", text)
     refused = skyinfra("apply", "p-world/skyinfra.tfplan", cwd=project, env=env)
     assert refused.returncode == exitcodes.GUARDRAIL, refused.stdout + refused.stderr
+    # `up` refuses the same before applying anything, whatever --yes says.
+    refused = skyinfra("up", "--yes", cwd=project, env=env)
+    assert refused.returncode == exitcodes.GUARDRAIL, refused.stdout + refused.stderr
+    assert "SSH from 0.0.0.0/0: module.security" in refused.stderr
+    assert "terraform apply" not in refused.stdout
 
     code, text, _ = plan(project, env, spec(key, idle_shutdown_minutes="0"), "p-idle")
     assert code == exitcodes.GUARDRAIL
