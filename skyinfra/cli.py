@@ -576,6 +576,45 @@ def apply(planfile: Path, expect_sha256: str | None, yes: bool, clusters_root: P
     _apply_planfile(planfile, clusters_root, yes=yes, expect_sha256=expect_sha256)
 
 
+@cli.command()
+@click.option("--region", required=True, help="AWS region whose prices to fetch.")
+@click.option(
+    "--instance-type",
+    "instance_types",
+    multiple=True,
+    required=True,
+    help="Instance type to price; repeatable.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The table to write; point SKYINFRA_PRICES at it for `plan`.",
+)
+def prices(region: str, instance_types: tuple[str, ...], out: Path) -> None:
+    """Refresh on-demand prices through the AWS Price List Query API (your credentials;
+    SKYINFRA_AWS_ENDPOINT_URL for an emulator) into a price table for `plan`."""
+    import datetime
+
+    import boto3
+
+    from skyinfra.review.cost import shipped_table
+    from skyinfra.review.pricing import PRICING_REGION, fetch_prices, refreshed
+    from skyinfra.targets.aws.endpoints import boto3_client_kwargs, emulator_from_env
+
+    client = boto3.client("pricing", **boto3_client_kwargs(PRICING_REGION, emulator_from_env()))
+    found = fetch_prices(client, region, instance_types)
+    missing = sorted(set(instance_types) - set(found))
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    table = refreshed(shipped_table(), region, found, today)
+    out.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    for name in sorted(found):
+        echo(f"  {name}: ${found[name]:g}/h")
+    if missing:
+        echo(f"[skyinfra] no on-demand Linux price for {', '.join(missing)} in {region}")
+    echo(f"[skyinfra] wrote {out}; use it with SKYINFRA_PRICES={out} skyinfra plan")
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         result = cli.main(args=argv, prog_name="skyinfra", standalone_mode=False)

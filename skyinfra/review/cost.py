@@ -9,12 +9,15 @@ The local target costs nothing.
 
 from __future__ import annotations
 
-import functools
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+from skyinfra.errors import ConfigError
 
 PRICES = "prices.json"
 
@@ -29,10 +32,26 @@ class PriceTable:
         return self.regions.get(region, {}).get(instance_type)
 
 
-@functools.cache
-def price_table() -> PriceTable:
+# A table `skyinfra prices --refresh` wrote, used instead of the shipped one.
+PRICES_ENV = "SKYINFRA_PRICES"
+
+
+def shipped_table() -> PriceTable:
     raw = json.loads(resources.files("skyinfra.review").joinpath(PRICES).read_text("utf-8"))
     return table_from_dict(raw)
+
+
+def price_table() -> PriceTable:
+    """$SKYINFRA_PRICES when set, else the table shipped with skyinfra."""
+    path = os.environ.get(PRICES_ENV)
+    if not path:
+        return shipped_table()
+    try:
+        return table_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(
+            PRICES_ENV, path, f"a price table `skyinfra prices` wrote ({err})"
+        ) from None
 
 
 def table_from_dict(raw: Mapping[str, Any]) -> PriceTable:

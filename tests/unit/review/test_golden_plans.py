@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from skyinfra.review import markdown
+from skyinfra.review.cost import shipped_table
 from skyinfra.review.report import build_review, facts_of
 from skyinfra.spec import ClusterSpec
 from tests.support.golden_plans import check_golden, recorded
@@ -31,6 +32,7 @@ def replay(name: str) -> tuple[str, bool]:
         planfile_sha256=str(meta["planfile_sha256"]),
         providers=meta["providers"],  # type: ignore[arg-type]
         full_plan="(the full plan text)",
+        table=shipped_table(),
     )
     hint = "Apply exactly this plan: `skyinfra apply skyinfra.tfplan` (sha256 checked)."
     return markdown.render(review, apply_hint=hint), review.passed
