@@ -160,10 +160,14 @@ def read_rendered(folder: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _files_restored(ws: Workspace, files: Mapping[str, str]) -> Iterator[None]:
+def _files_restored(
+    ws: Workspace, files: Mapping[str, str], *, keep: tuple[str, ...] = ()
+) -> Iterator[None]:
     """Put back every file of the workspace that rendering ``files`` would change: the named
-    ones, the owned folders' and the retired ones (absent ones are removed again)."""
-    names = set(files) | set(RETIRED_FILES)
+    ones, the owned folders' and the retired ones (absent ones are removed again), except
+    ``keep`` when it was absent (the workspace id a first plan mints stays, so that the next
+    plan names the same resources)."""
+    names = (set(files) | set(RETIRED_FILES)) - {k for k in keep if not (ws.path / k).exists()}
     for owned in OWNED_DIRS:
         root = ws.path / owned
         if root.is_dir():
@@ -231,7 +235,7 @@ def plan(
                 files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options=options)
             # Planning applies nothing: the workspace's files (the pins of the last `up` among
             # them) are put back as they were; `apply` writes the planned ones.
-            with _files_restored(ws, files):
+            with _files_restored(ws, files, keep=(WORKSPACE_ID_FILE,)):
                 ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
                 engine = engine_factory(ws.path)
                 echo(f"[skyinfra] terraform init in {ws.path}")
