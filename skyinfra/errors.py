@@ -132,6 +132,19 @@ class ConfirmationRequired(SkyinfraError):
     exit_code = exitcodes.USAGE
 
 
+class GuardrailError(SkyinfraError):
+    """A guardrail of the spec (or a fixed check) failed on the plan; nothing was applied."""
+
+    exit_code = exitcodes.GUARDRAIL
+
+
+class StalePlanError(SkyinfraError):
+    """A planfile given to `apply` / `up --plan` is not what was reviewed any more: the state,
+    the spec or the file itself changed since `skyinfra plan`; nothing was applied."""
+
+    exit_code = exitcodes.STALE_PLAN
+
+
 class TopologyError(SkyinfraError):
     """Terraform's outputs (or a topology.json) do not make a valid topology, or disagree
     with the spec they were made from."""

@@ -21,6 +21,8 @@ from skyinfra.errors import (
     WorkspaceError,
 )
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
+from skyinfra.review.markdown import terminal as terminal_warning
+from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
@@ -32,7 +34,7 @@ from skyinfra.terraform import (
     format_event,
     signals_as_interrupt,
 )
-from skyinfra.terraform.plan import ResourceChange, destructive_changes
+from skyinfra.terraform.plan import ResourceChange
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.transport.readiness import check_readiness
@@ -157,6 +159,10 @@ def _check_same_cluster(
         )
 
 
+# `skyinfra plan` checks the same things `up` does before it plans.
+check_same_cluster = _check_same_cluster
+
+
 def _apply(
     spec: ClusterSpec,
     ws: Workspace,
@@ -188,7 +194,7 @@ def _apply(
                 echo("[skyinfra] no changes: the cluster already matches the spec")
             else:
                 # Replacing a node that is already broken loses nothing: not asked about.
-                _confirm_losses(spec, engine, echo, confirm, repairs=set(replace))
+                _check_plan(spec, engine, echo, confirm, repairs=set(replace))
                 echo(
                     f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to "
                     f"change, {summary.remove} to destroy)"
@@ -201,7 +207,7 @@ def _apply(
     return summary, topology
 
 
-def _confirm_losses(
+def _check_plan(
     spec: ClusterSpec,
     engine: TerraformEngine,
     echo: Echo,
@@ -209,19 +215,37 @@ def _confirm_losses(
     *,
     repairs: Collection[str] = (),
 ) -> None:
-    """Show what the saved plan destroys or replaces; go on only with the user's yes."""
+    """The saved plan's review: refuse it when a guardrail fails, then show what it destroys
+    or replaces (the warning block plan.md shows) and go on only with the user's yes."""
+    review = build_review(engine.show_plan(PLAN_FILE), facts_of(spec), planfile_sha256="")
+    refuse_failed_guardrails(review)
+    confirm_review_losses(spec, review, echo, confirm, repairs=repairs)
+
+
+def confirm_review_losses(
+    spec: ClusterSpec,
+    review: Review,
+    echo: Echo,
+    confirm: Confirm | None,
+    *,
+    repairs: Collection[str] = (),
+) -> None:
+    """Show the plan's destroys and replaces as plan.md's warning block does; go on only with
+    ``confirm``'s yes. Replacing what is already broken (tainted, or in ``repairs``) loses
+    nothing and is not asked about."""
     losses = []
-    for change in destructive_changes(engine.show_plan(PLAN_FILE)):
-        if change.is_repair or change.address in repairs:
-            echo(f"[skyinfra] repairing: {change.describe()}")
+    for loss in review.summary.losses:
+        if loss.cause == "replace_because_tainted" or loss.address in repairs:
+            echo(f"[skyinfra] repairing: {loss.action} {loss.address}: {loss.reason}")
         else:
-            losses.append(change)
+            losses.append(loss)
     if not losses:
         return
     echo(f"[skyinfra] this would destroy or replace {len(losses)} resource(s) of {spec.name!r}:")
-    for change in losses:
-        echo(f"  {change.describe()}")
-    if confirm is None or not confirm(losses):
+    for line in terminal_warning(losses, target=spec.provider):
+        echo(f"  {line}")
+    changes = [ResourceChange(x.address, x.action, x.reason, x.cause) for x in losses]
+    if confirm is None or not confirm(changes):
         raise ConfirmationRequired(
             f"`up` would destroy or replace {len(losses)} resource(s) of cluster "
             f"{spec.name!r} (listed above); nothing was changed. Confirm at the prompt on a "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from skyinfra_runtime.plugins import validate_plugins
 from skyinfra_runtime.topology import PluginRef
 
 from skyinfra.errors import InternalError, SpecError
+from skyinfra.review.guardrails import Guardrails, parse_guardrails
 from skyinfra.targets import get_target, target_names
 
 # One rule for cluster names, everywhere: 1-32 characters, lowercase letters, digits and '-',
@@ -51,6 +52,7 @@ COMMON_KEYS = (
     "python_packages",
     "run_timeout",
     "verify",
+    "guardrails",
 )
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
@@ -78,6 +80,8 @@ class ClusterSpec:
     run_timeout: int | None = None
     # `skyinfra run` runs `skyinfra verify`'s checks first (as with --verify).
     verify: bool = False
+    # `[guardrails]`: what `plan` checks and `up`/`apply` refuse to go past (skyinfra/review).
+    guardrails: Guardrails = field(default_factory=Guardrails)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -91,6 +95,7 @@ class ClusterSpec:
             "python_packages": list(self.python_packages),
             **({"run_timeout": self.run_timeout} if self.run_timeout is not None else {}),
             **({"verify": True} if self.verify else {}),
+            **({"guardrails": self.guardrails.to_dict()} if self.guardrails.to_dict() else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -292,6 +297,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         else None
     )
     verify = read_bool(raw, "verify", "verify", False)
+    guardrails = parse_guardrails(raw.get("guardrails"))
     _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
     section = target.parse_section(raw.get(provider), nodes=nodes)
     for other in targets:
@@ -308,4 +314,5 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         python_packages=packages,
         run_timeout=run_timeout,
         verify=verify,
+        guardrails=guardrails,
     )

@@ -75,6 +75,8 @@ class NodeUserData:
     python_packages: Sequence[str] = ()
     # The spec's default (on); 0 or None renders no idle timer.
     idle_shutdown_minutes: int | None = DEFAULT_IDLE_SHUTDOWN_MINUTES
+    # aws.max_lifetime_hours in minutes: the node ends itself once up this long (None: never).
+    max_lifetime_minutes: int | None = None
     ssh_user: str = "ubuntu"
     python: str = "python3"
     node_dir: str = "/opt/skyinfra/node"
@@ -162,6 +164,7 @@ def render_user_data(params: NodeUserData) -> str:
             packages=packages,
             find_links=[JAX_FIND_LINKS] if params.jax_extra else [],
             idle_shutdown_minutes=params.idle_shutdown_minutes or 0,
+            max_lifetime_minutes=params.max_lifetime_minutes or 0,
             ssh_user=params.ssh_user,
             node_dir=params.node_dir,
             config_dir="/etc/skyinfra",

@@ -50,7 +50,10 @@ AWS_KEYS = (
     "idle_shutdown_minutes",
     "jax_extra",
     "allow_ssh_from_anywhere",
+    "max_lifetime_hours",
 )
+# The longest max_lifetime_hours: 30 days.
+MAX_LIFETIME_HOURS = 30 * 24
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class AwsSpec:
     jax_extra: str = "cuda12"
     # 0.0.0.0/0 in ssh_cidrs opens port 22 to the internet: only when asked for by name.
     allow_ssh_from_anywhere: bool = False
+    # Hours after launch when a node ends itself, busy or not (idle-check.sh); None: no limit.
+    # `skyinfra plan` prices the cluster's lifetime from it.
+    max_lifetime_hours: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The table as the spec file holds it (absent optional values left out)."""
@@ -143,6 +149,24 @@ def _idle_minutes(raw: Mapping[str, Any]) -> int:
     return value
 
 
+def _lifetime_hours(raw: Mapping[str, Any]) -> float | None:
+    value = raw.get("max_lifetime_hours")
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0.1 <= value <= MAX_LIFETIME_HOURS
+    ):
+        raise SpecError(
+            "aws.max_lifetime_hours",
+            value,
+            f"hours from 0.1 to {MAX_LIFETIME_HOURS} after which every node ends itself "
+            "(absent: no limit)",
+        )
+    return value
+
+
 def parse_aws_section(raw: Any) -> AwsSpec:
     if not isinstance(raw, dict):
         raise SpecError("aws", raw, "a table with at least region, instance_type and ssh_cidrs")
@@ -190,4 +214,5 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         efa=read_bool(raw, "efa", "aws.efa", False),
         idle_shutdown_minutes=_idle_minutes(raw),
         jax_extra=jax_extra,
+        max_lifetime_hours=_lifetime_hours(raw),
     )

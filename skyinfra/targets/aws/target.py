@@ -21,6 +21,7 @@ readiness.py (reaching nodes).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -185,6 +186,11 @@ def _user_data(
                 jax_extra=None if spec_aws.jax_extra == NO_JAX else spec_aws.jax_extra,
                 python_packages=spec.python_packages,
                 idle_shutdown_minutes=spec_aws.idle_shutdown_minutes,
+                max_lifetime_minutes=(
+                    None
+                    if spec_aws.max_lifetime_hours is None
+                    else math.ceil(spec_aws.max_lifetime_hours * 60)
+                ),
                 ssh_user=resolved.ssh_user,
                 node_dir=NODE_DIR,
                 forbidden_values=forbidden,
@@ -370,6 +376,7 @@ SKIP_PREFLIGHT = TargetOption(
     flag="--skip-preflight",
     help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
     "quota); values such as the AMI id are still looked up.",
+    commands=("up", "plan", "render"),
 )
 
 
