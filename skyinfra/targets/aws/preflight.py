@@ -23,11 +23,21 @@ from skyinfra.errors import PreflightError
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.session import AwsClients
 
-# The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), through its public SSM
-# parameter: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
-DEFAULT_DLAMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+# The Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 24.04, through its public SSM
+# parameter (https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html), for the
+# instance type's architecture. Ubuntu 24.04 because its python3 is 3.12: the 22.04 image's
+# 3.10 caps jax at 0.6.2 (jax >= 0.7 needs 3.11, jax[cuda13] first exists in 0.7) and Keras
+# at 3.12; the DLAMI release notes give each image's python_location.
+DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 )
+DLAMI_ARCHITECTURES = ("x86_64", "arm64")
+DEFAULT_DLAMI_PARAMETER = DLAMI_PARAMETER.format(arch="x86_64")
+
+# Service Quotas code of "EC2-VPC Elastic IPs" (5 per region unless raised): an EFA node
+# reachable from outside takes one (infra/modules/aws/nodes, aws_eip.node).
+# https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html
+EIP_QUOTA = ("L-0263D0A3", "EC2-VPC Elastic IPs")
 
 # Service Quotas codes of the EC2 "Running On-Demand <class> instances" quotas, which count
 # vCPUs across every running instance of the class in the region:
@@ -81,6 +91,8 @@ class InstanceTypeFacts:
     gpu_name: str | None
     gpu_count: int
     efa_interface_count: int
+    # ProcessorInfo.SupportedArchitectures: x86_64, arm64 (g5g), i386 ...
+    architectures: tuple[str, ...] = ("x86_64",)
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> InstanceTypeFacts:
@@ -96,7 +108,23 @@ class InstanceTypeFacts:
             gpu_name=str(gpus[0]["Name"]) if gpus else None,
             gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
             efa_interface_count=efa,
+            architectures=tuple(
+                str(a) for a in (info.get("ProcessorInfo") or {}).get("SupportedArchitectures", [])
+            )
+            or ("x86_64",),
         )
+
+
+def dlami_parameter(architectures: tuple[str, ...]) -> str:
+    """The DLAMI's SSM parameter for an instance type's architectures (arm64 for Graviton
+    GPU types such as g5g: an x86_64 image would be refused by RunInstances)."""
+    for arch in DLAMI_ARCHITECTURES:
+        if arch in architectures:
+            return DLAMI_PARAMETER.format(arch=arch)
+    raise PreflightError(
+        f"no Deep Learning AMI for architectures {list(architectures)}: skyinfra knows "
+        f"{list(DLAMI_ARCHITECTURES)}. Set aws.ami to an AMI of that architecture."
+    )
 
 
 # An instance type the lookups could not describe (only with the checks off).
@@ -338,6 +366,24 @@ def _check_quota(
     return quota, running
 
 
+def _check_eip_quota(clients: AwsClients, wanted: int, warnings: list[str]) -> None:
+    """PreflightError when ``wanted`` more Elastic IPs would pass the region's quota."""
+    code, title = EIP_QUOTA
+    quota = quota_vcpus(clients.client("service-quotas"), code)
+    if quota is None:
+        warnings.append(f"Service Quotas gave no answer for {title} ({code}); not checked")
+        return
+    allocated = len(clients.client("ec2").describe_addresses()["Addresses"])
+    if allocated + wanted > quota:
+        raise PreflightError(
+            f"not enough Elastic IP quota: each EFA node is reached through an Elastic IP "
+            f"(AWS gives no public address to an instance with EFA interfaces); {wanted} are "
+            f"needed, {allocated} are allocated and {title} ({code}) is {quota:g} in "
+            f"{clients.region}. Request an increase in the Service Quotas console (quota "
+            f"{code}), release unused addresses, or ask for fewer nodes."
+        )
+
+
 def run_preflight(
     *,
     region: str,
@@ -345,7 +391,8 @@ def run_preflight(
     node_count: int,
     availability_zone: str | None = None,
     ami_id: str | None = None,
-    ami_parameter: str = DEFAULT_DLAMI_PARAMETER,
+    ami_parameter: str | None = None,
+    elastic_ips: int = 0,
     session: boto3.session.Session | None = None,
     emulator: Emulator | None = None,
     clients: AwsClients | None = None,
@@ -355,7 +402,9 @@ def run_preflight(
     Terraform runs before this passes.
 
     ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
-    behind ``ami_parameter``. ``clients`` (else made from ``session`` and ``emulator``) lets
+    behind ``ami_parameter``, else the DLAMI for the type's architecture. ``elastic_ips``:
+    how many Elastic IPs the cluster allocates (its EFA nodes), checked against the quota.
+    ``clients`` (else made from ``session`` and ``emulator``) lets
     the caller share its boto3 clients.
 
     ``checks=False`` (``--skip-preflight``): the same lookups without the checks (offering in
@@ -373,7 +422,11 @@ def run_preflight(
         )
         if checks:
             check_offered(ec2, instance_type, zone)
-        ami = ami_id or resolve_ami(clients.client("ssm"), ami_parameter)
+        ami = ami_id or resolve_ami(
+            clients.client("ssm"), ami_parameter or dlami_parameter(facts.architectures)
+        )
+        if checks and elastic_ips:
+            _check_eip_quota(clients, elastic_ips, warnings)
         quota, running = (
             _check_quota(
                 clients,

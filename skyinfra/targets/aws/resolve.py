@@ -148,6 +148,8 @@ def resolve(
         ami_id=ami,
         clients=clients,
         checks=not skip_preflight,
+        # An EFA node's public address is an Elastic IP (infra/modules/aws/nodes).
+        elastic_ips=spec.nodes if spec_aws.efa else 0,
     )
     for message in found.warnings:
         warn(message)

@@ -20,7 +20,14 @@ from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.errors import PreflightError
 from skyinfra.targets.aws.endpoints import Emulator
-from skyinfra.targets.aws.preflight import quota_class, run_preflight
+from skyinfra.targets.aws.preflight import (
+    DEFAULT_DLAMI_PARAMETER,
+    DLAMI_PARAMETER,
+    EIP_QUOTA,
+    dlami_parameter,
+    quota_class,
+    run_preflight,
+)
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
@@ -151,6 +158,49 @@ def test_no_quota_answer_warns_and_goes_on(seeded: dict[str, float], aws_env: st
     result = preflight(aws_env)  # nothing seeded for L-417A185B: moto answers NoSuchResource
     assert result.quota_vcpus is None
     assert any("L-417A185B" in w and "going on" in w for w in result.warnings)
+
+
+def test_arm_gpu_type_gets_the_arm64_dlami(seeded: dict[str, float], aws_env: str) -> None:
+    """g5g (Graviton + T4G): moto describes it as arm64, and the preflight resolves the arm64
+    parameter, not the x86_64 one seeded by the fixture."""
+    arm = DLAMI_PARAMETER.format(arch="arm64")
+    seed_dlami("ami-0a1b2c3d4e5f60718", arm)
+    try:
+        found = preflight(aws_env, instance_type="g5g.xlarge", availability_zone=None)
+    finally:
+        unseed_dlami(arm)
+    assert found.ami_id == "ami-0a1b2c3d4e5f60718"
+    assert preflight(aws_env, instance_type="g5.12xlarge", availability_zone=None).ami_id == DLAMI
+
+
+def test_dlami_parameter_by_architecture() -> None:
+    assert dlami_parameter(("x86_64",)) == DEFAULT_DLAMI_PARAMETER
+    assert "/x86_64/" in dlami_parameter(("i386", "x86_64"))
+    assert dlami_parameter(("arm64",)) == (
+        "/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
+    )
+    assert "ubuntu-24.04" in DEFAULT_DLAMI_PARAMETER  # python3.12 (jax >= 0.7 needs 3.11)
+    with pytest.raises(PreflightError, match=r"architectures \['x86_64_mac'\].*aws\.ami"):
+        dlami_parameter(("x86_64_mac",))
+
+
+def test_elastic_ip_quota(seeded: dict[str, float], aws_env: str) -> None:
+    """An EFA node takes an Elastic IP: the preflight counts the allocated ones against the
+    quota (L-0263D0A3) and refuses a cluster that would pass it."""
+    seeded[P_QUOTA] = 400
+    seeded[EIP_QUOTA[0]] = 5
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+    held = [ec2.allocate_address(Domain="vpc")["AllocationId"] for _ in range(2)]
+    try:
+        assert preflight(aws_env, node_count=3, elastic_ips=3).warnings == []
+        with pytest.raises(PreflightError) as err:
+            preflight(aws_env, node_count=4, elastic_ips=4)
+        assert "4 are needed, 2 are allocated" in str(err.value)
+        assert "L-0263D0A3" in str(err.value) and "is 5" in str(err.value)
+        assert preflight(aws_env, node_count=4, elastic_ips=4, checks=False).ami_id == DLAMI
+    finally:
+        for allocation in held:
+            ec2.release_address(AllocationId=allocation)
 
 
 def test_missing_ami_parameter(aws_env: str) -> None:
