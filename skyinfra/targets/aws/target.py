@@ -190,6 +190,7 @@ def _user_data(
                 idle_shutdown_minutes=spec_aws.idle_shutdown_minutes,
                 ssh_user=resolved.ssh_user,
                 node_dir=NODE_DIR,
+                efa=spec_aws.efa,
                 forbidden_values=forbidden,
             )
         )
