@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
@@ -123,6 +124,15 @@ def _check_topology(topology_json: str) -> None:
         )
 
 
+def boot_topology(topology: dict[str, Any], node_index: int) -> dict[str, Any]:
+    """The topology as the node gets it at boot: every field, but of the nodes only the head
+    (node 0) and this one. The node check reads its own entry; `run` ships the full topology
+    to every node before each run. Without the trim the user data would grow with the cluster
+    (about 170 bytes a node) and pass EC2's 16 KB, even gzipped, at a few hundred nodes."""
+    nodes = [n for n in topology.get("nodes") or [] if n.get("index") in (0, node_index)]
+    return {**topology, "nodes": nodes}
+
+
 def _check(params: NodeUserData) -> None:
     """Refuse a value skyinfra computed wrongly (RenderError: not the user's spec)."""
     _check_wheel(params)
@@ -154,7 +164,9 @@ def render_user_data(params: NodeUserData) -> str:
         dict(
             cluster_name=params.cluster_name,
             node_index=params.node_index,
-            topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
+            topology_json=json.dumps(
+                boot_topology(json.loads(params.topology_json), params.node_index), sort_keys=True
+            ),
             bootstrap_script=params.bootstrap_script,
             provision_script=resources.read_text(PROVISION_SCRIPT),
             idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT),

@@ -103,7 +103,11 @@ def files_of(document: str) -> dict[str, str]:
 def test_content_topology_identity_bootstrap_and_install() -> None:
     document = render_user_data(params(python_packages=["keras==3.6.0"]))
     files = files_of(document)
-    assert json.loads(files["/etc/skyinfra/topology.json"]) == TOPOLOGY
+    # The head and this node only: the user data must not grow with the cluster.
+    assert json.loads(files["/etc/skyinfra/topology.json"]) == {
+        **TOPOLOGY,
+        "nodes": [TOPOLOGY["nodes"][0], TOPOLOGY["nodes"][1]],
+    }
     assert "SKYINFRA_NODE=1\n" in files["/etc/skyinfra/node.env"]
     # The very script the local target runs, byte for byte.
     assert files["/opt/skyinfra/bootstrap-node.sh"] == default_bootstrap_script()
@@ -287,3 +291,13 @@ def test_efa_env_sets_only_what_exists(tmp_path: Path) -> None:
     present = [d for d in ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib") if Path(d).is_dir()]
     if not present:
         assert shown == "FI_PROVIDER=efa\n"
+
+
+def test_user_data_does_not_grow_with_the_cluster() -> None:
+    """2000 nodes (the nodes limit is the subnet's now, not 64): the document stays plain
+    text under 16 KB, with this node's entry for the node check."""
+    many = {**TOPOLOGY, "nodes": [{**TOPOLOGY["nodes"][0], "index": i} for i in range(2000)]}
+    document = render_user_data(params(node_index=1234, topology_json=json.dumps(many), efa=True))
+    assert len(document.encode()) < USER_DATA_LIMIT_BYTES
+    written = json.loads(files_of(document)["/etc/skyinfra/topology.json"])
+    assert [n["index"] for n in written["nodes"]] == [0, 1234]
