@@ -139,6 +139,7 @@ resource "aws_network_interface" "efa" {
 # Each counts against the region's "EC2-VPC Elastic IPs" quota (5 by default), which the
 # preflight checks (skyinfra/targets/aws/preflight.py).
 resource "aws_eip" "node" {
+  # checkov:skip=CKV2_AWS_19:Each EIP is attached to its node through the node's card-0 EFA interface (network_interface), which the instance is launched with; checkov only recognises an instance argument or an aws_eip_association.
   for_each = local.public_eips
 
   domain                    = "vpc"
