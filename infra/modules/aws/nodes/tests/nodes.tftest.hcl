@@ -141,12 +141,12 @@ run "more_than_64_nodes" {
   command = plan
 
   variables {
-    node_count        = 200
+    node_count        = 70
     subnet_cidr_block = "10.42.0.0/23"
   }
 
   assert {
-    condition     = length(aws_instance.this) == 200 && aws_instance.this["node-199"].private_ip == "10.42.0.209"
+    condition     = length(aws_instance.this) == 70 && aws_instance.this["node-69"].private_ip == "10.42.0.79"
     error_message = "No cap at 64 nodes: the subnet's size is the limit."
   }
 }
