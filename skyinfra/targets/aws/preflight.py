@@ -38,6 +38,9 @@ DEFAULT_DLAMI_PARAMETER = DLAMI_PARAMETER.format(arch="x86_64")
 # reachable from outside takes one (infra/modules/aws/nodes, aws_eip.node).
 # https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html
 EIP_QUOTA = ("L-0263D0A3", "EC2-VPC Elastic IPs")
+# Service Quotas code of "Network interfaces per Region" (service vpc, 5000 by default): an
+# EFA node has one interface per network card, 32 on a p5.48xlarge.
+ENI_QUOTA = ("L-DF5E4CA3", "Network interfaces per Region")
 
 # Service Quotas codes of the EC2 "Running On-Demand <class> instances" quotas, which count
 # vCPUs across every running instance of the class in the region:
@@ -285,11 +288,11 @@ def running_vcpus(ec2: Any, klass: str, vcpus_of: Callable[[str], int]) -> int:
     return total
 
 
-def quota_vcpus(quotas: Any, quota_code: str) -> float | None:
+def quota_vcpus(quotas: Any, quota_code: str, service: str = "ec2") -> float | None:
     """The applied quota value, else the AWS default, else None (no answer)."""
     for call in (quotas.get_service_quota, quotas.get_aws_default_service_quota):
         try:
-            return float(call(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]["Value"])
+            return float(call(ServiceCode=service, QuotaCode=quota_code)["Quota"]["Value"])
         except (ClientError, KeyError):
             continue
     return None
@@ -366,22 +369,43 @@ def _check_quota(
     return quota, running
 
 
-def _check_eip_quota(clients: AwsClients, wanted: int, warnings: list[str]) -> None:
-    """PreflightError when ``wanted`` more Elastic IPs would pass the region's quota."""
-    code, title = EIP_QUOTA
-    quota = quota_vcpus(clients.client("service-quotas"), code)
-    if quota is None:
-        warnings.append(f"Service Quotas gave no answer for {title} ({code}); not checked")
-        return
-    allocated = len(clients.client("ec2").describe_addresses()["Addresses"])
-    if allocated + wanted > quota:
-        raise PreflightError(
-            f"not enough Elastic IP quota: each EFA node is reached through an Elastic IP "
-            f"(AWS gives no public address to an instance with EFA interfaces); {wanted} are "
-            f"needed, {allocated} are allocated and {title} ({code}) is {quota:g} in "
-            f"{clients.region}. Request an increase in the Service Quotas console (quota "
-            f"{code}), release unused addresses, or ask for fewer nodes."
-        )
+def _check_efa_quotas(clients: AwsClients, nodes: int, cards: int, warnings: list[str]) -> None:
+    """PreflightError when the EFA nodes' Elastic IPs (one each) or network interfaces (one
+    per card each) would pass the region's quota; a warning when a quota has no answer."""
+    ec2 = clients.client("ec2")
+    allocated = len(ec2.describe_addresses()["Addresses"])
+    interfaces = sum(
+        len(page["NetworkInterfaces"])
+        for page in ec2.get_paginator("describe_network_interfaces").paginate()
+    )
+    wanted = (
+        (
+            EIP_QUOTA,
+            "ec2",
+            nodes,
+            allocated,
+            "each EFA node is reached through an Elastic IP "
+            "(AWS gives no public address to an instance with EFA interfaces)",
+        ),
+        (
+            ENI_QUOTA,
+            "vpc",
+            nodes * cards,
+            interfaces,
+            f"each node has {cards} EFA interface(s), one per network card",
+        ),
+    )
+    for (code, title), service, needed, used, why in wanted:
+        quota = quota_vcpus(clients.client("service-quotas"), code, service)
+        if quota is None:
+            warnings.append(f"Service Quotas gave no answer for {title} ({code}); not checked")
+        elif used + needed > quota:
+            raise PreflightError(
+                f"not enough {title} quota: {why}; {needed} are needed, {used} are in use and "
+                f"{title} ({code}) is {quota:g} in {clients.region}. Request an increase in "
+                f"the Service Quotas console (quota {code}), free unused ones, or ask for "
+                "fewer nodes."
+            )
 
 
 def run_preflight(
@@ -392,7 +416,7 @@ def run_preflight(
     availability_zone: str | None = None,
     ami_id: str | None = None,
     ami_parameter: str | None = None,
-    elastic_ips: int = 0,
+    efa: bool = False,
     session: boto3.session.Session | None = None,
     emulator: Emulator | None = None,
     clients: AwsClients | None = None,
@@ -402,8 +426,8 @@ def run_preflight(
     Terraform runs before this passes.
 
     ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
-    behind ``ami_parameter``, else the DLAMI for the type's architecture. ``elastic_ips``:
-    how many Elastic IPs the cluster allocates (its EFA nodes), checked against the quota.
+    behind ``ami_parameter``, else the DLAMI for the type's architecture. ``efa``:
+    the nodes get EFA interfaces and Elastic IPs, checked against the region's quotas.
     ``clients`` (else made from ``session`` and ``emulator``) lets
     the caller share its boto3 clients.
 
@@ -425,8 +449,8 @@ def run_preflight(
         ami = ami_id or resolve_ami(
             clients.client("ssm"), ami_parameter or dlami_parameter(facts.architectures)
         )
-        if checks and elastic_ips:
-            _check_eip_quota(clients, elastic_ips, warnings)
+        if checks and efa and facts.efa_interface_count:
+            _check_efa_quotas(clients, node_count, facts.efa_interface_count, warnings)
         quota, running = (
             _check_quota(
                 clients,

@@ -148,8 +148,8 @@ def resolve(
         ami_id=ami,
         clients=clients,
         checks=not skip_preflight,
-        # An EFA node's public address is an Elastic IP (infra/modules/aws/nodes).
-        elastic_ips=spec.nodes if spec_aws.efa else 0,
+        # EFA nodes: an Elastic IP each, an interface per card (infra/modules/aws/nodes).
+        efa=spec_aws.efa,
     )
     for message in found.warnings:
         warn(message)

@@ -24,6 +24,7 @@ from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     DLAMI_PARAMETER,
     EIP_QUOTA,
+    ENI_QUOTA,
     dlami_parameter,
     quota_class,
     run_preflight,
@@ -44,8 +45,12 @@ def seeded(aws_env: str) -> Iterator[dict[str, float]]:
     original = backend.get_service_quota
 
     def get_service_quota(service_code: str, quota_code: str) -> dict[str, Any]:
-        if service_code == "ec2" and quota_code in quotas:
-            return {"ServiceCode": "ec2", "QuotaCode": quota_code, "Value": quotas[quota_code]}
+        if service_code in ("ec2", "vpc") and quota_code in quotas:
+            return {
+                "ServiceCode": service_code,
+                "QuotaCode": quota_code,
+                "Value": quotas[quota_code],
+            }
         return original(service_code, quota_code)
 
     backend.get_service_quota = get_service_quota  # type: ignore[method-assign]
@@ -184,20 +189,28 @@ def test_dlami_parameter_by_architecture() -> None:
         dlami_parameter(("x86_64_mac",))
 
 
-def test_elastic_ip_quota(seeded: dict[str, float], aws_env: str) -> None:
-    """An EFA node takes an Elastic IP: the preflight counts the allocated ones against the
-    quota (L-0263D0A3) and refuses a cluster that would pass it."""
-    seeded[P_QUOTA] = 400
+def test_efa_quotas_elastic_ips_and_interfaces(seeded: dict[str, float], aws_env: str) -> None:
+    """An EFA node takes an Elastic IP and one network interface per card: the preflight
+    counts those in use against the quotas (L-0263D0A3, L-DF5E4CA3) and refuses a cluster
+    that would pass one."""
+    seeded[P_QUOTA] = 4000
     seeded[EIP_QUOTA[0]] = 5
+    seeded[ENI_QUOTA[0]] = 5000
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
     held = [ec2.allocate_address(Domain="vpc")["AllocationId"] for _ in range(2)]
     try:
-        assert preflight(aws_env, node_count=3, elastic_ips=3).warnings == []
+        assert preflight(aws_env, node_count=3, efa=True).warnings == []
         with pytest.raises(PreflightError) as err:
-            preflight(aws_env, node_count=4, elastic_ips=4)
-        assert "4 are needed, 2 are allocated" in str(err.value)
-        assert "L-0263D0A3" in str(err.value) and "is 5" in str(err.value)
-        assert preflight(aws_env, node_count=4, elastic_ips=4, checks=False).ami_id == DLAMI
+            preflight(aws_env, node_count=4, efa=True)
+        assert "4 are needed, 2 are in use" in str(err.value)
+        assert "L-0263D0A3" in str(err.value) and "is 5 in" in str(err.value)
+        # Without EFA no Elastic IP is taken: no check.
+        assert preflight(aws_env, node_count=4).warnings == []
+        assert preflight(aws_env, node_count=4, efa=True, checks=False).ami_id == DLAMI
+        # p4d.24xlarge: 4 cards, so 3 nodes need 12 interfaces.
+        seeded[ENI_QUOTA[0]] = 10
+        with pytest.raises(PreflightError, match=r"4 EFA interface\(s\).*12 are needed"):
+            preflight(aws_env, node_count=3, efa=True)
     finally:
         for allocation in held:
             ec2.release_address(AllocationId=allocation)
