@@ -150,6 +150,8 @@ class PreflightResult:
     quota_vcpus: float | None
     running_vcpus: int
     warnings: list[str] = field(default_factory=list)
+    # The type's ProcessorInfo.SupportedArchitectures; empty when it was not described.
+    architectures: tuple[str, ...] = ()
 
     @property
     def accelerator(self) -> tuple[str, int] | None:
@@ -475,4 +477,5 @@ def run_preflight(
         quota_vcpus=quota,
         running_vcpus=running,
         warnings=warnings,
+        architectures=() if facts is UNDESCRIBED else facts.architectures,
     )

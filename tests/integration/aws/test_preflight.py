@@ -19,6 +19,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.errors import PreflightError
+from skyinfra.targets.aws.ami import check_image_architecture
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
@@ -29,10 +30,12 @@ from skyinfra.targets.aws.preflight import (
     quota_class,
     run_preflight,
 )
+from skyinfra.targets.aws.session import AwsClients
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
 DLAMI = "ami-0abcdef1234567890"
+X86 = "ami-12c6146b"  # one of moto's x86_64 images
 P_QUOTA = "L-417A185B"
 
 
@@ -176,6 +179,17 @@ def test_arm_gpu_type_gets_the_arm64_dlami(seeded: dict[str, float], aws_env: st
         unseed_dlami(arm)
     assert found.ami_id == "ami-0a1b2c3d4e5f60718"
     assert preflight(aws_env, instance_type="g5.12xlarge", availability_zone=None).ami_id == DLAMI
+
+
+def test_an_x86_image_is_refused_for_an_arm_type(seeded: dict[str, float], aws_env: str) -> None:
+    """aws.ami set to an x86_64 image for g5g (arm64): refused before Terraform, naming both."""
+    found = preflight(aws_env, instance_type="g5g.xlarge", availability_zone=None, ami_id=X86)
+    assert found.architectures == ("arm64",)
+    clients = AwsClients(boto3.session.Session(), REGION, Emulator(url=aws_env))
+    with pytest.raises(PreflightError, match=r"built for x86_64, but g5g\.xlarge runs arm64"):
+        check_image_architecture(clients, X86, found.architectures, "g5g.xlarge")
+    check_image_architecture(clients, X86, ("x86_64",), "g5.xlarge")  # matches: no error
+    check_image_architecture(clients, X86, (), "p9z.mega")  # type not described: not checked
 
 
 def test_dlami_parameter_by_architecture() -> None:
