@@ -17,6 +17,8 @@ locals {
   # recommends EFA-only interfaces beyond the primary for this ("save IP addresses and avoid
   # potential Linux IP issues"), and an EFA-only interface cannot be the primary:
   # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+  # (That page's current text puts EFA-only interfaces of the other cards at device index 0;
+  # its earlier P5 example, and this module so far, used 1. Unverified on hardware.)
   efa_interfaces = merge([
     for node, attrs in local.nodes : {
       for card in range(var.efa_interface_count) : "${node}/${card}" => {
