@@ -57,11 +57,11 @@ def test_bootstrap_fails_when_the_topology_claims_gpus(
     minimal_runtime_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """A g5.12xlarge's topology (4 GPUs) on a machine whose jax and torch see none: the
-    bootstrap exits non-zero and says which framework saw how many."""
+    """A g5.12xlarge's topology (4 GPUs), plugin keras on jax, on a machine whose jax sees
+    none: the bootstrap exits non-zero and says which framework saw how many."""
     wheel = build_runtime_wheel(minimal_runtime_dir, cache=tmp_path_factory.mktemp("wheels"))
     topo = tmp_path / "topology.json"
-    topo.write_text(json.dumps(topology([{"name": "jax"}, {"name": "torch"}], gpus=4)))
+    topo.write_text(json.dumps(topology([{"name": "keras", "options": {}}], gpus=4)))
     done = subprocess.run(
         [
             "bash",
@@ -84,15 +84,29 @@ def test_bootstrap_fails_when_the_topology_claims_gpus(
     )
     assert done.returncode != 0, done.stdout + done.stderr
     assert "sees 0 GPU(s) but this node has 4" in done.stderr
-    assert "check-node: jax " in done.stderr and "check-node: torch " in done.stderr
+    assert "check-node: jax " in done.stderr  # keras's backend, counted through jax
+    assert "check-node: keras 3." in done.stdout  # keras itself imported
     assert "bootstrap-node: node check failed" in done.stderr
     assert "bootstrap-node: ready" not in done.stdout
 
 
-def test_a_cpu_node_passes_with_keras_on_jax(scripts: Path, tmp_path: Path) -> None:
-    done = check(scripts, tmp_path, topology([{"name": "keras", "options": {}}], gpus=None))
-    assert done.returncode == 0, done.stderr
-    assert [line.split()[1] for line in done.stdout.splitlines()] == ["keras", "jax"]
+def test_frameworks_follow_the_plugins(scripts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which modules the check imports (pure): keras brings its backend, none twice."""
+    namespace: dict[str, Any] = {"__name__": "check_node"}
+    exec(compile((scripts / "check-node.py").read_text(), "check-node.py", "exec"), namespace)
+    # frameworks() sets KERAS_BACKEND for the imports that follow: restore it afterwards.
+    monkeypatch.setenv("KERAS_BACKEND", "")
+    monkeypatch.delenv("KERAS_BACKEND")
+    frameworks = namespace["frameworks"]
+    plugins = [{"name": "jax"}, {"name": "keras", "options": {"backend": "torch"}}]
+    assert frameworks({"plugins": plugins}) == ["jax", "keras", "torch"]
+    assert frameworks({"plugins": [{"name": "keras"}, {"name": "jax"}]}) == ["keras", "jax"]
+    assert frameworks({"plugins": [{"name": "torch"}]}) == ["torch"]
+
+
+def test_a_cpu_node_without_frameworks_passes(scripts: Path, tmp_path: Path) -> None:
+    done = check(scripts, tmp_path, topology([], gpus=None))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_a_framework_that_does_not_import_fails(scripts: Path, tmp_path: Path) -> None:
