@@ -229,6 +229,20 @@ def up(
     help="Run directories each node keeps (runs/<id>/, the newest, this one included); "
     "0 keeps all. $SKYINFRA_SHARED_DIR is never deleted.",
 )
+@click.option(
+    "--verify",
+    "verify_first",
+    is_flag=True,
+    help="Run `skyinfra verify`'s checks first; start nothing when one fails "
+    f"(exit {exitcodes.VERIFY_FAILED}). `verify = true` in the spec does the same.",
+)
+@click.option(
+    "-m",
+    "--module",
+    "as_module",
+    is_flag=True,
+    help="ENTRY is a module run as `python -m ENTRY` (as `torchrun -m`).",
+)
 @click.argument("entry")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -238,10 +252,16 @@ def run(
     wait_ready: int | None,
     timeout_s: float | None,
     keep_runs: int,
+    verify_first: bool,
+    as_module: bool,
     entry: str,
     args: tuple[str, ...],
 ) -> None:
     """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
+
+    ENTRY is script.py (run as __main__, as `python script.py` or torchrun: it gets
+    torchrun's environment with the torch plugin), -m package.module, package.module:function
+    or script.py:function (a function: the plugins initialise the frameworks around it).
 
     Nodes whose bootstrap has not finished are waited for (--wait-ready); a node whose
     bootstrap failed stops the run before anything starts. ENTRY is checked first (exit 2).
@@ -250,6 +270,8 @@ def run(
     nodes), the first failure ends the other nodes. Keep outputs in $SKYINFRA_SHARED_DIR.
     Results and logs go to the workspace's runs/<id>/.
     """
+    if as_module:
+        entry = f"-m {entry}"  # the runtime's text for a `python -m` entry
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
@@ -259,8 +281,13 @@ def run(
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
     # One operation at a time: an `up` that would replace the nodes waits for the run.
     with ws.lock(f"run {entry}"):
+        transport = lifecycle.transport_for(ws, topology, spec=spec)
+        if verify_first or spec.verify:
+            from skyinfra.verify import gate
+
+            gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=echo)
         report = run_on_cluster(
-            transport=lifecycle.transport_for(ws, topology, spec=spec),
+            transport=transport,
             topology=topology,
             topology_file=ws.topology_file,
             runs_dir=ws.runs_dir,
@@ -276,6 +303,61 @@ def run(
         )
     print_report(report, echo)
     raise_for_failure(report)
+
+
+@cli.command("verify")
+@cluster_option
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "-k",
+    "select",
+    default=None,
+    metavar="EXPR",
+    help="Only the checks whose names match (pytest's -k), e.g. -k 'runtime or topology'.",
+)
+@click.option(
+    "--min-free-gb",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Free disk space each node's directory must have.",
+)
+@click.option(
+    "--collective-timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long the collective waits for every node at the rendezvous.",
+)
+def verify_command(
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    as_json: bool,
+    select: str | None,
+    min_free_gb: float,
+    collective_timeout: float,
+) -> None:
+    """Check every node before a run: runtime, topology, Python and framework versions,
+    rendezvous ports, a short real collective, GPUs/EFA/NCCL, disk; then the project's own
+    verify/test_*.py (pytest-testinfra). One row per check, one column per node; exits
+    non-zero naming node and check when one fails."""
+    from skyinfra import verify
+
+    ws = _workspace(clusters_root, cluster_name, changes_something=False)
+    report = verify.verify_workspace(
+        ws,
+        project=Path.cwd(),
+        select=select,
+        min_free_gb=min_free_gb,
+        collective_timeout_s=collective_timeout,
+    )
+    if as_json:
+        click.echo(json.dumps(verify.to_json(report), indent=2))
+    else:
+        click.echo(verify.render_table(report), nl=False)
+    verify.raise_for_failures(report)
 
 
 @cli.command()

@@ -243,3 +243,20 @@ class NodesNotReadyError(SkyinfraError):
     def __init__(self, message: str, *, nodes: dict[str, str]) -> None:
         self.nodes = dict(nodes)
         super().__init__(message)
+
+
+class VerifyFailedError(SkyinfraError):
+    """`skyinfra verify` (or `run --verify`): a check failed; names each node and check."""
+
+    exit_code = exitcodes.VERIFY_FAILED
+
+    def __init__(self, failures: Sequence[tuple[str, str, str]]) -> None:
+        """``failures``: (node name, check, reason) for each failure."""
+        self.failures = list(failures)
+        lines = [
+            f"{check} on {node}: " + (reason if len(reason) <= 200 else reason[:199] + "…")
+            for node, check, reason in self.failures
+        ]
+        super().__init__(
+            f"verify failed: {len(lines)} check(s) failed on the nodes:\n  " + "\n  ".join(lines)
+        )

@@ -50,6 +50,7 @@ COMMON_KEYS = (
     "plugins",
     "python_packages",
     "run_timeout",
+    "verify",
 )
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
@@ -75,6 +76,8 @@ class ClusterSpec:
     python_packages: tuple[str, ...] = ()
     # `skyinfra run`'s default --timeout in seconds (None: no limit).
     run_timeout: int | None = None
+    # `skyinfra run` runs `skyinfra verify`'s checks first (as with --verify).
+    verify: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -87,6 +90,7 @@ class ClusterSpec:
             "plugins": [{"name": p.name, "options": dict(p.options)} for p in self.plugins],
             "python_packages": list(self.python_packages),
             **({"run_timeout": self.run_timeout} if self.run_timeout is not None else {}),
+            **({"verify": True} if self.verify else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -287,6 +291,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         if "run_timeout" in raw
         else None
     )
+    verify = read_bool(raw, "verify", "verify", False)
     _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
     section = target.parse_section(raw.get(provider), nodes=nodes)
     for other in targets:
@@ -302,4 +307,5 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         plugins=plugins,
         python_packages=packages,
         run_timeout=run_timeout,
+        verify=verify,
     )

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from skyinfra_runtime import exitcodes as node_exitcodes
+from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.rundirs import (
     KEEP_RUNS_ENV,
     NODE_DIR_ENV,
@@ -209,7 +210,7 @@ def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> 
         "--topology", dirs.topology,
         "--node", str(node),
         "--result", dirs.result,
-        entry,
+        *Entrypoint.parse(entry).argv(),  # "-m NAME" goes as two arguments
     ]  # fmt: skip
     return [*argv, "--", *args] if args else argv
 

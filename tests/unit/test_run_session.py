@@ -361,6 +361,9 @@ BAD_ENTRIES = [
     ("train.py:not-a-name", "is malformed"),
     ("pkg/:main", "is not a module name"),
     ("nsdir.sub:main", "nsdir/sub/ in"),
+    ("-m pkg", "pkg/ is a package without __main__.py"),
+    ("-m pkg.nothere", "module 'pkg.nothere' is not in the project"),
+    ("-m pkg-x", "is not a module name"),
 ]
 
 
@@ -410,6 +413,7 @@ def test_a_bad_entry_is_refused_before_anything_is_copied_or_started(
         ("pkg.mod:main", None),
         ("pkg:main_from_init", None),
         ("train.py", None),
+        ("-m pkg.mod", None),  # `python -m`
         ("star.py:anything", None),  # `from x import *`: cannot be known here
         ("guarded.py:main", None),  # defined under `if`/`try`
         ("numpy.linalg:norm", "is not in"),  # installed on the nodes, presumably
@@ -440,3 +444,12 @@ def test_run_ids_sort_in_start_order_within_one_second() -> None:
     assert sorted(ids) == ids
     assert len(set(ids)) == len(ids)
     assert all(RUN_ID_RE.match(run_id) for run_id in ids)
+
+
+def test_a_dash_m_entry_reaches_the_launcher_as_two_arguments(tmp_path: Path) -> None:
+    from skyinfra.run.session import NodeDirs, _launch_argv
+
+    dirs = NodeDirs(str(tmp_path), "run-1")
+    argv = _launch_argv(dirs, 0, "-m pkg.train", ["--epochs", "3"])
+    assert argv[-5:] == ["-m", "pkg.train", "--", "--epochs", "3"]
+    assert _launch_argv(dirs, 0, "train.py", [])[-1] == "train.py"

@@ -312,6 +312,15 @@ class SshTransport:
         if client is not None:
             client.close()
 
+    def ssh_client(self, node: int) -> paramiko.SSHClient:
+        """The node's connection (made on first use, host key pinned): for tools that speak
+        SSH themselves, such as `skyinfra verify`'s testinfra hosts."""
+        return self._client(node)
+
+    def forget(self, node: int) -> None:
+        """Drop the node's connection; the next use connects again (and checks the key)."""
+        self._drop(node)
+
     def close(self) -> None:
         with self._lock:
             for client in self._clients.values():
