@@ -6,10 +6,13 @@
 # Usage:
 #   bootstrap-node.sh --node-dir DIR --python PYTHON --wheel PATH_OR_URL
 #                     [--inherit-site-packages] [--find-links URL]... [--package REQ]...
+#                     [--check-topology FILE --node-index N]
 #   bootstrap-node.sh --remove --node-dir DIR
 #
 # Result: DIR/venv with skyinfra-runtime (and the packages) installed, DIR/work for the
 # user's code, DIR/pids for process ids the transport records, DIR/.skyinfra-node as marker.
+# With --check-topology, check-node.py (beside this script) then checks that every framework
+# the topology's plugins name imports and sees node N's GPUs; the bootstrap fails otherwise.
 #
 # Every process of a node carries SKYINFRA_LOCAL_NODE_DIR=DIR in its environment (the
 # bootstrap's own, and what the local transport starts). --remove ends all of them, whether or
@@ -18,7 +21,7 @@
 # A new bootstrap first ends what an earlier, interrupted one of the same DIR left running.
 set -euo pipefail
 
-node_dir="" python="" wheel="" inherit=0 remove=0
+node_dir="" python="" wheel="" inherit=0 remove=0 check_topology="" node_index=""
 packages=() find_links=()
 
 die() { echo "bootstrap-node: $*" >&2; exit 2; }
@@ -31,8 +34,10 @@ while [ "$#" -gt 0 ]; do
         --package) packages+=("${2:?--package needs a value}"); shift 2 ;;
         --find-links) find_links+=(--find-links "${2:?--find-links needs a value}"); shift 2 ;;
         --inherit-site-packages) inherit=1; shift ;;
+        --check-topology) check_topology="${2:?--check-topology needs a value}"; shift 2 ;;
+        --node-index) node_index="${2:?--node-index needs a value}"; shift 2 ;;
         --remove) remove=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -141,4 +146,11 @@ if [ "${#packages[@]}" -gt 0 ]; then
     "$venv_python" -m pip install --quiet --disable-pip-version-check "${find_links[@]}" "${packages[@]}"
 fi
 "$venv_python" -c 'import skyinfra_runtime' || die "skyinfra_runtime does not import in $node_dir/venv"
+
+# The node is fit for the topology's plugins: frameworks import, GPUs are seen (check-node.py).
+if [ -n "$check_topology" ]; then
+    [ -n "$node_index" ] || die "--check-topology needs --node-index"
+    "$venv_python" "$(dirname "${BASH_SOURCE[0]}")/check-node.py" "$check_topology" "$node_index" ||
+        die "node check failed (check-node.py above says why): the node cannot run this cluster's plugins"
+fi
 echo "bootstrap-node: ready $node_dir"

@@ -10,14 +10,15 @@ from typing import Any
 
 from skyinfra.errors import SpecError
 from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
+from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 
 # The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
 # image that brings its own).
 NO_JAX = "none"
 JAX_EXTRAS = ("cuda12", "cuda13", "cpu", NO_JAX)
-# The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
-# the error comes from the spec, before anything runs.
-MAX_AWS_NODES = 64
+# As many nodes as the default VPC holds (one fixed private address each, addressing.py);
+# the renderer checks a smaller or existing subnet, the preflight the account's quotas.
+MAX_AWS_NODES = MAX_NODES_DEFAULT_VPC
 # The private key `run` reaches AWS nodes with; its public half (<path>.pub) is installed.
 DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
 # Idle shutdown is on by default: a forgotten GPU node ends itself after an hour idle.
@@ -69,6 +70,9 @@ class AwsSpec:
     ssh_user: str | None = None
     subnet_id: str | None = None
     vpc_id: str | None = None
+    # Parsing defaults it to ``efa``: AWS recommends running EFA instances in a cluster
+    # placement group (https://docs.aws.amazon.com/parallelcluster/latest/ug/efa-v3.html,
+    # https://docs.aws.amazon.com/pcs/latest/userguide/working-with_networking_efa_create-placement-group.html).
     placement_group: bool = False
     efa: bool = False
     # Minutes without a skyinfra process before a node shuts itself down (and so terminates);
@@ -134,6 +138,18 @@ def check_ssh_cidrs(value: Any, *, allow_anywhere: bool) -> tuple[str, ...]:
     return tuple(value)
 
 
+def check_jax_extra(value: Any) -> str:
+    """The jax[EXTRA] nodes install. pip drops an extra the chosen jax lacks with only a
+    warning (and then installs a CPU-only jaxlib), so an unknown one is refused here."""
+    if value not in JAX_EXTRAS:
+        raise SpecError(
+            "aws.jax_extra",
+            value,
+            f"one of {list(JAX_EXTRAS)} (cuda12/cuda13: NVIDIA GPUs; cpu; none: no jax)",
+        )
+    return str(value)
+
+
 def _idle_minutes(raw: Mapping[str, Any]) -> int:
     value = raw.get("idle_shutdown_minutes", DEFAULT_IDLE_SHUTDOWN_MINUTES)
     if (
@@ -187,9 +203,8 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         raise SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
     allow_anywhere = read_bool(raw, "allow_ssh_from_anywhere", "aws.allow_ssh_from_anywhere", False)
     cidrs = check_ssh_cidrs(raw.get("ssh_cidrs"), allow_anywhere=allow_anywhere)
-    jax_extra = raw.get("jax_extra", "cuda12")
-    if jax_extra not in JAX_EXTRAS:
-        raise SpecError("aws.jax_extra", jax_extra, f"one of {list(JAX_EXTRAS)}")
+    jax_extra = check_jax_extra(raw.get("jax_extra", "cuda12"))
+    efa = read_bool(raw, "efa", "aws.efa", False)
     return AwsSpec(
         region=region,
         instance_type=instance_type,
@@ -210,8 +225,8 @@ def parse_aws_section(raw: Any) -> AwsSpec:
             raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
         ),
         vpc_id=read_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
-        placement_group=read_bool(raw, "placement_group", "aws.placement_group", False),
-        efa=read_bool(raw, "efa", "aws.efa", False),
+        placement_group=read_bool(raw, "placement_group", "aws.placement_group", efa),
+        efa=efa,
         idle_shutdown_minutes=_idle_minutes(raw),
         jax_extra=jax_extra,
         max_lifetime_hours=_lifetime_hours(raw),

@@ -33,6 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from skyinfra.errors import ConfigError, WorkspaceError
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.targets.aws.endpoints import (
     EMULATED_NODES_ENV_VAR,
@@ -115,6 +116,8 @@ def cluster_params(
         tags[WORKSPACE_TAG] = ws_id
     if resolved is not None and resolved.subnet_cidr_block:
         extra["subnet_cidr_block"] = resolved.subnet_cidr_block
+    else:  # skyinfra's own subnet: a /24, or larger when the nodes need it (addressing.py)
+        extra["subnet_cidr_block"] = subnet_for(spec.nodes)
     return AwsClusterParams(
         cluster_name=spec.name,
         region=spec_aws.region,
@@ -193,6 +196,7 @@ def _user_data(
                 ),
                 ssh_user=resolved.ssh_user,
                 node_dir=NODE_DIR,
+                efa=spec_aws.efa,
                 forbidden_values=forbidden,
             )
         )

@@ -247,7 +247,9 @@ def test_up_twice_status_down_through_the_cli(
         assert user_data.startswith("#cloud-config")
         assert "skyinfra-idle.timer" in user_data
         # provision.sh hands the node folder to the login user its settings name.
-        assert "SSH_USER=ubuntu\n" in user_data and 'chown -R "$SSH_USER:$SSH_USER"' in user_data
+        written = {f["path"]: content_of(f) for f in yaml.safe_load(user_data)["write_files"]}
+        assert "SSH_USER=ubuntu\n" in written["/opt/skyinfra/provision-settings.sh"]
+        assert 'chown -R "$SSH_USER:$SSH_USER"' in written["/opt/skyinfra/provision.sh"]
         assert json.loads((ws / TARGET_FILE).read_text())["ssh_user"] == "ubuntu"
 
         # A new DLAMI release must not replace the nodes: the second `up` reuses the pinned id.

@@ -275,7 +275,9 @@ def provision(
         NodeUserData(
             cluster_name="ready",
             node_index=0,
-            topology_json=json.dumps({"schema": 1, "nodes": []}),
+            topology_json=json.dumps(
+                {"schema": 1, "nodes": [{"index": 0, "accelerator": None}], "plugins": []}
+            ),
             wheel_url=wheel_url,
             wheel_sha256=sha256,
             wheel_filename=wheel.name,
@@ -287,12 +289,13 @@ def provision(
             node_dir=str(node_root),
             state_dir=str(node_root / "state"),
             script_dir=str(scripts),
+            config_dir=str(node_root.parent / "etc"),
         )
     )
     (node_root.parent / "user-data").write_text(document)
     for entry in yaml.safe_load(document)["write_files"]:
         path = Path(entry["path"])
-        if path.parent == scripts:
+        if path.parent in (scripts, node_root.parent / "etc"):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content_of(entry))
             path.chmod(0o755)
