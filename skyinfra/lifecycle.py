@@ -344,8 +344,13 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "ready": ready.ready,
                     "readiness": ready.state,
                     "readiness_detail": ready.detail,
+                    "phase": ready.phase,
+                    "phase_s": ready.phase_s,
+                    "bootstrap_s": ready.bootstrap_s,
                 }
             )
+    # What the nodes install, where the target says (aws: the pinned jax).
+    installs = getattr(target_of(spec), "node_installs", None)
     return {
         "cluster": spec.name,
         "provider": spec.provider,
@@ -353,4 +358,5 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "state": "up" if resources else "down",
         "resources": resources,
         "nodes": nodes,
+        "node_installs": installs(ws, spec) if callable(installs) else {},
     }

@@ -20,6 +20,7 @@ readiness.py (reaching nodes).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -51,7 +52,14 @@ from skyinfra.targets.aws.render import (
 )
 from skyinfra.targets.aws.resolve import Resolved, resolve
 from skyinfra.targets.aws.session import AwsClients
-from skyinfra.targets.aws.spec import MAX_AWS_NODES, NO_JAX, AwsSpec, parse_aws_section
+from skyinfra.targets.aws.spec import (
+    MAX_AWS_NODES,
+    NO_JAX,
+    AwsSpec,
+    jax_requirement,
+    operator_jax_version,
+    parse_aws_section,
+)
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
 from skyinfra.targets.aws.staging import (
     StagedWheel,
@@ -183,6 +191,8 @@ def _user_data(
                 wheel_filename=staged.filename,
                 bootstrap_script=bootstrap,
                 jax_extra=None if spec_aws.jax_extra == NO_JAX else spec_aws.jax_extra,
+                jax_version=spec_aws.jax_version or operator_jax_version(),
+                uv_version=operator_uv_version(),
                 python_packages=spec.python_packages,
                 idle_shutdown_minutes=spec_aws.idle_shutdown_minutes,
                 ssh_user=resolved.ssh_user,
@@ -192,6 +202,14 @@ def _user_data(
         )
         for index, name in enumerate(node_names(spec.nodes))
     }
+
+
+def operator_uv_version() -> str:
+    """The operator's uv version, which the nodes install first; "" without one (pip)."""
+    try:
+        return importlib.metadata.version("uv")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel, ws_id: str) -> str:
@@ -207,6 +225,8 @@ def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel,
         "ssh_user": resolved.ssh_user,
         "wheel": f"s3://{staged.bucket}/{staged.key}",
         "wheel_sha256": staged.sha256,
+        # What the nodes install (status shows it): the spec's or the operator's jax.
+        "jax": jax_requirement(spec_aws),
     }
     return json.dumps(settings, indent=2) + "\n"
 
@@ -402,6 +422,12 @@ class AwsTarget:
         if connect_timeout_s is None:
             return transport(ws, spec, topology)
         return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+    def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
+        """What the nodes install, as `up` rendered it (status shows the jax pin)."""
+        settings_file = ws.path / TARGET_FILE
+        jax = ws.read_json(settings_file).get("jax") if settings_file.is_file() else None
+        return {"jax": str(jax)} if jax else {}
 
     def nodes_to_replace(
         self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]

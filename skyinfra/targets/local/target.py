@@ -29,8 +29,23 @@ from skyinfra.workspace import Workspace
 if TYPE_CHECKING:
     from skyinfra.targets.base import Target
 
+# uv's package cache, one per workspace, shared by all of the cluster's nodes: the first node
+# fills it and the others link from it (uv's cache is safe for concurrent use).
+UV_CACHE_DIR = "uv-cache"
+
 # A node's resource in the rendered root module (infra/modules/local).
 NODE_ADDRESS = re.compile(r'^module\.nodes\.terraform_data\.node\["(node-\d+)"\]$')
+
+
+def operator_uv() -> str:
+    """The uv binary of the operator's own installation (the `uv` package, a dependency of
+    skyinfra); empty when it cannot be found, and the nodes then install with pip."""
+    try:
+        import uv  # optional at run time: pip is the fallback
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return ""
 
 
 def local_context(
@@ -40,6 +55,8 @@ def local_context(
     python: str,
     wheel_path: Path,
     wheel_sha256: str,
+    uv: str = "",
+    uv_cache_dir: str = "",
 ) -> dict[str, Any]:
     """The values of the local root module's templates (pure)."""
     local = spec.section_as(LocalSpec)
@@ -55,6 +72,8 @@ def local_context(
         "wheel_path": str(wheel_path),
         "wheel_sha256": wheel_sha256,
         "python_packages": list(spec.python_packages),
+        "uv": uv,
+        "uv_cache_dir": uv_cache_dir,
     }
 
 
@@ -69,6 +88,8 @@ LOCAL_TFVARS = (
     "wheel_path",
     "wheel_sha256",
     "python_packages",
+    "uv",
+    "uv_cache_dir",
 )
 
 
@@ -150,6 +171,8 @@ class LocalTarget:
             python=local.python or sys.executable,
             wheel_path=wheel.path,
             wheel_sha256=wheel.sha256,
+            uv=operator_uv(),
+            uv_cache_dir=str(ws.path / UV_CACHE_DIR),
         )
         return local_files(context)
 

@@ -18,7 +18,6 @@ from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.cloudinit import (
     FETCH_SCRIPT,
     IDLE_CHECK_SCRIPT,
-    JAX_FIND_LINKS,
     PROVISION_SCRIPT,
     NodeUserData,
     default_bootstrap_script,
@@ -111,7 +110,8 @@ def test_content_topology_identity_bootstrap_and_install() -> None:
     assert "sha256sum --check --strict" in provision
     settings = files["/opt/skyinfra/provision-settings.sh"]
     assert "'jax[cuda12]'" in settings
-    assert f"--find-links {JAX_FIND_LINKS}" in settings
+    # JAX's CUDA wheels come from PyPI: no legacy find-links page (research review F12).
+    assert "--find-links" not in settings
     assert "--package keras==3.6.0" in settings
     # The idle timer is armed before provision.sh runs: a node whose bootstrap fails still
     # shuts itself down (idle-check.sh counts a failed bootstrap as idle).
@@ -193,8 +193,6 @@ def test_provision_settings_are_the_values_as_bash_reads_them(tmp_path: Path) ->
     ).stdout.splitlines()
     assert shown == [
         params().wheel_url,
-        "--find-links",
-        JAX_FIND_LINKS,
         "--package",
         "jax[cuda12]",
         "--package",
@@ -250,3 +248,17 @@ def test_a_presigned_url_is_refused_and_the_node_signs_its_own_request() -> None
         ):
             auth.add_auth(request)
         assert mine["authorization"] == request.headers["Authorization"]
+
+
+def test_nodes_install_the_pinned_jax_and_uv_first() -> None:
+    """The jax pin and the uv version reach provision-settings.sh as shell words; a version
+    skyinfra computed wrongly is refused before anything is rendered."""
+    document = render_user_data(params(jax_version="0.10.2", uv_version="0.13.9"))
+    settings = files_of(document)["/opt/skyinfra/provision-settings.sh"]
+    assert "--package 'jax[cuda12]==0.10.2'" in settings
+    assert "UV_VERSION=0.13.9" in settings
+    # The first bootstrap phase is written before the apt packages, on the first boot only.
+    bootcmd = yaml.safe_load(document)["bootcmd"]
+    assert bootcmd[0][:3] == ["cloud-init-per", "once", "skyinfra-phase"]
+    with pytest.raises(RenderError, match="jax_version"):
+        render_user_data(params(jax_version="0.10; rm -rf /"))
