@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from skyinfra import timeline
 from skyinfra.errors import ConfigError, WorkspaceError
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
@@ -248,7 +249,9 @@ def render_files(
     clients = AwsClients(session or boto3.session.Session(), spec_aws.region, emulator_from_env())
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
+    timeline.lap("validate")
     resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight)
+    timeline.lap("preflight and lookups")
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
     prefix = staging_prefix(spec.name, ws_id)
@@ -268,6 +271,7 @@ def render_files(
         f"[skyinfra] runtime wheel staged at s3://{staged.bucket}/{staged.key} "
         "(readable by the nodes' role only)"
     )
+    timeline.lap("wheel build and staging")
 
     topology = preboot_topology(spec, params)
     user_data = _user_data(spec, resolved, staged, topology, clients.secret_values())
@@ -280,6 +284,7 @@ def render_files(
     files.update(module_files(*AWS_MODULES))
     files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged, ws_id)
     files.update(workspace_id_file(ws_id))
+    timeline.lap("render")
     return files
 
 

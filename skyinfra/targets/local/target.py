@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from skyinfra import render
+from skyinfra import render, timeline
 from skyinfra.errors import SpecError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, TargetOption, TargetOptions
@@ -163,8 +163,10 @@ class LocalTarget:
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
         check_head_port(spec, ws)
+        timeline.lap("validate and port check")
         local = spec.section_as(LocalSpec)
         wheel = build_runtime_wheel()
+        timeline.lap("wheel build")
         context = local_context(
             spec,
             node_root=ws.nodes_dir,
@@ -174,7 +176,9 @@ class LocalTarget:
             uv=operator_uv(),
             uv_cache_dir=str(ws.path / UV_CACHE_DIR),
         )
-        return local_files(context)
+        files = local_files(context)
+        timeline.lap("render")
+        return files
 
     def transport(
         self,
