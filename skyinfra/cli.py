@@ -273,6 +273,7 @@ def run(
             wait_ready_s=wait_s,
             timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
             keep_runs=keep_runs,
+            terminal=sys.stdout if sys.stdout.isatty() else None,
         )
     print_report(report, echo)
     raise_for_failure(report)
