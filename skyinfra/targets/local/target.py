@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import render, timeline
-from skyinfra.errors import SpecError
+from skyinfra.errors import ConfigError, SpecError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, TargetOption, TargetOptions
 from skyinfra.targets.local.processes import end_processes
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 # uv's package cache, one per workspace, shared by all of the cluster's nodes: the first node
 # fills it and the others link from it (uv's cache is safe for concurrent use).
 UV_CACHE_DIR = "uv-cache"
+# "pip" makes the nodes install with pip even where uv is at hand (to compare; `make bench`).
+INSTALLER_ENV = "SKYINFRA_NODE_INSTALLER"
 
 # A node's resource in the rendered root module (infra/modules/local).
 NODE_ADDRESS = re.compile(r'^module\.nodes\.terraform_data\.node\["(node-\d+)"\]$')
@@ -39,7 +41,13 @@ NODE_ADDRESS = re.compile(r'^module\.nodes\.terraform_data\.node\["(node-\d+)"\]
 
 def operator_uv() -> str:
     """The uv binary of the operator's own installation (the `uv` package, a dependency of
-    skyinfra); empty when it cannot be found, and the nodes then install with pip."""
+    skyinfra); empty when it cannot be found or $SKYINFRA_NODE_INSTALLER is "pip", and the
+    nodes then install with pip."""
+    installer = os.environ.get(INSTALLER_ENV, "uv")
+    if installer not in ("uv", "pip"):
+        raise ConfigError(INSTALLER_ENV, installer, '"uv" (the default) or "pip"')
+    if installer == "pip":
+        return ""
     try:
         import uv  # optional at run time: pip is the fallback
 
