@@ -26,7 +26,8 @@ def _err(fig: dict[str, Any] | None) -> str | None:
 def _machine(report: dict[str, Any]) -> list[str]:
     m = report["machine"]
     return [
-        f"- Date: {report['date']}; {report['reps']} repetition(s) per figure"
+        f"- Date: {report['date']}; {report['reps']} repetition(s) per figure "
+        f"({report.get('aws_reps', report['reps'])} for the AWS figures 5 and 6)"
         + f"; whole run {report.get('bench_wall_s', '?')} s",
         f"- Machine: {m['cpus']} cores ({m['processor']}), {m['memory_gib']} GiB memory, "
         f"Python {m['python']}, {m['platform']}",
