@@ -27,9 +27,10 @@ class BenchError(RuntimeError):
 
 
 def base_env() -> dict[str, str]:
-    """The user's environment without skyinfra settings; this checkout's code first."""
+    """The user's environment without skyinfra settings; this checkout's skyinfra first (the
+    runtime stays the installed one: on PYTHONPATH it would shadow the nodes' own wheel)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "runtime" / "src")])
+    env["PYTHONPATH"] = str(REPO)
     return env
 
 
