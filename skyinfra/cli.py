@@ -331,6 +331,7 @@ def run(
             wait_ready_s=wait_s,
             timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
             keep_runs=keep_runs,
+            terminal=sys.stdout if sys.stdout.isatty() else None,
         )
     print_report(report, echo)
     raise_for_failure(report)
@@ -406,6 +407,8 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
         f"{len(info['resources'])} resource(s)"
     )
     echo(f"  workspace: {info['workspace']}")
+    for name, requirement in info.get("node_installs", {}).items():
+        echo(f"  nodes install {name}: {requirement}")
     words = {
         "ready": "ready",
         "pending": "bootstrapping",
@@ -416,10 +419,20 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
         state = node.get("readiness", "")
         echo(
             f"  {node['name']}: {node['private_ip']} {node['instance_id']} "
-            f"{words.get(state, state)}"
+            f"{words.get(state, state)}{phase_words(node)}"
         )
         if state != "ready" and node.get("readiness_detail"):
             echo(f"    {node['readiness_detail']}")
+
+
+def phase_words(node: dict[str, Any]) -> str:
+    """A node's bootstrap phase and times for `status` (targets that report phases)."""
+    if node.get("phase") is None:
+        return ""
+    if node["phase"] == "ready":
+        return f" (bootstrap took {node['bootstrap_s']:.0f} s)"
+    phase, total = node["phase_s"], node["bootstrap_s"]
+    return f" (phase {node['phase']} for {phase:.0f} s, {total:.0f} s in all)"
 
 
 @cli.command()

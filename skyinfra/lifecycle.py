@@ -35,6 +35,7 @@ from skyinfra.terraform import (
     signals_as_interrupt,
 )
 from skyinfra.terraform.plan import ResourceChange
+from skyinfra.timeline import TIMELINE_FILE, Timeline, active
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.transport.readiness import check_readiness
@@ -115,13 +116,20 @@ def up(
     options = dict(options or {})
     check_target_options(spec, options)
     created = _first_missing(ws.path)
+    # Each stage is printed as it ends; timeline.json keeps them all (skyinfra/timeline.py).
+    timeline = Timeline("up", echo)
     try:
-        with ws.lock("up"):
+        with ws.lock("up"), active(timeline):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
             # Preflight, wheel build and staging happen here: before any workspace write.
-            files = target_of(spec).render(spec, ws, echo=echo, options=options)
+            with timeline.stage("prepare"):
+                files = target_of(spec).render(spec, ws, echo=echo, options=options)
             created = None  # from here on the workspace is the cluster's, even on failure
-            return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm)
+            try:
+                return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm, timeline)
+            finally:
+                ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())
+                echo(f"[skyinfra] up took {timeline.elapsed():.1f} s ({TIMELINE_FILE})")
     except BaseException:
         if created is not None:  # nothing of this cluster existed: leave nothing behind
             shutil.rmtree(created, ignore_errors=True)
@@ -171,6 +179,7 @@ def _apply(
     engine_factory: EngineFactory,
     spec_file: Path | None,
     confirm: Confirm | None,
+    timeline: Timeline,
 ) -> tuple[PlanSummary, Topology]:
     ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
     ws.write_json(ws.spec_file, spec.to_dict())
@@ -178,9 +187,15 @@ def _apply(
         ws.origin_file, {"spec_file": str(spec_file.resolve()) if spec_file is not None else None}
     )
     engine = engine_factory(ws.path)
-    on_event = progress_printer(echo)
+    printer = progress_printer(echo)
+
+    def on_event(event: dict[str, Any]) -> None:
+        printer(event)
+        timeline.on_event(event)
+
     echo(f"[skyinfra] terraform init in {ws.path}")
-    engine.init()
+    with timeline.stage("terraform init"):
+        engine.init()
     replace = broken_nodes(ws, spec, engine)
     if replace:
         echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
@@ -189,7 +204,8 @@ def _apply(
     with signals_as_interrupt():
         try:
             echo("[skyinfra] terraform plan")
-            summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
+            with timeline.stage("terraform plan"):
+                summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
             if summary.no_changes:
                 echo("[skyinfra] no changes: the cluster already matches the spec")
             else:
@@ -199,11 +215,15 @@ def _apply(
                     f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to "
                     f"change, {summary.remove} to destroy)"
                 )
-                engine.apply(PLAN_FILE, on_event=on_event)
+                with timeline.stage("terraform apply"):
+                    engine.apply(PLAN_FILE, on_event=on_event)
+                for line in timeline.resources_summary():
+                    echo(f"[skyinfra]   {line}")
         finally:
             (ws.path / PLAN_FILE).unlink(missing_ok=True)
-    topology = topology_from_outputs(engine.output(), spec)
-    ws.write_json(ws.topology_file, topology.to_dict())
+    with timeline.stage("topology"):
+        topology = topology_from_outputs(engine.output(), spec)
+        ws.write_json(ws.topology_file, topology.to_dict())
     return summary, topology
 
 
@@ -368,8 +388,13 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "ready": ready.ready,
                     "readiness": ready.state,
                     "readiness_detail": ready.detail,
+                    "phase": ready.phase,
+                    "phase_s": ready.phase_s,
+                    "bootstrap_s": ready.bootstrap_s,
                 }
             )
+    # What the nodes install, where the target says (aws: the pinned jax).
+    installs = getattr(target_of(spec), "node_installs", None)
     return {
         "cluster": spec.name,
         "provider": spec.provider,
@@ -377,4 +402,5 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "state": "up" if resources else "down",
         "resources": resources,
         "nodes": nodes,
+        "node_installs": installs(ws, spec) if callable(installs) else {},
     }

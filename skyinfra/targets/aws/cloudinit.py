@@ -50,6 +50,7 @@ PROVISION_MINUTES = 60
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _EXTRA_RE = re.compile(r"^[a-z0-9_]+$")
+_VERSION_RE = re.compile(r"^[0-9][0-9a-z.+]*$")
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
 # Directories go into the scripts unquoted.
 _DIR_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
@@ -75,6 +76,11 @@ class NodeUserData:
     # The staging bucket's region (the node signs its S3 GET for it).
     wheel_region: str = "us-east-1"
     jax_extra: str | None = "cuda12"
+    # jax[extra]==jax_version (None: unpinned); the AWS target passes the spec's or the
+    # operator's own version (skyinfra.targets.aws.spec.jax_requirement).
+    jax_version: str | None = None
+    # The uv the node installs first (the operator's version); "" installs none: pip.
+    uv_version: str = ""
     python_packages: Sequence[str] = ()
     # The spec's default (on); 0 or None renders no idle timer.
     idle_shutdown_minutes: int | None = DEFAULT_IDLE_SHUTDOWN_MINUTES
@@ -140,6 +146,10 @@ def _check(params: NodeUserData) -> None:
     _check_wheel(params)
     if params.jax_extra is not None and not _EXTRA_RE.match(params.jax_extra):
         raise RenderError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
+    for name in ("jax_version", "uv_version"):
+        value = getattr(params, name)
+        if value and not _VERSION_RE.match(value):
+            raise RenderError(name, value, "a version such as 0.10.2")
     if params.idle_shutdown_minutes is not None and params.idle_shutdown_minutes < 0:
         raise RenderError(
             "aws.idle_shutdown_minutes", params.idle_shutdown_minutes, "minutes >= 1, or 0 for off"
@@ -159,7 +169,8 @@ def render_user_data(params: NodeUserData) -> str:
     """The node's ``#cloud-config`` document. Raises RenderError for a value the caller should
     never pass, SpecError for a secret the spec would leak into it."""
     _check(params)
-    packages = [f"jax[{params.jax_extra}]"] if params.jax_extra else []
+    pin = f"=={params.jax_version}" if params.jax_version else ""
+    packages = [f"jax[{params.jax_extra}]{pin}"] if params.jax_extra else []
     packages += list(params.python_packages)
     document = templating.render(
         TEMPLATE,
@@ -185,6 +196,7 @@ def render_user_data(params: NodeUserData) -> str:
             # No find-links: JAX's CUDA wheels are on PyPI; Google's release page is only for
             # old jaxlib builds (https://docs.jax.dev/en/latest/installation.html).
             find_links=[],
+            uv_version=params.uv_version,
             idle_shutdown_minutes=params.idle_shutdown_minutes or 0,
             max_lifetime_minutes=params.max_lifetime_minutes or 0,
             ssh_user=params.ssh_user,

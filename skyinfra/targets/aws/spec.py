@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ _VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 # A file path on one line (no control characters); whether the key exists is checked when
 # the AWS target renders, not here (validation stays pure).
 _SSH_KEY_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
+_JAX_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+]*)$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 AWS_KEYS = (
@@ -50,6 +52,7 @@ AWS_KEYS = (
     "efa",
     "idle_shutdown_minutes",
     "jax_extra",
+    "jax_version",
     "allow_ssh_from_anywhere",
     "max_lifetime_hours",
 )
@@ -79,6 +82,8 @@ class AwsSpec:
     # 0 turns the idle timer off.
     idle_shutdown_minutes: int = DEFAULT_IDLE_SHUTDOWN_MINUTES
     jax_extra: str = "cuda12"
+    # The jax version the nodes install; None: the operator's own (jax_requirement()).
+    jax_version: str | None = None
     # 0.0.0.0/0 in ssh_cidrs opens port 22 to the internet: only when asked for by name.
     allow_ssh_from_anywhere: bool = False
     # Hours after launch when a node ends itself, busy or not (idle-check.sh); None: no limit.
@@ -230,4 +235,25 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         idle_shutdown_minutes=_idle_minutes(raw),
         jax_extra=jax_extra,
         max_lifetime_hours=_lifetime_hours(raw),
+        jax_version=read_str(
+            raw, "jax_version", "aws.jax_version", _JAX_VERSION_RE, "a jax version such as '0.10.2'"
+        ),
     )
+
+
+def operator_jax_version() -> str | None:
+    """The jax installed beside skyinfra (what the user tested with); None without one."""
+    try:
+        return importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def jax_requirement(spec_aws: AwsSpec, operator_version: str | None = None) -> str | None:
+    """What every node installs: ``jax[EXTRA]==VERSION`` with aws.jax_version, else the
+    operator's jax version (``operator_version``; looked up when None), so that nodes run the
+    jax the code was tested with; unpinned without either; None for jax_extra = "none"."""
+    if spec_aws.jax_extra == NO_JAX:
+        return None
+    version = spec_aws.jax_version or operator_version or operator_jax_version()
+    return f"jax[{spec_aws.jax_extra}]" + (f"=={version}" if version else "")

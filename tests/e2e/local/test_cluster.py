@@ -102,6 +102,14 @@ def test_keras_digits_same_weights_on_both_nodes(
     assert (node0 / "examples" / "keras_digits.py").is_file()
     assert not (node0 / "big.bin").exists()
     assert not (node0 / ".skyinfra").exists()
+    # The nodes were made with the operator's uv, and `up` left its timeline: every stage
+    # and each node's bootstrap (its resource's apply) with a duration.
+    ws = project / ".skyinfra" / "clusters" / name
+    assert "uv = " in (ws / "nodes" / "node-0" / "venv" / "pyvenv.cfg").read_text()
+    timeline = json.loads((ws / "timeline.json").read_text())
+    names = [stage["name"] for stage in timeline["stages"]]
+    assert {"wheel build", "terraform init", "terraform plan", "terraform apply"} <= set(names)
+    assert sum(name.endswith('node["node-1"]') for name in names) == 1
 
 
 @pytest.mark.parametrize("cluster", [["torch", "--procs-per-node=2"]], indirect=True)

@@ -301,3 +301,17 @@ def test_user_data_does_not_grow_with_the_cluster() -> None:
     assert len(document.encode()) < USER_DATA_LIMIT_BYTES
     written = json.loads(files_of(document)["/etc/skyinfra/topology.json"])
     assert [n["index"] for n in written["nodes"]] == [0, 1234]
+
+
+def test_nodes_install_the_pinned_jax_and_uv_first() -> None:
+    """The jax pin and the uv version reach provision-settings.sh as shell words; a version
+    skyinfra computed wrongly is refused before anything is rendered."""
+    document = render_user_data(params(jax_version="0.10.2", uv_version="0.13.9"))
+    settings = files_of(document)["/opt/skyinfra/provision-settings.sh"]
+    assert "--package 'jax[cuda12]==0.10.2'" in settings
+    assert "UV_VERSION=0.13.9" in settings
+    # The first bootstrap phase is written before the apt packages, on the first boot only.
+    bootcmd = yaml.safe_load(document)["bootcmd"]
+    assert bootcmd[0][:3] == ["cloud-init-per", "once", "skyinfra-phase"]
+    with pytest.raises(RenderError, match="jax_version"):
+        render_user_data(params(jax_version="0.10; rm -rf /"))
