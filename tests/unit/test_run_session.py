@@ -122,7 +122,9 @@ def test_a_clean_run_copies_starts_streams_and_collects(tmp_path: Path) -> None:
 
     rid = report.run_id
     assert report.run_dir == tmp_path / "runs" / rid
-    assert lines == ["[node-0] a", "[node-0] b"]  # node 0 only, without --all-logs
+    # node 0 only, without --all-logs, then how long node 0 took to reach its entrypoint
+    assert lines[:2] == ["[node-0] a", "[node-0] b"]
+    assert len(lines) == 3 and lines[2].startswith("[skyinfra] node-0: ready check ")
     copies = [c for c in transport.calls if c[0] in ("copy_dir", "put_file")]
     # Each run has its own directory on the node: an earlier run's files stay where they are.
     assert copies == [
