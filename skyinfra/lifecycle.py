@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from skyinfra import shared_state
 from skyinfra.errors import (
     ConfirmationRequired,
     SkyinfraError,
@@ -32,6 +33,7 @@ from skyinfra.terraform import (
     format_event,
     signals_as_interrupt,
 )
+from skyinfra.terraform.backend import has_backend
 from skyinfra.terraform.plan import ResourceChange, destructive_changes
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
@@ -83,7 +85,7 @@ def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> l
     hand): `up` replaces them, so that it repairs what `status` reports as failed. A state
     that cannot be listed now (an earlier, killed `up`'s Terraform still writing it) is left
     to the plan, which waits for Terraform's lock."""
-    if not ws.state_file.is_file():
+    if not shared_state.has_state(ws):
         return []
     try:
         in_state = engine.state_list()
@@ -116,8 +118,10 @@ def up(
     try:
         with ws.lock("up"):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            shared_state.check_backend_kept(ws, spec)
             # Preflight, wheel build and staging happen here: before any workspace write.
             files = target_of(spec).render(spec, ws, echo=echo, options=options)
+            files = {**files, **shared_state.backend_files(spec)}
             created = None  # from here on the workspace is the cluster's, even on failure
             return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm)
     except BaseException:
@@ -242,7 +246,7 @@ def down(
         engine = engine_factory(ws.path)
         if not (ws.path / ".terraform").is_dir():
             engine.init()
-        resources = engine.state_list() if ws.state_file.is_file() else []
+        resources = engine.state_list() if shared_state.has_state(ws) else []
         echo(
             f"[skyinfra] destroying cluster {spec.name!r} ({spec.provider}, {len(resources)} "
             f"resource(s)) in {ws.path}"
@@ -327,7 +331,10 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
     (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
     spec = ws.spec()
     engine = engine_factory(ws.path)
-    resources = engine.state_list() if ws.state_file.is_file() else []
+    if has_backend(ws.path):  # shared state: another operator may have changed the cluster
+        shared_state.ensure_init(ws, engine)
+        shared_state.refresh_topology(ws, spec, engine)
+    resources = engine.state_list() if shared_state.has_state(ws) else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
     nodes = []
     if topology is not None:
@@ -351,6 +358,8 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "provider": spec.provider,
         "workspace": str(ws.path),
         "state": "up" if resources else "down",
+        "engine": engine.describe(),
+        "backend": spec.backend or "local (the workspace)",
         "resources": resources,
         "nodes": nodes,
     }
