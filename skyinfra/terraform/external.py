@@ -3,13 +3,15 @@
 Chosen by ``--terraform-bin PATH``, else ``SKYINFRA_TERRAFORM_BIN``, else ``engine = "..."`` in
 the spec; none of them (or ``"embedded"``): the embedded Terraform (engine.py).
 
-python-terraform builds the command lines (``Terraform.generate_cmd_string``) and asks the
-binary its version (``Terraform.cmd``). Its ``destroy()`` passes ``-force``, which Terraform
->= 0.15 rejects, so destroy is ``apply -destroy -auto-approve`` with explicit flags. Every
-command of a cluster runs through the embedded engine's runner (engine.py): python-terraform's
-``cmd()`` waits for the whole output and shares the operator's session, while a cluster's
-commands must stream their JSON events live and stop gracefully on one SIGINT, whatever
-happens to the operator's terminal.
+python-terraform builds the command lines (``Terraform.generate_cmd_string``, the options
+its ``cmd()`` takes). Its ``destroy()`` passes ``-force``, which Terraform >= 0.15 rejects, so
+destroy is ``apply -destroy -auto-approve`` with explicit flags. The commands themselves run
+through the embedded engine's runner (engine.py), not python-terraform's ``cmd()``: that one
+runs with the operator's environment as it is (so Terraform would call
+checkpoint-api.hashicorp.com, and could not get the CLI config and settings of config.py),
+waits for the whole output, and shares the operator's session, while a cluster's commands
+must stream their JSON events live and stop gracefully on one SIGINT, whatever happens to
+the operator's terminal.
 
 A binary older than what the root module and its modules require (``required_version``) is
 refused before anything runs, naming both.
@@ -21,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -29,6 +32,7 @@ from python_terraform import IsFlagged, Terraform
 
 from skyinfra import resources
 from skyinfra.errors import ConfigError, SpecError, TerraformError
+from skyinfra.terraform.config import terraform_env
 from skyinfra.terraform.engine import EmbeddedTerraform, EngineFactory, TerraformEngine
 from skyinfra.terraform.events import EventHandler
 
@@ -68,7 +72,7 @@ class ExternalTerraform(EmbeddedTerraform):
 
     def version(self) -> str:
         if self._version is None:
-            self._version = binary_version(self.binary)
+            self._version = binary_version(self.binary, self._base_env)
         return self._version
 
     def describe(self) -> str:
@@ -76,23 +80,29 @@ class ExternalTerraform(EmbeddedTerraform):
         return f"{name} {self.version()} ({self.binary})"
 
 
-def binary_version(binary: str) -> str:
-    """``BINARY version -json``'s version (Terraform and OpenTofu both say terraform_version)."""
-    tf = Terraform(terraform_bin_path=binary)
+def binary_version(binary: str, env: Mapping[str, str] | None = None) -> str:
+    """``BINARY version -json``'s version (Terraform and OpenTofu both say terraform_version),
+    asked with the engine's environment (no version check over the network)."""
+    argv = [binary, "version", "-json"]
     try:
-        code, out, err = tf.cmd("version", json=IsFlagged)
-    except OSError as exc:
-        raise TerraformError(
-            f"cannot run {binary}: {exc.strerror}", argv=[binary, "version", "-json"]
-        ) from None
+        done = subprocess.run(
+            argv,
+            env=terraform_env(Path.cwd(), env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TerraformError(f"cannot run {binary}: {exc}", argv=argv) from None
     try:
-        return str(json.loads(out)["terraform_version"])
+        return str(json.loads(done.stdout)["terraform_version"])
     except (json.JSONDecodeError, KeyError, TypeError):
         raise TerraformError(
             f"{binary} did not say its version: is it terraform or tofu?",
-            argv=[binary, "version", "-json"],
-            returncode=code,
-            stderr=err or out,
+            argv=argv,
+            returncode=done.returncode,
+            stderr=done.stderr or done.stdout,
         ) from None
 
 
