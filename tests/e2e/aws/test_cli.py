@@ -38,12 +38,14 @@ from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.terraform import MIRROR_ENV
+from skyinfra.terraform.external import ENGINE_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT, content_of, skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
+from tests.support.engines import terraform_binary
 
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
@@ -184,6 +186,9 @@ def test_up_twice_status_down_through_the_cli(
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
+    # This test drives an external terraform binary (--terraform-bin's variable); the other
+    # AWS tests here drive the embedded one: the AWS target against moto with each engine.
+    cli_env = {**cli_env, ENGINE_ENV: terraform_binary(tmp_path)}
     write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
     (project / "train.py").write_text("def main():\n    pass\n")  # `run` checks ENTRY first
     ws = project / ".skyinfra" / "clusters" / "cli-two"
@@ -264,6 +269,7 @@ def test_up_twice_status_down_through_the_cli(
         assert status.returncode == 0, status.stdout + status.stderr
         info = json.loads(status.stdout)
         assert (info["cluster"], info["provider"], info["state"]) == ("cli-two", "aws", "up")
+        assert info["engine"].startswith("terraform ") and "embedded" not in info["engine"]
         assert [(n["name"], n["instance_id"]) for n in info["nodes"]] == [
             (n["name"], n["instance_id"]) for n in nodes
         ]
