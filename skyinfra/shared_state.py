@@ -10,6 +10,7 @@ Terraform's own lock in S3 that keeps two applies apart (skyinfra/terraform/back
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -211,7 +212,19 @@ def _refuse_occupied(
             (scratch / name).write_text(text)
         probe = engine_factory(scratch)
         probe.init()
-        existing = probe.state_list()
+        # `state pull` prints nothing where there is no state yet (`state list` fails there).
+        code, out, err = probe.command(["state", "pull"])
+        if code != 0:
+            raise TerraformError(
+                f"cannot read {spec.backend}",
+                argv=["terraform", "state", "pull"],
+                returncode=code,
+                stderr=err or out,
+            )
+        try:
+            existing = json.loads(out).get("resources", []) if out.strip() else []
+        except (json.JSONDecodeError, AttributeError):
+            existing = ["(unreadable state)"]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if existing:

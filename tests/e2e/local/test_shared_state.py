@@ -22,6 +22,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from skyinfra.terraform.external import ENGINE_ENV
 from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.engines import terraform_binary
@@ -83,11 +84,19 @@ def keys(moto_url: str, bucket: str) -> list[str]:
     return sorted(o["Key"] for o in listed)
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One wheel cache for the module: the runtime wheel is built once."""
+    return tmp_path_factory.mktemp("shared-state-cache")
+
+
 @pytest.fixture
-def env(clean_env: dict[str, str], moto_url: str, tmp_path: Path) -> dict[str, str]:
+def env(clean_env: dict[str, str], moto_url: str, shared_cache: Path) -> dict[str, str]:
     """Emulator mode: the S3 backend goes to moto; dummy credentials only."""
     return {
         **clean_env,
+        "SKYINFRA_CACHE": str(shared_cache / "cache"),
+        "SKYINFRA_TF_PLUGIN_CACHE": str(shared_cache / "tf-plugins"),
         "SKYINFRA_AWS_ENDPOINT_URL": moto_url,
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
@@ -204,8 +213,14 @@ def test_two_operators_one_s3_backend(
 
 
 def test_state_push_moves_local_state_to_s3(
-    tmp_path: Path, env: dict[str, str], moto_url: str, bucket: str
+    tmp_path: Path, env: dict[str, str], moto_url: str, bucket: str, minimal_runtime_dir: Path
 ) -> None:
+    # No `run` here: the minimal runtime will do; the external binary is the quicker engine.
+    env = {
+        **env,
+        "SKYINFRA_RUNTIME_DIR": str(minimal_runtime_dir),
+        ENGINE_ENV: terraform_binary(tmp_path),
+    }
     folder = project(tmp_path, "solo", f'name = "solo"\nhead_port = {free_port_pair()}\n')
     ws = folder / ".skyinfra" / "clusters" / "solo"
     up = cli(["up"], folder, env)
