@@ -7,6 +7,7 @@ its traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -210,9 +211,11 @@ def up(
         "engine": terraform_bin,
     }
     spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
-    engine_factory = _engine_factory(terraform_bin, spec)
     spec_file = spec_path or (DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None)
     ws = Workspace(clusters_dir(clusters_root) / spec.name)
+    if spec.engine is None and ws.exists():  # the engine the cluster was made with
+        spec = dataclasses.replace(spec, engine=ws.spec().engine)
+    engine_factory = _engine_factory(terraform_bin, spec)
     options = {name: value for name, value in flags.items() if value}
     _, topology = lifecycle.up(
         spec,
@@ -285,6 +288,7 @@ def run(
     Results and logs go to the workspace's runs/<id>/.
     """
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
+    _refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
@@ -310,6 +314,20 @@ def run(
         )
     print_report(report, echo)
     raise_for_failure(report)
+
+
+def _refresh_shared_topology(ws: Workspace) -> None:
+    """With state in a shared backend, topology.json is rebuilt from its outputs first:
+    another operator may have changed or destroyed the cluster."""
+    from skyinfra import shared_state
+    from skyinfra.terraform.backend import has_backend
+
+    if not has_backend(ws.path):
+        return
+    spec = ws.spec()
+    engine = _engine_factory(None, spec)(ws.path)
+    shared_state.ensure_init(ws, engine)
+    shared_state.refresh_topology(ws, spec, engine)
 
 
 @cli.command()

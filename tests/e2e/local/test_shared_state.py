@@ -24,7 +24,6 @@ from pathlib import Path
 import boto3
 import pytest
 
-from skyinfra.terraform.external import ENGINE_ENV
 from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.engines import terraform_binary
@@ -137,17 +136,36 @@ def project(tmp_path: Path, name: str, spec: str) -> Path:
 def test_two_operators_one_s3_backend(
     tmp_path: Path, env: dict[str, str], moto_url: str, bucket: str
 ) -> None:
-    spec = (
-        f'name = "team"\nnodes = 1\nhead_port = {free_port_pair()}\n'
-        f'backend = "s3://{bucket}/sky?region={REGION}"\n'
-    )
-    alice = project(tmp_path, "alice", spec)
-    bob = project(tmp_path, "bob", spec)
+    url = f"s3://{bucket}/sky?region={REGION}"
+    local = f'name = "team"\nnodes = 1\nhead_port = {free_port_pair()}\n'
+    alice = project(tmp_path, "alice", local)
+    bob = project(tmp_path, "bob", local.replace("nodes = 1", "nodes = 2") + f'backend = "{url}"\n')
     binary = terraform_binary(tmp_path)
+    ws = alice / ".skyinfra" / "clusters" / "team"
 
-    # Alice's `up` (an external terraform binary) is applying; Bob's `up` meets her lock.
+    # Alice starts with the state in her workspace (an external terraform binary), then
+    # moves it to S3.
+    up = cli(["up", "--terraform-bin", binary], alice, env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert (ws / "terraform.tfstate").is_file()
+    push = cli(["state", "push", "--backend", url], alice, env)
+    assert push.returncode == 0, push.stdout + push.stderr
+    assert "1 resource(s) now in" in push.stdout
+    assert keys(moto_url, bucket) == ["sky/team/terraform.tfstate"]
+    assert not (ws / "terraform.tfstate").exists()
+    assert (ws / "terraform.tfstate.local-backup").stat().st_mode & 0o777 == 0o600
+    assert json.loads((ws / "spec.json").read_text())["backend"] == url
+    # Pushing again, or an `up` from a spec without the backend, moves nothing.
+    again = cli(["state", "push", "--backend", url], alice, env)
+    assert again.returncode == 1 and "already keeps its state in" in again.stderr
+    local_up = cli(["up"], alice, env)
+    assert local_up.returncode == 1, local_up.stdout + local_up.stderr
+    assert f"keeps its state in {url}" in local_up.stderr
+    (alice / "skyinfra.toml").write_text(bob.joinpath("skyinfra.toml").read_text())
+
+    # Alice's `up` (a second node) is applying; Bob's `up` meets her lock.
     first = subprocess.Popen(
-        [*skyinfra_argv(), "up", "--terraform-bin", binary],
+        [*skyinfra_argv(), "up"],
         cwd=alice,
         env=env,
         stdout=subprocess.PIPE,
@@ -186,7 +204,7 @@ def test_two_operators_one_s3_backend(
     status = cli(["status", "--json"], alice, env)
     assert status.returncode == 0, status.stderr
     info = json.loads(status.stdout)
-    assert [n["readiness"] for n in info["nodes"]] == ["ready"]
+    assert [n["readiness"] for n in info["nodes"]] == ["ready", "ready"]
     assert info["backend"] == f"s3://{bucket}/sky?region={REGION}"
     assert info["engine"].startswith("terraform ") and "embedded" not in info["engine"]
     assert not (alice / ".skyinfra/clusters/team/terraform.tfstate").exists()
@@ -194,15 +212,15 @@ def test_two_operators_one_s3_backend(
     # Bob joins: the topology comes from the backend's outputs.
     attach = cli(["attach"], bob, env)
     assert attach.returncode == 0, attach.stdout + attach.stderr
-    assert "attached to cluster 'team'" in attach.stdout and "1 node(s)" in attach.stdout
+    assert "attached to cluster 'team'" in attach.stdout and "2 node(s)" in attach.stdout
     status = cli(["status", "--json"], bob, env)
     assert status.returncode == 0, status.stderr
     info = json.loads(status.stdout)
     assert info["state"] == "up" and "embedded" in info["engine"]
-    assert [n["readiness"] for n in info["nodes"]] == ["ready"]
-    run = cli(["run", "hello.py:main"], bob, env)
+    assert [n["readiness"] for n in info["nodes"]] == ["ready", "ready"]
+    run = cli(["run", "--all-logs", "hello.py:main"], bob, env)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "hello from node 0" in run.stdout
+    assert "hello from node 0" in run.stdout and "hello from node 1" in run.stdout
 
     # A lock left by a killed process (as Terraform writes it): named, then released.
     stale = {
@@ -234,43 +252,10 @@ def test_two_operators_one_s3_backend(
     info = json.loads(status.stdout)
     assert (info["state"], info["nodes"]) == ("down", [])
     assert not (alice / ".skyinfra/clusters/team/topology.json").exists()
-
-
-def test_state_push_moves_local_state_to_s3(
-    tmp_path: Path, env: dict[str, str], moto_url: str, bucket: str, minimal_runtime_dir: Path
-) -> None:
-    # No `run` here: the minimal runtime will do; the external binary is the quicker engine.
-    env = {
-        **env,
-        "SKYINFRA_RUNTIME_DIR": str(minimal_runtime_dir),
-        ENGINE_ENV: terraform_binary(tmp_path),
-    }
-    folder = project(tmp_path, "solo", f'name = "solo"\nhead_port = {free_port_pair()}\n')
-    ws = folder / ".skyinfra" / "clusters" / "solo"
-    up = cli(["up"], folder, env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert (ws / "terraform.tfstate").is_file()
-
-    url = f"s3://{bucket}/moved?region={REGION}"
-    push = cli(["state", "push", "--backend", url], folder, env)
-    assert push.returncode == 0, push.stdout + push.stderr
-    assert "1 resource(s) now in" in push.stdout
-    assert keys(moto_url, bucket) == ["moved/solo/terraform.tfstate"]
-    assert not (ws / "terraform.tfstate").exists()
-    assert (ws / "terraform.tfstate.local-backup").stat().st_mode & 0o777 == 0o600
-    assert json.loads((ws / "spec.json").read_text())["backend"] == url
-    status = cli(["status", "--json"], folder, env)
-    assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["state"] == "up"
-
-    # Pushing again, or an `up` from a spec without the backend, moves nothing.
-    again = cli(["state", "push", "--backend", url], folder, env)
-    assert again.returncode == 1 and "already keeps its state in" in again.stderr
-    local_up = cli(["up"], folder, env)
-    assert local_up.returncode == 1, local_up.stdout + local_up.stderr
-    assert f"keeps its state in {url}" in local_up.stderr
-
-    down = cli(["down", "--yes"], folder, env)
-    assert down.returncode == 0, down.stdout + down.stderr
-    state = cli(["tf", "--", "state", "list"], folder, env)
-    assert state.returncode == 0 and state.stdout.strip() == ""
+    # Alice's `run` learns it from the backend too, not from her old topology.json.
+    (alice / ".skyinfra/clusters/team/topology.json").write_text(
+        (bob / ".skyinfra/clusters/team/runs").as_posix()  # any stale content
+    )
+    stale_run = cli(["run", "hello.py:main"], alice, env)
+    assert stale_run.returncode == 2, stale_run.stdout + stale_run.stderr
+    assert "cluster 'team' is down" in stale_run.stderr
