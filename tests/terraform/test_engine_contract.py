@@ -21,7 +21,7 @@ from typing import Any
 import boto3
 import pytest
 
-from skyinfra.errors import TerraformError
+from skyinfra.errors import StateLockedError, TerraformError
 from skyinfra.terraform.backend import parse_backend, render_backend
 from tests.conftest import REPO_ROOT
 from tests.support.aws import REGION
@@ -178,6 +178,12 @@ def test_sigint_during_apply_saves_state_and_releases_the_s3_lock(
             seen.append(line)
             if "Creating..." in line:
                 assert "team/ctrl-c/terraform.tfstate.tflock" in objects(aws_env, bucket)
+                # Meanwhile another plan meets the lock: the error names it and its holder.
+                with pytest.raises(StateLockedError) as locked:
+                    make_engine(kind, tmp_path, binary).plan()
+                assert f"on {bucket}/team/ctrl-c/terraform.tfstate" in str(locked.value)
+                assert "held by " in str(locked.value) and "OperationTypeApply" in str(locked.value)
+                assert locked.value.argv[:2] == ["terraform", "plan"]
                 child.send_signal(signal.SIGINT)  # Ctrl-C, once
                 break
         seen.append(child.stdout.read())
