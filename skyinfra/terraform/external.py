@@ -186,12 +186,15 @@ def required_versions(provider: str) -> list[str]:
     return sorted({c for text in texts for c in _REQUIRED.findall(text)})
 
 
-def check_required_version(describe: str, version: str, constraints: Iterable[str]) -> None:
-    """Refuse a binary whose version misses a constraint, before anything runs."""
+def check_required_version(
+    describe: str, version: str, constraints: Iterable[str], field: str = "--terraform-bin"
+) -> None:
+    """Refuse a binary whose version misses a constraint, before anything runs; the error
+    names where the binary was chosen (``field``)."""
     for constraint in constraints:
         if not satisfies(version, constraint):
             raise ConfigError(
-                "--terraform-bin",
+                field,
                 f"{describe} {version}",
                 f"a Terraform that meets the modules' required_version {constraint!r}",
             )
@@ -202,12 +205,12 @@ def engine_factory(
 ) -> EngineFactory:
     """The engine a command drives. An external binary is asked its version now and refused
     when it is older than ``provider``'s modules require (None: no check)."""
-    binary, _ = chosen_engine(flag, spec_engine)
+    binary, field = chosen_engine(flag, spec_engine)
     if binary is None:
         return EmbeddedTerraform
     version = binary_version(binary)
     if provider is not None:
-        check_required_version(binary, version, required_versions(provider))
+        check_required_version(binary, version, required_versions(provider), field)
     return partial(_external, binary=binary, version=version)
 
 

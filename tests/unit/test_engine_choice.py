@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from skyinfra.terraform.external import (
     required_versions,
     satisfies,
 )
+from tests.conftest import skyinfra_argv
 
 
 @pytest.mark.parametrize(
@@ -107,3 +109,23 @@ def test_a_missing_binary_names_where_it_was_asked_for(
     monkeypatch.setenv(ENGINE_ENV, "no-such-tofu-anywhere")
     with pytest.raises(ConfigError, match=ENGINE_ENV):
         chosen_engine(None, None)
+
+
+def test_up_with_an_old_binary_exits_2_and_writes_nothing(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    old = fake_binary(tmp_path, "1.4.2")  # the local modules require >= 1.5
+    done = subprocess.run(
+        [*skyinfra_argv(), "up", "--name", "old", "--terraform-bin", str(old)],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "invalid setting --terraform-bin" in done.stderr
+    assert "1.4.2" in done.stderr and "required_version '>= 1.5'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".skyinfra").exists()
+    assert not (tmp_path / "ran").exists()
