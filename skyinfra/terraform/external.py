@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -57,7 +58,9 @@ class ExternalTerraform(EmbeddedTerraform):
         self._version: str | None = None
 
     def _argv_prefix(self) -> list[str]:
-        return [self.binary]
+        # Through the relay (_relay.py): the binary survives the operator's death, as the
+        # embedded Terraform does (a Go program dies of SIGPIPE on a broken stdout).
+        return [sys.executable, "-m", "skyinfra.terraform._relay", self.binary]
 
     def destroy(self, on_event: EventHandler | None = None) -> None:
         argv: list[str] = self._tf.generate_cmd_string(

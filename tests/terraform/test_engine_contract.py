@@ -205,3 +205,39 @@ def test_sigint_during_apply_saves_state_and_releases_the_s3_lock(
     assert engine.plan().no_changes
     engine.destroy()
     assert engine.state_list() == []
+
+
+def test_operator_killed_during_apply_terraform_finishes_and_saves(
+    kind: str, binary: str, tmp_path: Path, aws_env: str, bucket: str
+) -> None:
+    """SIGKILL to the operator (nothing of it runs any more): Terraform, in a session of its
+    own and writing into a relay, not into the dead operator's pipe, finishes and saves."""
+    backend = parse_backend(f"s3://{bucket}/team")
+    (tmp_path / "backend.tf").write_text(
+        render_backend(backend, "killed", region=REGION, endpoint=aws_env)
+    )
+    (tmp_path / "main.tf").write_text(SLOW_ROOT.replace("sleep 30", "sleep 2; echo made"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *sys.path])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", APPLY_CHILD, kind, str(tmp_path), binary],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stdout is not None
+    for line in child.stdout:
+        if "Creating..." in line:
+            child.kill()
+            break
+    child.wait(timeout=60)
+    child.stdout.close()  # the pipe is broken now: the provisioner's output has nowhere to go
+    deadline = time.monotonic() + 120
+    while "team/killed/terraform.tfstate.tflock" in objects(aws_env, bucket):
+        assert time.monotonic() < deadline, "Terraform never released its lock"
+        time.sleep(0.3)
+    engine = make_engine(kind, tmp_path, binary)
+    assert engine.state_list() == ["terraform_data.slow"]
+    assert engine.output() == {"done": "x"}
+    engine.destroy()
