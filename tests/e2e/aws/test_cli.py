@@ -186,10 +186,14 @@ def test_up_twice_status_down_through_the_cli(
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    # This test drives an external terraform binary (--terraform-bin's variable); the other
-    # AWS tests here drive the embedded one: the AWS target against moto with each engine.
+    # This test drives an external terraform binary (--terraform-bin's variable), with the
+    # state in the emulator's S3; the other AWS tests here drive the embedded one, with local
+    # state: the AWS target against moto with each engine.
     cli_env = {**cli_env, ENGINE_ENV: terraform_binary(tmp_path)}
-    write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
+    s3.create_bucket(Bucket="cli-two-state")
+    spec = write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    spec.write_text('backend = "s3://cli-two-state/team"\n' + spec.read_text())
     (project / "train.py").write_text("def main():\n    pass\n")  # `run` checks ENTRY first
     ws = project / ".skyinfra" / "clusters" / "cli-two"
 
@@ -270,6 +274,10 @@ def test_up_twice_status_down_through_the_cli(
         info = json.loads(status.stdout)
         assert (info["cluster"], info["provider"], info["state"]) == ("cli-two", "aws", "up")
         assert info["engine"].startswith("terraform ") and "embedded" not in info["engine"]
+        assert info["backend"] == "s3://cli-two-state/team"
+        assert not (ws / "terraform.tfstate").exists()
+        state_keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cli-two-state")["Contents"]]
+        assert state_keys == ["team/cli-two/terraform.tfstate"]
         assert [(n["name"], n["instance_id"]) for n in info["nodes"]] == [
             (n["name"], n["instance_id"]) for n in nodes
         ]
