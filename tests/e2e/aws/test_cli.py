@@ -194,6 +194,12 @@ def test_up_twice_status_down_through_the_cli(
     s3.create_bucket(Bucket="cli-two-state")
     spec = write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
     spec.write_text('backend = "s3://cli-two-state/team"\n' + spec.read_text())
+
+    def saved_state() -> dict[str, Any]:
+        body = s3.get_object(Bucket="cli-two-state", Key="team/cli-two/terraform.tfstate")["Body"]
+        state: dict[str, Any] = json.loads(body.read())
+        return state
+
     (project / "train.py").write_text("def main():\n    pass\n")  # `run` checks ENTRY first
     ws = project / ".skyinfra" / "clusters" / "cli-two"
 
@@ -236,7 +242,7 @@ def test_up_twice_status_down_through_the_cli(
             )["Volumes"]
             assert [(v["VolumeType"], v["Encrypted"]) for v in root] == [("gp3", True)]
         # The root module's `nodes` output (keyed by node name, with the zone) as applied.
-        outputs = json.loads((ws / "terraform.tfstate").read_text())["outputs"]
+        outputs = saved_state()["outputs"]
         assert {
             name: (o["index"], o["instance_id"], o["private_ip"], o["availability_zone"])
             for name, o in outputs["nodes"]["value"].items()
@@ -314,8 +320,7 @@ def test_up_twice_status_down_through_the_cli(
         down = skyinfra("down", "--yes", cwd=project, env=cli_env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert count_cluster_resources(ec2, "cli-two") == NO_SPACE
-    state = json.loads((ws / "terraform.tfstate").read_text())
-    assert state["resources"] == []
+    assert saved_state()["resources"] == []
     assert not (ws / "topology.json").exists()
 
 
