@@ -282,9 +282,11 @@ def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> li
     workspaces = [Workspace(base / name) for name in clusters_in(base)]
     specs = [ws.spec() for ws in workspaces] + list(extra_specs)
     lines: list[str] = []
-    for target in all_targets():
-        if any(spec.provider == target.name for spec in specs):
-            lines += target.orphans(workspaces, specs, echo=echo)
+    # Workspaces with a shared backend are read through their pulled state (shared_state).
+    with shared_state.pulled_states(workspaces, EmbeddedTerraform) as readable:
+        for target in all_targets():
+            if any(spec.provider == target.name for spec in specs):
+                lines += target.orphans(readable, specs, echo=echo)
     return lines
 
 

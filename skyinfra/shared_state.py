@@ -9,12 +9,13 @@ Terraform's own lock in S3 that keeps two applies apart (skyinfra/terraform/back
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from skyinfra.errors import SpecError, TerraformError, WorkspaceError
@@ -246,3 +247,39 @@ def with_engine(spec: ClusterSpec, engine: str | None) -> ClusterSpec:
     if engine is None:
         return spec
     return dataclasses.replace(spec, engine=engine)
+
+
+@contextlib.contextmanager
+def pulled_states(
+    workspaces: Sequence[Workspace], engine_factory: EngineFactory
+) -> Iterator[list[Workspace]]:
+    """The workspaces as `gc` reads them: a target's orphan search reads each workspace's
+    terraform.tfstate, which a workspace with a shared backend does not have; in its place
+    stands a private scratch copy holding its spec and the state pulled from the backend, so
+    that a live cluster's resources are never listed as orphans."""
+    scratch = Path(tempfile.mkdtemp(prefix="skyinfra-gc-"))
+    try:
+        seen: list[Workspace] = []
+        for ws in workspaces:
+            if not has_backend(ws.path):
+                seen.append(ws)
+                continue
+            engine = engine_factory(ws.path)
+            ensure_init(ws, engine)
+            code, out, err = engine.command(["state", "pull"])
+            if code != 0:
+                raise TerraformError(
+                    f"cluster {ws.name!r}: cannot read its state from {ws.spec().backend}",
+                    argv=["terraform", "state", "pull"],
+                    returncode=code,
+                    stderr=err or out,
+                )
+            copy = Workspace(scratch / ws.name)
+            copy.ensure()
+            copy.write_json(copy.spec_file, ws.read_json(ws.spec_file))
+            if out.strip():
+                copy.write_json(copy.state_file, json.loads(out))
+            seen.append(copy)
+        yield seen
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

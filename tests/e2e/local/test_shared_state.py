@@ -221,6 +221,11 @@ def test_two_operators_one_s3_backend(
     run = cli(["run", "--all-logs", "hello.py:main"], bob, env)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "hello from node 0" in run.stdout and "hello from node 1" in run.stdout
+    # `gc` reads a shared cluster's state from the backend: its live nodes are no orphans.
+    gc = cli(["gc"], alice, env)
+    assert gc.returncode == 0, gc.stdout + gc.stderr
+    assert "node folder" not in gc.stdout
+    assert "0 resource(s) tagged by skyinfra that no workspace knows about" in gc.stdout
 
     # A lock left by a killed process (as Terraform writes it): named, then released.
     stale = {
