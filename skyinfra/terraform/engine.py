@@ -450,7 +450,16 @@ class EmbeddedTerraform:
         return plan
 
     def state_list(self) -> list[str]:
-        out = self._checked(["state", "list", "-no-color"], "state list")
+        code, out, err = self.command(["state", "list", "-no-color"])
+        if code != 0 and "No state file was found" in err + out:
+            return []  # a backend that holds no state for this cluster yet
+        if code != 0:
+            raise TerraformError(
+                f"terraform state list failed in {self.workdir}",
+                argv=["terraform", "state", "list", "-no-color"],
+                returncode=code,
+                stderr=err or out,
+            )
         return [line for line in out.splitlines() if line.strip()]
 
     def raw(self, args: Sequence[str]) -> int:

@@ -241,3 +241,18 @@ def test_operator_killed_during_apply_terraform_finishes_and_saves(
     assert engine.state_list() == ["terraform_data.slow"]
     assert engine.output() == {"done": "x"}
     engine.destroy()
+
+
+def test_an_empty_s3_backend_lists_no_state(
+    kind: str, binary: str, tmp_path: Path, aws_env: str, bucket: str
+) -> None:
+    """A backend that holds nothing for the cluster yet (a second operator attaching before
+    the first `up`): no resources and no outputs, not an error."""
+    backend = parse_backend(f"s3://{bucket}/team")
+    (tmp_path / "backend.tf").write_text(
+        render_backend(backend, "none", region=REGION, endpoint=aws_env)
+    )
+    engine = make_engine(kind, tmp_path, binary)
+    engine.init()
+    assert engine.state_list() == []
+    assert engine.output() == {}
