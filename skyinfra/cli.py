@@ -7,6 +7,7 @@ its traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from skyinfra.run.report import print_report, raise_for_failure
 from skyinfra.run.session import DEFAULT_KEEP_RUNS, run_on_cluster
 from skyinfra.spec import ClusterSpec, load_spec, parse_plugin_flag
 from skyinfra.targets import all_targets, target_names
+from skyinfra.terraform import EngineFactory
 from skyinfra.terraform.plan import ResourceChange
 from skyinfra.topology import read_topology
 from skyinfra.workspace import Workspace, clusters_dir, select_workspace
@@ -82,6 +84,31 @@ def _confirmer(yes: bool) -> lifecycle.Confirm:
         return click.confirm(f"Destroy or replace these {len(changes)} resource(s)?")
 
     return confirm
+
+
+terraform_bin_option = click.option(
+    "--terraform-bin",
+    "terraform_bin",
+    default=None,
+    metavar="PATH",
+    help="Drive this terraform or tofu binary (or 'embedded'); default $SKYINFRA_TERRAFORM_BIN, "
+    "else the spec's engine, else the embedded Terraform.",
+)
+backend_option = click.option(
+    "--backend",
+    default=None,
+    metavar="S3_URL",
+    help="Keep the state in S3 with Terraform's lock: s3://bucket/prefix[?region=R] "
+    "(the spec's backend).",
+)
+
+
+def _engine_factory(terraform_bin: str | None, spec: ClusterSpec) -> EngineFactory:
+    """The engine the command drives (an external binary's version is checked here,
+    before anything runs)."""
+    from skyinfra.terraform.external import engine_factory
+
+    return engine_factory(terraform_bin, spec.engine, spec.provider)
 
 
 yes_option = click.option(
@@ -149,6 +176,8 @@ def cli() -> None:
     help="Extra pip requirement for every node; repeatable (replaces the file's list).",
 )
 @target_options("up")
+@backend_option
+@terraform_bin_option
 @yes_option
 @click.option(
     "--adopt",
@@ -175,6 +204,8 @@ def up(
     yes: bool,
     adopt: bool,
     planfile: Path | None,
+    backend: str | None,
+    terraform_bin: str | None,
     **flags: Any,
 ) -> None:
     """Create or update a cluster: validate the spec, render Terraform, apply it."""
@@ -207,10 +238,15 @@ def up(
         "procs_per_node": _int_or_raw(procs_per_node),
         "plugins": [parse_plugin_flag(p, f"--plugin {p}") for p in plugins] if plugins else None,
         "python_packages": list(packages) if packages else None,
+        "backend": backend,
+        "engine": terraform_bin,
     }
     spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
     spec_file = spec_path or (DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None)
     ws = Workspace(clusters_dir(clusters_root) / spec.name)
+    if spec.engine is None and ws.exists():  # the engine the cluster was made with
+        spec = dataclasses.replace(spec, engine=ws.spec().engine)
+    engine_factory = _engine_factory(terraform_bin, spec)
     options = {name: value for name, value in flags.items() if value}
     _, topology = lifecycle.up(
         spec,
@@ -220,6 +256,7 @@ def up(
         spec_file=spec_file,
         adopt=adopt,
         confirm=_confirmer(yes),
+        engine_factory=engine_factory,
     )
     echo(
         f"[skyinfra] cluster {spec.name!r} is up: {len(topology.nodes)} node(s), "
@@ -304,6 +341,7 @@ def run(
     if as_module:
         entry = f"-m {entry}"  # the runtime's text for a `python -m` entry
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
+    _refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
@@ -392,13 +430,31 @@ def verify_command(
     verify.raise_for_failures(report)
 
 
+def _refresh_shared_topology(ws: Workspace) -> None:
+    """With state in a shared backend, topology.json is rebuilt from its outputs first:
+    another operator may have changed or destroyed the cluster."""
+    from skyinfra import shared_state
+    from skyinfra.terraform.backend import has_backend
+
+    if not has_backend(ws.path):
+        return
+    spec = ws.spec()
+    engine = _engine_factory(None, spec)(ws.path)
+    shared_state.ensure_init(ws, engine)
+    shared_state.refresh_topology(ws, spec, engine)
+
+
 @cli.command()
 @cluster_option
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) -> None:
+@terraform_bin_option
+def status(
+    cluster_name: str | None, clusters_root: Path | None, as_json: bool, terraform_bin: str | None
+) -> None:
     """Show whether a cluster is up, its Terraform resources and its nodes."""
-    info = lifecycle.status(_workspace(clusters_root, cluster_name, changes_something=False))
+    ws = _workspace(clusters_root, cluster_name, changes_something=False)
+    info = lifecycle.status(ws, engine_factory=_engine_factory(terraform_bin, ws.spec()))
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -409,6 +465,7 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
     echo(f"  workspace: {info['workspace']}")
     for name, requirement in info.get("node_installs", {}).items():
         echo(f"  nodes install {name}: {requirement}")
+    echo(f"  state: {info['backend']}; engine: {info['engine']}")
     words = {
         "ready": "ready",
         "pending": "bootstrapping",
@@ -450,13 +507,21 @@ def topology(cluster_name: str | None, clusters_root: Path | None) -> None:
 @cluster_option
 @dir_option
 @yes_option
-def down(cluster_name: str | None, clusters_root: Path | None, yes: bool) -> None:
+@terraform_bin_option
+def down(
+    cluster_name: str | None, clusters_root: Path | None, yes: bool, terraform_bin: str | None
+) -> None:
     """Destroy the cluster (terraform destroy): no node directory or process is left.
 
     Acts only on the cluster named by --cluster or by ./skyinfra.toml, shows what it destroys
     and asks first (--yes off a terminal)."""
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
-    lifecycle.down(ws, echo, confirm=_confirmer(yes))
+    lifecycle.down(
+        ws,
+        echo,
+        confirm=_confirmer(yes),
+        engine_factory=_engine_factory(terraform_bin, ws.spec()),
+    )
     echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
 
 
@@ -489,22 +554,111 @@ def gc(clusters_root: Path | None, spec_path: Path | None) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @cluster_option
 @dir_option
+@terraform_bin_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def tf(
-    ctx: click.Context, cluster_name: str | None, clusters_root: Path | None, args: tuple[str, ...]
+    ctx: click.Context,
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    terraform_bin: str | None,
+    args: tuple[str, ...],
 ) -> None:
-    """Run the embedded Terraform in the cluster's workspace: skyinfra tf -- state list."""
+    """Run the cluster's Terraform in its workspace: skyinfra tf -- state list."""
     if not args:
         raise click.UsageError(
             "give Terraform arguments after --, e.g. `skyinfra tf -- state list`"
         )
-    from skyinfra.terraform import EmbeddedTerraform
+    ws = _workspace(clusters_root, cluster_name, changes_something=True)
+    engine_factory = _engine_factory(terraform_bin, ws.spec())
+    with ws.lock("tf " + " ".join(args)):
+        code = engine_factory(ws.path).raw(list(args))
+    ctx.exit(code)
+
+
+@cli.command()
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The cluster's spec TOML (default ./skyinfra.toml); it names the backend.",
+)
+@click.option("--name", default=None, help="Cluster name (default: the spec's).")
+@backend_option
+@terraform_bin_option
+@dir_option
+def attach(
+    spec_path: Path | None,
+    name: str | None,
+    backend: str | None,
+    terraform_bin: str | None,
+    clusters_root: Path | None,
+) -> None:
+    """Join a cluster whose state is in a shared backend (a second operator): make a
+    workspace for it here and read its topology from the backend. Changes no resource."""
+    from skyinfra import shared_state
+
+    overrides = {"name": name, "backend": backend, "engine": terraform_bin}
+    spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
+    engine_factory = _engine_factory(terraform_bin, spec)
+    ws = Workspace(clusters_dir(clusters_root) / spec.name)
+    files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options={})
+    topology = shared_state.attach(spec, ws, files, echo, engine_factory=engine_factory)
+    if topology is None:
+        echo(f"[skyinfra] cluster {spec.name!r} is down in {spec.backend}; workspace {ws.path}")
+        return
+    echo(
+        f"[skyinfra] attached to cluster {spec.name!r} ({spec.backend}): "
+        f"{len(topology.nodes)} node(s); topology: {ws.topology_file}"
+    )
+
+
+@cli.command()
+@cluster_option
+@dir_option
+@terraform_bin_option
+@click.argument("lock_id")
+def unlock(
+    cluster_name: str | None, clusters_root: Path | None, terraform_bin: str | None, lock_id: str
+) -> None:
+    """Release the state lock LOCK_ID that a killed process left (Terraform's force-unlock).
+
+    The lock's id and holder are in the error of the command that found it. Only when the
+    holder is really gone: a running apply's lock protects the state."""
+    from skyinfra import shared_state
 
     ws = _workspace(clusters_root, cluster_name, changes_something=True)
-    with ws.lock("tf " + " ".join(args)):
-        code = EmbeddedTerraform(ws.path).raw(list(args))
-    ctx.exit(code)
+    shared_state.unlock(ws, lock_id, engine_factory=_engine_factory(terraform_bin, ws.spec()))
+    echo(f"[skyinfra] released lock {lock_id} of cluster {ws.name!r}")
+
+
+@cli.group()
+def state() -> None:
+    """Where a cluster's Terraform state lives."""
+
+
+@state.command("push")
+@cluster_option
+@dir_option
+@backend_option
+@terraform_bin_option
+def state_push(
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    backend: str | None,
+    terraform_bin: str | None,
+) -> None:
+    """Move a cluster's state from its workspace to S3 (terraform init -migrate-state)."""
+    from skyinfra import shared_state
+
+    ws = _workspace(clusters_root, cluster_name, changes_something=True)
+    url = shared_state.push(
+        ws, backend, echo, engine_factory=_engine_factory(terraform_bin, ws.spec())
+    )
+    echo(
+        f"[skyinfra] the state of {ws.name!r} is in {url}; the local copy: "
+        f"{ws.path / shared_state.LOCAL_BACKUP}"
+    )
 
 
 # ---------------------------------------------------------------- review before apply
@@ -614,6 +768,7 @@ def plan(
             spec_file=spec_file,
             from_dir=from_dir,
             adopt=adopt,
+            engine_factory=_engine_factory(None, spec),
         )
     except SkyinfraError as err:
         click.echo(f"error: {err}", err=True)
@@ -648,6 +803,8 @@ def _apply_planfile(
         spec_now=spec_now,
         expect_sha256=expect_sha256,
         confirm=_confirmer(yes),
+        # The engine the plan was made for (its spec's `engine`), whatever ./skyinfra.toml says.
+        engine_factory=_engine_factory(None, ClusterSpec.from_dict(meta["spec"])),
     )
     echo(
         f"[skyinfra] cluster {spec.name!r} is up: {len(topology.nodes)} node(s), "

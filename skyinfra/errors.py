@@ -273,3 +273,31 @@ class VerifyFailedError(SkyinfraError):
         super().__init__(
             f"verify failed: {len(lines)} check(s) failed on the nodes:\n  " + "\n  ".join(lines)
         )
+
+
+class StateLockedError(TerraformError):
+    """Terraform found the cluster's state locked by another operation (a shared backend's
+    lock, another operator's `up`); ``lock`` names the lock and its holder."""
+
+    def __init__(
+        self,
+        cluster: str,
+        lock: object,
+        *,
+        argv: Sequence[str] = (),
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
+        self.lock = lock
+        lock_id = getattr(lock, "id", "") or "LOCK_ID"
+        describe = getattr(lock, "describe", None)
+        what = describe() if callable(describe) else str(lock)
+        super().__init__(
+            f"cluster {cluster!r}: the state is locked: {what}. Another operation on this "
+            "cluster is running; wait for it to end and try again. If its process was killed "
+            f"and nothing runs any more, release the lock with `skyinfra unlock --cluster "
+            f"{cluster} {lock_id}`",
+            argv=argv,
+            returncode=returncode,
+            stderr=stderr,
+        )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from skyinfra import shared_state
 from skyinfra.errors import (
     ConfirmationRequired,
     SkyinfraError,
@@ -34,6 +35,7 @@ from skyinfra.terraform import (
     format_event,
     signals_as_interrupt,
 )
+from skyinfra.terraform.backend import has_backend
 from skyinfra.terraform.plan import ResourceChange
 from skyinfra.timeline import TIMELINE_FILE, Timeline, active
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
@@ -86,7 +88,7 @@ def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> l
     hand): `up` replaces them, so that it repairs what `status` reports as failed. A state
     that cannot be listed now (an earlier, killed `up`'s Terraform still writing it) is left
     to the plan, which waits for Terraform's lock."""
-    if not ws.state_file.is_file():
+    if not shared_state.has_state(ws):
         return []
     try:
         in_state = engine.state_list()
@@ -121,9 +123,11 @@ def up(
     try:
         with ws.lock("up"), active(timeline):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            shared_state.check_backend_kept(ws, spec)
             # Preflight, wheel build and staging happen here: before any workspace write.
             with timeline.stage("prepare"):
                 files = target_of(spec).render(spec, ws, echo=echo, options=options)
+            files = {**files, **shared_state.backend_files(spec)}
             created = None  # from here on the workspace is the cluster's, even on failure
             try:
                 return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm, timeline)
@@ -286,7 +290,7 @@ def down(
         engine = engine_factory(ws.path)
         if not (ws.path / ".terraform").is_dir():
             engine.init()
-        resources = engine.state_list() if ws.state_file.is_file() else []
+        resources = engine.state_list() if shared_state.has_state(ws) else []
         echo(
             f"[skyinfra] destroying cluster {spec.name!r} ({spec.provider}, {len(resources)} "
             f"resource(s)) in {ws.path}"
@@ -322,9 +326,11 @@ def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> li
     workspaces = [Workspace(base / name) for name in clusters_in(base)]
     specs = [ws.spec() for ws in workspaces] + list(extra_specs)
     lines: list[str] = []
-    for target in all_targets():
-        if any(spec.provider == target.name for spec in specs):
-            lines += target.orphans(workspaces, specs, echo=echo)
+    # Workspaces with a shared backend are read through their pulled state (shared_state).
+    with shared_state.pulled_states(workspaces, EmbeddedTerraform) as readable:
+        for target in all_targets():
+            if any(spec.provider == target.name for spec in specs):
+                lines += target.orphans(readable, specs, echo=echo)
     return lines
 
 
@@ -371,7 +377,10 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
     (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
     spec = ws.spec()
     engine = engine_factory(ws.path)
-    resources = engine.state_list() if ws.state_file.is_file() else []
+    if has_backend(ws.path):  # shared state: another operator may have changed the cluster
+        shared_state.ensure_init(ws, engine)
+        shared_state.refresh_topology(ws, spec, engine)
+    resources = engine.state_list() if shared_state.has_state(ws) else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
     nodes = []
     if topology is not None:
@@ -400,6 +409,8 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "provider": spec.provider,
         "workspace": str(ws.path),
         "state": "up" if resources else "down",
+        "engine": engine.describe(),
+        "backend": spec.backend or "local (the workspace)",
         "resources": resources,
         "nodes": nodes,
         "node_installs": installs(ws, spec) if callable(installs) else {},

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyinfra import __version__, lifecycle
+from skyinfra import __version__, lifecycle, shared_state
 from skyinfra.errors import StalePlanError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
@@ -128,6 +128,7 @@ def render(
     try:
         with ws.lock("render"):
             files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options=options)
+            files = {**files, **shared_state.backend_files(spec)}  # backend.tf, when shared
             if WORKSPACE_ID_FILE in files:
                 # The id names the cluster's resources (tags, the wheel's staging prefix): kept,
                 # so that the next render, and the first `up`, use the same one.
@@ -233,6 +234,7 @@ def plan(
                 files = read_rendered(from_dir)
             else:
                 files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options=options)
+                files = {**files, **shared_state.backend_files(spec)}
             # Planning applies nothing: the workspace's files (the pins of the last `up` among
             # them) are put back as they were; `apply` writes the planned ones.
             with _files_restored(ws, files, keep=(WORKSPACE_ID_FILE,)):
