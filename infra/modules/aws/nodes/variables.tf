@@ -159,7 +159,9 @@ variable "user_data" {
   # EC2 limits user data to 16 KB before base64 encoding:
   # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
   validation {
-    condition     = alltrue([for node, data in var.user_data : data.text == null || length(coalesce(data.text, "")) <= 16384])
+    # A base64 entry has no text: length(null) fails and try() passes it (Terraform 1.11
+    # evaluates both sides of ||, 1.15 does not: `text == null || length(...)` failed on 1.11).
+    condition     = alltrue([for node, data in var.user_data : try(length(data.text) <= 16384, true)])
     error_message = "A user_data text entry is over EC2's 16 KB limit: gzip it and pass it as base64."
   }
 }

@@ -180,3 +180,34 @@ run "refuses_ssm_path_as_ami" {
 
   expect_failures = [var.ami_id]
 }
+
+# Past 16 KB skyinfra gzips the document and passes it as base64 (text = null): the size check
+# must not fail on the null text (Terraform 1.11 does not short-circuit ||, 1.15 does; the e2e test
+# on the external terraform 1.11 binary caught it).
+run "gzipped_user_data_goes_as_base64" {
+  command = plan
+
+  variables {
+    user_data = {
+      "node-0" = { text = null, base64 = "H4sIAAAAAAAC/0vOzy1IzEvVS87PBQCVrz5bCwAAAA==" }
+      "node-1" = { text = "#cloud-config\n", base64 = null }
+    }
+  }
+
+  assert {
+    condition     = length(aws_instance.this) == 2
+    error_message = "A gzipped (base64) user_data entry must plan."
+  }
+}
+
+run "refuses_user_data_text_over_16kb" {
+  command = plan
+
+  variables {
+    user_data = {
+      "node-0" = { text = format("#cloud-config\n%s", join("", [for i in range(1000) : "# padding, padding\n"])), base64 = null }
+    }
+  }
+
+  expect_failures = [var.user_data]
+}
