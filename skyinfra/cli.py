@@ -101,7 +101,9 @@ def target_options(command: str) -> Callable[[Callable[..., Any]], Callable[...,
                     func = click.option(
                         option.flag,
                         option.name,
-                        is_flag=True,
+                        is_flag=option.metavar is None,
+                        metavar=option.metavar,
+                        default=None,
                         help=f"[{target.name}] {option.help}",
                     )(func)
         return func
@@ -293,6 +295,11 @@ def status(cluster_name: str | None, clusters_root: Path | None, as_json: bool) 
         f"{len(info['resources'])} resource(s)"
     )
     echo(f"  workspace: {info['workspace']}")
+    if info.get("zone"):
+        why = f" (not the first choice: {info['zone_reason']})" if info.get("zone_reason") else ""
+        echo(f"  zone: {info['zone']}{why}")
+    elif info.get("zone_reason"):
+        echo(f"  zone: none ({info['zone_reason']})")
     words = {
         "ready": "ready",
         "pending": "bootstrapping",

@@ -14,6 +14,7 @@ PREFLIGHT = 3  # a cloud check before Terraform failed (credentials, quota, AMI,
 NODE_FAILED = 4  # `skyinfra run`: the entry failed on a node (its own code is in the report)
 NODES_NOT_READY = 5  # `skyinfra run`: a node's bootstrap failed or did not finish in time
 RUN_TIMEOUT = 6  # `skyinfra run --timeout`: nodes still ran when it passed; all were ended
+NO_CAPACITY = 7  # `skyinfra up`: no zone tried had capacity for the nodes (aws)
 INTERRUPTED = 130  # Ctrl-C (SIGINT)
 
 MEANINGS: dict[int, str] = {
@@ -24,5 +25,6 @@ MEANINGS: dict[int, str] = {
     NODE_FAILED: "skyinfra run: a node failed",
     NODES_NOT_READY: "skyinfra run: nodes not ready; nothing was started",
     RUN_TIMEOUT: "skyinfra run: --timeout passed; every node was ended",
+    NO_CAPACITY: "skyinfra up: no zone had capacity for the nodes; none was left running",
     INTERRUPTED: "interrupted",
 }

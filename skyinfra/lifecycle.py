@@ -116,10 +116,23 @@ def up(
     try:
         with ws.lock("up"):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            target = target_of(spec)
+
+            def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
+                nonlocal created
+                created = None  # from here on the workspace is the cluster's, even on failure
+                return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm)
+
+            # A target may render and apply more than once (aws: zone by zone until one has
+            # capacity, targets/aws/failover.py); the others render once.
+            launch = getattr(target, "launch", None)
+            if launch is not None:
+                result: tuple[PlanSummary, Topology] = launch(
+                    spec, ws, echo=echo, options=options, apply=apply, engine_factory=engine_factory
+                )
+                return result
             # Preflight, wheel build and staging happen here: before any workspace write.
-            files = target_of(spec).render(spec, ws, echo=echo, options=options)
-            created = None  # from here on the workspace is the cluster's, even on failure
-            return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm)
+            return apply(target.render(spec, ws, echo=echo, options=options))
     except BaseException:
         if created is not None:  # nothing of this cluster existed: leave nothing behind
             shutil.rmtree(created, ignore_errors=True)
@@ -346,7 +359,7 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "readiness_detail": ready.detail,
                 }
             )
-    return {
+    info = {
         "cluster": spec.name,
         "provider": spec.provider,
         "workspace": str(ws.path),
@@ -354,3 +367,8 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "resources": resources,
         "nodes": nodes,
     }
+    # A target's own facts (aws: the zone, and why it is not the first choice).
+    details = getattr(target_of(spec), "status_details", None)
+    if details is not None:
+        info.update(details(ws, spec))
+    return info

@@ -35,6 +35,8 @@ class TargetOption:
     flag: str  # e.g. "--skip-preflight"
     help: str
     commands: tuple[str, ...] = ("up",)
+    # A flag that takes a value (shown as this placeholder, e.g. "DURATION"); None: boolean.
+    metavar: str | None = None
 
 
 # The target-specific flags the user gave (name -> value); only flags that were set.
