@@ -45,7 +45,6 @@ from skyinfra.targets.aws.capacity import (
     zone_order,
 )
 from skyinfra.targets.aws.preflight import aws_errors, offering_zones
-from skyinfra.targets.aws.render import TFVARS_FILE
 from skyinfra.targets.aws.reservation import check_reservation, describe_reservation
 from skyinfra.targets.aws.resolve import _existing_network, previous_settings
 from skyinfra.targets.aws.session import AwsClients
@@ -311,7 +310,7 @@ def launch(
                     f"{failure.message} ({attempt.duration_s:.1f} s)"
                 )
                 _after_refusal(spec, ws, clients, engine_factory, echo, plan, failure, log)
-                if failure.outcome == "capacity" and plan.fixed is None:
+                if failure.outcome == "capacity":
                     echo(f"[skyinfra] removing what attempt {number} started in {zone}")
                     _destroy(ws, engine_factory, ZONE_BOUND)
                 continue
@@ -352,6 +351,8 @@ def launch(
         "(aws.zones / --zones), another instance type or region, or a capacity reservation "
         "(aws.capacity_reservation_id)"
     )
+    if plan.fixed is not None:
+        hint = f"the zone is fixed ({plan.fixed}): try again later, e.g. with --retry-for 30m"
     raise CapacityError(
         f"no zone had capacity for {asked} of cluster {spec.name!r}; attempts:\n"
         f"{attempt_table(log.this_up)}\n{left}. What to do: {hint}",
@@ -369,10 +370,10 @@ def _after_refusal(
     failure: Failure,
     log: _Log,
 ) -> None:
-    """Stop at once when no other zone can help: a fatal refusal, a running cluster (never
-    moved), or a zone fixed by a subnet or a reservation. Returns when the loop goes on."""
+    """Stop at once when no other zone or round can help: a fatal refusal, or a running
+    cluster (never moved). Returns when the loop goes on."""
     asked = f"{spec.nodes} x {spec.section_as(AwsSpec).instance_type}"
-    zone = plan.zones[0] if plan.fixed else None
+    zone = plan.zones[0]
     if plan.existing_nodes:
         log.save()
         what = (
@@ -384,8 +385,7 @@ def _after_refusal(
             f"cannot grow cluster {spec.name!r} to {asked}: {what} ({failure.code}: "
             f"{failure.message}). Its {plan.existing_nodes} running node(s) stay where they are "
             f"({plan.fixed}); nothing was moved or destroyed. Options: wait and run `skyinfra up` "
-            "again (--retry-for keeps trying), or bring up a new cluster (another --name) "
-            "in another zone"
+            "again later, or bring up a new cluster (another --name) in another zone"
         )
         if failure.outcome == "capacity":
             raise CapacityError(message, attempts=log.this_up)
@@ -397,19 +397,9 @@ def _after_refusal(
         hint = failure.hint()
         raise LaunchRefusedError(
             f"AWS refused {asked} for cluster {spec.name!r}: {failure.code}: {failure.message}"
-            f"{'; ' + hint if hint else ''}. Another zone cannot change this, so none was "
+            f"{'; ' + hint if hint else ''}. Another zone cannot change this, so no other zone is "
             f"tried; {left}",
             code=failure.code,
-        )
-    if plan.fixed is not None:
-        log.doc.zone, log.doc.reason = None, f"{failure.code}: {failure.message}"
-        log.save()
-        left = _give_up(spec, ws, clients, engine_factory, echo)
-        raise CapacityError(
-            f"{zone} has no capacity for {asked} of cluster {spec.name!r} ({failure.code}: "
-            f"{failure.message}), and the zone is fixed: {plan.fixed}. {left[0].upper()}"
-            f"{left[1:]}. Try again later, or choose another zone",
-            attempts=log.this_up,
         )
 
 
@@ -422,11 +412,3 @@ def _settled(log: _Log, plan: Plan, zone: str) -> None:
     doc.zone = zone
     doc.reservation = plan.reservation[0] if plan.reservation else None
     log.save()
-
-
-def pinned_zone(ws: Workspace, region: str) -> str | None:
-    """The zone of the cluster's last `up` (its tfvars)."""
-    if not (ws.path / TFVARS_FILE).is_file():
-        return None
-    zone = previous_settings(ws, region).get("availability_zone")
-    return str(zone) if zone else None
