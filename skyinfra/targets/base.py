@@ -51,7 +51,14 @@ class TargetSection(Protocol):
 
 
 class Target(Protocol):
-    """One kind of place clusters run; see the module docstring."""
+    """One kind of place clusters run; see the module docstring.
+
+    Two verbs are optional (the lifecycle looks them up with ``getattr``):
+    ``launch(spec, ws, *, echo, options, apply, engine_factory)`` renders and calls
+    ``apply(files)`` itself, as often as it needs (aws: zone by zone until one has capacity,
+    targets/aws/failover.py), instead of `up` rendering once; ``status_details(ws, spec)``
+    returns extra keys for `status` (aws: ``zone``, ``zone_reason``).
+    """
 
     name: ClassVar[str]
     # The most nodes one cluster may have here (the spec refuses more, before anything runs).
