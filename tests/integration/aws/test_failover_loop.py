@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from skyinfra.errors import CapacityError, LaunchRefusedError, TerraformError
+from skyinfra.errors import CapacityError, LaunchRefusedError, SpecError, TerraformError
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws import failover
 from skyinfra.targets.aws.capacity import LOG_FILE
@@ -27,13 +27,14 @@ A, B, C = f"{REGION}a", f"{REGION}b", f"{REGION}c"
 
 
 class RecordingEngine:
-    """Stands in for Terraform's destroys: records them (the state holds no nodes)."""
+    """Stands in for Terraform's destroys: records them; the state holds ``nodes`` nodes."""
 
-    def __init__(self, calls: list[str]) -> None:
+    def __init__(self, calls: list[str], nodes: int = 0) -> None:
         self.calls = calls
+        self.nodes = nodes
 
     def state_list(self) -> list[str]:
-        return []
+        return [f'module.nodes.aws_instance.this["node-{i}"]' for i in range(self.nodes)]
 
     def destroy(self, on_event: Any = None) -> None:
         self.calls.append("destroy all")
@@ -64,6 +65,7 @@ def run(
     ws: Workspace,
     answers: list[str | None],
     calls: list[str],
+    running: int = 0,
     **kwargs: Any,
 ) -> tuple[str, list[str], list[float]]:
     """failover.launch with applies answering ``answers`` in turn (None: the cluster is up)."""
@@ -89,7 +91,7 @@ def run(
         clients=clients,
         render=render,
         apply=apply,
-        engine_factory=lambda path: RecordingEngine(calls),  # type: ignore[arg-type,return-value]
+        engine_factory=lambda path: RecordingEngine(calls, running),  # type: ignore[arg-type,return-value]
         sleep=waits.append,
         **kwargs,
     )
@@ -160,3 +162,29 @@ def test_when_time_runs_out_everything_goes_and_the_table_is_shown(
     assert [c for c in calls if c.startswith("apply")] == [f"apply {A}", f"apply {B}"]
     assert "  1  1      us-east-1a  2 x t3.micro  InsufficientInstanceCapacity" in str(err.value)
     assert len(err.value.attempts) == 2
+
+
+def test_a_running_cluster_is_never_moved_when_its_zone_cannot_grow(
+    aws_env: str, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "loop")
+    ws.ensure()
+    (ws.path / ".terraform").mkdir()
+    # What the first `up` left: its spec and its tfvars, with the zone it went to.
+    ws.write_json(ws.spec_file, cluster(nodes=2).to_dict())
+    tfvars = {"region": REGION, "cluster": {"availability_zone": B}}
+    ws.write_json(ws.path / "terraform.tfvars.json", tfvars)
+    calls: list[str] = []
+    with pytest.raises(CapacityError) as err:
+        run(cluster(nodes=3), ws, [PROVIDER_ICE], calls, running=2, url=aws_env, retry_for="1h")
+    assert calls == [f"apply {B}"]  # its own zone only, and nothing destroyed
+    message = str(err.value)
+    assert message.startswith(
+        f"cannot grow cluster 'loop' to 3 x t3.micro: {B} has no capacity for more t3.micro now"
+    )
+    assert f"Its 2 running node(s) stay where they are (its 2 node(s) run in {B})" in message
+    assert "nothing was moved or destroyed" in message
+    assert "a new cluster (another --name) in another zone" in message
+
+    with pytest.raises(SpecError, match=r"'--zones': got 'us-east-1a'; expected zones including"):
+        run(cluster(nodes=3), ws, [], calls, running=2, url=aws_env, zones_flag="a")
