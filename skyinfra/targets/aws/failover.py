@@ -165,14 +165,17 @@ def plan_zones(
         if checks:
             raise
         offered = list(wanted) or [previous or f"{spec_aws.region}a"]
+    if not offered:
+        # No zone sells the type (or it does not exist): the preflight says which, precisely.
+        return Plan([(wanted or [previous or f"{spec_aws.region}a"])[0]], None, existing_nodes)
     zones, missing = zone_order(offered, wanted=wanted, previous=previous)
     for zone in missing:
         echo(f"[skyinfra] warning: {zone} does not offer {spec_aws.instance_type}; not tried")
     if not zones:
-        where = ", ".join(sorted(offered)) or "no zone of this region"
         raise PreflightError(
             f"none of the zones asked for ({', '.join(wanted)}) offers "
-            f"{spec_aws.instance_type}; it is offered in {where}. Change aws.zones / --zones"
+            f"{spec_aws.instance_type}; it is offered in {', '.join(sorted(offered))}. Change "
+            "aws.zones / --zones"
         )
     return Plan(zones, None, existing_nodes, reservation)
 

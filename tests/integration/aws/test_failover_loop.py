@@ -13,7 +13,13 @@ from typing import Any
 import boto3
 import pytest
 
-from skyinfra.errors import CapacityError, LaunchRefusedError, SpecError, TerraformError
+from skyinfra.errors import (
+    CapacityError,
+    LaunchRefusedError,
+    PreflightError,
+    SpecError,
+    TerraformError,
+)
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws import failover
 from skyinfra.targets.aws.capacity import LOG_FILE
@@ -188,3 +194,13 @@ def test_a_running_cluster_is_never_moved_when_its_zone_cannot_grow(
 
     with pytest.raises(SpecError, match=r"'--zones': got 'us-east-1a'; expected zones including"):
         run(cluster(nodes=3), ws, [], calls, running=2, url=aws_env, zones_flag="a")
+
+
+def test_zones_that_do_not_offer_the_type(aws_env: str, tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    zone, lines, _ = run(cluster(), ws, [None], calls, url=aws_env, zones_flag="e,b")
+    assert zone == B
+    assert f"[skyinfra] warning: {REGION}e does not offer t3.micro; not tried" in lines
+    with pytest.raises(PreflightError, match=rf"none of the zones asked for \({REGION}e\) offers"):
+        run(cluster(), ws, [], calls, url=aws_env, zones_flag="e")
