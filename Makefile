@@ -64,8 +64,11 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m skyinfra.demo
 
+# Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures).
+REPS ?= 3
+ONLY ?= 1,2,3,4,5,6
 bench: $(STAMP)
-	$(BIN)/python tests/bench/time_to_first_step.py
+	$(BIN)/python tests/bench/run.py --reps $(REPS) --only $(ONLY)
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) $(WHEELHOUSE) $(DIST) build runtime/build .skyinfra .pytest_cache .mypy_cache .ruff_cache

@@ -16,6 +16,17 @@ import hashlib
 import numpy as np
 
 
+def batch_plan(samples: int, devices: int, *, target: int) -> tuple[int, int]:
+    """(batch size, samples to use) for one process with ``devices`` devices: the batch is
+    ``target`` rounded up to a multiple of ``devices``, and the samples are cut to a multiple
+    of ``devices`` too, so that every batch, the last partial one included, splits evenly (JAX
+    refuses an uneven split with IndivisibleError)."""
+    if devices < 1 or target < 1:
+        raise ValueError(f"devices ({devices}) and target ({target}) must be >= 1")
+    batch = -(-target // devices) * devices
+    return batch, samples - samples % devices
+
+
 def main(epochs: int = 8) -> dict[str, object]:
     import keras
     from sklearn.datasets import load_digits
@@ -44,8 +55,15 @@ def main(epochs: int = 8) -> dict[str, object]:
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
-    model.fit(x_train, y_train, epochs=epochs, batch_size=50, shuffle=False, verbose=0)
-    _, accuracy = model.evaluate(x[test], y[test], batch_size=99, verbose=0)
+    # The keras plugin spreads every batch over this process's devices (DataParallel): each
+    # batch, the last one included, must divide by their number (1, or 4 and 8 on GPU nodes).
+    devices = len(keras.distribution.list_devices()) // max(1, instance_info().total_workers)
+    batch, used = batch_plan(len(x_train), devices, target=50)
+    x_train, y_train = x_train[:used], y_train[:used]
+    eval_batch, eval_used = batch_plan(len(test), devices, target=99)
+    x_test, y_test = x[test][:eval_used], y[test][:eval_used]
+    model.fit(x_train, y_train, epochs=epochs, batch_size=batch, shuffle=False, verbose=0)
+    _, accuracy = model.evaluate(x_test, y_test, batch_size=eval_batch, verbose=0)
 
     digest = hashlib.sha256()
     for weight in model.get_weights():
@@ -54,6 +72,8 @@ def main(epochs: int = 8) -> dict[str, object]:
     return {
         "node": info.node,
         "train_samples": len(x_train),
+        "devices": devices,
+        "batch_size": batch,
         "accuracy": round(float(accuracy), 4),
         "weights_sha256": digest.hexdigest(),
     }

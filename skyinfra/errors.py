@@ -132,6 +132,19 @@ class ConfirmationRequired(SkyinfraError):
     exit_code = exitcodes.USAGE
 
 
+class GuardrailError(SkyinfraError):
+    """A guardrail of the spec (or a fixed check) failed on the plan; nothing was applied."""
+
+    exit_code = exitcodes.GUARDRAIL
+
+
+class StalePlanError(SkyinfraError):
+    """A planfile given to `apply` / `up --plan` is not what was reviewed any more: the state,
+    the spec or the file itself changed since `skyinfra plan`; nothing was applied."""
+
+    exit_code = exitcodes.STALE_PLAN
+
+
 class TopologyError(SkyinfraError):
     """Terraform's outputs (or a topology.json) do not make a valid topology, or disagree
     with the spec they were made from."""
@@ -264,3 +277,48 @@ class NodesNotReadyError(SkyinfraError):
     def __init__(self, message: str, *, nodes: dict[str, str]) -> None:
         self.nodes = dict(nodes)
         super().__init__(message)
+
+
+class VerifyFailedError(SkyinfraError):
+    """`skyinfra verify` (or `run --verify`): a check failed; names each node and check."""
+
+    exit_code = exitcodes.VERIFY_FAILED
+
+    def __init__(self, failures: Sequence[tuple[str, str, str]]) -> None:
+        """``failures``: (node name, check, reason) for each failure."""
+        self.failures = list(failures)
+        lines = [
+            f"{check} on {node}: " + (reason if len(reason) <= 200 else reason[:199] + "…")
+            for node, check, reason in self.failures
+        ]
+        super().__init__(
+            f"verify failed: {len(lines)} check(s) failed on the nodes:\n  " + "\n  ".join(lines)
+        )
+
+
+class StateLockedError(TerraformError):
+    """Terraform found the cluster's state locked by another operation (a shared backend's
+    lock, another operator's `up`); ``lock`` names the lock and its holder."""
+
+    def __init__(
+        self,
+        cluster: str,
+        lock: object,
+        *,
+        argv: Sequence[str] = (),
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
+        self.lock = lock
+        lock_id = getattr(lock, "id", "") or "LOCK_ID"
+        describe = getattr(lock, "describe", None)
+        what = describe() if callable(describe) else str(lock)
+        super().__init__(
+            f"cluster {cluster!r}: the state is locked: {what}. Another operation on this "
+            "cluster is running; wait for it to end and try again. If its process was killed "
+            f"and nothing runs any more, release the lock with `skyinfra unlock --cluster "
+            f"{cluster} {lock_id}`",
+            argv=argv,
+            returncode=returncode,
+            stderr=stderr,
+        )

@@ -14,7 +14,13 @@ PREFLIGHT = 3  # a cloud check before Terraform failed (credentials, quota, AMI,
 NODE_FAILED = 4  # `skyinfra run`: the entry failed on a node (its own code is in the report)
 NODES_NOT_READY = 5  # `skyinfra run`: a node's bootstrap failed or did not finish in time
 RUN_TIMEOUT = 6  # `skyinfra run --timeout`: nodes still ran when it passed; all were ended
-NO_CAPACITY = 7  # `skyinfra up`: no zone tried had capacity for the nodes (aws)
+VERIFY_FAILED = 7  # `skyinfra verify` (or `run --verify`): a node check failed
+# `skyinfra plan` follows `terraform plan -detailed-exitcode`: 0 no changes, 1 any error,
+# 2 changes planned (its 2 is not USAGE: a bad spec makes `plan` exit 1).
+PLAN_CHANGES = 2
+GUARDRAIL = 8  # plan/up/apply: a guardrail failed (plan.md says which); nothing was changed
+STALE_PLAN = 9  # apply/up --plan: the planfile no longer matches (state, spec or sha256)
+NO_CAPACITY = 10  # `skyinfra up`: no zone tried had capacity for the nodes (aws)
 INTERRUPTED = 130  # Ctrl-C (SIGINT)
 
 MEANINGS: dict[int, str] = {
@@ -25,6 +31,9 @@ MEANINGS: dict[int, str] = {
     NODE_FAILED: "skyinfra run: a node failed",
     NODES_NOT_READY: "skyinfra run: nodes not ready; nothing was started",
     RUN_TIMEOUT: "skyinfra run: --timeout passed; every node was ended",
+    VERIFY_FAILED: "skyinfra verify: a check failed on a node; nothing was started",
+    GUARDRAIL: "a guardrail failed; nothing was changed",
+    STALE_PLAN: "the planfile is stale or not the reviewed one; nothing was changed",
     NO_CAPACITY: "skyinfra up: no zone had capacity for the nodes; none was left running",
     INTERRUPTED: "interrupted",
 }

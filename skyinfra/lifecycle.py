@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from skyinfra import shared_state
 from skyinfra.errors import (
     ConfirmationRequired,
     SkyinfraError,
@@ -21,6 +22,8 @@ from skyinfra.errors import (
     WorkspaceError,
 )
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
+from skyinfra.review.markdown import terminal as terminal_warning
+from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
@@ -32,7 +35,9 @@ from skyinfra.terraform import (
     format_event,
     signals_as_interrupt,
 )
-from skyinfra.terraform.plan import ResourceChange, destructive_changes
+from skyinfra.terraform.backend import has_backend
+from skyinfra.terraform.plan import ResourceChange
+from skyinfra.timeline import TIMELINE_FILE, Timeline, active
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
 from skyinfra.transport.readiness import check_readiness
@@ -83,7 +88,7 @@ def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> l
     hand): `up` replaces them, so that it repairs what `status` reports as failed. A state
     that cannot be listed now (an earlier, killed `up`'s Terraform still writing it) is left
     to the plan, which waits for Terraform's lock."""
-    if not ws.state_file.is_file():
+    if not shared_state.has_state(ws):
         return []
     try:
         in_state = engine.state_list()
@@ -113,26 +118,42 @@ def up(
     options = dict(options or {})
     check_target_options(spec, options)
     created = _first_missing(ws.path)
+    # Each stage is printed as it ends; timeline.json keeps them all (skyinfra/timeline.py).
+    timeline = Timeline("up", echo)
     try:
-        with ws.lock("up"):
+        with ws.lock("up"), active(timeline):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            shared_state.check_backend_kept(ws, spec)
             target = target_of(spec)
 
             def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
                 nonlocal created
+                files = {**files, **shared_state.backend_files(spec)}
                 created = None  # from here on the workspace is the cluster's, even on failure
-                return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm)
+                return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm, timeline)
 
-            # A target may render and apply more than once (aws: zone by zone until one has
-            # capacity, targets/aws/failover.py); the others render once.
-            launch = getattr(target, "launch", None)
-            if launch is not None:
-                result: tuple[PlanSummary, Topology] = launch(
-                    spec, ws, echo=echo, options=options, apply=apply, engine_factory=engine_factory
-                )
-                return result
-            # Preflight, wheel build and staging happen here: before any workspace write.
-            return apply(target.render(spec, ws, echo=echo, options=options))
+            try:
+                # A target may render and apply more than once (aws: zone by zone until one
+                # has capacity, targets/aws/failover.py); the others render once.
+                launch = getattr(target, "launch", None)
+                if launch is not None:
+                    result: tuple[PlanSummary, Topology] = launch(
+                        spec,
+                        ws,
+                        echo=echo,
+                        options=options,
+                        apply=apply,
+                        engine_factory=engine_factory,
+                    )
+                    return result
+                # Preflight, wheel build and staging happen here: before any workspace write.
+                with timeline.stage("prepare"):
+                    files = target.render(spec, ws, echo=echo, options=options)
+                return apply(files)
+            finally:
+                if created is None:  # the workspace is the cluster's: keep how long it took
+                    ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())
+                    echo(f"[skyinfra] up took {timeline.elapsed():.1f} s ({TIMELINE_FILE})")
     except BaseException:
         if created is not None:  # nothing of this cluster existed: leave nothing behind
             shutil.rmtree(created, ignore_errors=True)
@@ -170,6 +191,10 @@ def _check_same_cluster(
         )
 
 
+# `skyinfra plan` checks the same things `up` does before it plans.
+check_same_cluster = _check_same_cluster
+
+
 def _apply(
     spec: ClusterSpec,
     ws: Workspace,
@@ -178,6 +203,7 @@ def _apply(
     engine_factory: EngineFactory,
     spec_file: Path | None,
     confirm: Confirm | None,
+    timeline: Timeline,
 ) -> tuple[PlanSummary, Topology]:
     ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
     ws.write_json(ws.spec_file, spec.to_dict())
@@ -185,9 +211,15 @@ def _apply(
         ws.origin_file, {"spec_file": str(spec_file.resolve()) if spec_file is not None else None}
     )
     engine = engine_factory(ws.path)
-    on_event = progress_printer(echo)
+    printer = progress_printer(echo)
+
+    def on_event(event: dict[str, Any]) -> None:
+        printer(event)
+        timeline.on_event(event)
+
     echo(f"[skyinfra] terraform init in {ws.path}")
-    engine.init()
+    with timeline.stage("terraform init"):
+        engine.init()
     replace = broken_nodes(ws, spec, engine)
     if replace:
         echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
@@ -196,25 +228,30 @@ def _apply(
     with signals_as_interrupt():
         try:
             echo("[skyinfra] terraform plan")
-            summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
+            with timeline.stage("terraform plan"):
+                summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
             if summary.no_changes:
                 echo("[skyinfra] no changes: the cluster already matches the spec")
             else:
                 # Replacing a node that is already broken loses nothing: not asked about.
-                _confirm_losses(spec, engine, echo, confirm, repairs=set(replace))
+                _check_plan(spec, engine, echo, confirm, repairs=set(replace))
                 echo(
                     f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to "
                     f"change, {summary.remove} to destroy)"
                 )
-                engine.apply(PLAN_FILE, on_event=on_event)
+                with timeline.stage("terraform apply"):
+                    engine.apply(PLAN_FILE, on_event=on_event)
+                for line in timeline.resources_summary():
+                    echo(f"[skyinfra]   {line}")
         finally:
             (ws.path / PLAN_FILE).unlink(missing_ok=True)
-    topology = topology_from_outputs(engine.output(), spec)
-    ws.write_json(ws.topology_file, topology.to_dict())
+    with timeline.stage("topology"):
+        topology = topology_from_outputs(engine.output(), spec)
+        ws.write_json(ws.topology_file, topology.to_dict())
     return summary, topology
 
 
-def _confirm_losses(
+def _check_plan(
     spec: ClusterSpec,
     engine: TerraformEngine,
     echo: Echo,
@@ -222,19 +259,37 @@ def _confirm_losses(
     *,
     repairs: Collection[str] = (),
 ) -> None:
-    """Show what the saved plan destroys or replaces; go on only with the user's yes."""
+    """The saved plan's review: refuse it when a guardrail fails, then show what it destroys
+    or replaces (the warning block plan.md shows) and go on only with the user's yes."""
+    review = build_review(engine.show_plan(PLAN_FILE), facts_of(spec), planfile_sha256="")
+    refuse_failed_guardrails(review)
+    confirm_review_losses(spec, review, echo, confirm, repairs=repairs)
+
+
+def confirm_review_losses(
+    spec: ClusterSpec,
+    review: Review,
+    echo: Echo,
+    confirm: Confirm | None,
+    *,
+    repairs: Collection[str] = (),
+) -> None:
+    """Show the plan's destroys and replaces as plan.md's warning block does; go on only with
+    ``confirm``'s yes. Replacing what is already broken (tainted, or in ``repairs``) loses
+    nothing and is not asked about."""
     losses = []
-    for change in destructive_changes(engine.show_plan(PLAN_FILE)):
-        if change.is_repair or change.address in repairs:
-            echo(f"[skyinfra] repairing: {change.describe()}")
+    for loss in review.summary.losses:
+        if loss.cause == "replace_because_tainted" or loss.address in repairs:
+            echo(f"[skyinfra] repairing: {loss.action} {loss.address}: {loss.reason}")
         else:
-            losses.append(change)
+            losses.append(loss)
     if not losses:
         return
     echo(f"[skyinfra] this would destroy or replace {len(losses)} resource(s) of {spec.name!r}:")
-    for change in losses:
-        echo(f"  {change.describe()}")
-    if confirm is None or not confirm(losses):
+    for line in terminal_warning(losses, target=spec.provider):
+        echo(f"  {line}")
+    changes = [ResourceChange(x.address, x.action, x.reason, x.cause) for x in losses]
+    if confirm is None or not confirm(changes):
         raise ConfirmationRequired(
             f"`up` would destroy or replace {len(losses)} resource(s) of cluster "
             f"{spec.name!r} (listed above); nothing was changed. Confirm at the prompt on a "
@@ -255,7 +310,7 @@ def down(
         engine = engine_factory(ws.path)
         if not (ws.path / ".terraform").is_dir():
             engine.init()
-        resources = engine.state_list() if ws.state_file.is_file() else []
+        resources = engine.state_list() if shared_state.has_state(ws) else []
         echo(
             f"[skyinfra] destroying cluster {spec.name!r} ({spec.provider}, {len(resources)} "
             f"resource(s)) in {ws.path}"
@@ -291,9 +346,11 @@ def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> li
     workspaces = [Workspace(base / name) for name in clusters_in(base)]
     specs = [ws.spec() for ws in workspaces] + list(extra_specs)
     lines: list[str] = []
-    for target in all_targets():
-        if any(spec.provider == target.name for spec in specs):
-            lines += target.orphans(workspaces, specs, echo=echo)
+    # Workspaces with a shared backend are read through their pulled state (shared_state).
+    with shared_state.pulled_states(workspaces, EmbeddedTerraform) as readable:
+        for target in all_targets():
+            if any(spec.provider == target.name for spec in specs):
+                lines += target.orphans(readable, specs, echo=echo)
     return lines
 
 
@@ -340,7 +397,10 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
     (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
     spec = ws.spec()
     engine = engine_factory(ws.path)
-    resources = engine.state_list() if ws.state_file.is_file() else []
+    if has_backend(ws.path):  # shared state: another operator may have changed the cluster
+        shared_state.ensure_init(ws, engine)
+        shared_state.refresh_topology(ws, spec, engine)
+    resources = engine.state_list() if shared_state.has_state(ws) else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
     nodes = []
     if topology is not None:
@@ -357,15 +417,23 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "ready": ready.ready,
                     "readiness": ready.state,
                     "readiness_detail": ready.detail,
+                    "phase": ready.phase,
+                    "phase_s": ready.phase_s,
+                    "bootstrap_s": ready.bootstrap_s,
                 }
             )
+    # What the nodes install, where the target says (aws: the pinned jax).
+    installs = getattr(target_of(spec), "node_installs", None)
     info = {
         "cluster": spec.name,
         "provider": spec.provider,
         "workspace": str(ws.path),
         "state": "up" if resources else "down",
+        "engine": engine.describe(),
+        "backend": spec.backend or "local (the workspace)",
         "resources": resources,
         "nodes": nodes,
+        "node_installs": installs(ws, spec) if callable(installs) else {},
     }
     # A target's own facts (aws: the zone, and why it is not the first choice).
     details = getattr(target_of(spec), "status_details", None)

@@ -69,3 +69,18 @@ def module_files(module: str) -> dict[str, str]:
 def bootstrap_script() -> str:
     """The node bootstrap both targets run (infra/scripts/bootstrap-node.sh)."""
     return read_text(BOOTSTRAP_SCRIPT)
+
+
+def tree_texts(folder: str, suffixes: tuple[str, ...]) -> dict[str, str]:
+    """Every file under ``folder``, sub-folders included, ending in one of ``suffixes``:
+    name -> text (for a scan such as the modules' ``required_version``)."""
+    out: dict[str, str] = {}
+    pending = [(folder, _node(folder))]
+    while pending:
+        name, node = pending.pop()
+        for child in node.iterdir() if node.is_dir() else ():
+            if child.is_dir():
+                pending.append((f"{name}/{child.name}", child))
+            elif child.name.endswith(suffixes):
+                out[f"{name}/{child.name}"] = child.read_text(encoding="utf-8")
+    return dict(sorted(out.items()))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,7 +26,9 @@ from skyinfra_runtime.plugins import validate_plugins
 from skyinfra_runtime.topology import PluginRef
 
 from skyinfra.errors import InternalError, SpecError
+from skyinfra.review.guardrails import Guardrails, parse_guardrails
 from skyinfra.targets import get_target, target_names
+from skyinfra.terraform.backend import parse_backend
 
 # One rule for cluster names, everywhere: 1-32 characters, lowercase letters, digits and '-',
 # starting with a letter and not ending with '-' (the modules' own checks agree; a target may
@@ -50,6 +52,10 @@ COMMON_KEYS = (
     "plugins",
     "python_packages",
     "run_timeout",
+    "verify",
+    "guardrails",
+    "backend",
+    "engine",
 )
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
@@ -75,6 +81,16 @@ class ClusterSpec:
     python_packages: tuple[str, ...] = ()
     # `skyinfra run`'s default --timeout in seconds (None: no limit).
     run_timeout: int | None = None
+    # `skyinfra run` runs `skyinfra verify`'s checks first (as with --verify).
+    verify: bool = False
+    # `[guardrails]`: what `plan` checks and `up`/`apply` refuse to go past (skyinfra/review).
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    # Where the state lives: "s3://bucket/prefix" (None: in the workspace). See
+    # skyinfra/terraform/backend.py.
+    backend: str | None = None
+    # The Terraform that drives the cluster: a terraform/tofu binary's path or name on PATH
+    # (None or "embedded": the embedded one). See skyinfra/terraform/external.py.
+    engine: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -87,6 +103,10 @@ class ClusterSpec:
             "plugins": [{"name": p.name, "options": dict(p.options)} for p in self.plugins],
             "python_packages": list(self.python_packages),
             **({"run_timeout": self.run_timeout} if self.run_timeout is not None else {}),
+            **({"verify": True} if self.verify else {}),
+            **({"guardrails": self.guardrails.to_dict()} if self.guardrails.to_dict() else {}),
+            **({"backend": self.backend} if self.backend is not None else {}),
+            **({"engine": self.engine} if self.engine is not None else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -287,8 +307,12 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         if "run_timeout" in raw
         else None
     )
+    verify = read_bool(raw, "verify", "verify", False)
+    guardrails = parse_guardrails(raw.get("guardrails"))
     _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
     section = target.parse_section(raw.get(provider), nodes=nodes)
+    backend = _backend(raw.get("backend"), section)
+    engine = _engine(raw.get("engine"))
     for other in targets:
         if other != provider and other in raw:
             get_target(other).parse_section(raw[other], nodes=nodes)
@@ -302,4 +326,35 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         plugins=plugins,
         python_packages=packages,
         run_timeout=run_timeout,
+        verify=verify,
+        guardrails=guardrails,
+        backend=backend,
+        engine=engine,
     )
+
+
+def _backend(value: Any, section: Any) -> str | None:
+    """The state backend URL, checked; its region comes from the URL or the target's own."""
+    if value is None:
+        return None
+    backend = parse_backend(value)
+    if backend.region is None and not isinstance(getattr(section, "region", None), str):
+        raise SpecError(
+            "backend",
+            value,
+            "a URL naming the bucket's region for this target, e.g. "
+            f"'{backend.url}?region=us-east-1'",
+        )
+    return backend.url
+
+
+def _engine(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
+        raise SpecError(
+            "engine",
+            value,
+            '"embedded", or a terraform or tofu binary: a path or a name on PATH',
+        )
+    return value.strip()

@@ -130,6 +130,8 @@ def golden_context() -> GoldenContext:
             python="/opt/python/bin/python3",
             wheel_path=Path("/cache/wheels/skyinfra_runtime-0.1.0-py3-none-any.whl"),
             wheel_sha256="ab" * 32,
+            uv="/opt/python/bin/uv",
+            uv_cache_dir="/srv/skyinfra/demo/uv-cache",
         )
 
     return make

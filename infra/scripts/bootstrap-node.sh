@@ -6,10 +6,19 @@
 # Usage:
 #   bootstrap-node.sh --node-dir DIR --python PYTHON --wheel PATH_OR_URL
 #                     [--inherit-site-packages] [--find-links URL]... [--package REQ]...
+#                     [--uv UV] [--cache-dir DIR] [--phase-file FILE]
+#                     [--check-topology FILE --node-index N]
 #   bootstrap-node.sh --remove --node-dir DIR
 #
 # Result: DIR/venv with skyinfra-runtime (and the packages) installed, DIR/work for the
 # user's code, DIR/pids for process ids the transport records, DIR/.skyinfra-node as marker.
+# With --check-topology, check-node.py (beside this script) then checks that every framework
+# the topology's plugins name imports and sees node N's GPUs; the bootstrap fails otherwise.
+#
+# Installer: uv (--uv, the binary; `uv venv` + `uv pip install` take well under a second
+# where `python -m venv` + pip take 5-6 s) with --cache-dir as its cache, which nodes of one
+# machine share; without a usable uv, pip, saying so in the log. --phase-file: each step
+# appends "PHASE EPOCH_SECONDS" to it (AWS nodes: `skyinfra status` shows the last one).
 #
 # Every process of a node carries SKYINFRA_LOCAL_NODE_DIR=DIR in its environment (the
 # bootstrap's own, and what the local transport starts). --remove ends all of them, whether or
@@ -18,7 +27,8 @@
 # A new bootstrap first ends what an earlier, interrupted one of the same DIR left running.
 set -euo pipefail
 
-node_dir="" python="" wheel="" inherit=0 remove=0
+node_dir="" python="" wheel="" inherit=0 remove=0 uv="" cache_dir="" phase_file=""
+check_topology="" node_index=""
 packages=() find_links=()
 
 die() { echo "bootstrap-node: $*" >&2; exit 2; }
@@ -31,8 +41,13 @@ while [ "$#" -gt 0 ]; do
         --package) packages+=("${2:?--package needs a value}"); shift 2 ;;
         --find-links) find_links+=(--find-links "${2:?--find-links needs a value}"); shift 2 ;;
         --inherit-site-packages) inherit=1; shift ;;
+        --uv) uv="${2?--uv needs a value}"; shift 2 ;;
+        --cache-dir) cache_dir="${2:?--cache-dir needs a value}"; shift 2 ;;
+        --phase-file) phase_file="${2:?--phase-file needs a value}"; shift 2 ;;
+        --check-topology) check_topology="${2:?--check-topology needs a value}"; shift 2 ;;
+        --node-index) node_index="${2:?--node-index needs a value}"; shift 2 ;;
         --remove) remove=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -120,12 +135,44 @@ mkdir -p "$node_dir"
 touch "$node_dir/.skyinfra-node"
 mkdir -p "$node_dir/work" "$node_dir/pids"
 
-"$python" -m venv --clear "$node_dir/venv"
+# --- install steps: phase, venv, wheel, inherited site-packages, packages, check ---------
+
+phase() {
+    [ -z "$phase_file" ] || echo "$1 $(date +%s)" >> "$phase_file"
+}
+
+# uv when it runs here, else pip (and the log says which, and why not uv).
+use_uv=0
+if [ -n "$uv" ] && "$uv" --version >/dev/null 2>&1; then
+    use_uv=1
+    echo "bootstrap-node: installing with $("$uv" --version)"
+    # uv's own settings only: never a uv.toml of the operator's, never a downloaded Python.
+    export UV_NO_CONFIG=1 UV_PYTHON_DOWNLOADS=never
+    [ -z "$cache_dir" ] || export UV_CACHE_DIR="$cache_dir"
+else
+    echo "bootstrap-node: uv not available (${uv:-no --uv given}); falling back to pip"
+fi
+
+phase venv
+if [ "$use_uv" = 1 ]; then
+    "$uv" venv --quiet --clear --python "$python" "$node_dir/venv"
+else
+    "$python" -m venv --clear "$node_dir/venv"
+fi
 venv_python="$node_dir/venv/bin/python"
 
-# The wheel goes in before the inherited site-packages become visible: otherwise pip may
-# find the operator's own skyinfra-runtime there and call the requirement satisfied.
-"$venv_python" -m pip install --quiet --disable-pip-version-check --no-deps "$wheel"
+install() {
+    if [ "$use_uv" = 1 ]; then
+        "$uv" pip install --quiet --python "$venv_python" "$@"
+    else
+        "$venv_python" -m pip install --quiet --disable-pip-version-check "$@"
+    fi
+}
+
+# The wheel goes in before the inherited site-packages become visible: otherwise the
+# installer may find the operator's own skyinfra-runtime there and call it satisfied.
+phase wheel
+install --no-deps "$wheel"
 
 if [ "$inherit" = 1 ]; then
     # A .pth file with plain paths appends the interpreter's site-packages *after* the
@@ -138,7 +185,15 @@ if [ "$inherit" = 1 ]; then
 fi
 
 if [ "${#packages[@]}" -gt 0 ]; then
-    "$venv_python" -m pip install --quiet --disable-pip-version-check "${find_links[@]}" "${packages[@]}"
+    case " ${packages[*]}" in *" jax["* | *" jax="* | *" jax "*) phase jax ;; *) phase python-packages ;; esac
+    install "${find_links[@]}" "${packages[@]}"
 fi
 "$venv_python" -c 'import skyinfra_runtime' || die "skyinfra_runtime does not import in $node_dir/venv"
+
+# The node is fit for the topology's plugins: frameworks import, GPUs are seen (check-node.py).
+if [ -n "$check_topology" ]; then
+    [ -n "$node_index" ] || die "--check-topology needs --node-index"
+    "$venv_python" "$(dirname "${BASH_SOURCE[0]}")/check-node.py" "$check_topology" "$node_index" ||
+        die "node check failed (check-node.py above says why): the node cannot run this cluster's plugins"
+fi
 echo "bootstrap-node: ready $node_dir"

@@ -8,10 +8,23 @@
 #   PROVISION_MINUTES  how long a bootstrap still running (neither marker yet) counts as busy
 #   STATE_DIR          where the last-busy stamp and provision.sh's ready/failed markers are
 #   NODE_DIR           the node folder, whose pids/ records the running skyinfra commands
+#   MAX_LIFETIME_MINUTES  (optional, the spec's aws.max_lifetime_hours) the node ends itself
+#                      once up this long, busy or not; IDLE_MINUTES=0 then turns the idle
+#                      check off and keeps only this one
 # A node whose bootstrap failed (STATE_DIR/failed) is idle like any other: nobody can run on
 # it, so it ends itself IDLE_MINUTES later unless someone is logged in to look.
 set -u
 mkdir -p "$STATE_DIR"
+if [ "${MAX_LIFETIME_MINUTES:-0}" -gt 0 ]; then
+    # Uptime counts from boot, that is from the instance's launch.
+    up_s=$(cut -d. -f1 "${UPTIME_FILE:-/proc/uptime}")
+    if [ "$up_s" -ge $(( MAX_LIFETIME_MINUTES * 60 )) ]; then
+        logger -t skyinfra "up for ${up_s}s: max lifetime reached, shutting down"
+        shutdown -h now
+        exit 0
+    fi
+fi
+[ "${IDLE_MINUTES:-0}" -gt 0 ] || exit 0
 stamp="$STATE_DIR/last-busy"
 busy=0
 for f in "$NODE_DIR"/pids/*.pid; do

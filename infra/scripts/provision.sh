@@ -20,17 +20,38 @@
 #   PYTHON          the interpreter bootstrap-node.sh makes the node's venv with
 #   WHEEL_URL, WHEEL_REGION, WHEEL_SHA256, WHEEL_FILENAME   the runtime wheel: its S3
 #                   object's plain address (no credentials) and the bucket's region
+#   UV_VERSION      the uv the node installs from PyPI first (the operator's version); empty,
+#                   or an install that fails: the bootstrap falls back to pip (the log says so)
 #   BOOTSTRAP_ARGS  further bootstrap-node.sh arguments (--find-links URL, --package REQ)
+#
+# Each phase appends "PHASE EPOCH_SECONDS" to STATE_DIR/phases (cloud-init wrote `packages`
+# before the apt packages; bootstrap-node.sh adds its own): `skyinfra status` shows the last.
 set -eEuo pipefail
 # shellcheck source=/dev/null
 . "$(dirname "${BASH_SOURCE[0]}")/provision-settings.sh"
 mkdir -p "$STATE_DIR" "$SCRIPT_DIR/wheel"
 rm -f "$STATE_DIR/ready" "$STATE_DIR/failed"
 trap 'echo "provision.sh line $LINENO: $BASH_COMMAND (exit $?)" > "$STATE_DIR/failed"' ERR
+phases="$STATE_DIR/phases"
+phase() { echo "$1 $(date +%s)" >> "$phases"; }
+
+# uv first, in an environment of its own (PyPI's `uv` package ships the binary).
+phase uv
+uv=""
+if [ -n "$UV_VERSION" ] && "$PYTHON" -m venv "$SCRIPT_DIR/uv-env" &&
+    "$SCRIPT_DIR/uv-env/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "uv==$UV_VERSION"; then
+    uv="$SCRIPT_DIR/uv-env/bin/uv"
+else
+    echo "provision.sh: could not install uv ${UV_VERSION:-(none asked for)}"
+fi
+
+phase fetch
 wheel="$SCRIPT_DIR/wheel/$WHEEL_FILENAME"
 "$PYTHON" "$SCRIPT_DIR/fetch-s3-object.py" "$WHEEL_URL" "$WHEEL_REGION" "$wheel"
 echo "$WHEEL_SHA256  $wheel" | sha256sum --check --strict -
 "$SCRIPT_DIR/bootstrap-node.sh" --node-dir "$NODE_DIR" --python "$PYTHON" --wheel "$wheel" \
-    "${BOOTSTRAP_ARGS[@]}"
+    --uv "$uv" --phase-file "$phases" "${BOOTSTRAP_ARGS[@]}"
 chown -R "$SSH_USER:$SSH_USER" "$NODE_DIR"
+phase ready
 date -u +%Y-%m-%dT%H:%M:%SZ > "$STATE_DIR/ready"

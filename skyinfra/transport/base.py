@@ -22,6 +22,11 @@ class Readiness:
 
     state: ReadinessState
     detail: str = ""
+    # The bootstrap's current (or last) phase and how long the node has been in it, and in
+    # the bootstrap as a whole, in seconds; None where the target does not report phases.
+    phase: str | None = None
+    phase_s: float | None = None
+    bootstrap_s: float | None = None
 
     @property
     def ready(self) -> bool:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TextIO
 
 from skyinfra_runtime.topology import Topology
 
 from skyinfra.errors import NodesNotReadyError, SkyinfraError
+from skyinfra.progress import ProgressLine
 from skyinfra.transport.base import NodeTransport, Readiness
 
 # How often `run` asks the nodes again while it waits, and how often it says it still waits
@@ -43,13 +45,43 @@ def wait_until_ready(
     echo: Callable[[str], None] = print,
     poll_s: float = READY_POLL_S,
     progress_s: float = READY_PROGRESS_S,
+    terminal: TextIO | None = None,
 ) -> None:
     """Return once every node's bootstrap finished; NodesNotReadyError as soon as one failed,
-    or after ``timeout_s`` seconds (0: ask once) naming the nodes that are not ready."""
+    or after ``timeout_s`` seconds (0: ask once) naming the nodes that are not ready.
+
+    While it waits, a progress line says who is waiting and in which bootstrap phase: a bar
+    redrawn on ``terminal`` when it is a terminal, else plain lines through
+    ``echo`` when the set of waiting nodes or their phases change, or every ``progress_s``."""
     names = {n.index: n.name for n in topology.nodes}
-    total = len(names)
     start = time.monotonic()
-    last_said: tuple[str, float] | None = None
+    progress = ProgressLine(echo, stream=terminal, every_s=progress_s)
+    try:
+        _wait(transport, topology, names, timeout_s, echo, poll_s, progress, start)
+    finally:
+        progress.close()
+
+
+def _node_words(name: str, r: Readiness) -> tuple[str, str]:
+    """A waiting node as the progress line shows it, and the same without its seconds."""
+    if r.state == "unreachable":
+        return f"{name} (not reachable yet)", f"{name} (not reachable yet)"
+    if r.phase is not None and r.phase_s is not None:
+        return f"{name} ({r.phase} {r.phase_s:.0f} s)", f"{name} ({r.phase})"
+    return name, name
+
+
+def _wait(
+    transport: NodeTransport,
+    topology: Topology,
+    names: dict[int, str],
+    timeout_s: float,
+    echo: Callable[[str], None],
+    poll_s: float,
+    progress: ProgressLine,
+    start: float,
+) -> None:
+    total = len(names)
 
     def describe(some: dict[int, Readiness]) -> str:
         return "; ".join(f"{names[i]}: {r.detail or r.state}" for i, r in sorted(some.items()))
@@ -65,7 +97,8 @@ def wait_until_ready(
         waiting = {i: r for i, r in states.items() if not r.ready}
         elapsed = time.monotonic() - start
         if not waiting:
-            if last_said is not None:
+            if progress.said_something():
+                progress.close()
                 echo(f"[skyinfra] all {total} node(s) ready after {elapsed:.0f} s")
             return
         if elapsed >= timeout_s:
@@ -79,12 +112,15 @@ def wait_until_ready(
                 f"{len(waiting)} of {total} node(s) not ready{waited}: {describe(waiting)}{hint}",
                 nodes={names[i]: r.state for i, r in waiting.items()},
             )
-        who = ", ".join(
-            names[i] + (" (not reachable yet)" if r.state == "unreachable" else "")
-            for i, r in sorted(waiting.items())
-        )
-        line = f"[skyinfra] waiting for {who} to finish bootstrap"
-        if last_said is None or last_said[0] != line or elapsed - last_said[1] >= progress_s:
-            echo(f"{line} ({total - len(waiting)}/{total} ready, {elapsed:.0f}/{timeout_s:.0f} s)")
-            last_said = (line, elapsed)
+        words = [_node_words(names[i], r) for i, r in sorted(waiting.items())]
+        who = ", ".join(w[0] for w in words)
+        key = ", ".join(w[1] for w in words)
+        ready = total - len(waiting)
+        if progress.on_terminal:
+            text = f"ready; waiting for {who} ({elapsed:.0f}/{timeout_s:.0f} s)"
+            progress.update(text, ready, total)
+        else:
+            line = f"[skyinfra] waiting for {who} to finish bootstrap"
+            text = f"{line} ({ready}/{total} ready, {elapsed:.0f}/{timeout_s:.0f} s)"
+            progress.update(text, ready, total, key=line if key == who else key)
         time.sleep(max(0.0, min(poll_s, timeout_s - elapsed)))

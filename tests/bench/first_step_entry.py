@@ -11,7 +11,7 @@ def main() -> dict[str, float]:
     import numpy as np
     from skyinfra_runtime import shard
 
-    times: dict[str, float] = {"entered": entered}
+    times: dict[str, float] = {"entered": entered, "imported": time.time()}
 
     class FirstStep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
@@ -25,6 +25,7 @@ def main() -> dict[str, float]:
         [keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)]
     )
     model.compile(optimizer="adam", loss="mse")
+    times["fit_start"] = time.time()
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[FirstStep()])
     times["done"] = time.time()
     return times

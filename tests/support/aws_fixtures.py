@@ -25,13 +25,13 @@ from tests.support.aws import REGION, TerraformFactory, find_plugin_mirror
 from tests.support.tools import require_system_tool
 
 
-def seed_dlami(ami: str) -> None:
-    """Put the public DLAMI parameter into moto's SSM backend (its API refuses /aws/...)."""
+def seed_dlami(ami: str, name: str = DEFAULT_DLAMI_PARAMETER) -> None:
+    """Put a public DLAMI parameter into moto's SSM backend (its API refuses /aws/...)."""
     store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
-    store[DEFAULT_DLAMI_PARAMETER] = [
+    store[name] = [
         Parameter(
             account_id=DEFAULT_ACCOUNT_ID,
-            name=DEFAULT_DLAMI_PARAMETER,
+            name=name,
             value=ami,
             parameter_type="String",
             description=None,
@@ -44,8 +44,8 @@ def seed_dlami(ami: str) -> None:
     ]
 
 
-def unseed_dlami() -> None:
-    ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters.pop(DEFAULT_DLAMI_PARAMETER, None)
+def unseed_dlami(name: str = DEFAULT_DLAMI_PARAMETER) -> None:
+    ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters.pop(name, None)
 
 
 def free_port() -> int:

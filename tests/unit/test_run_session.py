@@ -122,7 +122,9 @@ def test_a_clean_run_copies_starts_streams_and_collects(tmp_path: Path) -> None:
 
     rid = report.run_id
     assert report.run_dir == tmp_path / "runs" / rid
-    assert lines == ["[node-0] a", "[node-0] b"]  # node 0 only, without --all-logs
+    # node 0 only, without --all-logs, then how long node 0 took to reach its entrypoint
+    assert lines[:2] == ["[node-0] a", "[node-0] b"]
+    assert len(lines) == 3 and lines[2].startswith("[skyinfra] node-0: ready check ")
     copies = [c for c in transport.calls if c[0] in ("copy_dir", "put_file")]
     # Each run has its own directory on the node: an earlier run's files stay where they are.
     assert copies == [
@@ -361,6 +363,9 @@ BAD_ENTRIES = [
     ("train.py:not-a-name", "is malformed"),
     ("pkg/:main", "is not a module name"),
     ("nsdir.sub:main", "nsdir/sub/ in"),
+    ("-m pkg", "pkg/ is a package without __main__.py"),
+    ("-m pkg.nothere", "module 'pkg.nothere' is not in the project"),
+    ("-m pkg-x", "is not a module name"),
 ]
 
 
@@ -410,6 +415,7 @@ def test_a_bad_entry_is_refused_before_anything_is_copied_or_started(
         ("pkg.mod:main", None),
         ("pkg:main_from_init", None),
         ("train.py", None),
+        ("-m pkg.mod", None),  # `python -m`
         ("star.py:anything", None),  # `from x import *`: cannot be known here
         ("guarded.py:main", None),  # defined under `if`/`try`
         ("numpy.linalg:norm", "is not in"),  # installed on the nodes, presumably
@@ -440,3 +446,12 @@ def test_run_ids_sort_in_start_order_within_one_second() -> None:
     assert sorted(ids) == ids
     assert len(set(ids)) == len(ids)
     assert all(RUN_ID_RE.match(run_id) for run_id in ids)
+
+
+def test_a_dash_m_entry_reaches_the_launcher_as_two_arguments(tmp_path: Path) -> None:
+    from skyinfra.run.session import NodeDirs, _launch_argv
+
+    dirs = NodeDirs(str(tmp_path), "run-1")
+    argv = _launch_argv(dirs, 0, "-m pkg.train", ["--epochs", "3"])
+    assert argv[-5:] == ["-m", "pkg.train", "--", "--epochs", "3"]
+    assert _launch_argv(dirs, 0, "train.py", [])[-1] == "train.py"

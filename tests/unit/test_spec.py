@@ -222,6 +222,7 @@ BAD_SPECS = [
     (_aws(ssh_cidrs=[]), [], "'aws.ssh_cidrs'"),
     (_aws(efa="yes"), [], "'aws.efa'"),
     (_aws(jax_extra="rocm"), [], "'aws.jax_extra'"),
+    (_aws(jax_version="latest"), [], "'aws.jax_version'"),
     (_aws(subnet_id="net-1"), [], "'aws.subnet_id'"),
     (_aws(idle_shutdown_minutes=-5), [], "'aws.idle_shutdown_minutes'"),
     (_aws(idle_shutdown_minutes=2), [], "'aws.idle_shutdown_minutes'"),
@@ -277,3 +278,14 @@ def test_every_command_has_help(command: str, clean_env: dict[str, str]) -> None
     )
     assert proc.returncode == 0
     assert "Usage:" in proc.stdout
+
+
+def test_aws_nodes_pin_the_spec_jax_else_the_operators() -> None:
+    """aws.jax_version wins; without it the operator's jax version; no jax: no pin."""
+    from skyinfra.targets.aws.spec import jax_requirement, parse_aws_section
+
+    pinned = parse_aws_section({**AWS_OK, "jax_version": "0.9.1", "jax_extra": "cuda13"})
+    assert jax_requirement(pinned, "0.10.2") == "jax[cuda13]==0.9.1"
+    assert jax_requirement(parse_aws_section(AWS_OK), "0.10.2") == "jax[cuda12]==0.10.2"
+    assert jax_requirement(parse_aws_section({**AWS_OK, "jax_extra": "none"}), "0.10.2") is None
+    assert pinned.to_dict()["jax_version"] == "0.9.1"

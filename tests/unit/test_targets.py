@@ -4,6 +4,7 @@ one rule per field (what the spec accepts, the renderers accept too)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -39,11 +40,13 @@ def test_unknown_target_names_the_known_ones() -> None:
 
 
 def test_node_limit_comes_from_the_target() -> None:
-    validate_spec({"name": "c", "provider": "aws", "nodes": 64, "aws": AWS})
+    # AWS: as many as the default /16 VPC holds (one address each); subnet and quotas are
+    # checked where they are known (render, preflight).
+    validate_spec({"name": "c", "provider": "aws", "nodes": 1000, "aws": AWS})
     with pytest.raises(SpecError, match="from 1 to 32"):
         validate_spec({"name": "c", "nodes": 33})
-    with pytest.raises(SpecError, match="from 1 to 64"):
-        validate_spec({"name": "c", "provider": "aws", "nodes": 65, "aws": AWS})
+    with pytest.raises(SpecError, match="from 1 to 65525"):
+        validate_spec({"name": "c", "provider": "aws", "nodes": 65526, "aws": AWS})
 
 
 @pytest.mark.parametrize(
@@ -166,3 +169,21 @@ def test_ipv6_ssh_cidrs_are_refused_by_the_spec_as_by_the_renderer() -> None:
 def test_vpc_without_subnet_is_an_internal_error() -> None:
     with pytest.raises(InternalError, match="both or neither"):
         validate_params(aws_params(existing_vpc_id="vpc-0123abcd"))
+
+
+def test_local_nodes_install_with_the_operators_uv_unless_told_pip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The uv binary of skyinfra's own installation; SKYINFRA_NODE_INSTALLER=pip turns it off
+    (the nodes' bootstrap then uses pip); another value is refused, naming the variable."""
+    from skyinfra.errors import ConfigError
+    from skyinfra.targets.local.target import INSTALLER_ENV, operator_uv
+
+    monkeypatch.delenv(INSTALLER_ENV, raising=False)
+    uv = operator_uv()
+    assert uv and os.access(uv, os.X_OK)
+    monkeypatch.setenv(INSTALLER_ENV, "pip")
+    assert operator_uv() == ""
+    monkeypatch.setenv(INSTALLER_ENV, "conda")
+    with pytest.raises(ConfigError, match="SKYINFRA_NODE_INSTALLER"):
+        operator_uv()

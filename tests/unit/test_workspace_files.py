@@ -11,6 +11,7 @@ from skyinfra.errors import WorkspaceError
 from skyinfra.render import OWNED_DIRS
 from skyinfra.spec import validate_spec
 from skyinfra.targets import get_target
+from skyinfra.targets.local.target import operator_uv
 from skyinfra.workspace import Workspace
 
 
@@ -53,5 +54,9 @@ def test_local_render_is_deterministic_and_points_nowhere_else(
     assert local.render(spec, ws, echo=print, options={}) == first
     assert "modules/local/main.tf" in first and "scripts/bootstrap-node.sh" in first
     package = Path(skyinfra.__file__).resolve().parent
+    # The operator's uv is a tool of this machine, like local.python (in a checkout's .venv it
+    # sits under the repository); anything else under skyinfra's folders must not appear.
+    uv = operator_uv()
     for name, text in first.items():
+        text = text.replace(uv, "<uv>") if uv else text
         assert str(package) not in text and str(package.parent) not in text, name

@@ -41,12 +41,17 @@ resource "terraform_data" "node" {
       ["exec bash \"$BOOTSTRAP\" --node-dir \"$NODE_DIR\" --python \"$NODE_PYTHON\" --wheel \"$WHEEL\""],
       var.inherit_site_packages ? ["--inherit-site-packages"] : [],
       [for p in var.python_packages : "--package '${p}'"],
+      # uv and its cache: not triggers (how a node is installed does not change what it is).
+      ["--uv \"$NODE_UV\""],
+      var.uv_cache_dir == "" ? [] : ["--cache-dir \"$UV_CACHE\""],
     ))
     environment = {
       BOOTSTRAP   = local.bootstrap_script
       NODE_DIR    = each.value.dir
       NODE_PYTHON = var.python
       WHEEL       = var.wheel_path
+      NODE_UV     = var.uv
+      UV_CACHE    = var.uv_cache_dir
     }
   }
 

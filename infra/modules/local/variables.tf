@@ -101,3 +101,15 @@ variable "python_packages" {
   type        = list(string)
   default     = []
 }
+
+variable "uv" {
+  description = "Path of the uv binary the node bootstrap installs with; empty: pip (slower; the node log says so)."
+  type        = string
+  default     = ""
+}
+
+variable "uv_cache_dir" {
+  description = "uv's package cache, shared by every node of the cluster (empty: uv's default)."
+  type        = string
+  default     = ""
+}

@@ -2,8 +2,8 @@
 
 The launcher is a small supervisor: it validates everything it can before waiting on any
 peer (topology, node index, plugin names and options, entrypoint), then starts one worker
-process per local worker (``--procs-per-node``; one per GPU for torch), forwards SIGINT and
-SIGTERM, ends the other workers at the first failure, and writes the node's results.
+process per local worker (``--procs-per-node``; torch on a GPU node: one per GPU), forwards
+SIGINT and SIGTERM, ends the other workers at the first failure, and writes the node's results.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from skyinfra_runtime import exitcodes, rundirs
+from skyinfra_runtime.devices import node_gpus, torch_procs
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import (
     EntrypointError,
@@ -72,7 +73,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     launch.add_argument("--procs-per-node", help="worker processes on this node: N or 'auto'")
     launch.add_argument("--result", help="write the node's results here as JSON")
-    launch.add_argument("entry", help="package.module:function | script.py | script.py:function")
+    launch.add_argument(
+        "-m",
+        "--module",
+        action="store_true",
+        help="ENTRY is a module run as `python -m ENTRY` (as torchrun -m)",
+    )
+    launch.add_argument(
+        "entry", help="package.module:function | script.py | script.py:function | -m package.module"
+    )
     launch.add_argument("args", nargs=argparse.REMAINDER, help="-- ARGS passed to the entry")
     return parser
 
@@ -92,7 +101,7 @@ def launch(argv: list[str]) -> int:
         args = args[1:]
     project = _project_on_path()
     try:
-        entry = Entrypoint.parse(ns.entry)
+        entry = Entrypoint.main_module(ns.entry) if ns.module else Entrypoint.parse(ns.entry)
         entry.check()
         flags = [parse_plugin_flag(p) for p in ns.plugin] if ns.plugin is not None else None
         if flags is not None:  # the user's flags are usage: refused as such, before any wait
@@ -112,6 +121,8 @@ def launch(argv: list[str]) -> int:
             topology,
             node,
         )
+        if any(p.name == "torch" for p in topology.plugins):
+            procs = _torch_procs(procs, topology, node, chosen=ns.procs_per_node is not None)
     except UsageError as exc:
         print(f"skyinfra-runtime: {exc}", file=sys.stderr)
         return exitcodes.USAGE
@@ -120,6 +131,19 @@ def launch(argv: list[str]) -> int:
         return exitcodes.SETUP_FAILED
     rundirs.prepare()
     return _supervise(entry, args, topology, node, procs, ns.result, project)
+
+
+def _torch_procs(procs: int, topology: Topology, node: int, *, chosen: bool) -> int:
+    accel = topology.nodes[node].accelerator
+    gpus = node_gpus(accel.count if accel else 0, topology.provider)
+    resolved = torch_procs(procs, gpus, chosen=chosen)
+    if resolved != procs:
+        print(
+            f"skyinfra-runtime: torch on node {node} with {gpus} GPUs: {resolved} processes,"
+            " one per GPU (procs_per_node 1 is the default; set it to choose)",
+            file=sys.stderr,
+        )
+    return resolved
 
 
 def _project_on_path() -> str:

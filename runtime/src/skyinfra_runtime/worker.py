@@ -85,7 +85,7 @@ def run_worker(
             for plugin in plugins:
                 phase(f"setup:{plugin.name}")
                 started = time.monotonic()
-                plugin.setup(info, topology)
+                plugin.setup(info, topology, script=entry.runs_as_main)
                 ready.append(plugin)
                 _log(f"plugin {plugin.name} ready in {time.monotonic() - started:.1f}s")
         except RuntimeSetupError as exc:
@@ -102,8 +102,9 @@ def run_worker(
             code = _system_exit_code(exc)
         except (KeyboardInterrupt, _Terminated):
             raise
-        except BaseException:
+        except BaseException as exc:
             traceback.print_exc()
+            _explain(ready, exc)
             code = exitcodes.USER_FAILED
     except (KeyboardInterrupt, _Terminated):
         code = exitcodes.INTERRUPTED
@@ -123,9 +124,23 @@ def run_worker(
     return code
 
 
+def _explain(plugins: list[Plugin], exc: BaseException) -> None:
+    """After the user's traceback: what a plugin knows about it (e.g. initialising twice)."""
+    for plugin in plugins:
+        try:
+            hint = plugin.explain(exc)
+        except Exception:  # a hint must never hide the user's error
+            hint = None
+        if hint:
+            _log(f"plugin {plugin.name}: {hint}")
+
+
 def _log(message: str) -> None:
-    """One line on stderr, flushed: the operator interleaves several workers' streams."""
-    print(f"skyinfra-runtime: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, flushed: the operator interleaves several workers' streams. One
+    write (print() writes the newline separately on an unbuffered stream, and the workers of a
+    node share its stderr: two lines would run into one)."""
+    sys.stderr.write(f"skyinfra-runtime: {message}\n")
+    sys.stderr.flush()
 
 
 def _system_exit_code(exc: SystemExit) -> int:

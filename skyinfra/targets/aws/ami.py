@@ -54,6 +54,23 @@ def _describe_image(clients: AwsClients, ami_id: str) -> Mapping[str, Any] | Non
     return images[0] if images else None
 
 
+def check_image_architecture(
+    clients: AwsClients, ami_id: str, architectures: tuple[str, ...], instance_type: str
+) -> None:
+    """PreflightError when the AMI is built for an architecture the instance type does not
+    run (an x86_64 image on g5g): RunInstances would refuse it only after Terraform began."""
+    image = _describe_image(clients, ami_id)
+    if image is None or not architectures:
+        return  # a missing image is the login-user lookup's to report
+    arch = str(image.get("Architecture", ""))
+    if arch and arch not in architectures:
+        raise PreflightError(
+            f"AMI {ami_id} ({image.get('Name')!r}) is built for {arch}, but {instance_type} "
+            f"runs {', '.join(architectures)}. Set aws.ami to an image of that architecture, "
+            "or leave it out for the Deep Learning AMI of the right one."
+        )
+
+
 def resolve_login_user(
     clients: AwsClients,
     spec_aws: AwsSpec,

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
@@ -28,6 +29,11 @@ TEMPLATE = "aws/cloud-init/user-data.yaml.j2"
 PROVISION_SCRIPT = "scripts/provision.sh"
 IDLE_CHECK_SCRIPT = "scripts/idle-check.sh"
 FETCH_SCRIPT = "scripts/fetch-s3-object.py"
+# The node check bootstrap-node.sh runs last (--check-topology), and the EFA environment.
+CHECK_SCRIPT = "scripts/check-node.py"
+EFA_ENV_SCRIPT = "scripts/efa-env.sh"
+# Sourced before every process `run` starts on the node (ssh.py), when present.
+NODE_ENV_FILE = "node-env.sh"
 
 # Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
 # `failed` (the failing line and command) when it did not. The SSH transport reads both.
@@ -41,12 +47,10 @@ OUTPUT_LOG = "/var/log/cloud-init-output.log"
 # as busy: past this a hung bootstrap no longer keeps the node alive (idle-check.sh).
 PROVISION_MINUTES = 60
 
-# JAX's CUDA wheels: https://docs.jax.dev/en/latest/installation.html
-JAX_FIND_LINKS = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
-
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _EXTRA_RE = re.compile(r"^[a-z0-9_]+$")
+_VERSION_RE = re.compile(r"^[0-9][0-9a-z.+]*$")
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
 # Directories go into the scripts unquoted.
 _DIR_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
@@ -72,15 +76,25 @@ class NodeUserData:
     # The staging bucket's region (the node signs its S3 GET for it).
     wheel_region: str = "us-east-1"
     jax_extra: str | None = "cuda12"
+    # jax[extra]==jax_version (None: unpinned); the AWS target passes the spec's or the
+    # operator's own version (skyinfra.targets.aws.spec.jax_requirement).
+    jax_version: str | None = None
+    # The uv the node installs first (the operator's version); "" installs none: pip.
+    uv_version: str = ""
     python_packages: Sequence[str] = ()
     # The spec's default (on); 0 or None renders no idle timer.
     idle_shutdown_minutes: int | None = DEFAULT_IDLE_SHUTDOWN_MINUTES
+    # aws.max_lifetime_hours in minutes: the node ends itself once up this long (None: never).
+    max_lifetime_minutes: int | None = None
     ssh_user: str = "ubuntu"
     python: str = "python3"
     node_dir: str = "/opt/skyinfra/node"
     # Overridable so a test can run provision.sh outside /var/lib and /opt.
     state_dir: str = STATE_DIR
     script_dir: str = SCRIPT_DIR
+    config_dir: str = "/etc/skyinfra"
+    # aws.efa: the node's processes get what NCCL needs to use EFA (efa-env.sh).
+    efa: bool = False
     forbidden_values: Iterable[str] = field(default=(), repr=False)
 
 
@@ -118,16 +132,29 @@ def _check_topology(topology_json: str) -> None:
         )
 
 
+def boot_topology(topology: dict[str, Any], node_index: int) -> dict[str, Any]:
+    """The topology as the node gets it at boot: every field, but of the nodes only the head
+    (node 0) and this one. The node check reads its own entry; `run` ships the full topology
+    to every node before each run. Without the trim the user data would grow with the cluster
+    (about 170 bytes a node) and pass EC2's 16 KB, even gzipped, at a few hundred nodes."""
+    nodes = [n for n in topology.get("nodes") or [] if n.get("index") in (0, node_index)]
+    return {**topology, "nodes": nodes}
+
+
 def _check(params: NodeUserData) -> None:
     """Refuse a value skyinfra computed wrongly (RenderError: not the user's spec)."""
     _check_wheel(params)
     if params.jax_extra is not None and not _EXTRA_RE.match(params.jax_extra):
         raise RenderError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
+    for name in ("jax_version", "uv_version"):
+        value = getattr(params, name)
+        if value and not _VERSION_RE.match(value):
+            raise RenderError(name, value, "a version such as 0.10.2")
     if params.idle_shutdown_minutes is not None and params.idle_shutdown_minutes < 0:
         raise RenderError(
             "aws.idle_shutdown_minutes", params.idle_shutdown_minutes, "minutes >= 1, or 0 for off"
         )
-    for name in ("node_dir", "state_dir", "script_dir"):
+    for name in ("node_dir", "state_dir", "script_dir", "config_dir"):
         value = getattr(params, name)
         if not _DIR_RE.match(value):
             raise RenderError(name, value, "an absolute path of letters, digits and _./-")
@@ -142,29 +169,39 @@ def render_user_data(params: NodeUserData) -> str:
     """The node's ``#cloud-config`` document. Raises RenderError for a value the caller should
     never pass, SpecError for a secret the spec would leak into it."""
     _check(params)
-    packages = [f"jax[{params.jax_extra}]"] if params.jax_extra else []
+    pin = f"=={params.jax_version}" if params.jax_version else ""
+    packages = [f"jax[{params.jax_extra}]{pin}"] if params.jax_extra else []
     packages += list(params.python_packages)
     document = templating.render(
         TEMPLATE,
         dict(
             cluster_name=params.cluster_name,
             node_index=params.node_index,
-            topology_json=json.dumps(json.loads(params.topology_json), sort_keys=True),
+            topology_json=json.dumps(
+                boot_topology(json.loads(params.topology_json), params.node_index), sort_keys=True
+            ),
             bootstrap_script=params.bootstrap_script,
-            provision_script=resources.read_text(PROVISION_SCRIPT).rstrip("\n"),
-            idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT).rstrip("\n"),
+            provision_script=resources.read_text(PROVISION_SCRIPT),
+            idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT),
             wheel_url=params.wheel_url,
             wheel_region=params.wheel_region,
             fetch_script=resources.read_text(FETCH_SCRIPT),
+            check_script=resources.read_text(CHECK_SCRIPT),
+            efa_env_script=resources.read_text(EFA_ENV_SCRIPT) if params.efa else None,
+            node_env_file=NODE_ENV_FILE,
             wheel_sha256=params.wheel_sha256,
             wheel_filename=params.wheel_filename,
             python=params.python,
             packages=packages,
-            find_links=[JAX_FIND_LINKS] if params.jax_extra else [],
+            # No find-links: JAX's CUDA wheels are on PyPI; Google's release page is only for
+            # old jaxlib builds (https://docs.jax.dev/en/latest/installation.html).
+            find_links=[],
+            uv_version=params.uv_version,
             idle_shutdown_minutes=params.idle_shutdown_minutes or 0,
+            max_lifetime_minutes=params.max_lifetime_minutes or 0,
             ssh_user=params.ssh_user,
             node_dir=params.node_dir,
-            config_dir="/etc/skyinfra",
+            config_dir=params.config_dir,
             script_dir=params.script_dir,
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,

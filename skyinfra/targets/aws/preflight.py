@@ -23,11 +23,24 @@ from skyinfra.errors import PreflightError
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.session import AwsClients
 
-# The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), through its public SSM
-# parameter: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
-DEFAULT_DLAMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+# The Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 24.04, through its public SSM
+# parameter (https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html), for the
+# instance type's architecture. Ubuntu 24.04 because its python3 is 3.12: the 22.04 image's
+# 3.10 caps jax at 0.6.2 (jax >= 0.7 needs 3.11, jax[cuda13] first exists in 0.7) and Keras
+# at 3.12; the DLAMI release notes give each image's python_location.
+DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 )
+DLAMI_ARCHITECTURES = ("x86_64", "arm64")
+DEFAULT_DLAMI_PARAMETER = DLAMI_PARAMETER.format(arch="x86_64")
+
+# Service Quotas code of "EC2-VPC Elastic IPs" (5 per region unless raised): an EFA node
+# reachable from outside takes one (infra/modules/aws/nodes, aws_eip.node).
+# https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html
+EIP_QUOTA = ("L-0263D0A3", "EC2-VPC Elastic IPs")
+# Service Quotas code of "Network interfaces per Region" (service vpc, 5000 by default): an
+# EFA node has one interface per network card, 32 on a p5.48xlarge.
+ENI_QUOTA = ("L-DF5E4CA3", "Network interfaces per Region")
 
 # Service Quotas codes of the EC2 "Running On-Demand <class> instances" quotas, which count
 # vCPUs across every running instance of the class in the region:
@@ -81,6 +94,8 @@ class InstanceTypeFacts:
     gpu_name: str | None
     gpu_count: int
     efa_interface_count: int
+    # ProcessorInfo.SupportedArchitectures: x86_64, arm64 (g5g), i386 ...
+    architectures: tuple[str, ...] = ("x86_64",)
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> InstanceTypeFacts:
@@ -96,7 +111,23 @@ class InstanceTypeFacts:
             gpu_name=str(gpus[0]["Name"]) if gpus else None,
             gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
             efa_interface_count=efa,
+            architectures=tuple(
+                str(a) for a in (info.get("ProcessorInfo") or {}).get("SupportedArchitectures", [])
+            )
+            or ("x86_64",),
         )
+
+
+def dlami_parameter(architectures: tuple[str, ...]) -> str:
+    """The DLAMI's SSM parameter for an instance type's architectures (arm64 for Graviton
+    GPU types such as g5g: an x86_64 image would be refused by RunInstances)."""
+    for arch in DLAMI_ARCHITECTURES:
+        if arch in architectures:
+            return DLAMI_PARAMETER.format(arch=arch)
+    raise PreflightError(
+        f"no Deep Learning AMI for architectures {list(architectures)}: skyinfra knows "
+        f"{list(DLAMI_ARCHITECTURES)}. Set aws.ami to an AMI of that architecture."
+    )
 
 
 # An instance type the lookups could not describe (only with the checks off).
@@ -119,6 +150,8 @@ class PreflightResult:
     quota_vcpus: float | None
     running_vcpus: int
     warnings: list[str] = field(default_factory=list)
+    # The type's ProcessorInfo.SupportedArchitectures; empty when it was not described.
+    architectures: tuple[str, ...] = ()
 
     @property
     def accelerator(self) -> tuple[str, int] | None:
@@ -257,11 +290,11 @@ def running_vcpus(ec2: Any, klass: str, vcpus_of: Callable[[str], int]) -> int:
     return total
 
 
-def quota_vcpus(quotas: Any, quota_code: str) -> float | None:
+def quota_vcpus(quotas: Any, quota_code: str, service: str = "ec2") -> float | None:
     """The applied quota value, else the AWS default, else None (no answer)."""
     for call in (quotas.get_service_quota, quotas.get_aws_default_service_quota):
         try:
-            return float(call(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]["Value"])
+            return float(call(ServiceCode=service, QuotaCode=quota_code)["Quota"]["Value"])
         except (ClientError, KeyError):
             continue
     return None
@@ -338,6 +371,45 @@ def _check_quota(
     return quota, running
 
 
+def _check_efa_quotas(clients: AwsClients, nodes: int, cards: int, warnings: list[str]) -> None:
+    """PreflightError when the EFA nodes' Elastic IPs (one each) or network interfaces (one
+    per card each) would pass the region's quota; a warning when a quota has no answer."""
+    ec2 = clients.client("ec2")
+    allocated = len(ec2.describe_addresses()["Addresses"])
+    interfaces = sum(
+        len(page["NetworkInterfaces"])
+        for page in ec2.get_paginator("describe_network_interfaces").paginate()
+    )
+    wanted = (
+        (
+            EIP_QUOTA,
+            "ec2",
+            nodes,
+            allocated,
+            "each EFA node is reached through an Elastic IP "
+            "(AWS gives no public address to an instance with EFA interfaces)",
+        ),
+        (
+            ENI_QUOTA,
+            "vpc",
+            nodes * cards,
+            interfaces,
+            f"each node has {cards} EFA interface(s), one per network card",
+        ),
+    )
+    for (code, title), service, needed, used, why in wanted:
+        quota = quota_vcpus(clients.client("service-quotas"), code, service)
+        if quota is None:
+            warnings.append(f"Service Quotas gave no answer for {title} ({code}); not checked")
+        elif used + needed > quota:
+            raise PreflightError(
+                f"not enough {title} quota: {why}; {needed} are needed, {used} are in use and "
+                f"{title} ({code}) is {quota:g} in {clients.region}. Request an increase in "
+                f"the Service Quotas console (quota {code}), free unused ones, or ask for "
+                "fewer nodes."
+            )
+
+
 def run_preflight(
     *,
     region: str,
@@ -345,7 +417,8 @@ def run_preflight(
     node_count: int,
     availability_zone: str | None = None,
     ami_id: str | None = None,
-    ami_parameter: str = DEFAULT_DLAMI_PARAMETER,
+    ami_parameter: str | None = None,
+    efa: bool = False,
     session: boto3.session.Session | None = None,
     emulator: Emulator | None = None,
     clients: AwsClients | None = None,
@@ -355,7 +428,9 @@ def run_preflight(
     Terraform runs before this passes.
 
     ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
-    behind ``ami_parameter``. ``clients`` (else made from ``session`` and ``emulator``) lets
+    behind ``ami_parameter``, else the DLAMI for the type's architecture. ``efa``:
+    the nodes get EFA interfaces and Elastic IPs, checked against the region's quotas.
+    ``clients`` (else made from ``session`` and ``emulator``) lets
     the caller share its boto3 clients.
 
     ``checks=False`` (``--skip-preflight``): the same lookups without the checks (offering in
@@ -373,7 +448,11 @@ def run_preflight(
         )
         if checks:
             check_offered(ec2, instance_type, zone)
-        ami = ami_id or resolve_ami(clients.client("ssm"), ami_parameter)
+        ami = ami_id or resolve_ami(
+            clients.client("ssm"), ami_parameter or dlami_parameter(facts.architectures)
+        )
+        if checks and efa and facts.efa_interface_count:
+            _check_efa_quotas(clients, node_count, facts.efa_interface_count, warnings)
         quota, running = (
             _check_quota(
                 clients,
@@ -398,4 +477,5 @@ def run_preflight(
         quota_vcpus=quota,
         running_vcpus=running,
         warnings=warnings,
+        architectures=() if facts is UNDESCRIBED else facts.architectures,
     )

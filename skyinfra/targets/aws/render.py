@@ -17,6 +17,12 @@ from dataclasses import dataclass, field
 from skyinfra.errors import InternalError, RenderError, SpecError
 from skyinfra.render import render_root
 from skyinfra.spec import check_name
+from skyinfra.targets.aws.addressing import (
+    DEFAULT_HOST_OFFSET,
+    DEFAULT_VPC_CIDR,
+    RESERVED_LOW,
+    max_nodes,
+)
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.spec import AMI_EXPECTED, AMI_RE, MAX_AWS_NODES, check_ssh_cidrs
 
@@ -55,11 +61,12 @@ class AwsClusterParams:
     root_volume_size_gb: int = 200
     placement_group: bool = False
     efa_interface_count: int = 0
-    vpc_cidr_block: str = "10.42.0.0/16"
+    vpc_cidr_block: str = DEFAULT_VPC_CIDR
+    # skyinfra's own subnet is sized for the cluster by addressing.subnet_for (the target).
     subnet_cidr_block: str = "10.42.0.0/24"
     existing_vpc_id: str | None = None
     existing_subnet_id: str | None = None
-    private_ip_host_offset: int = 10
+    private_ip_host_offset: int = DEFAULT_HOST_OFFSET
     head_port: int = 29500
     # GPU name and count per node (DescribeInstanceTypes GpuInfo), or None for none/unknown.
     accelerator: tuple[str, int] | None = None
@@ -105,24 +112,34 @@ def encode_user_data(document: str) -> dict[str, str]:
 
 
 def _check_network(params: AwsClusterParams) -> None:
-    """The spec's subnet (both ids or neither), or room for the nodes in skyinfra's own."""
+    """The spec's subnet (both ids or neither), and room for the nodes' addresses in it or in
+    skyinfra's own."""
     if (params.existing_vpc_id is None) != (params.existing_subnet_id is None):
         # The target resolves the VPC from aws.subnet_id: one without the other is a bug.
         raise InternalError(
             f"existing_vpc_id={params.existing_vpc_id!r} and "
             f"existing_subnet_id={params.existing_subnet_id!r}: both or neither"
         )
-    if params.existing_subnet_id is not None:
-        return
     subnet = ipaddress.ip_network(params.subnet_cidr_block, strict=False)
-    last_needed = params.private_ip_host_offset + params.node_count - 1
-    # AWS reserves the first four and the last address of every subnet.
-    if params.private_ip_host_offset < 4 or last_needed > subnet.num_addresses - 2:
+    if params.existing_subnet_id is None:
+        vpc = ipaddress.ip_network(params.vpc_cidr_block, strict=False)
+        if not subnet.subnet_of(vpc):  # type: ignore[arg-type]
+            raise InternalError(f"subnet {subnet} does not lie in the VPC {vpc}")
+    # One fixed address per node (EFA-only interfaces hold none: addressing.py); AWS keeps
+    # the first four and the last address of every subnet.
+    room = max_nodes(
+        params.subnet_cidr_block, params.private_ip_host_offset, params.efa_interface_count
+    )
+    if params.private_ip_host_offset < RESERVED_LOW or params.node_count > room:
+        where = f"subnet {params.subnet_cidr_block}" + (
+            f" ({params.existing_subnet_id}, aws.subnet_id)" if params.existing_subnet_id else ""
+        )
         raise SpecError(
             "nodes",
             params.node_count,
-            f"at most {subnet.num_addresses - 1 - params.private_ip_host_offset} nodes "
-            f"in subnet {params.subnet_cidr_block} from host {params.private_ip_host_offset}",
+            f"at most {room} nodes: one fixed private address each, from host "
+            f"{params.private_ip_host_offset} of {where} (AWS reserves the subnet's first "
+            "four and last addresses)",
         )
 
 

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from skyinfra.errors import PreflightError, SpecError, WorkspaceError
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.ami import resolve_login_user
+from skyinfra.targets.aws.ami import check_image_architecture, resolve_login_user
 from skyinfra.targets.aws.preflight import aws_errors, check_credentials, run_preflight
 from skyinfra.targets.aws.render import TFVARS_FILE
 from skyinfra.targets.aws.session import AwsClients
@@ -150,6 +150,8 @@ def resolve(
         ami_id=ami,
         clients=clients,
         checks=not skip_preflight,
+        # EFA nodes: an Elastic IP each, an interface per card (infra/modules/aws/nodes).
+        efa=spec_aws.efa,
     )
     for message in found.warnings:
         warn(message)
@@ -158,6 +160,8 @@ def resolve(
             f"instance type {spec_aws.instance_type!r} has no EFA interfaces; set aws.efa = false "
             "or pick an EFA type (for example p4d.24xlarge or p5.48xlarge)"
         )
+    if not skip_preflight:
+        check_image_architecture(clients, found.ami_id, found.architectures, spec_aws.instance_type)
     user = resolve_login_user(clients, spec_aws, found.ami_id, warn=warn, strict=not skip_preflight)
     return Resolved(
         account_id=account,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -10,15 +11,16 @@ from typing import Any
 
 from skyinfra.errors import SpecError
 from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
+from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 from skyinfra.targets.aws.capacity import parse_zones
 
 # The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
 # image that brings its own).
 NO_JAX = "none"
 JAX_EXTRAS = ("cuda12", "cuda13", "cpu", NO_JAX)
-# The nodes module accepts 1..64 (fixed private addresses in one subnet); match it here so
-# the error comes from the spec, before anything runs.
-MAX_AWS_NODES = 64
+# As many nodes as the default VPC holds (one fixed private address each, addressing.py);
+# the renderer checks a smaller or existing subnet, the preflight the account's quotas.
+MAX_AWS_NODES = MAX_NODES_DEFAULT_VPC
 # The private key `run` reaches AWS nodes with; its public half (<path>.pub) is installed.
 DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
 # Idle shutdown is on by default: a forgotten GPU node ends itself after an hour idle.
@@ -35,6 +37,7 @@ _VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 # the AWS target renders, not here (validation stays pure).
 _SSH_KEY_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
 _CAPACITY_RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_JAX_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+]*)$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 AWS_KEYS = (
@@ -51,11 +54,15 @@ AWS_KEYS = (
     "efa",
     "idle_shutdown_minutes",
     "jax_extra",
+    "jax_version",
     "allow_ssh_from_anywhere",
     # Capacity (issue 13): candidate zones in order, and a capacity reservation to launch into.
     "zones",
     "capacity_reservation_id",
+    "max_lifetime_hours",
 )
+# The longest max_lifetime_hours: 30 days.
+MAX_LIFETIME_HOURS = 30 * 24
 
 
 @dataclass(frozen=True)
@@ -71,18 +78,26 @@ class AwsSpec:
     ssh_user: str | None = None
     subnet_id: str | None = None
     vpc_id: str | None = None
+    # Parsing defaults it to ``efa``: AWS recommends running EFA instances in a cluster
+    # placement group (https://docs.aws.amazon.com/parallelcluster/latest/ug/efa-v3.html,
+    # https://docs.aws.amazon.com/pcs/latest/userguide/working-with_networking_efa_create-placement-group.html).
     placement_group: bool = False
     efa: bool = False
     # Minutes without a skyinfra process before a node shuts itself down (and so terminates);
     # 0 turns the idle timer off.
     idle_shutdown_minutes: int = DEFAULT_IDLE_SHUTDOWN_MINUTES
     jax_extra: str = "cuda12"
+    # The jax version the nodes install; None: the operator's own (jax_requirement()).
+    jax_version: str | None = None
     # 0.0.0.0/0 in ssh_cidrs opens port 22 to the internet: only when asked for by name.
     allow_ssh_from_anywhere: bool = False
     # Availability zones `up` may use, in order (empty: every zone offering the type).
     zones: tuple[str, ...] = ()
     # An On-Demand Capacity Reservation or Capacity Block (cr-...): fixes the zone.
     capacity_reservation_id: str | None = None
+    # Hours after launch when a node ends itself, busy or not (idle-check.sh); None: no limit.
+    # `skyinfra plan` prices the cluster's lifetime from it.
+    max_lifetime_hours: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The table as the spec file holds it (absent optional values left out)."""
@@ -137,6 +152,18 @@ def check_ssh_cidrs(value: Any, *, allow_anywhere: bool) -> tuple[str, ...]:
     return tuple(value)
 
 
+def check_jax_extra(value: Any) -> str:
+    """The jax[EXTRA] nodes install. pip drops an extra the chosen jax lacks with only a
+    warning (and then installs a CPU-only jaxlib), so an unknown one is refused here."""
+    if value not in JAX_EXTRAS:
+        raise SpecError(
+            "aws.jax_extra",
+            value,
+            f"one of {list(JAX_EXTRAS)} (cuda12/cuda13: NVIDIA GPUs; cpu; none: no jax)",
+        )
+    return str(value)
+
+
 def _idle_minutes(raw: Mapping[str, Any]) -> int:
     value = raw.get("idle_shutdown_minutes", DEFAULT_IDLE_SHUTDOWN_MINUTES)
     if (
@@ -148,6 +175,24 @@ def _idle_minutes(raw: Mapping[str, Any]) -> int:
             "aws.idle_shutdown_minutes",
             value,
             f"0 (idle shutdown off) or minutes from {MIN_IDLE_SHUTDOWN_MINUTES} to {7 * 24 * 60}",
+        )
+    return value
+
+
+def _lifetime_hours(raw: Mapping[str, Any]) -> float | None:
+    value = raw.get("max_lifetime_hours")
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0.1 <= value <= MAX_LIFETIME_HOURS
+    ):
+        raise SpecError(
+            "aws.max_lifetime_hours",
+            value,
+            f"hours from 0.1 to {MAX_LIFETIME_HOURS} after which every node ends itself "
+            "(absent: no limit)",
         )
     return value
 
@@ -172,9 +217,8 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         raise SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
     allow_anywhere = read_bool(raw, "allow_ssh_from_anywhere", "aws.allow_ssh_from_anywhere", False)
     cidrs = check_ssh_cidrs(raw.get("ssh_cidrs"), allow_anywhere=allow_anywhere)
-    jax_extra = raw.get("jax_extra", "cuda12")
-    if jax_extra not in JAX_EXTRAS:
-        raise SpecError("aws.jax_extra", jax_extra, f"one of {list(JAX_EXTRAS)}")
+    jax_extra = check_jax_extra(raw.get("jax_extra", "cuda12"))
+    efa = read_bool(raw, "efa", "aws.efa", False)
     return AwsSpec(
         region=region,
         instance_type=instance_type,
@@ -195,10 +239,14 @@ def parse_aws_section(raw: Any) -> AwsSpec:
             raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
         ),
         vpc_id=read_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
-        placement_group=read_bool(raw, "placement_group", "aws.placement_group", False),
-        efa=read_bool(raw, "efa", "aws.efa", False),
+        placement_group=read_bool(raw, "placement_group", "aws.placement_group", efa),
+        efa=efa,
         idle_shutdown_minutes=_idle_minutes(raw),
         jax_extra=jax_extra,
+        max_lifetime_hours=_lifetime_hours(raw),
+        jax_version=read_str(
+            raw, "jax_version", "aws.jax_version", _JAX_VERSION_RE, "a jax version such as '0.10.2'"
+        ),
         zones=parse_zones(raw["zones"], "aws.zones", region) if "zones" in raw else (),
         capacity_reservation_id=read_str(
             raw,
@@ -208,3 +256,21 @@ def parse_aws_section(raw: Any) -> AwsSpec:
             "a capacity reservation id like 'cr-0123456789abcdef0' (ODCR or Capacity Block)",
         ),
     )
+
+
+def operator_jax_version() -> str | None:
+    """The jax installed beside skyinfra (what the user tested with); None without one."""
+    try:
+        return importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def jax_requirement(spec_aws: AwsSpec, operator_version: str | None = None) -> str | None:
+    """What every node installs: ``jax[EXTRA]==VERSION`` with aws.jax_version, else the
+    operator's jax version (``operator_version``; looked up when None), so that nodes run the
+    jax the code was tested with; unpinned without either; None for jax_extra = "none"."""
+    if spec_aws.jax_extra == NO_JAX:
+        return None
+    version = spec_aws.jax_version or operator_version or operator_jax_version()
+    return f"jax[{spec_aws.jax_extra}]" + (f"=={version}" if version else "")

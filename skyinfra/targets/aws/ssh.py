@@ -30,7 +30,7 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import HostKeyChangedError, TransportError
-from skyinfra.targets.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
+from skyinfra.targets.aws.cloudinit import FAILED_MARKER, NODE_ENV_FILE, OUTPUT_LOG, READY_MARKER
 from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS, parse_probe_output, probe_script
 from skyinfra.transport.base import IgnoreFn, Readiness
 
@@ -312,6 +312,15 @@ class SshTransport:
         if client is not None:
             client.close()
 
+    def ssh_client(self, node: int) -> paramiko.SSHClient:
+        """The node's connection (made on first use, host key pinned): for tools that speak
+        SSH themselves, such as `skyinfra verify`'s testinfra hosts."""
+        return self._client(node)
+
+    def forget(self, node: int) -> None:
+        """Drop the node's connection; the next use connects again (and checks the key)."""
+        self._drop(node)
+
     def close(self) -> None:
         with self._lock:
             for client in self._clients.values():
@@ -411,6 +420,7 @@ class SshTransport:
         root = self.node_root(node)
         pid_file = posixpath.join(root, "pids", f"{tag}.pid")
         venv = posixpath.join(root, "venv")
+        node_env = posixpath.join(root, NODE_ENV_FILE)
         exports = "".join(
             f"export {name}={shlex.quote(value)}; "
             for name, value in {
@@ -424,6 +434,9 @@ class SshTransport:
             f"mkdir -p {shlex.quote(posixpath.dirname(pid_file))} && "
             f'echo "$$ $({_START_TIME} $$)" > {shlex.quote(pid_file)} && '
             f"cd {shlex.quote(cwd)} && "
+            # The node's own environment (cloudinit.NODE_ENV_FILE: NCCL over EFA), before
+            # the caller's variables, which win.
+            f"if [ -r {shlex.quote(node_env)} ]; then . {shlex.quote(node_env)}; fi; "
             f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'
             f"exec {shlex.join(argv)}"
         )

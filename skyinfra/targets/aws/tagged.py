@@ -90,6 +90,8 @@ def _ec2_kinds(ec2: Any) -> list[tuple[str, Callable[[list[dict[str, Any]]], Ite
                 "internet-gateway",
             ),
         ),
+        # An EFA node's Elastic IP (billed while allocated, attached or not).
+        ("elastic-ip", simple("describe_addresses", "Addresses", "AllocationId", "elastic-ip")),
         ("vpc", simple("describe_vpcs", "Vpcs", "VpcId", "vpc")),
         ("key-pair", simple("describe_key_pairs", "KeyPairs", "KeyName", "key-pair")),
     ]

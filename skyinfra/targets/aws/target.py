@@ -20,7 +20,9 @@ readiness.py (reaching nodes).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,10 +31,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from skyinfra import timeline
 from skyinfra.errors import ConfigError, WorkspaceError
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import failover
+from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
 from skyinfra.targets.aws.capacity import CapacityLog
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
@@ -54,7 +58,14 @@ from skyinfra.targets.aws.render import (
 )
 from skyinfra.targets.aws.resolve import Resolved, resolve
 from skyinfra.targets.aws.session import AwsClients
-from skyinfra.targets.aws.spec import MAX_AWS_NODES, NO_JAX, AwsSpec, parse_aws_section
+from skyinfra.targets.aws.spec import (
+    MAX_AWS_NODES,
+    NO_JAX,
+    AwsSpec,
+    jax_requirement,
+    operator_jax_version,
+    parse_aws_section,
+)
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
 from skyinfra.targets.aws.staging import (
     StagedWheel,
@@ -120,6 +131,8 @@ def cluster_params(
         tags[WORKSPACE_TAG] = ws_id
     if resolved is not None and resolved.subnet_cidr_block:
         extra["subnet_cidr_block"] = resolved.subnet_cidr_block
+    else:  # skyinfra's own subnet: a /24, or larger when the nodes need it (addressing.py)
+        extra["subnet_cidr_block"] = subnet_for(spec.nodes)
     return AwsClusterParams(
         cluster_name=spec.name,
         region=spec_aws.region,
@@ -190,15 +203,31 @@ def _user_data(
                 wheel_filename=staged.filename,
                 bootstrap_script=bootstrap,
                 jax_extra=None if spec_aws.jax_extra == NO_JAX else spec_aws.jax_extra,
+                jax_version=spec_aws.jax_version or operator_jax_version(),
+                uv_version=operator_uv_version(),
                 python_packages=spec.python_packages,
                 idle_shutdown_minutes=spec_aws.idle_shutdown_minutes,
+                max_lifetime_minutes=(
+                    None
+                    if spec_aws.max_lifetime_hours is None
+                    else math.ceil(spec_aws.max_lifetime_hours * 60)
+                ),
                 ssh_user=resolved.ssh_user,
                 node_dir=NODE_DIR,
+                efa=spec_aws.efa,
                 forbidden_values=forbidden,
             )
         )
         for index, name in enumerate(node_names(spec.nodes))
     }
+
+
+def operator_uv_version() -> str:
+    """The operator's uv version, which the nodes install first; "" without one (pip)."""
+    try:
+        return importlib.metadata.version("uv")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel, ws_id: str) -> str:
@@ -214,6 +243,8 @@ def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel,
         "ssh_user": resolved.ssh_user,
         "wheel": f"s3://{staged.bucket}/{staged.key}",
         "wheel_sha256": staged.sha256,
+        # What the nodes install (status shows it): the spec's or the operator's jax.
+        "jax": jax_requirement(spec_aws),
     }
     return json.dumps(settings, indent=2) + "\n"
 
@@ -238,7 +269,9 @@ def render_files(
     clients = AwsClients(session or boto3.session.Session(), spec_aws.region, emulator_from_env())
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
+    timeline.lap("validate")
     resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight, zone=zone)
+    timeline.lap("preflight and lookups")
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
     prefix = staging_prefix(spec.name, ws_id)
@@ -265,6 +298,7 @@ def render_files(
         f"[skyinfra] runtime wheel staged at s3://{staged.bucket}/{staged.key} "
         "(readable by the nodes' role only)"
     )
+    timeline.lap("wheel build and staging")
 
     topology = preboot_topology(spec, params)
     user_data = _user_data(spec, resolved, staged, topology, clients.secret_values())
@@ -277,6 +311,7 @@ def render_files(
     files.update(module_files(*AWS_MODULES))
     files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged, ws_id)
     files.update(workspace_id_file(ws_id))
+    timeline.lap("render")
     return files
 
 
@@ -387,6 +422,7 @@ SKIP_PREFLIGHT = TargetOption(
     flag="--skip-preflight",
     help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
     "quota); values such as the AMI id are still looked up.",
+    commands=("up", "plan", "render"),
 )
 
 
@@ -483,6 +519,12 @@ class AwsTarget:
         if connect_timeout_s is None:
             return transport(ws, spec, topology)
         return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+    def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
+        """What the nodes install, as `up` rendered it (status shows the jax pin)."""
+        settings_file = ws.path / TARGET_FILE
+        jax = ws.read_json(settings_file).get("jax") if settings_file.is_file() else None
+        return {"jax": str(jax)} if jax else {}
 
     def nodes_to_replace(
         self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from skyinfra import render
-from skyinfra.errors import SpecError
+from skyinfra import render, timeline
+from skyinfra.errors import ConfigError, SpecError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, TargetOption, TargetOptions
 from skyinfra.targets.local.processes import end_processes
@@ -29,8 +29,31 @@ from skyinfra.workspace import Workspace
 if TYPE_CHECKING:
     from skyinfra.targets.base import Target
 
+# uv's package cache, one per workspace, shared by all of the cluster's nodes: the first node
+# fills it and the others link from it (uv's cache is safe for concurrent use).
+UV_CACHE_DIR = "uv-cache"
+# "pip" makes the nodes install with pip even where uv is at hand (to compare; `make bench`).
+INSTALLER_ENV = "SKYINFRA_NODE_INSTALLER"
+
 # A node's resource in the rendered root module (infra/modules/local).
 NODE_ADDRESS = re.compile(r'^module\.nodes\.terraform_data\.node\["(node-\d+)"\]$')
+
+
+def operator_uv() -> str:
+    """The uv binary of the operator's own installation (the `uv` package, a dependency of
+    skyinfra); empty when it cannot be found or $SKYINFRA_NODE_INSTALLER is "pip", and the
+    nodes then install with pip."""
+    installer = os.environ.get(INSTALLER_ENV, "uv")
+    if installer not in ("uv", "pip"):
+        raise ConfigError(INSTALLER_ENV, installer, '"uv" (the default) or "pip"')
+    if installer == "pip":
+        return ""
+    try:
+        import uv  # optional at run time: pip is the fallback
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return ""
 
 
 def local_context(
@@ -40,6 +63,8 @@ def local_context(
     python: str,
     wheel_path: Path,
     wheel_sha256: str,
+    uv: str = "",
+    uv_cache_dir: str = "",
 ) -> dict[str, Any]:
     """The values of the local root module's templates (pure)."""
     local = spec.section_as(LocalSpec)
@@ -55,6 +80,8 @@ def local_context(
         "wheel_path": str(wheel_path),
         "wheel_sha256": wheel_sha256,
         "python_packages": list(spec.python_packages),
+        "uv": uv,
+        "uv_cache_dir": uv_cache_dir,
     }
 
 
@@ -69,6 +96,8 @@ LOCAL_TFVARS = (
     "wheel_path",
     "wheel_sha256",
     "python_packages",
+    "uv",
+    "uv_cache_dir",
 )
 
 
@@ -142,16 +171,22 @@ class LocalTarget:
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
         check_head_port(spec, ws)
+        timeline.lap("validate and port check")
         local = spec.section_as(LocalSpec)
         wheel = build_runtime_wheel()
+        timeline.lap("wheel build")
         context = local_context(
             spec,
             node_root=ws.nodes_dir,
             python=local.python or sys.executable,
             wheel_path=wheel.path,
             wheel_sha256=wheel.sha256,
+            uv=operator_uv(),
+            uv_cache_dir=str(ws.path / UV_CACHE_DIR),
         )
-        return local_files(context)
+        files = local_files(context)
+        timeline.lap("render")
+        return files
 
     def transport(
         self,

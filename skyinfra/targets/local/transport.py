@@ -25,6 +25,15 @@ from skyinfra.transport.base import IgnoreFn, Readiness
 _DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
 
 
+def node_environment(node_dir: Path) -> dict[str, str]:
+    """The environment a node's processes get: this one's, minus the operator's Python
+    settings, with the node's venv first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env["PATH"] = f"{node_dir / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(node_dir / "venv")
+    return env
+
+
 def node_problem(node_dir: Path) -> str | None:
     """Why ``node_dir`` is not a usable node (None: it is): what `status` reports as failed
     and `up` replaces."""
@@ -122,10 +131,7 @@ class LocalTransport:
         self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
     ) -> LocalProcess:
         node_dir = self._dir(node)
-        venv_bin = node_dir / "venv" / "bin"
-        full_env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
-        full_env["PATH"] = f"{venv_bin}{os.pathsep}{full_env.get('PATH', '')}"
-        full_env["VIRTUAL_ENV"] = str(node_dir / "venv")
+        full_env = node_environment(node_dir)
         full_env.update(env)
         full_env[NODE_ENV] = str(node_dir)  # how `down` finds every process of the node
         try:

@@ -38,12 +38,14 @@ from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.terraform import MIRROR_ENV
+from skyinfra.terraform.external import ENGINE_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT, content_of, skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
+from tests.support.engines import terraform_binary
 
 # moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
 UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
@@ -184,7 +186,20 @@ def test_up_twice_status_down_through_the_cli(
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    # This test drives an external terraform binary (--terraform-bin's variable), with the
+    # state in the emulator's S3; the other AWS tests here drive the embedded one, with local
+    # state: the AWS target against moto with each engine.
+    cli_env = {**cli_env, ENGINE_ENV: terraform_binary(tmp_path)}
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
+    s3.create_bucket(Bucket="cli-two-state")
+    spec = write_spec(project / "skyinfra.toml", "cli-two", "t3.micro", ssh_key)
+    spec.write_text('backend = "s3://cli-two-state/team"\n' + spec.read_text())
+
+    def saved_state() -> dict[str, Any]:
+        body = s3.get_object(Bucket="cli-two-state", Key="team/cli-two/terraform.tfstate")["Body"]
+        state: dict[str, Any] = json.loads(body.read())
+        return state
+
     (project / "train.py").write_text("def main():\n    pass\n")  # `run` checks ENTRY first
     ws = project / ".skyinfra" / "clusters" / "cli-two"
 
@@ -227,7 +242,7 @@ def test_up_twice_status_down_through_the_cli(
             )["Volumes"]
             assert [(v["VolumeType"], v["Encrypted"]) for v in root] == [("gp3", True)]
         # The root module's `nodes` output (keyed by node name, with the zone) as applied.
-        outputs = json.loads((ws / "terraform.tfstate").read_text())["outputs"]
+        outputs = saved_state()["outputs"]
         assert {
             name: (o["index"], o["instance_id"], o["private_ip"], o["availability_zone"])
             for name, o in outputs["nodes"]["value"].items()
@@ -247,7 +262,9 @@ def test_up_twice_status_down_through_the_cli(
         assert user_data.startswith("#cloud-config")
         assert "skyinfra-idle.timer" in user_data
         # provision.sh hands the node folder to the login user its settings name.
-        assert "SSH_USER=ubuntu\n" in user_data and 'chown -R "$SSH_USER:$SSH_USER"' in user_data
+        written = {f["path"]: content_of(f) for f in yaml.safe_load(user_data)["write_files"]}
+        assert "SSH_USER=ubuntu\n" in written["/opt/skyinfra/provision-settings.sh"]
+        assert 'chown -R "$SSH_USER:$SSH_USER"' in written["/opt/skyinfra/provision.sh"]
         assert json.loads((ws / TARGET_FILE).read_text())["ssh_user"] == "ubuntu"
 
         # A new DLAMI release must not replace the nodes: the second `up` reuses the pinned id.
@@ -264,6 +281,11 @@ def test_up_twice_status_down_through_the_cli(
         assert status.returncode == 0, status.stdout + status.stderr
         info = json.loads(status.stdout)
         assert (info["cluster"], info["provider"], info["state"]) == ("cli-two", "aws", "up")
+        assert info["engine"].startswith("terraform ") and "embedded" not in info["engine"]
+        assert info["backend"] == "s3://cli-two-state/team"
+        assert not (ws / "terraform.tfstate").exists()
+        state_keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cli-two-state")["Contents"]]
+        assert state_keys == ["team/cli-two/terraform.tfstate"]
         assert [(n["name"], n["instance_id"]) for n in info["nodes"]] == [
             (n["name"], n["instance_id"]) for n in nodes
         ]
@@ -300,8 +322,7 @@ def test_up_twice_status_down_through_the_cli(
         down = skyinfra("down", "--yes", cwd=project, env=cli_env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert count_cluster_resources(ec2, "cli-two") == NO_SPACE
-    state = json.loads((ws / "terraform.tfstate").read_text())
-    assert state["resources"] == []
+    assert saved_state()["resources"] == []
     assert not (ws / "topology.json").exists()
 
 

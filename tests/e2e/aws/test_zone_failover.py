@@ -127,7 +127,7 @@ def test_every_zone_refusing_leaves_nothing_and_prints_the_attempts(
     project = project_with_spec(tmp_path, "cap-none", ssh_key, 'zones = ["a"]\n')
     proxy.refuse[A] = insufficient_capacity()
     up = skyinfra("up", cwd=project, env=env, timeout=TIMEOUT_S)
-    assert up.returncode == 7, up.stdout + up.stderr  # exitcodes.NO_CAPACITY
+    assert up.returncode == 10, up.stdout + up.stderr  # exitcodes.NO_CAPACITY
     err = up.stderr
     assert "error: no zone had capacity for 2 x t3.micro of cluster 'cap-none'; attempts:" in err
     table = err.split("attempts:\n")[1].splitlines()

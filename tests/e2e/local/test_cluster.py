@@ -63,9 +63,9 @@ def results(stdout: str, run_root: Path) -> list[dict[str, object]]:
 def cluster(
     project: Path, clean_env: dict[str, str], request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, Path]]:
-    plugins: list[str] = request.param
+    plugins: list[str] = request.param  # plugin flags; an item starting with -- is a flag
     name = "e2e"
-    flags = [f for p in plugins for f in ("--plugin", p)]
+    flags = [f for p in plugins for f in ((p,) if p.startswith("--") else ("--plugin", p))]
     up = cli(["up", "--name", name, "--nodes", "2", *flags], project, clean_env)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
@@ -102,9 +102,17 @@ def test_keras_digits_same_weights_on_both_nodes(
     assert (node0 / "examples" / "keras_digits.py").is_file()
     assert not (node0 / "big.bin").exists()
     assert not (node0 / ".skyinfra").exists()
+    # The nodes were made with the operator's uv, and `up` left its timeline: every stage
+    # and each node's bootstrap (its resource's apply) with a duration.
+    ws = project / ".skyinfra" / "clusters" / name
+    assert "uv = " in (ws / "nodes" / "node-0" / "venv" / "pyvenv.cfg").read_text()
+    timeline = json.loads((ws / "timeline.json").read_text())
+    names = [stage["name"] for stage in timeline["stages"]]
+    assert {"wheel build", "terraform init", "terraform plan", "terraform apply"} <= set(names)
+    assert sum(name.endswith('node["node-1"]') for name in names) == 1
 
 
-@pytest.mark.parametrize("cluster", [["torch"]], indirect=True)
+@pytest.mark.parametrize("cluster", [["torch", "--procs-per-node=2"]], indirect=True)
 def test_torch_ddp_same_weights_on_both_nodes(
     cluster: tuple[str, Path], clean_env: dict[str, str]
 ) -> None:
@@ -112,8 +120,17 @@ def test_torch_ddp_same_weights_on_both_nodes(
     run = cli(["run", "--cluster", name, "examples/torch_ddp.py:main"], project, clean_env)
     assert run.returncode == 0, run.stdout + run.stderr
     values = results(run.stdout, project / ".skyinfra" / "clusters" / name / "runs")
-    assert sorted(v["rank"] for v in values) == [0, 1]
-    assert values[0]["weights_sha256"] == values[1]["weights_sha256"]
+    assert sorted(v["rank"] for v in values) == [0, 1, 2, 3]  # 2 nodes x 2 processes
+    assert len({v["weights_sha256"] for v in values}) == 1
+    # The same cluster runs an unmodified torchrun script (its own init_process_group), here
+    # as `-m` with arguments: torchrun's environment on every node, as under torchrun.
+    argv = ["run", "--cluster", name, "--all-logs", "-m", "examples.torchrun_ddp"]
+    script = cli([*argv, "--", "--epochs", "2"], project, clean_env)
+    assert script.returncode == 0, script.stdout + script.stderr
+    line = re.compile(r"rank (\d)/4 epochs=2 loss=\S+ weights_sha256=([0-9a-f]{64})$", re.M)
+    lines = line.findall(script.stdout)
+    assert sorted(rank for rank, _ in lines) == ["0", "1", "2", "3"], script.stdout
+    assert len({digest for _, digest in lines}) == 1  # identical parameters on every rank
 
 
 @pytest.mark.parametrize("cluster", [["jax"]], indirect=True)

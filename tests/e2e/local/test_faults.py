@@ -141,7 +141,9 @@ def up_interrupted(project: Path, env: dict[str, str], sig: signal.Signals) -> s
     proc = subprocess.Popen(
         [*skyinfra_argv(), "up", "--name", NAME, "--nodes", "2"],
         cwd=project,
-        env=env,
+        # pip's bootstrap takes seconds where uv's takes a fraction of one: the signal below
+        # then lands inside the bootstrap, which is what these tests interrupt.
+        env={**env, "SKYINFRA_NODE_INSTALLER": "pip"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

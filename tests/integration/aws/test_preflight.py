@@ -19,12 +19,23 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.errors import PreflightError
+from skyinfra.targets.aws.ami import check_image_architecture
 from skyinfra.targets.aws.endpoints import Emulator
-from skyinfra.targets.aws.preflight import quota_class, run_preflight
+from skyinfra.targets.aws.preflight import (
+    DEFAULT_DLAMI_PARAMETER,
+    DLAMI_PARAMETER,
+    EIP_QUOTA,
+    ENI_QUOTA,
+    dlami_parameter,
+    quota_class,
+    run_preflight,
+)
+from skyinfra.targets.aws.session import AwsClients
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
 DLAMI = "ami-0abcdef1234567890"
+X86 = "ami-12c6146b"  # one of moto's x86_64 images
 P_QUOTA = "L-417A185B"
 
 
@@ -37,8 +48,12 @@ def seeded(aws_env: str) -> Iterator[dict[str, float]]:
     original = backend.get_service_quota
 
     def get_service_quota(service_code: str, quota_code: str) -> dict[str, Any]:
-        if service_code == "ec2" and quota_code in quotas:
-            return {"ServiceCode": "ec2", "QuotaCode": quota_code, "Value": quotas[quota_code]}
+        if service_code in ("ec2", "vpc") and quota_code in quotas:
+            return {
+                "ServiceCode": service_code,
+                "QuotaCode": quota_code,
+                "Value": quotas[quota_code],
+            }
         return original(service_code, quota_code)
 
     backend.get_service_quota = get_service_quota  # type: ignore[method-assign]
@@ -151,6 +166,68 @@ def test_no_quota_answer_warns_and_goes_on(seeded: dict[str, float], aws_env: st
     result = preflight(aws_env)  # nothing seeded for L-417A185B: moto answers NoSuchResource
     assert result.quota_vcpus is None
     assert any("L-417A185B" in w and "going on" in w for w in result.warnings)
+
+
+def test_arm_gpu_type_gets_the_arm64_dlami(seeded: dict[str, float], aws_env: str) -> None:
+    """g5g (Graviton + T4G): moto describes it as arm64, and the preflight resolves the arm64
+    parameter, not the x86_64 one seeded by the fixture."""
+    arm = DLAMI_PARAMETER.format(arch="arm64")
+    seed_dlami("ami-0a1b2c3d4e5f60718", arm)
+    try:
+        found = preflight(aws_env, instance_type="g5g.xlarge", availability_zone=None)
+    finally:
+        unseed_dlami(arm)
+    assert found.ami_id == "ami-0a1b2c3d4e5f60718"
+    assert preflight(aws_env, instance_type="g5.12xlarge", availability_zone=None).ami_id == DLAMI
+
+
+def test_an_x86_image_is_refused_for_an_arm_type(seeded: dict[str, float], aws_env: str) -> None:
+    """aws.ami set to an x86_64 image for g5g (arm64): refused before Terraform, naming both."""
+    found = preflight(aws_env, instance_type="g5g.xlarge", availability_zone=None, ami_id=X86)
+    assert found.architectures == ("arm64",)
+    clients = AwsClients(boto3.session.Session(), REGION, Emulator(url=aws_env))
+    with pytest.raises(PreflightError, match=r"built for x86_64, but g5g\.xlarge runs arm64"):
+        check_image_architecture(clients, X86, found.architectures, "g5g.xlarge")
+    check_image_architecture(clients, X86, ("x86_64",), "g5.xlarge")  # matches: no error
+    check_image_architecture(clients, X86, (), "p9z.mega")  # type not described: not checked
+
+
+def test_dlami_parameter_by_architecture() -> None:
+    assert dlami_parameter(("x86_64",)) == DEFAULT_DLAMI_PARAMETER
+    assert "/x86_64/" in dlami_parameter(("i386", "x86_64"))
+    assert dlami_parameter(("arm64",)) == (
+        "/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
+    )
+    assert "ubuntu-24.04" in DEFAULT_DLAMI_PARAMETER  # python3.12 (jax >= 0.7 needs 3.11)
+    with pytest.raises(PreflightError, match=r"architectures \['x86_64_mac'\].*aws\.ami"):
+        dlami_parameter(("x86_64_mac",))
+
+
+def test_efa_quotas_elastic_ips_and_interfaces(seeded: dict[str, float], aws_env: str) -> None:
+    """An EFA node takes an Elastic IP and one network interface per card: the preflight
+    counts those in use against the quotas (L-0263D0A3, L-DF5E4CA3) and refuses a cluster
+    that would pass one."""
+    seeded[P_QUOTA] = 4000
+    seeded[EIP_QUOTA[0]] = 5
+    seeded[ENI_QUOTA[0]] = 5000
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+    held = [ec2.allocate_address(Domain="vpc")["AllocationId"] for _ in range(2)]
+    try:
+        assert preflight(aws_env, node_count=3, efa=True).warnings == []
+        with pytest.raises(PreflightError) as err:
+            preflight(aws_env, node_count=4, efa=True)
+        assert "4 are needed, 2 are in use" in str(err.value)
+        assert "L-0263D0A3" in str(err.value) and "is 5 in" in str(err.value)
+        # Without EFA no Elastic IP is taken: no check.
+        assert preflight(aws_env, node_count=4).warnings == []
+        assert preflight(aws_env, node_count=4, efa=True, checks=False).ami_id == DLAMI
+        # p4d.24xlarge: 4 cards, so 3 nodes need 12 interfaces.
+        seeded[ENI_QUOTA[0]] = 10
+        with pytest.raises(PreflightError, match=r"4 EFA interface\(s\).*12 are needed"):
+            preflight(aws_env, node_count=3, efa=True)
+    finally:
+        for allocation in held:
+            ec2.release_address(AllocationId=allocation)
 
 
 def test_missing_ami_parameter(aws_env: str) -> None:

@@ -275,7 +275,9 @@ def provision(
         NodeUserData(
             cluster_name="ready",
             node_index=0,
-            topology_json=json.dumps({"schema": 1, "nodes": []}),
+            topology_json=json.dumps(
+                {"schema": 1, "nodes": [{"index": 0, "accelerator": None}], "plugins": []}
+            ),
             wheel_url=wheel_url,
             wheel_sha256=sha256,
             wheel_filename=wheel.name,
@@ -287,12 +289,13 @@ def provision(
             node_dir=str(node_root),
             state_dir=str(node_root / "state"),
             script_dir=str(scripts),
+            config_dir=str(node_root.parent / "etc"),
         )
     )
     (node_root.parent / "user-data").write_text(document)
     for entry in yaml.safe_load(document)["write_files"]:
         path = Path(entry["path"])
-        if path.parent == scripts:
+        if path.parent in (scripts, node_root.parent / "etc"):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content_of(entry))
             path.chmod(0o755)
@@ -321,11 +324,19 @@ def test_provision_script_marks_the_node_ready(
     # While provision.sh runs (a venv, a pip install: seconds) the node is not ready.
     lines: list[str] = []
     wait_until_ready(ssh, topology_of(1), timeout_s=120, echo=lines.append, poll_s=0.2)
-    assert lines[0].startswith("[skyinfra] waiting for node-0 to finish bootstrap")
+    # The wait shows the bootstrap phase the node reports over SSH (provision.sh and
+    # bootstrap-node.sh append them to the phases file beside the markers).
+    assert lines[0].startswith("[skyinfra] waiting for node-0 (")
+    assert lines[0].endswith("to finish bootstrap (0/1 ready, 0/120 s)")
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, output
     assert (node_root / "venv" / "bin" / "python").is_file()
-    assert ssh.readiness(0).ready
+    # No uv version was rendered: the node falls back to pip and its log says so.
+    assert "falling back to pip" in output
+    phases = [line.split()[0] for line in (node_root / "state" / "phases").read_text().splitlines()]
+    assert phases == ["uv", "fetch", "venv", "wheel", "ready"]
+    ready = ssh.readiness(0)
+    assert ready.ready and ready.phase == "ready" and ready.bootstrap_s is not None
     assert not (node_root / "state" / "failed").exists()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from skyinfra.errors import TransportError
+from skyinfra.targets.aws.cloudinit import NODE_ENV_FILE
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport
 
 
@@ -39,6 +40,26 @@ def test_run_streams_output_with_env_and_cwd(transport: SshTransport, tmp_path: 
     assert proc.wait(timeout=30) == 3
     assert lines == [f"cwd={work}", "x=it's a value", "oops"]
     assert (tmp_path / "known_hosts").read_text().startswith("[127.0.0.1]:")
+
+
+def test_node_env_file_is_sourced_and_the_callers_env_wins(
+    transport: SshTransport, tmp_path: Path
+) -> None:
+    """The node folder's node-env.sh (the user data writes efa-env.sh there with aws.efa)
+    is sourced before every process; the variables `run` passes override it."""
+    root = tmp_path / "node"
+    root.mkdir()
+    (root / NODE_ENV_FILE).write_text("export FI_PROVIDER=efa\nexport SKY_X=from-node\n")
+    proc = transport.start(
+        0,
+        ["sh", "-c", 'echo "$FI_PROVIDER $SKY_X"'],
+        env={"SKY_X": "from-run"},
+        cwd=str(tmp_path),
+        tag="env",
+    )
+    lines = list(proc.lines())
+    assert proc.wait(timeout=30) == 0
+    assert lines == ["efa from-run"]
 
 
 def test_copy_dir_put_and_fetch(transport: SshTransport, tmp_path: Path) -> None:

@@ -48,9 +48,22 @@ def test_plan_with_placement_group_and_efa(
     assert created[groups[0]]["strategy"] == "cluster"
     efa = {a: v for a, v in created.items() if ".aws_network_interface.efa[" in a}
     assert len(efa) == 8
-    assert {v["interface_type"] for v in efa.values()} == {"efa"}
+    # Card 0 an EFA with ENA holding the fixed address; cards 1-3 EFA-only, without any.
+    types = {a.split('"')[1]: v["interface_type"] for a, v in efa.items()}
+    assert types == {
+        f"node-{n}/{c}": "efa" if c == 0 else "efa-only" for n in (0, 1) for c in range(4)
+    }
     primary = created['module.nodes.aws_network_interface.efa["node-1/0"]']
     assert primary["private_ips"] == ["10.42.0.11"]
+    secondary = created['module.nodes.aws_network_interface.efa["node-1/2"]']
+    assert secondary.get("private_ips") is None and secondary.get("private_ips_count") in (None, 0)
+    # Each node is reached through an Elastic IP on its card-0 interface (AWS gives no
+    # public address to an instance launched with existing interfaces).
+    eips = {a: v for a, v in created.items() if a.startswith("module.nodes.aws_eip.")}
+    assert sorted(eips) == [f'module.nodes.aws_eip.node["node-{n}"]' for n in (0, 1)]
+    assert eips['module.nodes.aws_eip.node["node-1"]']["associate_with_private_ip"] == "10.42.0.11"
+    assert {v["domain"] for v in eips.values()} == {"vpc"}
+    assert unknown['module.nodes.aws_eip.node["node-0"]']["network_interface"] is True
     instance = created['module.nodes.aws_instance.this["node-0"]']
     # The group's id is known only after apply: the plan shows it as a pending reference.
     assert unknown['module.nodes.aws_instance.this["node-0"]']["placement_group"] is True

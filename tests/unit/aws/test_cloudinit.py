@@ -16,9 +16,11 @@ import yaml
 from skyinfra import resources
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.cloudinit import (
+    CHECK_SCRIPT,
+    EFA_ENV_SCRIPT,
     FETCH_SCRIPT,
     IDLE_CHECK_SCRIPT,
-    JAX_FIND_LINKS,
+    NODE_ENV_FILE,
     PROVISION_SCRIPT,
     NodeUserData,
     default_bootstrap_script,
@@ -70,6 +72,7 @@ VARIANTS = {
     ),
     "cuda13-head-node": params(node_index=0, jax_extra="cuda13", idle_shutdown_minutes=15),
     "no-jax": params(jax_extra=None, python_packages=["numpy==2.1.0"]),
+    "efa": params(efa=True, python_packages=["keras==3.6.0", "torch==2.13.0"]),
 }
 
 
@@ -85,12 +88,23 @@ def test_cloud_init_schema_accepts_variant(name: str, tmp_path: Path) -> None:
     assert "Valid cloud-config" in result.stdout
 
 
+def ec2_bytes(document: str) -> bytes:
+    """What EC2 receives for the document: the text, or the gzip the module sends as base64."""
+    encoded = encode_user_data(document)
+    if "text" in encoded:
+        assert encoded == {"text": document}
+        return document.encode()
+    packed = base64.b64decode(encoded["base64"])
+    assert gzip.decompress(packed) == document.encode()  # cloud-init unpacks gzip itself
+    return packed
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_user_data_fits_ec2_limit_as_plain_text(name: str) -> None:
+def test_user_data_fits_ec2_limit(name: str) -> None:
+    """Plain text while it fits; past 16 KB the whole document goes gzipped (encode_user_data)."""
     document = render_user_data(VARIANTS[name])
     assert document.startswith("#cloud-config\n")
-    assert len(document.encode()) < USER_DATA_LIMIT_BYTES
-    assert encode_user_data(document) == {"text": document}
+    assert len(ec2_bytes(document)) < USER_DATA_LIMIT_BYTES
 
 
 def files_of(document: str) -> dict[str, str]:
@@ -100,7 +114,11 @@ def files_of(document: str) -> dict[str, str]:
 def test_content_topology_identity_bootstrap_and_install() -> None:
     document = render_user_data(params(python_packages=["keras==3.6.0"]))
     files = files_of(document)
-    assert json.loads(files["/etc/skyinfra/topology.json"]) == TOPOLOGY
+    # The head and this node only: the user data must not grow with the cluster.
+    assert json.loads(files["/etc/skyinfra/topology.json"]) == {
+        **TOPOLOGY,
+        "nodes": [TOPOLOGY["nodes"][0], TOPOLOGY["nodes"][1]],
+    }
     assert "SKYINFRA_NODE=1\n" in files["/etc/skyinfra/node.env"]
     # The very script the local target runs, byte for byte.
     assert files["/opt/skyinfra/bootstrap-node.sh"] == default_bootstrap_script()
@@ -111,7 +129,7 @@ def test_content_topology_identity_bootstrap_and_install() -> None:
     assert "sha256sum --check --strict" in provision
     settings = files["/opt/skyinfra/provision-settings.sh"]
     assert "'jax[cuda12]'" in settings
-    assert f"--find-links {JAX_FIND_LINKS}" in settings
+    assert "--find-links" not in settings  # JAX's CUDA wheels are on PyPI
     assert "--package keras==3.6.0" in settings
     # The idle timer is armed before provision.sh runs: a node whose bootstrap fails still
     # shuts itself down (idle-check.sh counts a failed bootstrap as idle).
@@ -193,14 +211,16 @@ def test_provision_settings_are_the_values_as_bash_reads_them(tmp_path: Path) ->
     ).stdout.splitlines()
     assert shown == [
         params().wheel_url,
-        "--find-links",
-        JAX_FIND_LINKS,
         "--package",
         "jax[cuda12]",
         "--package",
         "keras==3.6.0",
         "--package",
         "torch >=2.13",
+        "--check-topology",
+        "/etc/skyinfra/topology.json",
+        "--node-index",
+        "1",
     ]
 
 
@@ -250,3 +270,59 @@ def test_a_presigned_url_is_refused_and_the_node_signs_its_own_request() -> None
         ):
             auth.add_auth(request)
         assert mine["authorization"] == request.headers["Authorization"]
+
+
+def test_node_check_ships_and_efa_env_only_with_efa() -> None:
+    """check-node.py goes to every node beside the bootstrap; the EFA environment (NCCL over
+    aws-ofi-nccl) goes into the node folder only with aws.efa, where `run` sources it."""
+    plain = files_of(render_user_data(params()))
+    assert plain["/opt/skyinfra/check-node.py"] == resources.read_text(CHECK_SCRIPT)
+    assert f"/opt/skyinfra/node/{NODE_ENV_FILE}" not in plain
+    efa = files_of(render_user_data(params(efa=True)))
+    env = efa[f"/opt/skyinfra/node/{NODE_ENV_FILE}"]
+    assert env.rstrip("\n") == resources.read_text(EFA_ENV_SCRIPT).rstrip("\n")
+    assert "export FI_PROVIDER=efa" in env
+
+
+def test_efa_env_sets_only_what_exists(tmp_path: Path) -> None:
+    """Sourced on a machine without the EFA software (this one): FI_PROVIDER is set, and no
+    LD_LIBRARY_PATH or NCCL_NET_PLUGIN pointing at directories that are not there."""
+    script = tmp_path / "node-env.sh"
+    script.write_text(resources.read_text(EFA_ENV_SCRIPT))
+    shellcheck = require_system_tool(shutil.which("shellcheck"), "shellcheck")
+    checked = subprocess.run([shellcheck, str(script)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout
+    shown = subprocess.run(
+        ["sh", "-c", f'. {script}; env | grep -E "^(FI_PROVIDER|LD_LIBRARY_PATH|NCCL_)" | sort'],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=True,
+    ).stdout
+    present = [d for d in ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib") if Path(d).is_dir()]
+    if not present:
+        assert shown == "FI_PROVIDER=efa\n"
+
+
+def test_user_data_does_not_grow_with_the_cluster() -> None:
+    """2000 nodes (the nodes limit is the subnet's now, not 64): what EC2 receives stays under
+    16 KB, with this node's entry for the node check."""
+    many = {**TOPOLOGY, "nodes": [{**TOPOLOGY["nodes"][0], "index": i} for i in range(2000)]}
+    document = render_user_data(params(node_index=1234, topology_json=json.dumps(many), efa=True))
+    assert len(ec2_bytes(document)) < USER_DATA_LIMIT_BYTES
+    written = json.loads(files_of(document)["/etc/skyinfra/topology.json"])
+    assert [n["index"] for n in written["nodes"]] == [0, 1234]
+
+
+def test_nodes_install_the_pinned_jax_and_uv_first() -> None:
+    """The jax pin and the uv version reach provision-settings.sh as shell words; a version
+    skyinfra computed wrongly is refused before anything is rendered."""
+    document = render_user_data(params(jax_version="0.10.2", uv_version="0.13.9"))
+    settings = files_of(document)["/opt/skyinfra/provision-settings.sh"]
+    assert "--package 'jax[cuda12]==0.10.2'" in settings
+    assert "UV_VERSION=0.13.9" in settings
+    # The first bootstrap phase is written before the apt packages, on the first boot only.
+    bootcmd = yaml.safe_load(document)["bootcmd"]
+    assert bootcmd[0][:3] == ["cloud-init-per", "once", "skyinfra-phase"]
+    with pytest.raises(RenderError, match="jax_version"):
+        render_user_data(params(jax_version="0.10; rm -rf /"))

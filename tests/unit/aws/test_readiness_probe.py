@@ -7,11 +7,17 @@ The same protocol over a real SSH connection is tested in test_aws_readiness.py.
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from skyinfra.targets.aws.readiness import DETAIL_CHARS, parse_probe_output, probe_script
+from skyinfra.targets.aws.readiness import (
+    DETAIL_CHARS,
+    parse_phase_line,
+    parse_probe_output,
+    probe_script,
+)
 from skyinfra.transport.base import Readiness
 
 READY = "/var/lib/skyinfra/ready"
@@ -92,3 +98,28 @@ def test_probe_script_reads_the_markers_then_cloud_init(tmp_path: Path) -> None:
     assert failed.state == "failed" and "provision.sh line 3: false (exit 1)" in failed.detail
     (tmp_path / "state" / "ready").write_text("2026-11-23T10:00:00Z\n")
     assert run_probe(tmp_path, "status: error").ready
+
+
+def test_probe_reports_the_bootstrap_phase_and_its_time(tmp_path: Path) -> None:
+    """The phases file provision.sh and bootstrap-node.sh append to: the last phase and how
+    long it and the whole bootstrap have run show in a pending node's readiness."""
+    state = tmp_path / "state"
+    state.mkdir()
+    now = int(time.time())
+    (state / "phases").write_text(f"packages {now - 100}\nuv {now - 90}\njax {now - 30}\n")
+    pending = run_probe(tmp_path, None)
+    assert pending.state == "pending" and pending.phase == "jax"
+    assert pending.phase_s is not None and 30 <= pending.phase_s <= 40
+    assert pending.bootstrap_s is not None and 100 <= pending.bootstrap_s <= 110
+    assert "bootstrap at phase jax for 3" in pending.detail
+    with (state / "phases").open("a") as phases:
+        phases.write(f"ready {now - 5}\n")
+    (state / "ready").write_text("2026-11-23T10:00:00Z\n")
+    ready = run_probe(tmp_path, None)
+    assert ready.ready and ready.phase == "ready" and ready.bootstrap_s == 95.0
+
+
+def test_a_torn_phase_line_reads_as_no_phase() -> None:
+    assert parse_phase_line("phase jax 12") is None
+    assert parse_phase_line("phase jax x 1 2") is None
+    assert parse("pending\nphase jax") == parse("pending")

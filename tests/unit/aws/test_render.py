@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from skyinfra.errors import RenderError, SpecError
+from skyinfra.targets.aws.addressing import max_nodes, subnet_for
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from skyinfra.targets.aws.spec import MAX_AWS_NODES
 from tests.support.aws import REGION, TerraformFactory
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk r"
@@ -81,7 +83,18 @@ def test_large_user_data_goes_gzipped_as_base64() -> None:
         ({"ssh_ingress_cidrs": ["2001:db8::/32"]}, "aws.ssh_cidrs[0]", "IPv4"),
         ({"ami_id": "/aws/service/x"}, "aws.ami", "concrete AMI id"),
         ({"cluster_name": "Bad_Name"}, "name", "lower-case"),
-        ({"node_count": 300}, "nodes", "1 to 64"),
+        ({"node_count": 300}, "nodes", "at most 245 nodes"),
+        ({"node_count": 70000, "subnet_cidr_block": "10.42.0.0/16"}, "nodes", "1 to 65525"),
+        (
+            {
+                "existing_vpc_id": "vpc-0123abcd",
+                "existing_subnet_id": "subnet-0123abcd",
+                "subnet_cidr_block": "172.31.5.0/26",
+                "node_count": 60,
+            },
+            "nodes",
+            "at most 53 nodes",
+        ),
         ({"subnet_cidr_block": "10.42.0.0/28", "node_count": 8}, "nodes", "at most"),
     ],
 )
@@ -110,3 +123,30 @@ def test_rendered_main_tf_is_fmt_clean(
     (tmp_path / "main.tf").write_text(render(params(), emulator)["main.tf"])
     code, out, err = terraform(tmp_path).command(["fmt", "-check", "-diff", "-no-color"])
     assert code == 0, out + err
+
+
+def test_efa_nodes_take_one_address_each() -> None:
+    """p5.48xlarge: 32 EFA interfaces, but the EFA-only ones hold no address, so 245 nodes
+    fit a /24 (with an EFA interface on every card it would have been 7)."""
+    files = render(params(instance_type="p5.48xlarge", efa_interface_count=32, node_count=245))
+    cluster = json.loads(files["terraform.tfvars.json"])["cluster"]
+    assert (cluster["node_count"], cluster["subnet_cidr_block"]) == (245, "10.42.0.0/24")
+    with pytest.raises(SpecError, match="at most 245 nodes"):
+        render(params(instance_type="p5.48xlarge", efa_interface_count=32, node_count=246))
+
+
+@pytest.mark.parametrize(
+    ("nodes", "subnet"),
+    [
+        (1, "10.42.0.0/24"),
+        (245, "10.42.0.0/24"),
+        (246, "10.42.0.0/23"),
+        (1000, "10.42.0.0/22"),
+        (65525, "10.42.0.0/16"),
+    ],
+)
+def test_own_subnet_is_sized_for_the_cluster(nodes: int, subnet: str) -> None:
+    assert subnet_for(nodes) == subnet
+    render(params(node_count=nodes, subnet_cidr_block=subnet))  # and the renderer agrees
+    assert max_nodes(subnet, 10) >= nodes
+    assert MAX_AWS_NODES == 65525

@@ -4,8 +4,13 @@ output "vpc_id" {
 }
 
 output "subnet_id" {
-  description = "ID of the subnet the nodes are placed in."
+  description = "ID of the subnet the nodes are placed in (known once the internet route is in place)."
   value       = local.create ? aws_subnet.this[0].id : data.aws_subnet.existing[0].id
+
+  # An Elastic IP can only be associated in a VPC with an internet gateway (the aws_eip
+  # docs: "EIP may require IGW to exist prior to association"), and a node's cloud-init
+  # needs the route to reach PyPI: whatever uses the subnet waits for both.
+  depends_on = [aws_internet_gateway.this, aws_route.internet, aws_route_table_association.this]
 }
 
 output "subnet_cidr_block" {

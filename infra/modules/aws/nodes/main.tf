@@ -9,19 +9,36 @@ locals {
 
   efa_enabled = var.efa_interface_count > 0
 
-  # One EFA interface per network card, keyed "<node>/<card>". AWS: the primary interface is
-  # network card 0, device index 0; on the other cards an EFA (with ENA) interface takes
-  # device index 1. https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+  # One EFA interface per network card, keyed "<node>/<card>". Card 0 (device index 0) is
+  # an EFA with ENA: it carries the node's fixed address and its Elastic IP. The other cards
+  # get EFA-only interfaces (device index 1): no IP address, so a p5 node takes one subnet
+  # address instead of 32, nothing is auto-assigned that could take another node's planned
+  # address, and the node has one IP interface for sockets (NCCL's bootstrap, SSH). AWS
+  # recommends EFA-only interfaces beyond the primary for this ("save IP addresses and avoid
+  # potential Linux IP issues"), and an EFA-only interface cannot be the primary:
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+  # (That page's current text puts EFA-only interfaces of the other cards at device index 0;
+  # its earlier P5 example, and this module so far, used 1. Unverified on hardware.)
   efa_interfaces = merge([
     for node, attrs in local.nodes : {
       for card in range(var.efa_interface_count) : "${node}/${card}" => {
-        node         = node
-        card         = card
-        device_index = card == 0 ? 0 : 1
-        private_ip   = card == 0 ? attrs.private_ip : null
+        node           = node
+        card           = card
+        device_index   = card == 0 ? 0 : 1
+        interface_type = card == 0 ? "efa" : "efa-only"
+        private_ip     = card == 0 ? attrs.private_ip : null
       }
     }
   ]...)
+
+  # AWS gives no public address to an instance launched with existing interfaces (ours are
+  # created first, to pin card 0's address) nor with several interfaces: "The public IP
+  # address can only be assigned to a network interface for eth0, and can only be assigned
+  # to a new network interface, not an existing one. You cannot specify more than one
+  # network interface in the request."
+  # https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceNetworkInterfaceSpecification.html
+  # An EFA node reachable from outside gets an Elastic IP on its card-0 interface instead.
+  public_eips = local.efa_enabled && var.associate_public_ip_address ? local.nodes : {}
 
   # Fixed precedence: caller's tags < instance tags < the identity tags set here.
   base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
@@ -111,11 +128,27 @@ resource "aws_network_interface" "efa" {
 
   subnet_id       = var.subnet_id
   security_groups = var.security_group_ids
-  interface_type  = "efa"
+  interface_type  = each.value.interface_type
   private_ips     = each.value.private_ip == null ? null : [each.value.private_ip]
-  description     = "skyinfra ${var.name} ${each.value.node} EFA card ${each.value.card}"
+  description     = "skyinfra ${var.name} ${each.value.node} ${each.value.interface_type} card ${each.value.card}"
 
   tags = merge(local.base_tags, { Name = "${var.name}-${each.value.node}-efa${each.value.card}" })
+}
+
+# The public address of an EFA node (see public_eips). An EIP can go on an EFA-with-ENA
+# interface, never on an EFA-only one:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-efa.html
+# Each counts against the region's "EC2-VPC Elastic IPs" quota (5 by default), which the
+# preflight checks (skyinfra/targets/aws/preflight.py).
+resource "aws_eip" "node" {
+  # checkov:skip=CKV2_AWS_19:Each EIP is attached to its node through the node's card-0 EFA interface (network_interface), which the instance is launched with; checkov only recognises an instance argument or an aws_eip_association.
+  for_each = local.public_eips
+
+  domain                    = "vpc"
+  network_interface         = aws_network_interface.efa["${each.key}/0"].id
+  associate_with_private_ip = each.value.private_ip
+
+  tags = merge(local.base_tags, { Name = "${var.name}-${each.key}", "skyinfra:node" = each.key })
 }
 
 ################################################################################

@@ -1,11 +1,11 @@
 output "nodes" {
-  description = "Every node keyed by name: index, instance_id, private_ip, public_ip (null without one), availability_zone, efa_interface_ids."
+  description = "Every node keyed by name: index, instance_id, private_ip, public_ip (the Elastic IP of an EFA node; null without one), availability_zone, efa_interface_ids."
   value = {
     for node, attrs in local.nodes : node => {
       index             = attrs.index
       instance_id       = aws_instance.this[node].id
       private_ip        = aws_instance.this[node].private_ip
-      public_ip         = aws_instance.this[node].public_ip == "" ? null : aws_instance.this[node].public_ip
+      public_ip         = try(aws_eip.node[node].public_ip, aws_instance.this[node].public_ip == "" ? null : aws_instance.this[node].public_ip)
       availability_zone = aws_instance.this[node].availability_zone
       efa_interface_ids = [for key, eni in aws_network_interface.efa : eni.id if local.efa_interfaces[key].node == node]
     }

@@ -14,9 +14,12 @@ variable "node_count" {
   type        = number
   nullable    = false
 
+  # Not capped here: every node takes one fixed address of the subnet (validated where the
+  # subnet is known, below and in skyinfra/targets/aws/render.py); the vCPU and Elastic IP
+  # quotas are the account's (checked by skyinfra's preflight).
   validation {
-    condition     = var.node_count >= 1 && var.node_count <= 64 && floor(var.node_count) == var.node_count
-    error_message = "The node_count must be a whole number from 1 to 64."
+    condition     = var.node_count >= 1 && floor(var.node_count) == var.node_count
+    error_message = "The node_count must be a whole number >= 1."
   }
 }
 
@@ -71,6 +74,12 @@ variable "private_ip_host_offset" {
     condition     = var.private_ip_host_offset >= 4 && floor(var.private_ip_host_offset) == var.private_ip_host_offset
     error_message = "The private_ip_host_offset must be a whole number >= 4: AWS reserves the first four addresses of every subnet."
   }
+
+  # The last node's address must stay below the subnet's last address (AWS reserves it).
+  validation {
+    condition     = var.private_ip_host_offset + var.node_count <= pow(2, 32 - tonumber(split("/", var.subnet_cidr_block)[1])) - 1
+    error_message = "The subnet is too small: node i takes host private_ip_host_offset + i, and AWS reserves the subnet's last address. Use a larger subnet or fewer nodes."
+  }
 }
 
 variable "security_group_ids" {
@@ -108,7 +117,7 @@ variable "root_volume_size_gb" {
 }
 
 variable "associate_public_ip_address" {
-  description = "Give each node a public IPv4 address (ignored with EFA: AWS refuses public addresses on instances launched with several network interfaces)."
+  description = "Give each node a public IPv4 address: the subnet's auto-assigned one without EFA; with EFA an Elastic IP on the card-0 interface (AWS assigns no public address to instances launched with existing or several interfaces)."
   type        = bool
   default     = true
   nullable    = false

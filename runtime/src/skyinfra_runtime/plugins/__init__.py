@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 
-def jax(init_timeout: float | None = None) -> JaxPlugin:
-    return JaxPlugin(init_timeout=init_timeout)
+def jax(init_timeout: float | None = None, initialize: bool = True) -> JaxPlugin:
+    return JaxPlugin(init_timeout=init_timeout, initialize=initialize)
 
 
 def keras(

@@ -18,7 +18,13 @@ DEFAULT_INIT_TIMEOUT = 600.0
 class Plugin(Protocol):
     name: str
 
-    def setup(self, info: InstanceInfo, topology: Topology) -> None: ...
+    def setup(self, info: InstanceInfo, topology: Topology, script: bool = False) -> None:
+        """``script``: the entry is a script or ``-m`` module, which runs as ``__main__``
+        and may initialise the framework itself (as under torchrun)."""
+
+    def explain(self, exc: BaseException) -> str | None:
+        """A line on how to fix it when the user's code failed because of this plugin's
+        set-up (e.g. initialising twice), else None."""
 
     def teardown(self, failed: bool = False) -> None: ...
 

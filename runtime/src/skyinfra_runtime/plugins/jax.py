@@ -1,20 +1,54 @@
-"""jax plugin: ``jax.distributed.initialize`` before the user's code, ``shutdown`` after."""
+"""jax plugin: ``jax.distributed.initialize`` before the user's code, ``shutdown`` after.
+
+Every worker also gets the environment a script reads to initialise JAX itself (with the
+option ``initialize = false`` the plugin leaves that to the script):
+
+    JAX_COORDINATOR_ADDRESS  head_addr:head_port (read by jax.distributed.initialize itself)
+    JAX_NUM_PROCESSES        every process of the cluster
+    JAX_PROCESS_ID           this process's index (node * procs_per_node + worker)
+    JAX_LOCAL_DEVICE_IDS     this process's GPUs, only with several processes on a GPU node
+                             (read by jax.distributed.initialize itself)
+
+so that ``jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+process_id=int(os.environ["JAX_PROCESS_ID"]))`` is all a script needs
+(jax/_src/distributed.py reads JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 
+from skyinfra_runtime.devices import jax_local_devices, node_gpus
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.plugins.base import init_timeout
 from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.topology import Topology
 
+# jax's message when initialize() runs twice (jax/_src/distributed.py).
+_TWICE = "should only be called once"
+
+
+def jax_env(info: InstanceInfo, topology: Topology) -> dict[str, str]:
+    """The variables a multi-process JAX script reads (see the module docstring)."""
+    env = {
+        "JAX_COORDINATOR_ADDRESS": f"{topology.head_addr}:{topology.jax_port}",
+        "JAX_NUM_PROCESSES": str(info.total_workers),
+        "JAX_PROCESS_ID": str(info.global_index),
+    }
+    gpus = node_gpus(info.accelerators, info.provider)
+    ids = jax_local_devices(info.worker, info.workers_per_node, gpus)
+    if ids is not None:
+        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in ids)
+    return env
+
 
 @dataclass
 class JaxPlugin:
     init_timeout: float | str | None = None
+    initialize: bool = True
     name: str = field(default="jax", init=False)
     _initialized: bool = field(default=False, init=False, repr=False)
     # Set after a failed run: jax registers its own atexit hook that calls shutdown(), the
@@ -22,31 +56,34 @@ class JaxPlugin:
     skip_exit_hooks: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.init_timeout is not None:
-            validate_plugin("jax", {"init_timeout": self.init_timeout})
+        given = {"init_timeout": self.init_timeout, "initialize": self.initialize}
+        validate_plugin("jax", {k: v for k, v in given.items() if v is not None})
 
-    def setup(self, info: InstanceInfo, topology: Topology) -> None:
+    def setup(self, info: InstanceInfo, topology: Topology, script: bool = False) -> None:
         timeout = init_timeout(self.init_timeout)
+        env = jax_env(info, topology)  # refuses a GPU split that cannot work, before any wait
+        os.environ.update(env)
         try:
             import jax
         except ImportError:
             raise PluginError("plugin 'jax' needs jax installed on the node") from None
         # Without gloo, JAX's CPU client has no cross-process collectives: psum over processes
         # fails ("Multiprocess CPU computations require a collectives implementation"). It only
-        # affects the CPU client, so setting it on GPU nodes is harmless. Must precede init.
+        # affects the CPU client, so setting it on GPU nodes is harmless. Must precede init,
+        # also the script's own (initialize = false): the setting stays in this process.
         with contextlib.suppress(AttributeError):  # very old jax: no option, nothing to choose
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        if info.total_workers == 1:
-            return  # one process: nothing to coordinate
+        if not self.initialize or info.total_workers == 1:
+            return  # the script initialises (initialize = false), or nothing to coordinate
         kwargs: dict[str, object] = {
-            "coordinator_address": f"{topology.head_addr}:{topology.jax_port}",
+            "coordinator_address": env["JAX_COORDINATOR_ADDRESS"],
             "num_processes": info.total_workers,
             "process_id": info.global_index,
             "initialization_timeout": max(1, int(timeout)),
         }
-        if info.workers_per_node > 1 and info.accelerators > 0:
-            # One process per GPU: each process owns exactly its local GPU.
-            kwargs["local_device_ids"] = [info.worker]
+        if "JAX_LOCAL_DEVICE_IDS" in env:
+            # Several processes on a GPU node: each owns its own block of GPUs.
+            kwargs["local_device_ids"] = [int(i) for i in env["JAX_LOCAL_DEVICE_IDS"].split(",")]
         try:
             jax.distributed.initialize(**kwargs)  # type: ignore[arg-type]
         except Exception as exc:
@@ -56,6 +93,15 @@ class JaxPlugin:
                 f" timeout {timeout:g}s): {exc}"
             ) from exc
         self._initialized = True
+
+    def explain(self, exc: BaseException) -> str | None:
+        if self._initialized and _TWICE in str(exc):
+            return (
+                "it had already called jax.distributed.initialize; drop your call,"
+                " or set the plugin's option initialize = false (--plugin jax:initialize=false)"
+                " and initialise in your script from JAX_NUM_PROCESSES and JAX_PROCESS_ID"
+            )
+        return None
 
     def teardown(self, failed: bool = False) -> None:
         if not self._initialized:

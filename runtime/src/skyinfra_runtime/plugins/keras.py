@@ -1,4 +1,5 @@
-"""keras plugin: the backend before keras is imported; on multi-process JAX a distribution.
+"""keras plugin: the backend before keras is imported; on JAX with several processes or
+several devices (one node with several GPUs) a distribution.
 
 DataParallel (or ModelParallel with a layout map) over every device of every process, with
 ``auto_shard_dataset=False``: the data is already split per process by ``shard()``, and Keras
@@ -46,7 +47,7 @@ class KerasPlugin:
         clean = validate_plugin("keras", {k: v for k, v in given.items() if v is not None})
         self.layout_map = clean.get("layout_map")  # "" -> None: a replicated dimension
 
-    def setup(self, info: InstanceInfo, topology: Topology) -> None:
+    def setup(self, info: InstanceInfo, topology: Topology, script: bool = False) -> None:
         loaded = sys.modules.get("keras")
         if loaded is not None:
             current = _loaded_backend(loaded)
@@ -60,16 +61,18 @@ class KerasPlugin:
         if self.backend != "jax":
             return  # torch/tensorflow: their own plugins or APIs distribute
         model_parallel = self.mesh_shape is not None
-        if info.total_workers == 1 and not model_parallel:
-            return
         if info.total_workers > 1:
             import jax
 
             if not jax.distributed.is_initialized():
                 raise PluginError(
                     f"keras(backend='jax') on {info.total_workers} processes needs the jax plugin"
-                    " set up first: list plugins as jax, then keras"
+                    " to initialise first: list plugins as jax, then keras, and leave jax's"
+                    " initialize option on (with initialize = false the script initialises"
+                    " JAX and sets the Keras distribution itself)"
                 )
+        elif not model_parallel and _local_devices() < 2:
+            return  # one process on one device: nothing to distribute
         try:
             import keras
         except ImportError:
@@ -105,6 +108,9 @@ class KerasPlugin:
             auto_shard_dataset=False,
         )
 
+    def explain(self, exc: BaseException) -> str | None:
+        return None
+
     def teardown(self, failed: bool = False) -> None:
         if self._distributed:
             import keras
@@ -118,3 +124,11 @@ def _loaded_backend(keras_module: Any) -> str:
         return str(keras_module.backend.backend())
     except Exception:  # partially imported keras: fall back to what it read
         return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def _local_devices() -> int:
+    """Devices this one process sees: DataParallel whenever there are several (one node with
+    4 or 8 GPUs trains on all of them, not on the first)."""
+    import jax
+
+    return int(jax.local_device_count())

@@ -78,6 +78,12 @@ def _seconds(plugin: str, key: str, value: Any) -> Any:
     return value
 
 
+def _bool(plugin: str, key: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        _fail(plugin, key, value, "true or false")
+    return value
+
+
 def _choice(choices: Sequence[str], *, allow_none: bool = False) -> Check:
     expected = f"one of {', '.join(choices)}"
 
@@ -219,7 +225,15 @@ PLUGINS: dict[str, PluginEntry] = {
     "jax": PluginEntry(
         "jax",
         "jax.distributed.initialize across every process; shutdown at the end",
-        (_INIT_TIMEOUT,),
+        (
+            _INIT_TIMEOUT,
+            Option(
+                "initialize",
+                "true or false",
+                "true (false: the script calls jax.distributed.initialize itself)",
+                _bool,
+            ),
+        ),
     ),
     "keras": PluginEntry(
         "keras",

@@ -1,4 +1,11 @@
-"""torch plugin: the torchrun environment and ``init_process_group``; destroy at the end."""
+"""torch plugin: torchrun's environment on every worker; for a function entry also
+``init_process_group`` before it and ``destroy_process_group`` after.
+
+A script or ``-m`` entry runs as under torchrun: it gets the environment and calls
+``init_process_group`` itself (the plugin leaves the group alone). Mixing the two (a function
+entry that initialises again, a script that expects the plugin's group) ends with the
+framework's own error plus one line from :meth:`TorchPlugin.explain` saying how to choose.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,18 @@ import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from skyinfra_runtime.devices import torch_device
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.plugins.base import init_timeout
 from skyinfra_runtime.plugins.table import validate_plugin
+from skyinfra_runtime.rundirs import RUN_ID_ENV
 from skyinfra_runtime.topology import Topology
+from skyinfra_runtime.torchrun import torchrun_env
+
+# torch's messages (torch/distributed/distributed_c10d.py) for the two mixed cases.
+_TWICE = "trying to initialize the default process group twice"
+_NOT_INITIALIZED = "Default process group has not been initialized"
 
 
 @dataclass
@@ -19,6 +33,7 @@ class TorchPlugin:
     init_timeout: float | str | None = None
     name: str = field(default="torch", init=False)
     _initialized: bool = field(default=False, init=False, repr=False)
+    _script: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         validate_plugin(
@@ -30,30 +45,39 @@ class TorchPlugin:
             },
         )
 
-    def setup(self, info: InstanceInfo, topology: Topology) -> None:
+    def setup(self, info: InstanceInfo, topology: Topology, script: bool = False) -> None:
         timeout = init_timeout(self.init_timeout)
-        # The variables torchrun would set, so code written for torchrun runs unchanged.
+        self._script = script
+        # Before `import torch`: OMP_NUM_THREADS is read when torch loads its OpenMP runtime.
         os.environ.update(
-            MASTER_ADDR=topology.head_addr,
-            MASTER_PORT=str(topology.torch_port),
-            WORLD_SIZE=str(info.total_workers),
-            RANK=str(info.global_index),
-            LOCAL_RANK=str(info.worker),
-            LOCAL_WORLD_SIZE=str(info.workers_per_node),
-            NODE_RANK=str(info.node),
-            GROUP_RANK=str(info.node),
+            torchrun_env(
+                node=info.node,
+                nodes=info.total_nodes,
+                local_rank=info.worker,
+                procs_per_node=info.workers_per_node,
+                master_addr=topology.head_addr,
+                master_port=topology.torch_port,
+                run_id=os.environ.get(RUN_ID_ENV),
+                inherited=os.environ,
+            )
         )
         try:
             import torch
             import torch.distributed as dist
         except ImportError:
             raise PluginError("plugin 'torch' needs torch installed on the node") from None
+        device = None
+        if torch.cuda.is_available():
+            # Refused before any wait when two processes would share a GPU (NCCL can hang).
+            device = torch_device(info.worker, info.workers_per_node, torch.cuda.device_count())
+        if script:
+            return  # the script calls init_process_group itself, as under torchrun
         backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if backend == "nccl":
-            if not torch.cuda.is_available():
+            if device is None:
                 raise PluginError("torch backend 'nccl' needs CUDA, which this node does not have")
             # One process per GPU: pin it before the process group touches a device.
-            torch.cuda.set_device(info.worker % torch.cuda.device_count())
+            torch.cuda.set_device(device)
         try:
             dist.init_process_group(
                 backend=backend, init_method="env://", timeout=timedelta(seconds=timeout)
@@ -65,6 +89,27 @@ class TorchPlugin:
                 f" timeout {timeout:g}s): {exc}"
             ) from exc
         self._initialized = True
+
+    def explain(self, exc: BaseException) -> str | None:
+        """One line on how to choose, when the user's code failed on the process group."""
+        text = str(exc)
+        if self._initialized and _TWICE in text:
+            return (
+                "it had already called init_process_group for this function entry"
+                " (module:function or script.py:function); either drop your own"
+                " init_process_group call and use the plugin's group, or run the file as a"
+                " script (`skyinfra run train.py -- ARGS` or `-m package.module`): a script gets"
+                " torchrun's environment and initialises the group itself"
+            )
+        if self._script and _NOT_INITIALIZED in text:
+            return (
+                "a script entry runs as under torchrun: it set RANK, WORLD_SIZE, MASTER_ADDR,"
+                " MASTER_PORT... and leaves init_process_group to the script;"
+                ' call dist.init_process_group() in it (e.g. "gloo" on CPU, "nccl" on GPU),'
+                " or name a function (script.py:main) to have the plugin initialise the group"
+                " around it"
+            )
+        return None
 
     def teardown(self, failed: bool = False) -> None:
         if self._initialized:

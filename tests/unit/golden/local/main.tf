@@ -42,6 +42,14 @@ variable "python_packages" {
   type = list(string)
 }
 
+variable "uv" {
+  type = string
+}
+
+variable "uv_cache_dir" {
+  type = string
+}
+
 module "nodes" {
   source = "./modules/local"
 
@@ -55,6 +63,8 @@ module "nodes" {
   wheel_path       = var.wheel_path
   wheel_sha256     = var.wheel_sha256
   python_packages  = var.python_packages
+  uv               = var.uv
+  uv_cache_dir     = var.uv_cache_dir
 }
 
 output "schema" {

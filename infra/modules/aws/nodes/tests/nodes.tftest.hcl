@@ -86,8 +86,21 @@ run "placement_group_and_efa" {
   }
 
   assert {
-    condition     = length(aws_network_interface.efa) == 8 && alltrue([for eni in aws_network_interface.efa : eni.interface_type == "efa"])
+    condition     = length(aws_network_interface.efa) == 8
     error_message = "Every node needs one EFA interface per network card."
+  }
+
+  assert {
+    condition = alltrue([
+      for key, eni in aws_network_interface.efa :
+      eni.interface_type == (endswith(key, "/0") ? "efa" : "efa-only")
+    ])
+    error_message = "Card 0 is an EFA with ENA; the other cards are EFA-only interfaces."
+  }
+
+  assert {
+    condition     = length(aws_eip.node) == 2 && aws_eip.node["node-1"].associate_with_private_ip == "10.42.0.11" && aws_eip.node["node-0"].domain == "vpc"
+    error_message = "Every EFA node gets an Elastic IP on its card-0 interface's fixed address."
   }
 
   assert {
@@ -99,6 +112,53 @@ run "placement_group_and_efa" {
     condition     = [for ni in aws_instance.this["node-0"].network_interface : [ni.network_card_index, ni.device_index]] == [[0, 0], [1, 1], [2, 1], [3, 1]]
     error_message = "The instance attaches one EFA interface per card: card 0 at device 0, the others at device 1."
   }
+}
+
+run "efa_without_public_addresses" {
+  command = plan
+
+  variables {
+    efa_interface_count         = 1
+    associate_public_ip_address = false
+  }
+
+  assert {
+    condition     = length(aws_eip.node) == 0 && length(aws_network_interface.efa) == 2
+    error_message = "No Elastic IP when the nodes are not to be public."
+  }
+}
+
+run "no_eip_without_efa" {
+  command = plan
+
+  assert {
+    condition     = length(aws_eip.node) == 0 && alltrue([for i in aws_instance.this : i.associate_public_ip_address])
+    error_message = "Without EFA the instances take the subnet's public address, no Elastic IP."
+  }
+}
+
+run "more_than_64_nodes" {
+  command = plan
+
+  variables {
+    node_count        = 70
+    subnet_cidr_block = "10.42.0.0/23"
+  }
+
+  assert {
+    condition     = length(aws_instance.this) == 70 && aws_instance.this["node-69"].private_ip == "10.42.0.79"
+    error_message = "No cap at 64 nodes: the subnet's size is the limit."
+  }
+}
+
+run "refuses_a_subnet_too_small" {
+  command = plan
+
+  variables {
+    node_count = 246
+  }
+
+  expect_failures = [var.private_ip_host_offset]
 }
 
 run "refuses_reserved_addresses" {

@@ -1,0 +1,159 @@
+"""What a cluster costs per hour and over its lifetime (pure), from the price table shipped
+with skyinfra (prices.json: its source and date are stated in it and in every plan.md).
+
+Clusters live for hours, not for a 730-hour month: the lifetime figure is the hourly cost
+times ``max_lifetime_hours`` (the nodes end themselves then), and without one it says the
+cost is unbounded and how long an idle node keeps costing before the idle shutdown ends it.
+The local target costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from skyinfra.errors import ConfigError
+
+PRICES = "prices.json"
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    source: str
+    date: str
+    regions: Mapping[str, Mapping[str, float]]
+
+    def hourly(self, region: str, instance_type: str) -> float | None:
+        return self.regions.get(region, {}).get(instance_type)
+
+
+# A table `skyinfra prices --refresh` wrote, used instead of the shipped one.
+PRICES_ENV = "SKYINFRA_PRICES"
+
+
+def shipped_table() -> PriceTable:
+    raw = json.loads(resources.files("skyinfra.review").joinpath(PRICES).read_text("utf-8"))
+    return table_from_dict(raw)
+
+
+def price_table() -> PriceTable:
+    """$SKYINFRA_PRICES when set, else the table shipped with skyinfra."""
+    path = os.environ.get(PRICES_ENV)
+    if not path:
+        return shipped_table()
+    try:
+        return table_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(
+            PRICES_ENV, path, f"a price table `skyinfra prices` wrote ({err})"
+        ) from None
+
+
+def table_from_dict(raw: Mapping[str, Any]) -> PriceTable:
+    return PriceTable(
+        source=str(raw["source"]),
+        date=str(raw["date"]),
+        regions={r: {t: float(p) for t, p in types.items()} for r, types in raw["regions"].items()},
+    )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Costs in USD; None where the table has no price for the instance type."""
+
+    before_hourly: float | None
+    after_hourly: float | None
+    # Hours the cluster can live at most (max_lifetime_hours), None: no limit.
+    lifetime_hours: float | None
+    idle_shutdown_minutes: int | None
+    source: str
+    date: str
+    free: bool = False  # the local target
+    missing: tuple[str, ...] = ()  # instance types with no price in the table
+
+    @property
+    def delta_hourly(self) -> float | None:
+        if self.before_hourly is None or self.after_hourly is None:
+            return None
+        return self.after_hourly - self.before_hourly
+
+    @property
+    def lifetime_cost(self) -> float | None:
+        if self.after_hourly is None or self.lifetime_hours is None:
+            return None
+        return self.after_hourly * self.lifetime_hours
+
+    @property
+    def idle_cost(self) -> float | None:
+        """What an idle cluster costs before its idle shutdown ends it."""
+        if self.after_hourly is None or not self.idle_shutdown_minutes:
+            return None
+        return self.after_hourly * self.idle_shutdown_minutes / 60
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            delta_hourly=self.delta_hourly,
+            lifetime_cost=self.lifetime_cost,
+            idle_cost=self.idle_cost,
+        )
+        return data
+
+
+def _hourly(
+    table: PriceTable, region: str, nodes: int, instance_type: str, missing: list[str]
+) -> float | None:
+    if nodes == 0:
+        return 0.0
+    price = table.hourly(region, instance_type)
+    if price is None:
+        missing.append(instance_type)
+        return None
+    return price * nodes
+
+
+def estimate(
+    *,
+    target: str,
+    region: str | None,
+    before: tuple[int, str],
+    after: tuple[int, str],
+    lifetime_hours: float | None,
+    idle_shutdown_minutes: int | None,
+    table: PriceTable | None = None,
+) -> Cost:
+    """``before``/``after``: (node count, instance type) on each side of the plan."""
+    table = table or price_table()
+    if target != "aws" or region is None:
+        return Cost(0.0, 0.0, lifetime_hours, None, table.source, table.date, free=True)
+    missing: list[str] = []
+    return Cost(
+        before_hourly=_hourly(table, region, *before, missing),
+        after_hourly=_hourly(table, region, *after, missing),
+        lifetime_hours=lifetime_hours,
+        idle_shutdown_minutes=idle_shutdown_minutes,
+        source=table.source,
+        date=table.date,
+        missing=tuple(sorted(set(missing))),
+    )
+
+
+def usd(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value != 0 and abs(value) < 1:
+        return f"${value:,.4f}"
+    return f"${value:,.2f}"
+
+
+def signed_usd(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value == 0:
+        return "$0.00"
+    return ("+" if value > 0 else "-") + usd(abs(value))

@@ -1,0 +1,254 @@
+"""Guardrails: the spec's ``[guardrails]`` table plus fixed checks on the planned resources
+(pure). Each check passes (✅) or fails (❌) with its reason; a failed one makes `plan` exit
+non-zero and `up`/`apply` refuse before Terraform changes anything.
+
+Fixed checks (AWS), on what the plan leaves in place (its "after" values):
+
+- no SSH ingress from the whole internet (0.0.0.0/0 or ::/0), unless
+  ``guardrails.allow_world_ssh``;
+- IMDSv2 required on every node (``metadata_options.http_tokens = "required"``:
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-instance-metadata-service.html);
+- every node's root volume encrypted;
+- with EFA interfaces, the security group's self ingress AND egress rules (EFA needs both:
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html#efa-start-security).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from skyinfra.errors import SpecError
+from skyinfra.review.cost import Cost, usd
+
+GUARDRAIL_KEYS = ("max_hourly_usd", "require_idle_shutdown", "allow_world_ssh")
+WORLD = ("0.0.0.0/0", "::/0")
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    """The spec's ``[guardrails]`` table (absent: no limits, world SSH refused)."""
+
+    max_hourly_usd: float | None = None
+    require_idle_shutdown: bool = False
+    allow_world_ssh: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table as the spec file holds it (defaults left out)."""
+        default = Guardrails()
+        return {k: v for k, v in asdict(self).items() if v != getattr(default, k)}
+
+
+def parse_guardrails(raw: Any) -> Guardrails:
+    """``[guardrails]``; SpecError naming the field."""
+    if raw is None:
+        return Guardrails()
+    if not isinstance(raw, dict):
+        raise SpecError("guardrails", raw, f"a table with keys among {list(GUARDRAIL_KEYS)}")
+    for key in raw:
+        if key not in GUARDRAIL_KEYS:
+            raise SpecError(f"guardrails.{key}", raw[key], f"one of {list(GUARDRAIL_KEYS)}")
+    limit = raw.get("max_hourly_usd")
+    if limit is not None and (
+        isinstance(limit, bool)
+        or not isinstance(limit, int | float)
+        or not math.isfinite(limit)
+        or limit < 0
+    ):
+        raise SpecError("guardrails.max_hourly_usd", limit, "a number of dollars >= 0, e.g. 50")
+    flags = {}
+    for key in ("require_idle_shutdown", "allow_world_ssh"):
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise SpecError(f"guardrails.{key}", value, "true or false")
+        flags[key] = value
+    return Guardrails(
+        max_hourly_usd=None if limit is None else float(limit),
+        require_idle_shutdown=flags["require_idle_shutdown"],
+        allow_world_ssh=flags["allow_world_ssh"],
+    )
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    reason: str
+
+    @property
+    def mark(self) -> str:
+        return "✅" if self.ok else "❌"
+
+
+def _after(plan: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for entry in plan.get("resource_changes") or []:
+        after = (entry.get("change") or {}).get("after")
+        if entry.get("type") == kind and isinstance(after, dict):
+            out.append((str(entry.get("address")), after))
+    return out
+
+
+def _world_ssh(plan: Mapping[str, Any]) -> list[str]:
+    found = []
+    for address, rule in _after(plan, "aws_vpc_security_group_ingress_rule"):
+        cidrs = {rule.get("cidr_ipv4"), rule.get("cidr_ipv6")}
+        if not cidrs & set(WORLD):
+            continue
+        proto = str(rule.get("ip_protocol"))
+        low: Any = rule.get("from_port")
+        high: Any = rule.get("to_port")
+        every_port = proto == "-1" or low is None or high is None
+        if every_port or (proto in ("tcp", "6") and int(low) <= 22 <= int(high)):
+            found.append(address)
+    return found
+
+
+def _first_block(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return value[0]
+    return {}
+
+
+def fixed_checks(plan: Mapping[str, Any], rails: Guardrails) -> list[Check]:
+    """The checks every AWS plan gets (none apply to the local target: no cloud resources)."""
+    instances = _after(plan, "aws_instance")
+    if not instances and not _after(plan, "aws_security_group"):
+        return []
+    checks = []
+    world = _world_ssh(plan)
+    if not world:
+        checks.append(Check("SSH from 0.0.0.0/0", True, "no rule opens port 22 to the internet"))
+    else:
+        checks.append(
+            Check(
+                "SSH from 0.0.0.0/0",
+                rails.allow_world_ssh,
+                f"{', '.join(world)} opens port 22 to the internet"
+                + (
+                    " (allowed by guardrails.allow_world_ssh)"
+                    if rails.allow_world_ssh
+                    else "; narrow aws.ssh_cidrs or set guardrails.allow_world_ssh = true"
+                ),
+            )
+        )
+    if instances:
+        weak = [
+            a
+            for a, i in instances
+            if _first_block(i.get("metadata_options")).get("http_tokens") != "required"
+        ]
+        checks.append(
+            Check(
+                "IMDSv2 required",
+                not weak,
+                "every node requires session tokens"
+                if not weak
+                else f"IMDSv1 allowed on {', '.join(weak)}",
+            )
+        )
+        plain = [
+            a
+            for a, i in instances
+            if _first_block(i.get("root_block_device")).get("encrypted") is not True
+        ]
+        checks.append(
+            Check(
+                "Encrypted root volumes",
+                not plain,
+                "every node's root volume is encrypted"
+                if not plain
+                else f"unencrypted root volume on {', '.join(plain)}",
+            )
+        )
+    efa = [a for a, n in _after(plan, "aws_network_interface") if n.get("interface_type") == "efa"]
+    if efa:
+        missing = [
+            direction
+            for direction in ("ingress", "egress")
+            if not any(
+                rule.get("ip_protocol") == "-1" and rule.get("cidr_ipv4") is None
+                for _, rule in _after(plan, f"aws_vpc_security_group_{direction}_rule")
+            )
+        ]
+        checks.append(
+            Check(
+                "EFA self rules",
+                not missing,
+                f"{len(efa)} EFA interface(s); all-traffic self ingress and egress rules kept"
+                if not missing
+                else f"{len(efa)} EFA interface(s) but no self {' or '.join(missing)} rule: "
+                "NCCL over EFA fails without both",
+            )
+        )
+    return checks
+
+
+def policy_checks(
+    rails: Guardrails,
+    cost: Cost,
+    *,
+    idle_shutdown_minutes: int | None,
+    max_lifetime_hours: float | None,
+    target: str,
+) -> list[Check]:
+    """The spec's own guardrails (only those it sets)."""
+    checks = []
+    if rails.max_hourly_usd is not None:
+        limit = usd(rails.max_hourly_usd)
+        if cost.after_hourly is None:
+            checks.append(
+                Check(
+                    "max_hourly_usd",
+                    False,
+                    f"no price for {', '.join(cost.missing)} in the price table: cannot show "
+                    f"the cluster stays under {limit}/h",
+                )
+            )
+        else:
+            ok = cost.after_hourly <= rails.max_hourly_usd
+            checks.append(
+                Check(
+                    "max_hourly_usd",
+                    ok,
+                    f"{usd(cost.after_hourly)}/h {'≤' if ok else '>'} {limit}/h",
+                )
+            )
+    if rails.require_idle_shutdown:
+        if target != "aws":
+            checks.append(
+                Check("require_idle_shutdown", True, f"{target} nodes cost nothing while idle")
+            )
+        elif idle_shutdown_minutes:
+            checks.append(
+                Check(
+                    "require_idle_shutdown",
+                    True,
+                    f"nodes shut down after {idle_shutdown_minutes} min idle",
+                )
+            )
+        elif max_lifetime_hours:
+            checks.append(
+                Check(
+                    "require_idle_shutdown",
+                    False,
+                    "aws.idle_shutdown_minutes = 0: idle nodes run (and cost) until "
+                    f"max_lifetime_hours ({max_lifetime_hours:g} h); set idle_shutdown_minutes",
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    "require_idle_shutdown",
+                    False,
+                    "aws.idle_shutdown_minutes = 0: idle nodes run (and cost) until someone "
+                    "runs `skyinfra down`; set idle_shutdown_minutes (e.g. 60)",
+                )
+            )
+    return checks
+
+
+def failed(checks: Sequence[Check]) -> list[Check]:
+    return [c for c in checks if not c.ok]

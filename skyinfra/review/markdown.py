@@ -1,0 +1,238 @@
+"""plan.md: one review as a pull-request comment (pure).
+
+Laid out after what Atlantis, tfcmt and infracost post (see README "Reviewing changes"):
+Terraform's ``Plan:`` line outside any fold, a warning for every destroy and replace (nodes
+first, with Terraform's reason, the attributes forcing it and their values before → after),
+the cluster's shape before → after, a Mermaid picture, the cost per hour and over the
+cluster's lifetime, the guardrails, then the full plan folded. The whole comment stays under
+GitHub's 65,536-character limit: the folded plan is cut first, and the comment says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from skyinfra.review.cost import Cost, signed_usd, usd
+from skyinfra.review.guardrails import failed
+from skyinfra.review.mermaid import diagram
+from skyinfra.review.report import Review
+from skyinfra.review.summary import Loss, Shape
+
+# GitHub refuses issue and pull-request comments longer than this (characters).
+COMMENT_LIMIT = 65536
+# A hidden marker CI uses to find and update its own comment instead of adding another.
+MARKER = "<!-- skyinfra-plan -->"
+
+
+def _code(text: str) -> str:
+    quoted = text.replace("`", "'")
+    return f"`{quoted}`"
+
+
+def header(review: Review) -> list[str]:
+    facts = review.facts
+    where = facts.target + (f"/{facts.region}" if facts.region else "")
+    bad = failed(review.checks)
+    verdict = "✅ guardrails pass" if not bad else f"❌ {len(bad)} guardrail(s) failed"
+    versions = [f"Terraform {review.summary.terraform_version}"]
+    versions += [f"{name} {version}" for name, version in review.providers.items()]
+    return [
+        MARKER,
+        f"## skyinfra plan — cluster {_code(facts.cluster)} ({where}) {verdict}",
+        "",
+        f"**{review.summary.counts.line}**",
+        "",
+        " · ".join(versions) + f" · planfile sha256 {_code(review.planfile_sha256)}",
+    ]
+
+
+def _loss_line(loss: Loss) -> list[str]:
+    cause = f"{loss.cause}: " if loss.cause else ""
+    forced = ""
+    if loss.replace_paths:
+        forced = "; forced by " + ", ".join(_code(p) for p in loss.replace_paths)
+    lines = [f"> - {_code(loss.address)} — {cause}{loss.reason}{forced}"]
+    lines += [f">   - {_code(d.path)}: {_code(d.before)} → {_code(d.after)}" for d in loss.diffs]
+    return lines
+
+
+def warnings(losses: Sequence[Loss], *, target: str) -> list[str]:
+    """The block `up`'s confirmation prints too (as plain text, see :func:`terminal`)."""
+    if not losses:
+        return []
+    what = "GPU node" if target == "aws" else "node"
+    lines = ["> [!WARNING]"]
+    for action, verb in (("replace", "REPLACED"), ("destroy", "DESTROYED")):
+        nodes = [x for x in losses if x.action == action and x.node]
+        if nodes:
+            lines.append(
+                f"> **{len(nodes)} {what}(s) will be {verb}**: whatever runs on them stops, "
+                "and their disks go with them"
+            )
+    others = [x for x in losses if not x.node]
+    if others:
+        lines.append(f"> **{len(others)} other resource(s) will be destroyed or replaced**")
+    lines.append(">")
+    for loss in losses:
+        lines += _loss_line(loss)
+    return lines
+
+
+def terminal(losses: Sequence[Loss], *, target: str) -> list[str]:
+    """The warning block as terminal lines: the same story plan.md tells."""
+    lines = [
+        line.removeprefix("> ").replace("**", "")
+        for line in warnings(losses, target=target)
+        if line.startswith("> **")
+    ]
+    for loss in losses:
+        cause = f" [{loss.cause}]" if loss.cause else ""
+        forced = f"; forced by {', '.join(loss.replace_paths)}" if loss.replace_paths else ""
+        lines.append(f"{loss.action} {loss.address}: {loss.reason}{cause}{forced}")
+        lines += [f"    {d.path}: {d.before} -> {d.after}" for d in loss.diffs]
+    return lines
+
+
+def _row(name: str, before: str, after: str) -> str:
+    mark = "" if before == after else " ⚠️" if before != "-" else ""
+    return f"| {name} | {before} | {after}{mark} |"
+
+
+def topology(before: Shape, after: Shape) -> list[str]:
+    def nodes(shape: Shape) -> str:
+        return "-" if shape.nodes == 0 else f"{shape.nodes} x {shape.instance_type}"
+
+    def efa(shape: Shape) -> str:
+        return "-" if shape.nodes == 0 else str(shape.efa_per_node)
+
+    def keep(shape: Shape, value: str) -> str:
+        return "-" if shape.nodes == 0 else value
+
+    return [
+        "### Topology",
+        "",
+        "| | before | after |",
+        "|---|---|---|",
+        _row("nodes x type", nodes(before), nodes(after)),
+        _row("GPUs per node", keep(before, before.gpus_per_node), keep(after, after.gpus_per_node)),
+        _row("zone", keep(before, before.zone), keep(after, after.zone)),
+        _row(
+            "placement group",
+            keep(before, before.placement_group),
+            keep(after, after.placement_group),
+        ),
+        _row("EFA interfaces per node", efa(before), efa(after)),
+        _row("coordinator", keep(before, before.coordinator), keep(after, after.coordinator)),
+    ]
+
+
+def cost(c: Cost) -> list[str]:
+    lines = ["### Cost", ""]
+    if c.free:
+        return [*lines, "The local target runs on this machine: **$0.00** per hour."]
+    lines += [
+        "| | before | after | change |",
+        "|---|---|---|---|",
+        f"| per hour | {usd(c.before_hourly)} | {usd(c.after_hourly)} | "
+        f"**{signed_usd(c.delta_hourly)}** |",
+    ]
+    if c.lifetime_hours is not None:
+        lines.append(
+            f"| over the lifetime ({c.lifetime_hours:g} h, `max_lifetime_hours`) | | "
+            f"at most {usd(c.lifetime_cost)} | |"
+        )
+    lines.append("")
+    if c.lifetime_hours is None:
+        lines.append(
+            "No `max_lifetime_hours`: the cluster costs this every hour until `skyinfra down`"
+            + (
+                f"; an idle node ends itself after {c.idle_shutdown_minutes} min "
+                f"(idle time costs at most {usd(c.idle_cost)} per idle period)."
+                if c.idle_shutdown_minutes
+                else ", and idle shutdown is off."
+            )
+        )
+    elif c.idle_shutdown_minutes:
+        lines.append(
+            f"Nodes end themselves after {c.lifetime_hours:g} h, or after "
+            f"{c.idle_shutdown_minutes} min idle, whichever comes first."
+        )
+    else:
+        lines.append(
+            f"Idle shutdown is off: nodes cost this, busy or idle, until they end themselves "
+            f"after {c.lifetime_hours:g} h."
+        )
+    if c.missing:
+        lines.append(f"No price in the table for {', '.join(_code(t) for t in c.missing)}.")
+    lines.append(f"<sub>On-demand list prices; source: {c.source}; as of {c.date}.</sub>")
+    return lines
+
+
+def guardrails(review: Review) -> list[str]:
+    if not review.checks:
+        return ["### Guardrails", "", "No guardrails apply."]
+    lines = ["### Guardrails", "", "| check | | |", "|---|---|---|"]
+    lines += [f"| {c.name} | {c.mark} | {c.reason} |" for c in review.checks]
+    return lines
+
+
+def _fold(text: str, budget: int) -> list[str]:
+    opening = ["<details><summary>Full plan</summary>", "", "```"]
+    closing = ["```", "", "</details>"]
+    if not text:
+        return []
+    fixed = sum(len(x) + 1 for x in opening + closing)
+    room = budget - fixed - 200
+    if len(text) <= room:
+        return [*opening, text.rstrip("\n"), *closing]
+    if room <= 0:
+        return [
+            f"_The full plan ({len(text):,} characters) does not fit in the comment: see "
+            "plan.json, or `skyinfra tf -- show PLANFILE`._"
+        ]
+    kept = text[: max(room, 0)].rsplit("\n", 1)[0]
+    return [
+        *opening,
+        kept,
+        *closing,
+        f"_Full plan truncated to fit GitHub's {COMMENT_LIMIT:,}-character limit: "
+        f"{len(kept):,} of {len(text):,} characters shown; the rest is in plan.json "
+        "(or `skyinfra tf -- show PLANFILE`)._",
+    ]
+
+
+def render(review: Review, *, limit: int = COMMENT_LIMIT, apply_hint: str = "") -> str:
+    facts = review.facts
+    summary = review.summary
+    parts: list[list[str]] = [header(review)]
+    block = warnings(summary.losses, target=facts.target)
+    if block:
+        parts.append(block)
+    parts.append(topology(summary.before, summary.after))
+    parts.append(
+        [
+            "### Cluster",
+            "",
+            "```mermaid",
+            diagram(
+                summary.resources, target=facts.target, instance_type=summary.after.instance_type
+            ),
+            "```",
+        ]
+    )
+    parts.append(cost(review.cost))
+    parts.append(guardrails(review))
+    footer = [
+        "<sub>Built from `terraform show -json`. "
+        + (apply_hint or "Apply exactly this plan with `skyinfra apply PLANFILE`.")
+        + "</sub>"
+    ]
+    body = "\n\n".join("\n".join(p) for p in parts)
+    tail = "\n".join(footer)
+    budget = limit - len(body) - len(tail) - 4
+    fold = _fold(review.full_plan, budget)
+    text = body + ("\n\n" + "\n".join(fold) if fold else "") + "\n\n" + tail + "\n"
+    if len(text) > limit:  # a plan with thousands of losses: cut the comment itself
+        note = "\n\n_Comment truncated to GitHub's limit; see plan.json._\n"
+        text = text[: limit - len(note)] + note
+    return text

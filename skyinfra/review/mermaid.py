@@ -1,0 +1,78 @@
+"""The cluster as a Mermaid flowchart (pure): VPC → subnet → security group → nodes on AWS,
+this machine → nodes on the local target; every part marked with what the plan does to it.
+GitHub renders ```` ```mermaid ```` blocks in pull-request comments:
+https://docs.github.com/en/get-started/writing-on-github/working-with-advanced-formatting/creating-diagrams
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from skyinfra.review.summary import Resource
+
+_MARKS = {
+    "create": "+ new",
+    "replace": "± replaced",
+    "destroy": "- destroyed",
+    "update": "~ changed",
+}
+_CLASSES = (
+    "classDef create fill:#e6ffec,stroke:#1a7f37",
+    "classDef replace fill:#fff1e5,stroke:#bc4c00,stroke-width:2px",
+    "classDef destroy fill:#ffebe9,stroke:#cf222e,stroke-dasharray: 4 2",
+    "classDef update fill:#fff8c5,stroke:#9a6700",
+)
+_NODE = re.compile(r'\["(node-\d+)"\]$')
+
+
+def _label(text: str, action: str) -> str:
+    mark = _MARKS.get(action)
+    return f"{text}<br/>{mark}" if mark else text
+
+
+def _node(ident: str, text: str, action: str) -> str:
+    line = f'  {ident}["{_label(text, action)}"]'
+    return line + (f":::{action}" if action in _MARKS else "")
+
+
+def _first(resources: Sequence[Resource], kind: str) -> Resource | None:
+    found = [r for r in resources if r.type == kind]
+    return found[0] if found else None
+
+
+def diagram(resources: Sequence[Resource], *, target: str, instance_type: str = "") -> str:
+    """The flowchart's text (without the fences)."""
+    lines = ["flowchart LR"]
+    node_kind = "aws_instance" if target == "aws" else "terraform_data"
+    nodes = []
+    for res in resources:
+        match = _NODE.search(res.address)
+        if res.type == node_kind and match:
+            nodes.append((match.group(1), res.action))
+    nodes.sort(key=lambda n: int(n[0].split("-")[1]))
+    if target == "aws":
+        vpc = _first(resources, "aws_vpc")
+        subnet = _first(resources, "aws_subnet")
+        group = _first(resources, "aws_security_group")
+        lines.append(_node("vpc", "VPC" if vpc else "VPC (existing)", vpc.action if vpc else ""))
+        lines.append(
+            _node(
+                "subnet",
+                "subnet" if subnet else "subnet (existing)",
+                subnet.action if subnet else "",
+            )
+        )
+        lines.append(_node("sg", "security group", group.action if group else ""))
+        lines += ["  vpc --> subnet", "  subnet --> sg"]
+        parent = "sg"
+    else:
+        lines.append(_node("host", "this machine (loopback)", ""))
+        parent = "host"
+    suffix = f" {instance_type}" if instance_type and instance_type != "-" else ""
+    for name, action in nodes:
+        ident = name.replace("-", "_")
+        lines.append(_node(ident, f"{name}{suffix}", action))
+        lines.append(f"  {parent} --> {ident}")
+    lines += [f"  {c}" for c in _CLASSES]
+    return "\n".join(lines)

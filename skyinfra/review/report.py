@@ -1,0 +1,153 @@
+"""One review of a saved plan (pure): what plan.md and `skyinfra plan --json` show, built from
+the plan JSON and the facts of the spec that Terraform does not hold (idle shutdown, lifetime,
+guardrails)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyinfra.errors import GuardrailError
+from skyinfra.review import cost as cost_mod
+from skyinfra.review.guardrails import Check, Guardrails, failed, fixed_checks, policy_checks
+from skyinfra.review.summary import PlanSummary, summarize
+from skyinfra.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the review needs from the spec."""
+
+    cluster: str
+    target: str
+    region: str | None = None
+    idle_shutdown_minutes: int | None = None
+    max_lifetime_hours: float | None = None
+    guardrails: Guardrails = field(default_factory=Guardrails)
+
+
+@dataclass(frozen=True)
+class Review:
+    facts: ClusterFacts
+    summary: PlanSummary
+    cost: cost_mod.Cost
+    checks: tuple[Check, ...]
+    planfile_sha256: str
+    providers: Mapping[str, str]
+    full_plan: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not failed(self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON summary (`skyinfra plan --json`)."""
+        counts = self.summary.counts
+        return {
+            "cluster": self.facts.cluster,
+            "target": self.facts.target,
+            "region": self.facts.region,
+            "terraform_version": self.summary.terraform_version,
+            "providers": dict(self.providers),
+            "planfile_sha256": self.planfile_sha256,
+            "plan": {
+                "add": counts.add,
+                "change": counts.change,
+                "destroy": counts.destroy,
+                "no_changes": counts.no_changes,
+                "line": counts.line,
+            },
+            "losses": [
+                {
+                    "address": loss.address,
+                    "action": loss.action,
+                    "node": loss.node,
+                    "action_reason": loss.cause,
+                    "reason": loss.reason,
+                    "replace_paths": list(loss.replace_paths),
+                    "diffs": [
+                        {"path": d.path, "before": d.before, "after": d.after} for d in loss.diffs
+                    ],
+                }
+                for loss in self.summary.losses
+            ],
+            "topology": {
+                "before": _shape(self.summary.before),
+                "after": _shape(self.summary.after),
+            },
+            "cost": self.cost.to_dict(),
+            "guardrails": [{"name": c.name, "ok": c.ok, "reason": c.reason} for c in self.checks],
+            "passed": self.passed,
+        }
+
+
+def _shape(shape: Any) -> dict[str, Any]:
+    data = dict(shape.__dict__)
+    data["node_names"] = list(shape.node_names)
+    return data
+
+
+def build_review(
+    plan: Mapping[str, Any],
+    facts: ClusterFacts,
+    *,
+    planfile_sha256: str,
+    providers: Mapping[str, str] | None = None,
+    full_plan: str = "",
+    table: cost_mod.PriceTable | None = None,
+) -> Review:
+    summary = summarize(plan, target=facts.target)
+    cost = cost_mod.estimate(
+        target=facts.target,
+        region=facts.region,
+        before=(summary.before.nodes, summary.before.instance_type),
+        after=(summary.after.nodes, summary.after.instance_type),
+        lifetime_hours=facts.max_lifetime_hours,
+        idle_shutdown_minutes=facts.idle_shutdown_minutes,
+        table=table,
+    )
+    checks = [
+        *policy_checks(
+            facts.guardrails,
+            cost,
+            idle_shutdown_minutes=facts.idle_shutdown_minutes,
+            max_lifetime_hours=facts.max_lifetime_hours,
+            target=facts.target,
+        ),
+        *fixed_checks(plan, facts.guardrails),
+    ]
+    return Review(
+        facts=facts,
+        summary=summary,
+        cost=cost,
+        checks=tuple(checks),
+        planfile_sha256=planfile_sha256,
+        providers=dict(sorted((providers or {}).items())),
+        full_plan=full_plan,
+    )
+
+
+def facts_of(spec: ClusterSpec) -> ClusterFacts:
+    """What the review reads from the spec (a target's section may hold a region, an idle
+    shutdown and a lifetime: AWS's does)."""
+    section = spec.section
+    return ClusterFacts(
+        cluster=spec.name,
+        target=spec.provider,
+        region=getattr(section, "region", None),
+        idle_shutdown_minutes=getattr(section, "idle_shutdown_minutes", None),
+        max_lifetime_hours=getattr(section, "max_lifetime_hours", None),
+        guardrails=spec.guardrails,
+    )
+
+
+def refuse_failed_guardrails(review: Review) -> None:
+    """GuardrailError naming every failed check (`up` and `apply` refuse before applying)."""
+    bad = failed(review.checks)
+    if bad:
+        reasons = "; ".join(f"{c.name}: {c.reason}" for c in bad)
+        raise GuardrailError(
+            f"cluster {review.facts.cluster!r}: {len(bad)} guardrail(s) failed ({reasons}); "
+            "nothing was changed"
+        )

@@ -1,0 +1,109 @@
+"""What every benchmark shares: the CLI as a user runs it, scratch projects, statistics, the
+machine. Not tests: nothing here asserts a time (timing goals go in BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def base_env() -> dict[str, str]:
+    """The user's environment without skyinfra settings; this checkout's skyinfra first (the
+    runtime stays the installed one: on PYTHONPATH it would shadow the nodes' own wheel)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def cli(args: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    """Run `skyinfra ARGS`; (wall seconds, stdout). A failure stops the benchmark."""
+    argv = [str(VENV_BIN / "skyinfra"), *args]
+    started = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise BenchError(
+            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return elapsed, proc.stdout
+
+
+def free_port_pair() -> int:
+    """A base port P with P and P+1 free (jax's coordinator and torch's rendezvous)."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = int(a.getsockname()[1])
+        if port > 60000:
+            continue
+        with socket.socket() as b:
+            try:
+                b.bind(("", port + 1))
+            except OSError:
+                continue
+        return port
+    raise BenchError("no free port pair")
+
+
+@contextmanager
+def project(nodes: int, plugins: Sequence[str] = ()) -> Iterator[Path]:
+    """A scratch project with a skyinfra.toml (its own free ports) and the bench entries."""
+    with tempfile.TemporaryDirectory(prefix="skyinfra-bench-") as tmp:
+        root = Path(tmp)
+        plugin_list = ", ".join(f'"{p}"' for p in plugins)
+        (root / "skyinfra.toml").write_text(
+            f'name = "bench"\nnodes = {nodes}\nhead_port = {free_port_pair()}\n'
+            f"plugins = [{plugin_list}]\n"
+        )
+        for name in ("first_step_entry.py", "trivial_entry.py"):
+            shutil.copy(HERE / name, root / name)
+        yield root
+
+
+def stats(values: Sequence[float]) -> dict[str, Any]:
+    return {
+        "median": round(statistics.median(values), 2),
+        "min": round(min(values), 2),
+        "max": round(max(values), 2),
+        "n": len(values),
+        "values": [round(v, 2) for v in values],
+    }
+
+
+def machine() -> dict[str, Any]:
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "processor": platform.processor() or platform.machine(),
+        "load_average_at_start": [round(x, 2) for x in load],
+    }

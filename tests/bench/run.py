@@ -1,0 +1,85 @@
+"""`make bench`: run the benchmarks of tests/bench/ and rewrite BENCHMARKS.md.
+
+    python tests/bench/run.py [--reps N] [--only 1,2,...] [--notes TEXT]
+
+Each figure is measured --reps times (median, min, max); results also go to
+tests/bench/results/<host>-<date>.json. Figures (BENCHMARKS.md says what each measures):
+1 time to first step, 2 runtime overhead, 3 fan-out, 4 up/down with uv and pip,
+5 engine overhead (AWS target against moto), 6 render + plan scale (AWS, moto).
+Not part of `make test`: nothing here is a test or asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import HERE, REPO, machine
+from report import render_markdown
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--pip-reps", type=int, default=None, help="figure 4's pip runs")
+    parser.add_argument(
+        "--aws-reps", type=int, default=1, help="figures 5 and 6 (minutes per run against moto)"
+    )
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="figures to run, e.g. 1,4")
+    parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
+    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
+    ns = parser.parse_args()
+    only = {int(x) for x in ns.only.split(",") if x}
+    report: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "reps": ns.reps,
+        "aws_reps": ns.aws_reps,
+        "notes": ns.notes,
+        "figures": {},
+    }
+    started = time.perf_counter()
+    figures = report["figures"]
+
+    def step(number: int, name: str, fn: Any, *args: Any) -> None:
+        if number not in only:
+            return
+        print(f"bench: figure {number} ({name}) ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            figures[name] = fn(*args)
+        except Exception as err:  # one figure failing still writes the others
+            figures[name] = {"error": f"{type(err).__name__}: {err}"[:2000]}
+        print(f"bench: figure {number} took {time.perf_counter() - t0:.0f} s", flush=True)
+
+    import aws_emulated
+    import local_cluster
+    import overhead
+
+    step(1, "first_step", local_cluster.first_step, ns.reps)
+    step(2, "overhead", overhead.overhead, ns.reps)
+    if 3 in only or 4 in only:
+        step(3 if 4 not in only else 4, "up_down_uv", local_cluster.up_down, ns.reps, "uv")
+        if 4 in only:
+            step(4, "up_down_pip", local_cluster.up_down, ns.pip_reps or ns.reps, "pip")
+    step(5, "engine_overhead", aws_emulated.engine_overhead, ns.aws_reps)
+    step(6, "aws_scale", aws_emulated.scale, ns.aws_reps)
+    report["bench_wall_s"] = round(time.perf_counter() - started)
+    report["load_average_at_end"] = [round(x, 2) for x in __import__("os").getloadavg()]
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    out = results / f"{report['machine']['host']}-{report['date'][:10]}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    ns.out.write_text(render_markdown(report))
+    print(f"bench: {out} and {ns.out} written ({report['bench_wall_s']} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Golden plan.md files: what `skyinfra plan` writes, compared after masking what differs on
+every run (sha256 digests, workspace ids) and without the folded full plan (Terraform's own
+text, with this machine's paths). SKYINFRA_UPDATE_GOLDEN=1 rewrites them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from pathlib import Path
+
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "plans"
+UPDATE_ENV = "SKYINFRA_UPDATE_GOLDEN"
+RECORD_ENV = "SKYINFRA_RECORD_PLANS"
+_MASKS = (
+    (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),
+    (re.compile(r"\bws-[0-9a-f]{16}\b"), "ws-<id>"),
+    (re.compile(r"\b(i|sg|vpc|subnet|eni|sgr)-[0-9a-f]{8,17}\b"), r"\1-<id>"),
+)
+_FOLD = re.compile(r"<details><summary>Full plan</summary>.*?</details>\n", re.DOTALL)
+
+
+def normalized(text: str) -> str:
+    text = _FOLD.sub("<details>(full plan)</details>\n", text)
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def check_golden(name: str, text: str) -> None:
+    """``text`` (a plan.md) equals tests/golden/plans/<name>.md once normalized."""
+    path = GOLDEN_DIR / f"{name}.md"
+    got = normalized(text)
+    if os.environ.get(UPDATE_ENV) == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(got)
+    assert path.is_file(), f"no golden file {path}; run with {UPDATE_ENV}=1 to write it"
+    assert got == path.read_text(), f"{path} differs from plan.md:\n{got}"
+
+
+def record_plan(name: str, out: Path) -> None:
+    """Keep what `skyinfra plan` wrote to ``out`` for replay: plan.json (gzip, it is large) and
+    plan-meta.json, as tests/golden/plans/<name>.plan.json.gz and <name>.meta.json."""
+    if os.environ.get(UPDATE_ENV) != "1":
+        return
+    plan = json.loads((out / "plan.json").read_text())
+    data = json.dumps(plan, indent=1, sort_keys=True).encode()
+    (GOLDEN_DIR / f"{name}.plan.json.gz").write_bytes(gzip.compress(data, 9, mtime=0))
+    meta = json.loads((out / "plan-meta.json").read_text())
+    spec = meta["spec"]
+    for table in spec.values():
+        if isinstance(table, dict) and "ssh_key" in table:
+            table["ssh_key"] = "~/.ssh/id_ed25519"  # the test's temporary key: not a fact
+    kept = {
+        "spec": spec,
+        "planfile_sha256": meta["planfile_sha256"],
+        "providers": meta["summary"]["providers"],
+    }
+    (GOLDEN_DIR / f"{name}.meta.json").write_text(json.dumps(kept, indent=2) + "\n")
+
+
+def recorded(name: str) -> tuple[dict[str, object], dict[str, object]]:
+    """(plan JSON, plan-meta.json) recorded for ``name``."""
+    plan = json.loads(gzip.decompress((GOLDEN_DIR / f"{name}.plan.json.gz").read_bytes()))
+    meta = json.loads((GOLDEN_DIR / f"{name}.meta.json").read_text())
+    return plan, meta

@@ -1,0 +1,190 @@
+"""The pure parts of the review on hand-made plan JSON: reasons and before -> after values of
+a replaced node, counts, the cost arithmetic, the guardrails' rules and the comment's size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from skyinfra.errors import SpecError
+from skyinfra.review import markdown
+from skyinfra.review.cost import PriceTable, estimate
+from skyinfra.review.guardrails import Guardrails, fixed_checks, parse_guardrails
+from skyinfra.review.mermaid import diagram
+from skyinfra.review.report import ClusterFacts, build_review
+from skyinfra.review.summary import count_changes, losses, summarize
+
+NODE = 'module.nodes.aws_instance.this["node-{}"]'
+TABLE = PriceTable("test table", "2026-11-23", {"us-east-1": {"p5.48xlarge": 55.04}})
+
+
+def instance(index: int, actions: list[str], before: Any, after: Any, **extra: Any) -> Any:
+    return {
+        "address": NODE.format(index),
+        "type": "aws_instance",
+        "mode": "managed",
+        "change": {"actions": actions, "before": before, "after": after, **extra},
+    }
+
+
+def node(ami: str, kind: str = "p5.48xlarge", tokens: str = "required") -> dict[str, Any]:
+    return {
+        "ami": ami,
+        "instance_type": kind,
+        "availability_zone": "us-east-1a",
+        "metadata_options": [{"http_tokens": tokens}],
+        "root_block_device": [{"encrypted": True}],
+    }
+
+
+def replaced_plan() -> dict[str, Any]:
+    return {
+        "terraform_version": "1.15.5",
+        "resource_changes": [
+            {
+                "address": "module.security.aws_security_group.this",
+                "type": "aws_security_group",
+                "change": {"actions": ["delete", "create"], "before": {}, "after": {}},
+                "action_reason": "replace_because_tainted",
+            },
+            instance(
+                0,
+                ["delete", "create"],
+                node("ami-0aaaaaaaaaaaaaaaa"),
+                node("ami-0bbbbbbbbbbbbbbbb"),
+                replace_paths=[["ami"]],
+                after_unknown={},
+            )
+            | {"action_reason": "replace_because_cannot_update"},
+            instance(1, ["no-op"], node("ami-0aaaaaaaaaaaaaaaa"), node("ami-0aaaaaaaaaaaaaaaa")),
+        ],
+        "output_changes": {
+            "head_addr": {"actions": ["no-op"], "before": "10.42.0.10", "after": "10.42.0.10"},
+            "head_port": {"actions": ["no-op"], "before": 29500, "after": 29500},
+        },
+    }
+
+
+def test_a_replaced_gpu_node_comes_first_with_reason_and_values() -> None:
+    found = losses(replaced_plan())
+    assert [x.address for x in found] == [NODE.format(0), "module.security.aws_security_group.this"]
+    first = found[0]
+    assert (first.action, first.node, first.cause) == (
+        "replace",
+        True,
+        "replace_because_cannot_update",
+    )
+    assert first.replace_paths == ("ami",)
+    assert [(d.path, d.before, d.after) for d in first.diffs] == [
+        ("ami", "ami-0aaaaaaaaaaaaaaaa", "ami-0bbbbbbbbbbbbbbbb")
+    ]
+    assert count_changes(replaced_plan()).line == "Plan: 2 to add, 0 to change, 2 to destroy."
+    lines = markdown.terminal(found, target="aws")
+    assert lines[0].startswith("1 GPU node(s) will be REPLACED")
+    assert "    ami: ami-0aaaaaaaaaaaaaaaa -> ami-0bbbbbbbbbbbbbbbb" in lines
+
+
+def test_topology_and_diagram_mark_what_changes() -> None:
+    summary = summarize(replaced_plan(), target="aws")
+    assert (summary.after.nodes, summary.after.instance_type) == (2, "p5.48xlarge")
+    assert summary.after.coordinator == "10.42.0.10:29500"
+    text = diagram(summary.resources, target="aws", instance_type="p5.48xlarge")
+    assert 'node_0["node-0 p5.48xlarge<br/>± replaced"]:::replace' in text
+    assert 'node_1["node-1 p5.48xlarge"]' in text
+    assert 'vpc["VPC (existing)"]' in text
+
+
+def test_cost_per_hour_and_over_the_lifetime() -> None:
+    cost = estimate(
+        target="aws",
+        region="us-east-1",
+        before=(2, "p5.48xlarge"),
+        after=(4, "p5.48xlarge"),
+        lifetime_hours=8,
+        idle_shutdown_minutes=30,
+        table=TABLE,
+    )
+    assert (cost.before_hourly, cost.after_hourly, cost.delta_hourly) == (110.08, 220.16, 110.08)
+    assert cost.lifetime_cost == pytest.approx(1761.28)
+    assert cost.idle_cost == pytest.approx(110.08)
+    unknown = estimate(
+        target="aws",
+        region="us-east-1",
+        before=(0, "-"),
+        after=(1, "p9z.mega"),
+        lifetime_hours=None,
+        idle_shutdown_minutes=None,
+        table=TABLE,
+    )
+    assert unknown.after_hourly is None and unknown.missing == ("p9z.mega",)
+    assert estimate(
+        target="local",
+        region=None,
+        before=(1, "x"),
+        after=(9, "x"),
+        lifetime_hours=None,
+        idle_shutdown_minutes=None,
+        table=TABLE,
+    ).free
+
+
+def test_guardrails_table_is_checked_field_by_field() -> None:
+    assert parse_guardrails(None) == Guardrails()
+    assert parse_guardrails({"max_hourly_usd": 50}).max_hourly_usd == 50.0
+    for raw, field in (
+        ({"max_hourly_usd": -1}, "guardrails.max_hourly_usd"),
+        ({"max_hourly_usd": "50"}, "guardrails.max_hourly_usd"),
+        ({"allow_world_ssh": "yes"}, "guardrails.allow_world_ssh"),
+        ({"max_hourly": 5}, "guardrails.max_hourly"),
+        ([1], "guardrails"),
+    ):
+        with pytest.raises(SpecError) as err:
+            parse_guardrails(raw)
+        assert err.value.field == field
+
+
+def test_fixed_checks_catch_imdsv1_and_missing_efa_egress() -> None:
+    plan = replaced_plan()
+    plan["resource_changes"][2]["change"]["after"] = node("ami-0a", tokens="optional")
+    plan["resource_changes"].append(
+        {
+            "address": 'module.nodes.aws_network_interface.efa["node-0/0"]',
+            "type": "aws_network_interface",
+            "change": {"actions": ["create"], "before": None, "after": {"interface_type": "efa"}},
+        }
+    )
+    plan["resource_changes"].append(
+        {
+            "address": "module.security.aws_vpc_security_group_ingress_rule.self",
+            "type": "aws_vpc_security_group_ingress_rule",
+            "change": {"actions": ["create"], "before": None, "after": {"ip_protocol": "-1"}},
+        }
+    )
+    checks = {c.name: c for c in fixed_checks(plan, Guardrails())}
+    assert not checks["IMDSv2 required"].ok and NODE.format(1) in checks["IMDSv2 required"].reason
+    assert checks["Encrypted root volumes"].ok
+    assert (
+        not checks["EFA self rules"].ok and "no self egress rule" in checks["EFA self rules"].reason
+    )
+    assert checks["SSH from 0.0.0.0/0"].ok
+
+
+def test_the_comment_stays_under_githubs_limit_cutting_the_full_plan_first() -> None:
+    facts = ClusterFacts("big", "aws", "us-east-1")
+    huge = "\n".join(f"line {i} " + "x" * 80 for i in range(2000))  # ~180,000 characters
+    review = build_review(
+        replaced_plan(), facts, planfile_sha256="ab" * 32, full_plan=huge, table=TABLE
+    )
+    text = markdown.render(review)
+    assert len(text) <= markdown.COMMENT_LIMIT
+    assert "Full plan truncated to fit GitHub's 65,536-character limit" in text
+    assert "**Plan: 2 to add, 0 to change, 2 to destroy.**" in text  # outside the fold
+    assert text.index("[!WARNING]") < text.index("<details>")
+    small = markdown.render(
+        build_review(
+            replaced_plan(), facts, planfile_sha256="ab" * 32, full_plan="short", table=TABLE
+        )
+    )
+    assert "truncated" not in small and "short" in small
+    assert len(markdown.render(review, limit=20_000)) <= 20_000

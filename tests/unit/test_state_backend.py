@@ -1,0 +1,143 @@
+"""The S3 backend: the spec's URL, the rendered backend.tf (golden files), Terraform's lock
+error read back into who holds the lock, and what `up` refuses about a cluster's backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from skyinfra import shared_state
+from skyinfra.errors import SpecError, StateLockedError, WorkspaceError
+from skyinfra.spec import validate_spec
+from skyinfra.terraform.backend import (
+    BACKEND_FILE,
+    S3Backend,
+    parse_backend,
+    parse_lock_error,
+    render_backend,
+)
+from skyinfra.workspace import Workspace
+
+GOLDEN = Path(__file__).parent / "golden" / "backend"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("s3://team-state", S3Backend("team-state", "")),
+        ("s3://team-state/", S3Backend("team-state", "")),
+        ("s3://team-state/sky/prod/", S3Backend("team-state", "sky/prod")),
+        ("s3://team.state/p?region=eu-west-1", S3Backend("team.state", "p", "eu-west-1")),
+    ],
+)
+def test_backend_urls(url: str, expected: S3Backend) -> None:
+    assert parse_backend(url) == expected
+    assert parse_backend(expected.url) == expected  # the URL round-trips
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("gs://bucket/p", "only the s3 backend"),
+        ("s3://Bucket/p", "not a valid S3 bucket name"),
+        ("s3://b/p", "not a valid S3 bucket name"),
+        ("s3://bucket/a b", "not a plain key"),
+        ("s3://bucket/p?regoin=us-east-1", "unknown part"),
+        ("s3://bucket/p?region=mars", "not an AWS region"),
+        (42, "an S3 URL"),
+    ],
+)
+def test_bad_backend_urls_name_the_field_and_what_is_valid(url: object, says: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_backend(url, "--backend")
+    assert err.value.field == "--backend"
+    assert says in str(err.value)
+    assert "s3://my-team-state/skyinfra" in str(err.value)
+
+
+def test_one_state_key_per_cluster() -> None:
+    backend = parse_backend("s3://team-state/sky")
+    assert backend.key("a") == "sky/a/terraform.tfstate"
+    assert backend.key("b") != backend.key("a")
+    assert parse_backend("s3://team-state").key("a") == "a/terraform.tfstate"
+
+
+@pytest.mark.parametrize(
+    ("name", "endpoint"), [("aws.tf", None), ("emulator.tf", "http://127.0.0.1:5000")]
+)
+def test_backend_file_matches_golden(name: str, endpoint: str | None) -> None:
+    text = render_backend(
+        parse_backend("s3://team-state/sky"), "train", region="eu-west-1", endpoint=endpoint
+    )
+    if os.environ.get("SKYINFRA_UPDATE_GOLDEN"):
+        (GOLDEN / name).write_text(text)
+    assert text == (GOLDEN / name).read_text()
+    assert "use_lockfile = true" in text and "encrypt      = true" in text
+    assert "dynamodb" not in text
+
+
+def test_spec_backend_needs_a_region_on_the_local_target() -> None:
+    with pytest.raises(SpecError) as err:
+        validate_spec({"name": "a", "backend": "s3://team-state/sky"})
+    assert err.value.field == "backend"
+    assert "?region=" in str(err.value)
+    spec = validate_spec({"name": "a", "backend": "s3://team-state/sky?region=us-east-1"})
+    assert spec.backend == "s3://team-state/sky?region=us-east-1"
+    assert validate_spec(spec.to_dict()) == spec  # spec.json round-trips
+
+
+def test_emulator_mode_points_the_backend_at_the_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = validate_spec({"name": "a", "backend": "s3://team-state/sky?region=us-east-1"})
+    monkeypatch.delenv("SKYINFRA_AWS_ENDPOINT_URL", raising=False)
+    assert "endpoints" not in shared_state.backend_files(spec)[BACKEND_FILE]
+    monkeypatch.setenv("SKYINFRA_AWS_ENDPOINT_URL", "http://127.0.0.1:5999/")
+    text = shared_state.backend_files(spec)[BACKEND_FILE]
+    assert 'endpoints                   = { s3 = "http://127.0.0.1:5999" }' in text
+    assert shared_state.backend_files(validate_spec({"name": "a"})) == {}
+
+
+# What Terraform 1.11 printed when a second apply met the first one's S3 lock (moto's S3).
+LOCK_TEXT = """Error: Error acquiring the state lock
+
+Error message: operation error S3: PutObject, https response error
+StatusCode: 412, api error PreconditionFailed: At least one of the pre-conditions you
+specified did not hold
+Lock Info:
+  ID:        1d5272f4-41c2-e36f-de9f-ccf512bcc190
+  Path:      team-state/sky/c1/terraform.tfstate
+  Operation: OperationTypeApply
+  Who:       alice@build-7
+  Version:   1.11.4
+  Created:   2026-11-23 19:46:35.30814042 +0000 UTC
+  Info:
+"""
+
+
+def test_lock_error_names_the_lock_and_its_holder() -> None:
+    lock = parse_lock_error(LOCK_TEXT)
+    assert lock is not None
+    assert lock.id == "1d5272f4-41c2-e36f-de9f-ccf512bcc190"
+    assert lock.who == "alice@build-7"
+    assert lock.operation == "OperationTypeApply"
+    err = StateLockedError("c1", lock, argv=["terraform", "plan"], returncode=1, stderr="x")
+    text = str(err)
+    assert "alice@build-7" in text and "OperationTypeApply" in text
+    assert "skyinfra unlock --cluster c1 1d5272f4-41c2-e36f-de9f-ccf512bcc190" in text
+    assert err.argv == ["terraform", "plan"] and err.returncode == 1
+    assert parse_lock_error("Error: Invalid reference") is None
+
+
+def test_up_never_moves_state_by_accident(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "a")
+    ws.ensure()
+    shared = validate_spec({"name": "a", "backend": "s3://team-state/sky?region=us-east-1"})
+    local = validate_spec({"name": "a"})
+    ws.write_json(ws.spec_file, shared.to_dict())
+    shared_state.check_backend_kept(ws, shared)  # the same backend: fine
+    with pytest.raises(WorkspaceError, match="keeps its state in s3://team-state/sky"):
+        shared_state.check_backend_kept(ws, local)
+    ws.write_json(ws.spec_file, local.to_dict())
+    with pytest.raises(WorkspaceError, match="skyinfra state push --cluster a"):
+        shared_state.check_backend_kept(ws, shared)
