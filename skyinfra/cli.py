@@ -129,7 +129,9 @@ def target_options(command: str) -> Callable[[Callable[..., Any]], Callable[...,
                     func = click.option(
                         option.flag,
                         option.name,
-                        is_flag=True,
+                        is_flag=option.metavar is None,
+                        metavar=option.metavar,
+                        default=None,
                         help=f"[{target.name}] {option.help}",
                     )(func)
         return func
@@ -466,6 +468,11 @@ def status(
     for name, requirement in info.get("node_installs", {}).items():
         echo(f"  nodes install {name}: {requirement}")
     echo(f"  state: {info['backend']}; engine: {info['engine']}")
+    if info.get("zone"):
+        why = f" (not the first choice: {info['zone_reason']})" if info.get("zone_reason") else ""
+        echo(f"  zone: {info['zone']}{why}")
+    elif info.get("zone_reason"):
+        echo(f"  zone: none ({info['zone_reason']})")
     words = {
         "ready": "ready",
         "pending": "bootstrapping",

@@ -196,6 +196,27 @@ class PreflightError(SkyinfraError):
     exit_code = exitcodes.PREFLIGHT
 
 
+class CapacityError(SkyinfraError):
+    """`up` found no capacity for the nodes: every zone tried refused them (a new cluster:
+    nothing of it is left running), or a running cluster's zone has no room to grow.
+    ``attempts`` holds what was tried (skyinfra.targets.aws.capacity.Attempt)."""
+
+    exit_code = exitcodes.NO_CAPACITY
+
+    def __init__(self, message: str, *, attempts: Sequence[object] = ()) -> None:
+        self.attempts = list(attempts)
+        super().__init__(message)
+
+
+class LaunchRefusedError(SkyinfraError):
+    """The cloud refused the nodes for a reason no other zone can change (quota, image,
+    rights); ``code`` is its error code."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
 class TransportError(CommandError):
     """Reaching a node (SSH, local process) failed."""
 

@@ -20,6 +20,7 @@ VERIFY_FAILED = 7  # `skyinfra verify` (or `run --verify`): a node check failed
 PLAN_CHANGES = 2
 GUARDRAIL = 8  # plan/up/apply: a guardrail failed (plan.md says which); nothing was changed
 STALE_PLAN = 9  # apply/up --plan: the planfile no longer matches (state, spec or sha256)
+NO_CAPACITY = 10  # `skyinfra up`: no zone tried had capacity for the nodes (aws)
 INTERRUPTED = 130  # Ctrl-C (SIGINT)
 
 MEANINGS: dict[int, str] = {
@@ -33,5 +34,6 @@ MEANINGS: dict[int, str] = {
     VERIFY_FAILED: "skyinfra verify: a check failed on a node; nothing was started",
     GUARDRAIL: "a guardrail failed; nothing was changed",
     STALE_PLAN: "the planfile is stale or not the reviewed one; nothing was changed",
+    NO_CAPACITY: "skyinfra up: no zone had capacity for the nodes; none was left running",
     INTERRUPTED: "interrupted",
 }

@@ -124,16 +124,36 @@ def up(
         with ws.lock("up"), active(timeline):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
             shared_state.check_backend_kept(ws, spec)
-            # Preflight, wheel build and staging happen here: before any workspace write.
-            with timeline.stage("prepare"):
-                files = target_of(spec).render(spec, ws, echo=echo, options=options)
-            files = {**files, **shared_state.backend_files(spec)}
-            created = None  # from here on the workspace is the cluster's, even on failure
-            try:
+            target = target_of(spec)
+
+            def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
+                nonlocal created
+                files = {**files, **shared_state.backend_files(spec)}
+                created = None  # from here on the workspace is the cluster's, even on failure
                 return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm, timeline)
+
+            try:
+                # A target may render and apply more than once (aws: zone by zone until one
+                # has capacity, targets/aws/failover.py); the others render once.
+                launch = getattr(target, "launch", None)
+                if launch is not None:
+                    result: tuple[PlanSummary, Topology] = launch(
+                        spec,
+                        ws,
+                        echo=echo,
+                        options=options,
+                        apply=apply,
+                        engine_factory=engine_factory,
+                    )
+                    return result
+                # Preflight, wheel build and staging happen here: before any workspace write.
+                with timeline.stage("prepare"):
+                    files = target.render(spec, ws, echo=echo, options=options)
+                return apply(files)
             finally:
-                ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())
-                echo(f"[skyinfra] up took {timeline.elapsed():.1f} s ({TIMELINE_FILE})")
+                if created is None:  # the workspace is the cluster's: keep how long it took
+                    ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())
+                    echo(f"[skyinfra] up took {timeline.elapsed():.1f} s ({TIMELINE_FILE})")
     except BaseException:
         if created is not None:  # nothing of this cluster existed: leave nothing behind
             shutil.rmtree(created, ignore_errors=True)
@@ -404,7 +424,7 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
             )
     # What the nodes install, where the target says (aws: the pinned jax).
     installs = getattr(target_of(spec), "node_installs", None)
-    return {
+    info = {
         "cluster": spec.name,
         "provider": spec.provider,
         "workspace": str(ws.path),
@@ -415,3 +435,8 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "nodes": nodes,
         "node_installs": installs(ws, spec) if callable(installs) else {},
     }
+    # A target's own facts (aws: the zone, and why it is not the first choice).
+    details = getattr(target_of(spec), "status_details", None)
+    if details is not None:
+        info.update(details(ws, spec))
+    return info

@@ -35,6 +35,8 @@ class TargetOption:
     flag: str  # e.g. "--skip-preflight"
     help: str
     commands: tuple[str, ...] = ("up",)
+    # A flag that takes a value (shown as this placeholder, e.g. "DURATION"); None: boolean.
+    metavar: str | None = None
 
 
 # The target-specific flags the user gave (name -> value); only flags that were set.
@@ -49,7 +51,14 @@ class TargetSection(Protocol):
 
 
 class Target(Protocol):
-    """One kind of place clusters run; see the module docstring."""
+    """One kind of place clusters run; see the module docstring.
+
+    Two verbs are optional (the lifecycle looks them up with ``getattr``):
+    ``launch(spec, ws, *, echo, options, apply, engine_factory)`` renders and calls
+    ``apply(files)`` itself, as often as it needs (aws: zone by zone until one has capacity,
+    targets/aws/failover.py), instead of `up` rendering once; ``status_details(ws, spec)``
+    returns extra keys for `status` (aws: ``zone``, ``zone_reason``).
+    """
 
     name: ClassVar[str]
     # The most nodes one cluster may have here (the spec refuses more, before anything runs).

@@ -34,6 +34,11 @@ MODULES = ("aws/network", "aws/security", "aws/nodes")
 # The provider version the modules are applied with in our tests (the local mirror holds it).
 AWS_PROVIDER_VERSION = "5.100.0"
 
+# The provider's max_retries (its default is 25, which makes a zone without capacity answer
+# only after many minutes; see the root template). An emulator on loopback needs few.
+PROVIDER_MAX_RETRIES = 5
+EMULATOR_MAX_RETRIES = 2
+
 # EC2 limits user data to 16 KB before base64:
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -68,6 +73,8 @@ class AwsClusterParams:
     tags: Mapping[str, str] = field(default_factory=dict)
     # Where the runtime wheel is staged (bucket, prefix): the nodes' role may read it.
     staging: tuple[str, str] | None = None
+    # A capacity reservation the nodes launch into: (id, is a Capacity Block), or None.
+    capacity_reservation: tuple[str, bool] | None = None
 
 
 def node_names(node_count: int) -> list[str]:
@@ -180,6 +187,7 @@ def render_root_module(
             "provider_version": AWS_PROVIDER_VERSION,
             "modules_source": modules_source.rstrip("/"),
             "emulator": emulator,
+            "max_retries": EMULATOR_MAX_RETRIES if emulator else PROVIDER_MAX_RETRIES,
         },
     )
     tfvars = {
@@ -209,6 +217,14 @@ def render_root_module(
                 else {"type": params.accelerator[0], "count": params.accelerator[1]}
             ),
             "tags": dict(sorted(params.tags.items())),
+            "capacity_reservation": (
+                None
+                if params.capacity_reservation is None
+                else {
+                    "id": params.capacity_reservation[0],
+                    "capacity_block": params.capacity_reservation[1],
+                }
+            ),
         },
         "staging": (
             None

@@ -124,8 +124,10 @@ def resolve(
     *,
     echo: Echo,
     skip_preflight: bool,
+    zone: str | None = None,
 ) -> Resolved:
-    """Run the preflight (or only its lookups when skipped) and pin the values."""
+    """Run the preflight (or only its lookups when skipped) and pin the values. ``zone``:
+    the zone capacity failover chose (failover.py); else the subnet's, else the pinned one."""
     spec_aws = spec.section_as(AwsSpec)
     previous = previous_settings(ws, spec_aws.region)
 
@@ -137,7 +139,7 @@ def resolve(
     with aws_errors("checking the AWS credentials"):
         account = check_credentials(clients.client("sts"))
     network = _existing_network(clients, spec_aws) or {}
-    zone = network.get("availability_zone") or previous.get("availability_zone")
+    zone = network.get("availability_zone") or zone or previous.get("availability_zone")
     ami = _pinned_ami(spec_aws, previous, echo)
     echo(_announce(spec, zone, checks=not skip_preflight))
     found = run_preflight(

@@ -12,6 +12,7 @@ from typing import Any
 from skyinfra.errors import SpecError
 from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
+from skyinfra.targets.aws.capacity import parse_zones
 
 # The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
 # image that brings its own).
@@ -35,6 +36,7 @@ _VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 # A file path on one line (no control characters); whether the key exists is checked when
 # the AWS target renders, not here (validation stays pure).
 _SSH_KEY_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
+_CAPACITY_RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _JAX_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+]*)$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
@@ -54,6 +56,9 @@ AWS_KEYS = (
     "jax_extra",
     "jax_version",
     "allow_ssh_from_anywhere",
+    # Capacity (issue 13): candidate zones in order, and a capacity reservation to launch into.
+    "zones",
+    "capacity_reservation_id",
     "max_lifetime_hours",
 )
 # The longest max_lifetime_hours: 30 days.
@@ -86,6 +91,10 @@ class AwsSpec:
     jax_version: str | None = None
     # 0.0.0.0/0 in ssh_cidrs opens port 22 to the internet: only when asked for by name.
     allow_ssh_from_anywhere: bool = False
+    # Availability zones `up` may use, in order (empty: every zone offering the type).
+    zones: tuple[str, ...] = ()
+    # An On-Demand Capacity Reservation or Capacity Block (cr-...): fixes the zone.
+    capacity_reservation_id: str | None = None
     # Hours after launch when a node ends itself, busy or not (idle-check.sh); None: no limit.
     # `skyinfra plan` prices the cluster's lifetime from it.
     max_lifetime_hours: float | None = None
@@ -95,7 +104,7 @@ class AwsSpec:
         table: dict[str, Any] = {}
         for key in AWS_KEYS:
             value = getattr(self, key)
-            if value is not None:
+            if value is not None and value != ():
                 table[key] = list(value) if isinstance(value, tuple) else value
         return table
 
@@ -237,6 +246,14 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         max_lifetime_hours=_lifetime_hours(raw),
         jax_version=read_str(
             raw, "jax_version", "aws.jax_version", _JAX_VERSION_RE, "a jax version such as '0.10.2'"
+        ),
+        zones=parse_zones(raw["zones"], "aws.zones", region) if "zones" in raw else (),
+        capacity_reservation_id=read_str(
+            raw,
+            "capacity_reservation_id",
+            "aws.capacity_reservation_id",
+            _CAPACITY_RESERVATION_RE,
+            "a capacity reservation id like 'cr-0123456789abcdef0' (ODCR or Capacity Block)",
         ),
     )
 

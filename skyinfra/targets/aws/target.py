@@ -26,7 +26,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -35,7 +35,10 @@ from skyinfra import timeline
 from skyinfra.errors import ConfigError, WorkspaceError
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws import failover
 from skyinfra.targets.aws.addressing import subnet_for
+from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
+from skyinfra.targets.aws.capacity import CapacityLog
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.targets.aws.endpoints import (
     EMULATED_NODES_ENV_VAR,
@@ -80,6 +83,7 @@ from skyinfra.targets.identity import (
     workspace_id,
     workspace_id_file,
 )
+from skyinfra.terraform import EngineFactory
 from skyinfra.topology import Accelerator, Node, Topology, build_topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
@@ -88,6 +92,7 @@ if TYPE_CHECKING:
     from skyinfra.targets.base import Target
 
 Echo = Callable[[str], None]
+T = TypeVar("T")
 
 # Values looked up at `up` that `run` needs later (the login user), kept beside the root module.
 TARGET_FILE = "aws-target.json"
@@ -114,6 +119,7 @@ def cluster_params(
     *,
     ws_id: str | None = None,
     staging: tuple[str, str] | None = None,
+    capacity_reservation: tuple[str, bool] | None = None,
 ) -> AwsClusterParams:
     """The root module's parameters; with ``resolved=None`` placeholders for a early check.
     ``ws_id``: the workspace's id, tagged on every resource beside the cluster's name;
@@ -146,6 +152,7 @@ def cluster_params(
         accelerator=resolved.accelerator if resolved else None,
         tags=tags,
         staging=staging,
+        capacity_reservation=capacity_reservation,
         **extra,
     )
 
@@ -249,8 +256,11 @@ def render_files(
     echo: Echo | None = None,
     skip_preflight: bool = False,
     session: boto3.session.Session | None = None,
+    zone: str | None = None,
+    capacity_reservation: tuple[str, bool] | None = None,
 ) -> dict[str, str]:
-    """Preflight, stage the wheel, render user data and the root module: file name -> text."""
+    """Preflight, stage the wheel, render user data and the root module: file name -> text.
+    ``zone`` and ``capacity_reservation``: chosen by capacity failover (failover.py)."""
     say: Echo = echo or (lambda _line: None)
     spec_aws = _aws_of(spec)
     _, public_key = ssh_key_paths(spec_aws)
@@ -260,12 +270,19 @@ def render_files(
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
     timeline.lap("validate")
-    resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight)
+    resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight, zone=zone)
     timeline.lap("preflight and lookups")
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
     prefix = staging_prefix(spec.name, ws_id)
-    params = cluster_params(spec, resolved, public_key, ws_id=ws_id, staging=(bucket, prefix))
+    params = cluster_params(
+        spec,
+        resolved,
+        public_key,
+        ws_id=ws_id,
+        staging=(bucket, prefix),
+        capacity_reservation=capacity_reservation,
+    )
     validate_params(params)
 
     wheel = build_runtime_wheel()
@@ -409,13 +426,30 @@ SKIP_PREFLIGHT = TargetOption(
 )
 
 
+ZONES = TargetOption(
+    name="zones",
+    flag="--zones",
+    metavar="ZONES",
+    help="availability zones to try, in order (e.g. us-east-1a,us-east-1c, or a,c); "
+    "default aws.zones, else every zone offering the type. A new cluster whose zone has no "
+    "capacity moves to the next one.",
+)
+RETRY_FOR = TargetOption(
+    name="retry_for",
+    flag="--retry-for",
+    metavar="DURATION",
+    help="keep cycling the zones, with back-off, until capacity appears or DURATION (e.g. "
+    "30m) has passed.",
+)
+
+
 class AwsTarget:
     """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH."""
 
     name: ClassVar[str] = "aws"
     max_nodes: ClassVar[int] = MAX_AWS_NODES
     wait_ready_s: ClassVar[float] = float(WAIT_READY_S)
-    options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT,)
+    options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT, ZONES, RETRY_FOR)
 
     def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
         return parse_aws_section(raw)
@@ -426,6 +460,53 @@ class AwsTarget:
         return render_files(
             spec, ws, echo=echo, skip_preflight=bool(options.get(SKIP_PREFLIGHT.name))
         )
+
+    def launch(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        *,
+        echo: Echo,
+        options: TargetOptions,
+        apply: Callable[[dict[str, str]], T],
+        engine_factory: EngineFactory,
+    ) -> T:
+        """`up`'s render and apply, zone by zone until one has capacity (failover.py)."""
+        skip = bool(options.get(SKIP_PREFLIGHT.name))
+        return failover.launch(
+            spec,
+            ws,
+            echo=echo,
+            clients=_clients(spec),
+            render=lambda zone, reservation: render_files(
+                spec,
+                ws,
+                echo=echo,
+                skip_preflight=skip,
+                zone=zone,
+                capacity_reservation=reservation,
+            ),
+            apply=apply,
+            engine_factory=engine_factory,
+            zones_flag=options.get(ZONES.name),
+            retry_for=options.get(RETRY_FOR.name),
+            checks=not skip,
+        )
+
+    def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
+        """The zone and, after a failover, why it is not the first choice (capacity.json)."""
+        path = ws.path / CAPACITY_LOG
+        if not path.is_file():
+            settings = ws.path / TARGET_FILE
+            zone = ws.read_json(settings).get("availability_zone") if settings.is_file() else None
+            return {"zone": zone, "zone_reason": None}
+        log = CapacityLog.from_dict(ws.read_json(path))
+        return {
+            "zone": log.zone,
+            "zone_reason": log.reason,
+            "capacity_reservation_id": log.reservation,
+            "attempts": len(log.attempts),
+        }
 
     def transport(
         self,

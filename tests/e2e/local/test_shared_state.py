@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import pytest
 from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.engines import terraform_binary
+from tests.support.ports import free_port_pair
 
 pytestmark = pytest.mark.slow
 
@@ -37,23 +37,6 @@ def cli(
     return subprocess.run(
         [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
-
-
-def free_port_pair() -> int:
-    """A head_port whose port and the next are free (other clusters may run on this machine)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port >= 65534:
-            continue
-        with socket.socket() as other:
-            try:
-                other.bind(("", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no free port pair")
 
 
 @pytest.fixture

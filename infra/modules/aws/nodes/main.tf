@@ -198,6 +198,24 @@ resource "aws_instance" "this" {
     ignore_changes = [user_data, user_data_base64]
   }
 
+  # Capacity (issue 13): launch into the reservation; a Capacity Block also needs the
+  # capacity-block market type. https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html
+  dynamic "capacity_reservation_specification" {
+    for_each = var.capacity_reservation == null ? [] : [var.capacity_reservation.id]
+    content {
+      capacity_reservation_target {
+        capacity_reservation_id = capacity_reservation_specification.value
+      }
+    }
+  }
+
+  dynamic "instance_market_options" {
+    for_each = try(var.capacity_reservation.capacity_block, false) ? ["capacity-block"] : []
+    content {
+      market_type = instance_market_options.value
+    }
+  }
+
   # IMDSv2 only; hop limit 1 keeps the instance credentials away from containers on the node.
   metadata_options {
     http_endpoint               = "enabled"

@@ -202,3 +202,18 @@ variable "detailed_monitoring" {
   default     = false
   nullable    = false
 }
+
+# Capacity (issue 13)
+variable "capacity_reservation" {
+  description = "Capacity reservation the nodes launch into (an On-Demand Capacity Reservation, or a Capacity Block with capacity_block = true), or null for none."
+  type = object({
+    id             = string
+    capacity_block = bool
+  })
+  default = null
+
+  validation {
+    condition     = var.capacity_reservation == null || can(regex("^cr-[0-9a-f]{8,17}$", var.capacity_reservation.id))
+    error_message = "The capacity_reservation id must look like cr-0123456789abcdef0."
+  }
+}

@@ -211,3 +211,32 @@ run "refuses_user_data_text_over_16kb" {
 
   expect_failures = [var.user_data]
 }
+
+# Capacity (issue 13): a Capacity Block targets the reservation with its market type.
+run "capacity_block" {
+  command = plan
+
+  variables {
+    capacity_reservation = { id = "cr-0123456789abcdef0", capacity_block = true }
+  }
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : i.capacity_reservation_specification[0].capacity_reservation_target[0].capacity_reservation_id == "cr-0123456789abcdef0"])
+    error_message = "Every node must target the capacity reservation."
+  }
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : i.instance_market_options[0].market_type == "capacity-block"])
+    error_message = "A Capacity Block needs the capacity-block market type."
+  }
+}
+
+run "refuses_a_malformed_reservation_id" {
+  command = plan
+
+  variables {
+    capacity_reservation = { id = "odcr-1", capacity_block = false }
+  }
+
+  expect_failures = [var.capacity_reservation]
+}

@@ -1,0 +1,417 @@
+"""All-or-nothing `up` on AWS with availability-zone failover (the shell around capacity.py).
+
+A new cluster is applied into the first candidate zone. When EC2 refuses the nodes for want
+of capacity there (InsufficientInstanceCapacity, InsufficientCapacityOnHost, Unsupported),
+what that attempt started in the zone (nodes, their subnet, the placement group) is destroyed
+and the next zone is tried; with ``--retry-for`` the zones are cycled, with back-off, until
+the time is up. A refusal no zone can change (quota, image, rights) stops at once. When
+nothing worked, everything the attempts made is destroyed and the API is asked (by tag)
+whether anything is left. Every attempt is printed and kept in the workspace (capacity.json,
+capacity.py's CapacityLog).
+
+A cluster that already has nodes stays in its zone: growing it where there is no capacity is
+reported, and nothing running is moved or destroyed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from skyinfra.errors import (
+    CapacityError,
+    ConfigError,
+    LaunchRefusedError,
+    PreflightError,
+    SpecError,
+    TerraformError,
+)
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.capacity import (
+    LOG_FILE,
+    Attempt,
+    CapacityLog,
+    Failure,
+    attempt_table,
+    backoff_s,
+    classify,
+    failover_reason,
+    parse_duration,
+    parse_zones,
+    zone_order,
+)
+from skyinfra.targets.aws.preflight import aws_errors, offering_zones
+from skyinfra.targets.aws.reservation import check_reservation, describe_reservation
+from skyinfra.targets.aws.resolve import _existing_network, previous_settings
+from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.tagged import count_tagged
+from skyinfra.targets.identity import CLUSTER_TAG, WORKSPACE_TAG, read_workspace_id
+from skyinfra.terraform import EngineFactory
+from skyinfra.workspace import Workspace
+
+Echo = Callable[[str], None]
+T = TypeVar("T")
+
+# Seconds between rounds of --retry-for: doubling from the base, at most the cap. The base
+# can be changed (tests use a fraction of a second).
+BACKOFF_ENV_VAR = "SKYINFRA_CAPACITY_BACKOFF_S"
+BACKOFF_BASE_S = 30.0
+BACKOFF_CAP_S = 300.0
+# What is bound to a zone and goes when an attempt there failed: the nodes (and their
+# interfaces, which depend on them or on the subnet), skyinfra's subnet and the placement
+# group (a cluster placement group lives in one zone). The VPC, security group, key pair and
+# role stay for the next attempt.
+ZONE_BOUND = (
+    "module.nodes.aws_instance.this",
+    "module.nodes.aws_placement_group.this",
+    "module.network.aws_subnet.this",
+)
+INSTANCE_ADDRESS = "module.nodes.aws_instance.this"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where `up` may put the cluster: ``zones`` in order; ``fixed`` says why there is only
+    one (a running cluster, a subnet, a reservation), None when it may move."""
+
+    zones: list[str]
+    fixed: str | None
+    existing_nodes: int
+    reservation: tuple[str, bool] | None = None
+
+
+def _backoff_base(environ: dict[str, str] | None = None) -> float:
+    env = os.environ if environ is None else environ
+    text = env.get(BACKOFF_ENV_VAR, "").strip()
+    if not text:
+        return BACKOFF_BASE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= BACKOFF_CAP_S:
+        raise ConfigError(
+            BACKOFF_ENV_VAR, text, f"seconds, more than 0 and at most {BACKOFF_CAP_S:g}"
+        )
+    return value
+
+
+def _nodes_in_state(ws: Workspace, engine_factory: EngineFactory) -> int:
+    """How many nodes the cluster's Terraform state holds (0: a new or destroyed cluster)."""
+    if not (ws.path / ".terraform").is_dir() and not ws.state_file.is_file():
+        return 0
+    try:
+        resources = engine_factory(ws.path).state_list()
+    except TerraformError:
+        return 0
+    return sum(1 for r in resources if r.startswith(INSTANCE_ADDRESS))
+
+
+def plan_zones(
+    spec: ClusterSpec,
+    ws: Workspace,
+    clients: AwsClients,
+    *,
+    echo: Echo,
+    wanted: Sequence[str],
+    existing_nodes: int,
+    checks: bool,
+) -> Plan:
+    """The candidate zones, after the reservation's preflight when there is one."""
+    spec_aws = spec.section_as(AwsSpec)
+    previous = previous_settings(ws, spec_aws.region).get("availability_zone")
+    network = _existing_network(clients, spec_aws) if spec_aws.subnet_id else None
+    subnet_zone = network["availability_zone"] if network else None
+    reservation = None
+    fixed_zone: str | None = None
+    fixed: str | None = None
+    if spec_aws.capacity_reservation_id is not None:
+        found = describe_reservation(clients, spec_aws.capacity_reservation_id)
+        check_reservation(
+            found,
+            instance_type=spec_aws.instance_type,
+            needed=max(spec.nodes - existing_nodes, 0),
+            zones=wanted,
+            subnet_zone=subnet_zone,
+        )
+        what = "Capacity Block" if found.capacity_block else "capacity reservation"
+        echo(
+            f"[skyinfra] {what} {found.id}: {found.available} of {found.total} "
+            f"{found.instance_type} free in {found.zone}"
+        )
+        reservation = (found.id, found.capacity_block)
+        fixed_zone, fixed = found.zone, f"{what} {found.id} is in {found.zone}"
+    elif existing_nodes and previous:
+        fixed_zone, fixed = previous, f"its {existing_nodes} node(s) run in {previous}"
+    elif subnet_zone:
+        fixed_zone, fixed = subnet_zone, f"aws.subnet_id {spec_aws.subnet_id} is in {subnet_zone}"
+    if fixed_zone is not None:
+        if wanted and fixed_zone not in wanted:
+            raise SpecError(
+                "--zones" if wanted is not spec_aws.zones else "aws.zones",
+                ",".join(wanted),
+                f"zones including {fixed_zone}: {fixed}, which fixes the zone",
+            )
+        return Plan([fixed_zone], fixed, existing_nodes, reservation)
+    try:
+        with aws_errors(f"looking up the zones offering {spec_aws.instance_type}"):
+            offered = offering_zones(clients.client("ec2"), spec_aws.instance_type)
+    except PreflightError:
+        if checks:
+            raise
+        offered = list(wanted) or [previous or f"{spec_aws.region}a"]
+    if not offered:
+        # No zone sells the type (or it does not exist): the preflight says which, precisely.
+        return Plan([(wanted or [previous or f"{spec_aws.region}a"])[0]], None, existing_nodes)
+    zones, missing = zone_order(offered, wanted=wanted, previous=previous)
+    for zone in missing:
+        echo(f"[skyinfra] warning: {zone} does not offer {spec_aws.instance_type}; not tried")
+    if not zones:
+        raise PreflightError(
+            f"none of the zones asked for ({', '.join(wanted)}) offers "
+            f"{spec_aws.instance_type}; it is offered in {', '.join(sorted(offered))}. Change "
+            "aws.zones / --zones"
+        )
+    return Plan(zones, None, existing_nodes, reservation)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Log:
+    """The workspace's capacity.json, written after every attempt."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        path = ws.path / LOG_FILE
+        self.doc = CapacityLog.from_dict(ws.read_json(path)) if path.is_file() else CapacityLog()
+        self.this_up: list[Attempt] = []
+
+    def add(self, attempt: Attempt) -> None:
+        self.this_up.append(attempt)
+        self.doc.attempts.append(attempt)
+        self.save()
+
+    def save(self) -> None:
+        self.ws.write_json(self.ws.path / LOG_FILE, self.doc.to_dict())
+
+
+def _destroy(ws: Workspace, engine_factory: EngineFactory, targets: Sequence[str]) -> None:
+    """Terraform destroy, of ``targets`` (and what depends on them) or of everything."""
+    engine = engine_factory(ws.path)
+    if not targets:
+        engine.destroy()
+        return
+    args = ["apply", "-destroy", "-input=false", "-no-color", "-auto-approve"]
+    args += ["-lock-timeout=30s", *[f"-target={t}" for t in targets]]
+    code, out, err = engine.command(args)
+    if code != 0:
+        raise TerraformError(
+            f"terraform destroy of the failed attempt's nodes failed in {ws.path}",
+            argv=["terraform", *args],
+            returncode=code,
+            stderr=err or out,
+        )
+
+
+def _left_over(spec: ClusterSpec, ws: Workspace, clients: AwsClients, echo: Echo) -> list[str]:
+    """What AWS still shows tagged with this workspace's id (after the full destroy)."""
+    tags = {CLUSTER_TAG: spec.name}
+    ws_id = read_workspace_id(ws.path)
+    if ws_id is not None:
+        tags[WORKSPACE_TAG] = ws_id
+    left, unchecked = count_tagged(clients, tags, iam_role=f"{spec.name}-node")
+    for kind in unchecked:
+        echo(f"[skyinfra] warning: could not list {kind}; not checked")
+    return left
+
+
+def _give_up(
+    spec: ClusterSpec,
+    ws: Workspace,
+    clients: AwsClients,
+    engine_factory: EngineFactory,
+    echo: Echo,
+) -> str:
+    """Destroy everything the attempts made and say what AWS still shows (a sentence)."""
+    echo(f"[skyinfra] destroying what the attempts made for {spec.name!r}")
+    _destroy(ws, engine_factory, [])
+    (ws.path / "topology.json").unlink(missing_ok=True)
+    left = _left_over(spec, ws, clients, echo)
+    if left:
+        return f"AWS still shows {len(left)} resource(s) of it: " + "; ".join(left)
+    return "nothing of it is left (checked with AWS by tag)"
+
+
+def launch(
+    spec: ClusterSpec,
+    ws: Workspace,
+    *,
+    echo: Echo,
+    clients: AwsClients,
+    render: Callable[[str, tuple[str, bool] | None], dict[str, str]],
+    apply: Callable[[dict[str, str]], T],
+    engine_factory: EngineFactory,
+    zones_flag: str | None = None,
+    retry_for: str | None = None,
+    checks: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Render and ``apply`` the cluster zone by zone until one has room (see the module
+    docstring). ``render(zone, reservation)`` runs the preflight and returns the files."""
+    spec_aws = spec.section_as(AwsSpec)
+    wanted = parse_zones(zones_flag, "--zones", spec_aws.region) if zones_flag else spec_aws.zones
+    window_s = parse_duration(retry_for, "--retry-for") if retry_for else 0.0
+    base_s = _backoff_base()
+    existing = _nodes_in_state(ws, engine_factory)
+    plan = plan_zones(
+        spec, ws, clients, echo=echo, wanted=wanted, existing_nodes=existing, checks=checks
+    )
+    asked = f"{spec.nodes} x {spec_aws.instance_type}"
+    if plan.fixed is None:
+        more = f", for up to {retry_for}" if window_s else ""
+        echo(f"[skyinfra] zones to try for {asked}: {', '.join(plan.zones)}{more}")
+    deadline = time.monotonic() + window_s
+    log: _Log | None = None
+    files: dict[str, dict[str, str]] = {}
+    up_started = _now()
+    round_index = 0
+    while True:
+        for zone in plan.zones:
+            if zone not in files:
+                files[zone] = render(zone, plan.reservation)
+            number = len(log.this_up) + 1 if log else 1
+            echo(f"[skyinfra] attempt {number} (round {round_index + 1}): {asked} in {zone}")
+            started_at, started = _now(), time.monotonic()
+            try:
+                result = apply(files[zone])
+            except TerraformError as err:
+                failure = classify(str(err))
+                log = log or _Log(ws)
+                attempt = Attempt(
+                    up_started,
+                    round_index + 1,
+                    zone,
+                    asked,
+                    failure.outcome,
+                    failure.code,
+                    failure.message,
+                    started_at,
+                    round(time.monotonic() - started, 1),
+                )
+                log.add(attempt)
+                if failure.outcome == "error":
+                    raise
+                echo(
+                    f"[skyinfra] attempt {number}: {zone} refused {asked}: {failure.code}: "
+                    f"{failure.message} ({attempt.duration_s:.1f} s)"
+                )
+                _after_refusal(spec, ws, clients, engine_factory, echo, plan, failure, log)
+                if failure.outcome == "capacity":
+                    echo(f"[skyinfra] removing what attempt {number} started in {zone}")
+                    _destroy(ws, engine_factory, ZONE_BOUND)
+                continue
+            log = log or _Log(ws)
+            log.add(
+                Attempt(
+                    up_started,
+                    round_index + 1,
+                    zone,
+                    asked,
+                    "ok",
+                    "",
+                    "up",
+                    started_at,
+                    round(time.monotonic() - started, 1),
+                )
+            )
+            _settled(log, plan, zone)
+            return result
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        wait = min(backoff_s(round_index, base_s=base_s, cap_s=BACKOFF_CAP_S), remaining)
+        echo(
+            f"[skyinfra] no zone had room in round {round_index + 1}; next round in "
+            f"{wait:.1f} s ({remaining:.0f} s of --retry-for left)"
+        )
+        sleep(wait)
+        round_index += 1
+    assert log is not None  # every zone was attempted at least once
+    log.doc.zone, log.doc.first_choice = None, plan.zones[0]
+    log.doc.reason = "every zone tried refused the nodes"
+    log.doc.reservation = plan.reservation[0] if plan.reservation else None
+    log.save()
+    left = _give_up(spec, ws, clients, engine_factory, echo)
+    hint = (
+        "try again later, with --retry-for (e.g. --retry-for 30m), with more zones "
+        "(aws.zones / --zones), another instance type or region, or a capacity reservation "
+        "(aws.capacity_reservation_id)"
+    )
+    if plan.fixed is not None:
+        hint = f"the zone is fixed ({plan.fixed}): try again later, e.g. with --retry-for 30m"
+    raise CapacityError(
+        f"no zone had capacity for {asked} of cluster {spec.name!r}; attempts:\n"
+        f"{attempt_table(log.this_up)}\n{left}. What to do: {hint}",
+        attempts=log.this_up,
+    )
+
+
+def _after_refusal(
+    spec: ClusterSpec,
+    ws: Workspace,
+    clients: AwsClients,
+    engine_factory: EngineFactory,
+    echo: Echo,
+    plan: Plan,
+    failure: Failure,
+    log: _Log,
+) -> None:
+    """Stop at once when no other zone or round can help: a fatal refusal, or a running
+    cluster (never moved). Returns when the loop goes on."""
+    asked = f"{spec.nodes} x {spec.section_as(AwsSpec).instance_type}"
+    zone = plan.zones[0]
+    if plan.existing_nodes:
+        log.save()
+        what = (
+            f"{zone} has no capacity for more {spec.section_as(AwsSpec).instance_type} now"
+            if failure.outcome == "capacity"
+            else "AWS refused the new nodes"
+        )
+        message = (
+            f"cannot grow cluster {spec.name!r} to {asked}: {what} ({failure.code}: "
+            f"{failure.message}). Its {plan.existing_nodes} running node(s) stay where they are "
+            f"({plan.fixed}); nothing was moved or destroyed. Options: wait and run `skyinfra up` "
+            "again later, or bring up a new cluster (another --name) in another zone"
+        )
+        if failure.outcome == "capacity":
+            raise CapacityError(message, attempts=log.this_up)
+        raise LaunchRefusedError(message, code=failure.code)
+    if failure.outcome == "fatal":
+        log.doc.zone, log.doc.reason = None, f"{failure.code}: {failure.message}"
+        log.save()
+        left = _give_up(spec, ws, clients, engine_factory, echo)
+        hint = failure.hint()
+        raise LaunchRefusedError(
+            f"AWS refused {asked} for cluster {spec.name!r}: {failure.code}: {failure.message}"
+            f"{'; ' + hint if hint else ''}. Another zone cannot change this, so no other zone is "
+            f"tried; {left}",
+            code=failure.code,
+        )
+
+
+def _settled(log: _Log, plan: Plan, zone: str) -> None:
+    """Record where the cluster is and, after a failover, why it is not in the first zone."""
+    doc = log.doc
+    if doc.zone != zone or doc.first_choice is None:
+        doc.first_choice = plan.zones[0]
+        doc.reason = failover_reason(log.this_up, plan.zones[0], zone)
+    doc.zone = zone
+    doc.reservation = plan.reservation[0] if plan.reservation else None
+    log.save()

@@ -1,0 +1,200 @@
+"""Capacity failover end to end: `skyinfra up` on the AWS target as a user runs it, with real
+Terraform and the real AWS provider, against moto's server behind a fault-injecting proxy
+(tests/support/fault_proxy.py) that answers RunInstances in chosen zones with EC2's own error
+bodies. What is left is counted through the EC2 API, by tag and by zone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
+from tests.e2e.aws.test_cli import NO_SPACE, count_cluster_resources, skyinfra, write_spec
+from tests.support.aws import REGION
+from tests.support.fault_proxy import (
+    FaultProxy,
+    capacity_reservations_body,
+    fault_proxy,
+    insufficient_capacity,
+    vcpu_limit_exceeded,
+)
+
+A, B = f"{REGION}a", f"{REGION}b"
+# Each attempt is a real Terraform apply (and a destroy after a refusal): minutes on a busy
+# machine. The --retry-for rounds and growing a running cluster are covered in process, with
+# the provider's own error text (integration/aws/test_failover_loop.py).
+TIMEOUT_S = 600
+
+
+@pytest.fixture
+def proxy(cli_env: dict[str, str]) -> Iterator[FaultProxy]:
+    with fault_proxy(cli_env[ENDPOINT_ENV_VAR], REGION) as running:
+        yield running
+
+
+@pytest.fixture
+def env(cli_env: dict[str, str], proxy: FaultProxy) -> dict[str, str]:
+    """The user's shell, with the proxy as the AWS API and a short back-off between rounds."""
+    return {**cli_env, ENDPOINT_ENV_VAR: proxy.url, "SKYINFRA_CAPACITY_BACKOFF_S": "0.2"}
+
+
+def project_with_spec(tmp_path: Path, name: str, key: Path, extra: str = "") -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    spec = write_spec(project / "skyinfra.toml", name, "t3.micro", key)
+    spec.write_text(spec.read_text() + extra)
+    return project
+
+
+def live_instances(ec2: Any, cluster: str, zone: str | None = None) -> list[dict[str, Any]]:
+    filters = [
+        {"Name": "tag:skyinfra:cluster", "Values": [cluster]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+    ]
+    if zone is not None:
+        filters.append({"Name": "availability-zone", "Values": [zone]})
+    reservations = ec2.describe_instances(Filters=filters)["Reservations"]
+    return [i for r in reservations for i in r["Instances"]]
+
+
+def capacity_log(project: Path, cluster: str) -> dict[str, Any]:
+    path = project / ".skyinfra" / "clusters" / cluster / "capacity.json"
+    return dict(json.loads(path.read_text()))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_full_zone_moves_the_new_cluster_to_the_next_zone(
+    env: dict[str, str],
+    proxy: FaultProxy,
+    dlami: None,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    ec2: Any,
+    tmp_path: Path,
+) -> None:
+    project = project_with_spec(tmp_path, "cap-move", ssh_key)
+    proxy.refuse[A] = insufficient_capacity()
+    up = skyinfra("up", cwd=project, env=env, timeout=TIMEOUT_S)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        out = up.stdout
+        assert f"[skyinfra] attempt 1 (round 1): 2 x t3.micro in {A}" in out
+        assert f"attempt 1: {A} refused 2 x t3.micro: InsufficientInstanceCapacity: We " in out
+        assert f"[skyinfra] attempt 2 (round 1): 2 x t3.micro in {B}" in out
+        # Every node in b, nothing left in a; the provider met the refusal (both nodes).
+        assert len(live_instances(ec2, "cap-move", B)) == 2
+        assert live_instances(ec2, "cap-move", A) == []
+        assert proxy.refused[A] == 2 and proxy.run_instances[B] == 2
+        log = capacity_log(project, "cap-move")
+        assert (log["schema"], log["zone"], log["first_choice"]) == (1, B, A)
+        assert log["reason"].startswith(f"{A} refused 2 x t3.micro: InsufficientInstanceCapacity")
+        assert [(a["zone"], a["outcome"], a["code"]) for a in log["attempts"]] == [
+            (A, "capacity", "InsufficientInstanceCapacity"),
+            (B, "ok", ""),
+        ]
+        assert all(a["duration_s"] > 0 for a in log["attempts"])
+
+        status = skyinfra("status", "--json", cwd=project, env=env)
+        info = json.loads(status.stdout)
+        assert info["zone"] == B and info["zone_reason"] == log["reason"]
+        text = skyinfra("status", cwd=project, env=env).stdout
+        assert f"  zone: {B} (not the first choice: {A} refused 2 x t3.micro" in text
+
+    finally:
+        proxy.refuse.clear()
+        down = skyinfra("down", "--yes", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert count_cluster_resources(ec2, "cap-move") == NO_SPACE
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_every_zone_refusing_leaves_nothing_and_prints_the_attempts(
+    env: dict[str, str],
+    proxy: FaultProxy,
+    dlami: None,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    ec2: Any,
+    tmp_path: Path,
+) -> None:
+    project = project_with_spec(tmp_path, "cap-none", ssh_key, 'zones = ["a"]\n')
+    proxy.refuse[A] = insufficient_capacity()
+    up = skyinfra("up", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert up.returncode == 10, up.stdout + up.stderr  # exitcodes.NO_CAPACITY
+    err = up.stderr
+    assert "error: no zone had capacity for 2 x t3.micro of cluster 'cap-none'; attempts:" in err
+    table = err.split("attempts:\n")[1].splitlines()
+    assert table[0].split() == ["#", "round", "zone", "asked", "AWS", "answered", "took"]
+    assert table[1].split()[:3] == ["1", "1", A]
+    assert "InsufficientInstanceCapacity" in table[1]
+    assert "nothing of it is left (checked with AWS by tag)" in err
+    assert "Traceback" not in err
+    assert set(proxy.run_instances) == {A}  # only the zones asked for
+    assert count_cluster_resources(ec2, "cap-none") == NO_SPACE
+    assert live_instances(ec2, "cap-none") == []
+    log = capacity_log(project, "cap-none")
+    assert (log["zone"], log["first_choice"]) == (None, A)
+    assert [a["outcome"] for a in log["attempts"]] == ["capacity"]
+    status = skyinfra("status", cwd=project, env=env)
+    assert "  zone: none (every zone tried refused the nodes)" in status.stdout
+    down = skyinfra("down", "--yes", cwd=project, env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_quota_refusal_stops_at_once_with_its_own_message(
+    env: dict[str, str],
+    proxy: FaultProxy,
+    dlami: None,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    ec2: Any,
+    tmp_path: Path,
+) -> None:
+    project = project_with_spec(tmp_path, "cap-quota", ssh_key)
+    proxy.refuse[A] = vcpu_limit_exceeded()
+    up = skyinfra("up", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert up.returncode == 1, up.stdout + up.stderr
+    err = up.stderr
+    assert err.count("VcpuLimitExceeded") == 1, err
+    assert "error: AWS refused 2 x t3.micro for cluster 'cap-quota': VcpuLimitExceeded:" in err
+    assert "request a higher On-Demand vCPU quota" in err
+    assert "Another zone cannot change this, so no other zone is tried" in err
+    assert "attempt 2" not in up.stdout
+    assert sum(proxy.run_instances.values()) == proxy.run_instances[A] > 0
+    assert count_cluster_resources(ec2, "cap-quota") == NO_SPACE
+
+
+def test_a_reservation_without_room_is_refused_before_terraform(
+    env: dict[str, str], proxy: FaultProxy, dlami: None, ssh_key: Path, tmp_path: Path
+) -> None:
+    project = project_with_spec(
+        tmp_path, "cap-odcr", ssh_key, 'capacity_reservation_id = "cr-0123456789abcdef0"\n'
+    )
+    reservation = {
+        "id": "cr-0123456789abcdef0",
+        "type": "t3.micro",
+        "zone": B,
+        "total": 4,
+        "available": 1,
+    }
+    proxy.answers["DescribeCapacityReservations"] = lambda: capacity_reservations_body(
+        [reservation]
+    )
+    up = skyinfra("up", cwd=project, env=env, timeout=120)
+    assert up.returncode == 3, up.stdout + up.stderr  # exitcodes.PREFLIGHT
+    assert (
+        "error: capacity reservation cr-0123456789abcdef0 (aws.capacity_reservation_id) has 1 "
+        f"free of 4 t3.micro in {B}; 2 node(s) would launch into it" in up.stderr
+    )
+    assert "terraform init" not in up.stdout
+    assert not (project / ".skyinfra").exists()
+    assert sum(proxy.run_instances.values()) == 0

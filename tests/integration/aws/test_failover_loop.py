@@ -1,0 +1,206 @@
+"""The failover loop's order of events (skyinfra/targets/aws/failover.py), in process and fast:
+zones and reservations looked up in moto's server over HTTP, the applies answered with the
+provider's own error text (the golden examples of tests/unit/aws/test_capacity_core.py, which
+tests/e2e/aws/test_zone_failover.py meets from real Terraform). What each Terraform step would
+do is recorded, not run: the end-to-end tests run it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from skyinfra.errors import (
+    CapacityError,
+    LaunchRefusedError,
+    PreflightError,
+    SpecError,
+    TerraformError,
+)
+from skyinfra.spec import ClusterSpec, validate_spec
+from skyinfra.targets.aws import failover
+from skyinfra.targets.aws.capacity import LOG_FILE
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.session import AwsClients
+from skyinfra.workspace import Workspace
+from tests.support.aws import REGION
+from tests.unit.aws.test_capacity_core import PROVIDER_ICE, VCPU
+
+A, B, C = f"{REGION}a", f"{REGION}b", f"{REGION}c"
+
+
+class RecordingEngine:
+    """Stands in for Terraform's destroys: records them; the state holds ``nodes`` nodes."""
+
+    def __init__(self, calls: list[str], nodes: int = 0) -> None:
+        self.calls = calls
+        self.nodes = nodes
+
+    def state_list(self) -> list[str]:
+        return [f'module.nodes.aws_instance.this["node-{i}"]' for i in range(self.nodes)]
+
+    def destroy(self, on_event: Any = None) -> None:
+        self.calls.append("destroy all")
+
+    def command(self, args: list[str]) -> tuple[int, str, str]:
+        self.calls.append("destroy " + " ".join(a for a in args if a.startswith("-target")))
+        return 0, "", ""
+
+
+def cluster(nodes: int = 2, **aws: object) -> ClusterSpec:
+    return validate_spec(
+        {
+            "name": "loop",
+            "provider": "aws",
+            "nodes": nodes,
+            "aws": {
+                "region": REGION,
+                "instance_type": "t3.micro",
+                "ssh_cidrs": ["203.0.113.7/32"],
+                **aws,
+            },
+        }
+    )
+
+
+def run(
+    spec: ClusterSpec,
+    ws: Workspace,
+    answers: list[str | None],
+    calls: list[str],
+    running: int = 0,
+    **kwargs: Any,
+) -> tuple[str, list[str], list[float]]:
+    """failover.launch with applies answering ``answers`` in turn (None: the cluster is up)."""
+    lines: list[str] = []
+    waits: list[float] = []
+
+    def render(zone: str, reservation: tuple[str, bool] | None) -> dict[str, str]:
+        return {"zone": zone}
+
+    def apply(files: dict[str, str]) -> str:
+        ws.ensure()
+        calls.append(f"apply {files['zone']}")
+        answer = answers.pop(0)
+        if answer is not None:
+            raise TerraformError(f"terraform apply failed in {ws.path}:\n{answer}")
+        return files["zone"]
+
+    clients = AwsClients(boto3.session.Session(), REGION, Emulator(kwargs.pop("url")))
+    result = failover.launch(
+        spec,
+        ws,
+        echo=lines.append,
+        clients=clients,
+        render=render,
+        apply=apply,
+        engine_factory=lambda path: RecordingEngine(calls, running),  # type: ignore[arg-type,return-value]
+        sleep=waits.append,
+        **kwargs,
+    )
+    return result, lines, waits
+
+
+def test_a_full_zone_moves_the_cluster_to_the_next_one_in_the_order_given(
+    aws_env: str, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    zone, lines, waits = run(
+        cluster(), ws, [PROVIDER_ICE, None], calls, url=aws_env, zones_flag="c,a", retry_for="10m"
+    )
+    assert zone == A
+    zone_bound = "destroy " + " ".join(f"-target={t}" for t in failover.ZONE_BOUND)
+    assert calls == [f"apply {C}", zone_bound, f"apply {A}"]
+    assert waits == []
+    assert f"[skyinfra] zones to try for 2 x t3.micro: {C}, {A}, for up to 10m" in lines
+    log = ws.read_json(ws.path / LOG_FILE)
+    assert (log["zone"], log["first_choice"]) == (A, C)
+    assert log["reason"].startswith(f"{C} refused 2 x t3.micro: InsufficientInstanceCapacity")
+
+
+def test_capacity_on_the_third_round(
+    aws_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(failover.BACKOFF_ENV_VAR, "2")
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    zone, lines, waits = run(
+        cluster(zones=["b"]),
+        ws,
+        [PROVIDER_ICE, PROVIDER_ICE, None],
+        calls,
+        url=aws_env,
+        retry_for="1h",
+    )
+    assert zone == B
+    assert [c for c in calls if c.startswith("apply")] == [f"apply {B}"] * 3
+    assert waits == [2.0, 4.0]  # doubling
+    assert "[skyinfra] attempt 3 (round 3): 2 x t3.micro in us-east-1b" in lines
+    log = ws.read_json(ws.path / LOG_FILE)
+    assert [(a["round"], a["outcome"]) for a in log["attempts"]] == [
+        (1, "capacity"),
+        (2, "capacity"),
+        (3, "ok"),
+    ]
+
+
+def test_a_quota_refusal_is_not_retried(aws_env: str, tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    with pytest.raises(LaunchRefusedError, match="VcpuLimitExceeded") as err:
+        run(cluster(), ws, [VCPU], calls, url=aws_env, retry_for="1h")
+    assert calls == [f"apply {A}", "destroy all"]
+    assert err.value.code == "VcpuLimitExceeded"
+
+
+def test_when_time_runs_out_everything_goes_and_the_table_is_shown(
+    aws_env: str, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    with pytest.raises(CapacityError) as err:
+        run(cluster(), ws, [PROVIDER_ICE] * 2, calls, url=aws_env, zones_flag="a,b")
+    assert calls[-1] == "destroy all"
+    assert [c for c in calls if c.startswith("apply")] == [f"apply {A}", f"apply {B}"]
+    assert "  1  1      us-east-1a  2 x t3.micro  InsufficientInstanceCapacity" in str(err.value)
+    assert len(err.value.attempts) == 2
+
+
+def test_a_running_cluster_is_never_moved_when_its_zone_cannot_grow(
+    aws_env: str, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "loop")
+    ws.ensure()
+    (ws.path / ".terraform").mkdir()
+    # What the first `up` left: its spec and its tfvars, with the zone it went to.
+    ws.write_json(ws.spec_file, cluster(nodes=2).to_dict())
+    tfvars = {"region": REGION, "cluster": {"availability_zone": B}}
+    ws.write_json(ws.path / "terraform.tfvars.json", tfvars)
+    calls: list[str] = []
+    with pytest.raises(CapacityError) as err:
+        run(cluster(nodes=3), ws, [PROVIDER_ICE], calls, running=2, url=aws_env, retry_for="1h")
+    assert calls == [f"apply {B}"]  # its own zone only, and nothing destroyed
+    message = str(err.value)
+    assert message.startswith(
+        f"cannot grow cluster 'loop' to 3 x t3.micro: {B} has no capacity for more t3.micro now"
+    )
+    assert f"Its 2 running node(s) stay where they are (its 2 node(s) run in {B})" in message
+    assert "nothing was moved or destroyed" in message
+    assert "a new cluster (another --name) in another zone" in message
+
+    with pytest.raises(SpecError, match=r"'--zones': got 'us-east-1a'; expected zones including"):
+        run(cluster(nodes=3), ws, [], calls, running=2, url=aws_env, zones_flag="a")
+
+
+def test_zones_that_do_not_offer_the_type(aws_env: str, tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    zone, lines, _ = run(cluster(), ws, [None], calls, url=aws_env, zones_flag="e,b")
+    assert zone == B
+    assert f"[skyinfra] warning: {REGION}e does not offer t3.micro; not tried" in lines
+    with pytest.raises(PreflightError, match=rf"none of the zones asked for \({REGION}e\) offers"):
+        run(cluster(), ws, [], calls, url=aws_env, zones_flag="e")
