@@ -6,7 +6,9 @@ copies of the modules, so it is self-contained). Terraform itself is the product
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import base64
+import gzip
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from skyinfra.render import module_files, module_source
@@ -55,3 +57,12 @@ def write_root(tmp_path: Path, params: AwsClusterParams, emulator: Emulator | No
     )
     Workspace(root).write_files({**files, **module_files(*MODULES)})
     return root
+
+
+def user_data_text(entry: Mapping[str, str | None]) -> str:
+    """A node's cloud-config from the tfvars' user_data entry: plain text, or (past EC2's
+    16 KB) the gzip skyinfra passes as base64 (skyinfra.targets.aws.render.encode_user_data)."""
+    text = entry.get("text")
+    if text is not None:
+        return text
+    return gzip.decompress(base64.b64decode(entry["base64"] or "")).decode()

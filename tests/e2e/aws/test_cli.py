@@ -42,8 +42,14 @@ from skyinfra.terraform.external import ENGINE_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
-from tests.conftest import REPO_ROOT, content_of, skyinfra_argv
-from tests.support.aws import REGION
+from tests.conftest import (
+    REPO_ROOT,
+    content_of,
+    offline_pip_env,
+    require_wheelhouse,
+    skyinfra_argv,
+)
+from tests.support.aws import REGION, user_data_text
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 from tests.support.engines import terraform_binary
 
@@ -258,7 +264,7 @@ def test_up_twice_status_down_through_the_cli(
         # The AMI went into the tfvars as a concrete id; the idle timer is on by default.
         tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
         assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
-        user_data = tfvars["user_data"]["node-1"]["text"]
+        user_data = user_data_text(tfvars["user_data"]["node-1"])
         assert user_data.startswith("#cloud-config")
         assert "skyinfra-idle.timer" in user_data
         # provision.sh hands the node folder to the login user its settings name.
@@ -381,7 +387,7 @@ def test_skip_preflight_bypasses_the_checks(
     tfvars = json.loads(files["terraform.tfvars.json"])
     assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
     assert tfvars["cluster"]["ssh_public_key"] == ssh_key.with_suffix(".pub").read_text().strip()
-    assert "skyinfra-idle" not in tfvars["user_data"]["node-0"]["text"]  # 0 turns it off
+    assert "skyinfra-idle" not in user_data_text(tfvars["user_data"]["node-0"])  # 0 turns it off
     assert f'ec2 = "{aws_env}"' in files["main.tf"].replace("  ", " ")
     # Self-contained: the root calls its own copies of the modules (./modules/aws/...).
     for module in ("network", "security", "nodes"):
@@ -467,8 +473,12 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
         path.write_text(moved(content_of(entry)))
         path.chmod(int(entry["permissions"], 8))
     command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
+    # A real node installs uv from PyPI; this one takes it from the dependency wheelhouse and
+    # never asks an index (the loopback guard caught provision.sh asking pypi.org).
+    env = offline_pip_env(dict(os.environ))
+    env["PIP_FIND_LINKS"] = str(require_wheelhouse())
     return subprocess.run(
-        [moved(part) for part in command], capture_output=True, text=True, timeout=600
+        [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
     )
 
 
@@ -532,8 +542,9 @@ def test_run_over_ssh_on_emulated_aws_nodes(
 
         tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
         for name, root in roots.items():
-            done = provision_in_root(tfvars["user_data"][name]["text"], root)
+            done = provision_in_root(user_data_text(tfvars["user_data"][name]), root)
             assert done.returncode == 0, done.stdout + done.stderr
+            assert "could not install uv" not in done.stdout + done.stderr  # uv, not pip
             assert (root / "var/lib/skyinfra/ready").is_file()
 
         ready = skyinfra("status", "--json", cwd=project, env=env)
@@ -666,7 +677,7 @@ def test_credentials_stay_out_of_files_tags_gc_and_down_checks_by_tag(
         assert len(vpcs["Vpcs"]) == 1
         # The user data names the object, not a presigned URL; the role may read the prefix.
         user_data = json.loads((ws / "terraform.tfvars.json").read_text())["user_data"]
-        text = user_data["node-0"]["text"]
+        text = user_data_text(user_data["node-0"])
         prefix = settings["staging_prefix"]
         assert f"/{settings['staging_bucket']}/{prefix}" in text and "X-Amz-" not in text
         iam = boto3.client("iam", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
