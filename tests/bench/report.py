@@ -226,25 +226,25 @@ def _scale(fig: dict[str, Any] | None) -> list[str]:
     return [*out, ""]
 
 
-LIMITS = """## What holds the AWS node count (measured above, 2026-11-23)
+LIMITS = """## What holds the AWS node count (2026-11-23)
 
-- Our own validation: `MAX_AWS_NODES = 64` in skyinfra/targets/aws/spec.py and the nodes
-  module's `node_count` validation (1..64). Nodes get fixed private addresses
-  (`cidrhost(subnet, offset + i)`) in one subnet, 10.42.0.0/24 by default: 251 usable
-  addresses (AWS reserves 5 per subnet), fewer with EFA (each extra network card takes an
-  address). Raising the limit is the subnet sizing and EFA address counting of issue 16
-  (AWS templates): not changed here.
+- No cap of our own any more (issue 16 removed the 64): the limit is the subnet. Nodes get
+  fixed private addresses (`cidrhost(subnet, offset + i)`), one per node even with EFA
+  (cards 1+ are EFA-only interfaces, which hold no IP). skyinfra's own subnet is a /24
+  (245 nodes) and grows with the cluster up to the /16 VPC (65,525 nodes); an
+  `aws.subnet_id` subnet must hold the nodes, checked in Python and in the module's
+  validation. Growing past a /24 replaces the subnet, and with it the nodes.
 - Placement group: a cluster placement group has no documented instance limit, but large
   groups fail with InsufficientInstanceCapacity in one zone; the zone failover (issue 13)
   is the remedy.
-- Quotas: the account's running On-Demand vCPU quota per instance family (the preflight
-  checks it), and Elastic IP addresses (5 per region by default) where nodes get one each.
-- 256 nodes is refused three times over by the same rule: the spec (`nodes`), the render's
-  own parameter check (skyinfra/targets/aws/render.py) and the nodes module's variable
-  validation. Render and plan scale well below that (table 6), so time is not what holds it.
-- User data: each node's cloud-init document is about 15.6 KB as plain text with the uv and
-  jax-pin steps (EC2's limit is 16 KB); past the limit the document goes gzip-compressed
-  (`user_data_base64`), so the size does not limit the node count.
+- Quotas: the account's running On-Demand vCPU quota per instance family, and with EFA the
+  Elastic IP (one per node) and network-interface quotas; the preflight checks all three.
+- User data: each node's document carries only the head's and its own topology entries, so
+  it does not grow with the cluster; past EC2's 16 KB it goes gzip-compressed
+  (`user_data_base64`).
+- Table 6's 256-node row was measured after that change (2026-11-23, 21:25 UTC, the machine
+  quieter than for the other figures; raw numbers in
+  tests/bench/results/vm-2026-11-23-figure6-after-merge.json).
 """
 
 
