@@ -31,6 +31,17 @@ Echo = Callable[[str], None]
 LOCAL_BACKUP = "terraform.tfstate.local-backup"
 
 
+def pull_state(engine: TerraformEngine, failure: str) -> str:
+    """``terraform state pull``'s JSON text (empty where there is no state yet); ``failure``
+    heads the error when Terraform cannot read the backend."""
+    code, out, err = engine.command(["state", "pull"])
+    if code != 0:
+        raise TerraformError(
+            failure, argv=["terraform", "state", "pull"], returncode=code, stderr=err or out
+        )
+    return out
+
+
 def backend_files(spec: ClusterSpec) -> dict[str, str]:
     """``{"backend.tf": ...}`` when the spec names a backend, else nothing. In emulator mode
     (SKYINFRA_AWS_ENDPOINT_URL) the backend talks to the emulator's S3, as the AWS target's
@@ -214,14 +225,7 @@ def _refuse_occupied(
         probe = engine_factory(scratch)
         probe.init()
         # `state pull` prints nothing where there is no state yet (`state list` fails there).
-        code, out, err = probe.command(["state", "pull"])
-        if code != 0:
-            raise TerraformError(
-                f"cannot read {spec.backend}",
-                argv=["terraform", "state", "pull"],
-                returncode=code,
-                stderr=err or out,
-            )
+        out = pull_state(probe, f"cannot read {spec.backend}")
         try:
             existing = json.loads(out).get("resources", []) if out.strip() else []
         except (json.JSONDecodeError, AttributeError):
@@ -266,14 +270,9 @@ def pulled_states(
                 continue
             engine = engine_factory(ws.path)
             ensure_init(ws, engine)
-            code, out, err = engine.command(["state", "pull"])
-            if code != 0:
-                raise TerraformError(
-                    f"cluster {ws.name!r}: cannot read its state from {ws.spec().backend}",
-                    argv=["terraform", "state", "pull"],
-                    returncode=code,
-                    stderr=err or out,
-                )
+            out = pull_state(
+                engine, f"cluster {ws.name!r}: cannot read its state from {ws.spec().backend}"
+            )
             copy = Workspace(scratch / ws.name)
             copy.ensure()
             copy.write_json(copy.spec_file, ws.read_json(ws.spec_file))
