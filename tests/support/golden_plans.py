@@ -19,10 +19,13 @@ _MASKS = (
     (re.compile(r"\b(i|sg|vpc|subnet|eni|sgr)-[0-9a-f]{8,17}\b"), r"\1-<id>"),
 )
 _FOLD = re.compile(r"<details><summary>Full plan</summary>.*?</details>\n", re.DOTALL)
+# How much of the folded plan fits depends on that text too (the cut is tested in test_review).
+_CUT_NOTE = re.compile(r"^_Full plan truncated to fit .*_\n", re.MULTILINE)
 
 
 def normalized(text: str) -> str:
     text = _FOLD.sub("<details>(full plan)</details>\n", text)
+    text = _CUT_NOTE.sub("", text)
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
     return text
