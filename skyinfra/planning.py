@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra import __version__, lifecycle, shared_state
+from skyinfra.digests import sha256_of
 from skyinfra.errors import StalePlanError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
@@ -49,14 +50,6 @@ NOT_RENDERED = (RENDER_README,)
 _LOCK_PROVIDER = re.compile(
     r'provider "(?:registry\.terraform\.io/)?([^"]+)" \{\s*version\s*=\s*"([^"]+)"'
 )
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def spec_sha256(spec: ClusterSpec) -> str:

@@ -23,7 +23,6 @@ at the last `up`). `down` deletes the workspace's staged objects (:func:`delete_
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from urllib.parse import quote, urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from skyinfra.digests import sha256_of
 from skyinfra.errors import PreflightError
 
 # Staged wheels expire this many days after the last `up` uploaded them (a node made later,
@@ -50,14 +50,6 @@ class StagedWheel:
     url: str
     # The prefix the nodes' role may read (``<cluster>/<workspace id>/``).
     prefix: str
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def default_bucket_name(account_id: str, region: str) -> str:
