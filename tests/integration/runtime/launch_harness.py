@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,26 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_port_pair
+
 ENTRIES = Path(__file__).resolve().parent / "entries"
 # Generous bound for a whole run; a hang fails the test instead of blocking the suite.
 RUN_DEADLINE = 120.0
-
-
-def free_port_pair() -> int:
-    """A port p such that p (jax) and p + 1 (torch) are both free right now."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            if port >= 65535:
-                continue
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return int(port)
-    raise RuntimeError("no two consecutive free ports on 127.0.0.1")
 
 
 def topology(

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
-from tests.integration.runtime.launch_harness import ENTRIES, free_port_pair, run_nodes, topology
+from tests.integration.runtime.launch_harness import ENTRIES, run_nodes, topology
+from tests.support.ports import free_port_pair
 
 TORCH = {"name": "torch", "options": {"init_timeout": 30}}
 PROBE = ENTRIES / "torchrun_probe.py"
