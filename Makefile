@@ -11,7 +11,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-fast lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-fast record-plans lint demo bench clean
 
 venv: $(STAMP)
 
@@ -47,13 +47,21 @@ wheels: $(STAMP)
 	$(BIN)/python -m build --wheel --no-isolation --outdir $(DIST) runtime
 
 # The suite runs in a network namespace of its own holding only loopback (tests/loopback-only.sh).
+# Every run ends with the 25 slowest tests and the seconds per folder (tests/support/timings.py).
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
-	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh $(BIN)/python -m pytest
+	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
+		$(BIN)/python -m pytest --durations=25
 
-# The inner loop: no apt packages, no checkov venv, no clusters (tests marked slow); tests that
-# need sshd or cloud-init skip when those are missing.
+# The inner loop (about 30 s on 2 cores): tests/unit only, the pure functions and in-process
+# checks; no Terraform, no servers, no clusters, no framework processes, no venv builds (slow).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest tests/unit -m "not slow" -q
+
+# A tool, not a test: re-plan the AWS review cases against moto with real Terraform and rewrite
+# their golden plan.md and the plan JSON tests/unit/review replays (`make test` checks them).
+record-plans: $(STAMP)
+	SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q \
+		tests/e2e/aws/test_plan_review.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check skyinfra runtime tests examples

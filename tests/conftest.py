@@ -33,6 +33,11 @@ from tests.support.aws_fixtures import (  # noqa: E402, F401
     sshd,
     terraform,
 )
+# After every run: seconds per tests/ folder, split into fixture set-up, calls and teardown.
+from tests.support.timings import (  # noqa: E402, F401
+    pytest_runtest_logreport,
+    pytest_terminal_summary,
+)
 from tests.support.tools import require_system_tool, skip_or_fail  # noqa: E402, F401
 
 

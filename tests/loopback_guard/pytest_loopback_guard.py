@@ -16,6 +16,8 @@ import pytest
 
 GUARD_DIR = Path(__file__).resolve().parent
 _proxy: loopback_guard.RefusingProxy | None = None
+# Which pytest-xdist worker ("" for none) made the log LOG_ENV names.
+_LOG_OWNER_ENV = "LOOPBACK_GUARD_LOG_WORKER"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,10 +25,15 @@ def pytest_configure(config: pytest.Config) -> None:
     global _proxy
     if _proxy is not None:
         return
-    if not os.environ.get(loopback_guard.LOG_ENV):
-        fd, log = tempfile.mkstemp(prefix="loopback-guard-", suffix=".log")
+    # One log per pytest process: a pytest started by a test shares its parent's, but each
+    # pytest-xdist worker gets its own, or a refusal on one worker would fail (or be truncated
+    # away by) a test running at the same time on another.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not os.environ.get(loopback_guard.LOG_ENV) or os.environ.get(_LOG_OWNER_ENV) != worker:
+        fd, log = tempfile.mkstemp(prefix=f"loopback-guard-{worker}", suffix=".log")
         os.close(fd)
         os.environ[loopback_guard.LOG_ENV] = log
+        os.environ[_LOG_OWNER_ENV] = worker
     _proxy = loopback_guard.RefusingProxy()
     os.environ.update(loopback_guard.proxy_environment(_proxy.url))
     paths = [str(GUARD_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]

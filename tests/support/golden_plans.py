@@ -12,12 +12,15 @@ from pathlib import Path
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "plans"
 UPDATE_ENV = "SKYINFRA_UPDATE_GOLDEN"
-RECORD_ENV = "SKYINFRA_RECORD_PLANS"
 _MASKS = (
     (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),
     (re.compile(r"\bws-[0-9a-f]{16}\b"), "ws-<id>"),
     (re.compile(r"\b(i|sg|vpc|subnet|eni|sgr)-[0-9a-f]{8,17}\b"), r"\1-<id>"),
 )
+# A node's user data differs between workspaces (the staged wheel's S3 key holds the
+# workspace's random id; gzipped past 16 KB, so even its size moves): on its lines, the size
+# and digest of a long value are not facts of the plan, that it changes is.
+_LONG_VALUE = re.compile(r"\(\d+ characters, sha256 [0-9a-f]+…\)")
 _FOLD = re.compile(r"<details><summary>Full plan</summary>.*?</details>\n", re.DOTALL)
 # How much of the folded plan fits depends on that text too (the cut is tested in test_review).
 _CUT_NOTE = re.compile(r"^_Full plan truncated to fit .*_\n", re.MULTILINE)
@@ -28,7 +31,12 @@ def normalized(text: str) -> str:
     text = _CUT_NOTE.sub("", text)
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
-    return text
+    return "".join(
+        _LONG_VALUE.sub("(<n> characters, sha256 <digest>…)", line)
+        if "`user_data" in line
+        else line
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def check_golden(name: str, text: str) -> None:
@@ -40,6 +48,25 @@ def check_golden(name: str, text: str) -> None:
         path.write_text(got)
     assert path.is_file(), f"no golden file {path}; run with {UPDATE_ENV}=1 to write it"
     assert got == path.read_text(), f"{path} differs from plan.md:\n{got}"
+
+
+def resource_changes(plan: dict[str, object]) -> list[tuple[str, list[str]]]:
+    """(address, actions) of every resource change in a plan JSON, in Terraform's order."""
+    changes = plan.get("resource_changes") or []
+    assert isinstance(changes, list)
+    return [(str(rc["address"]), list(rc["change"]["actions"])) for rc in changes]
+
+
+def check_recorded_changes(name: str, out: Path) -> None:
+    """The plan `skyinfra plan` just wrote to ``out`` changes the same resources in the same
+    way as the recorded tests/golden/plans/<name>.plan.json.gz (skipped while re-recording)."""
+    if os.environ.get(UPDATE_ENV) == "1":
+        return
+    today = resource_changes(json.loads((out / "plan.json").read_text()))
+    plan, _ = recorded(name)
+    assert today == resource_changes(plan), (
+        f"the plan for {name} drifted from its recording; re-record with `make record-plans`"
+    )
 
 
 def record_plan(name: str, out: Path) -> None:

@@ -7,7 +7,6 @@ bodies. What is left is counted through the EC2 API, by tag and by zone.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,17 +113,6 @@ def test_a_full_zone_moves_the_new_cluster_to_the_next_zone(
     assert count_cluster_resources(ec2, "cap-move") == NO_SPACE
 
 
-# Each refused apply costs real Terraform about a minute here: CI runs the zone move above (the
-# real provider meeting a real ICE body, nothing left in zone a); these two paths are covered in
-# CI by tests/integration/aws/test_failover_loop.py (the loop against moto) and the pure
-# classification goldens, and run against real Terraform with SKYINFRA_ALL_AWS_E2E=1.
-all_aws_e2e = pytest.mark.skipif(
-    os.environ.get("SKYINFRA_ALL_AWS_E2E") != "1",
-    reason="about a minute each of real Terraform: set SKYINFRA_ALL_AWS_E2E=1",
-)
-
-
-@all_aws_e2e
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_every_zone_refusing_leaves_nothing_and_prints_the_attempts(
@@ -160,7 +148,6 @@ def test_every_zone_refusing_leaves_nothing_and_prints_the_attempts(
     assert down.returncode == 0, down.stdout + down.stderr
 
 
-@all_aws_e2e
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_quota_refusal_stops_at_once_with_its_own_message(
