@@ -33,6 +33,7 @@ from tests.support.aws_fixtures import (  # noqa: E402, F401
     sshd,
     terraform,
 )
+
 # After every run: seconds per tests/ folder, split into fixture set-up, calls and teardown.
 from tests.support.timings import (  # noqa: E402, F401
     pytest_runtest_logreport,
