@@ -29,7 +29,7 @@ from skyinfra.cli.resolve import (
     spec_file_or_default,
     workspace,
 )
-from skyinfra.targets import target_names
+from skyinfra.target_registry import target_names
 
 
 @click.command()

@@ -1,6 +1,7 @@
 """The options several commands share, defined once (their help text is part of the CLI).
 
-Every command's module builds on this one at start-up, `skyinfra --help` included.
+Every command's module builds on this one at start-up, `skyinfra --help` included: it
+imports click and the target registry, nothing heavier.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import click
 
-from skyinfra.targets import all_targets
+from skyinfra.target_registry import declarations
 
 DEFAULT_SPEC = Path("skyinfra.toml")
 
@@ -59,10 +60,11 @@ spec_option = click.option(
 
 def target_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Every target's own flags for ``command``, each help text naming its target; the
-    values reach the cluster's target as TargetOptions (another target's flag is an error)."""
+    values reach the cluster's target as TargetOptions (another target's flag is an error).
+    The flags are the targets' declarations': no target's SDK loads for them."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        for target in reversed(all_targets()):
+        for target in reversed(declarations()):
             for option in reversed(target.options):
                 if command in option.commands:
                     func = click.option(

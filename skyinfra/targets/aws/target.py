@@ -59,12 +59,14 @@ from skyinfra.targets.aws.render import (
 from skyinfra.targets.aws.resolve import Resolved, resolve
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import (
-    MAX_AWS_NODES,
     NO_JAX,
+    RETRY_FOR,
+    SKIP_PREFLIGHT,
+    ZONES,
+    AwsDeclaration,
     AwsSpec,
     jax_requirement,
     operator_jax_version,
-    parse_aws_section,
 )
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
 from skyinfra.targets.aws.staging import (
@@ -75,7 +77,7 @@ from skyinfra.targets.aws.staging import (
     staging_prefix,
 )
 from skyinfra.targets.aws.tagged import count_tagged, orphans
-from skyinfra.targets.base import TargetOption, TargetOptions
+from skyinfra.targets.base import TargetOptions
 from skyinfra.targets.identity import (
     CLUSTER_TAG,
     WORKSPACE_TAG,
@@ -417,42 +419,11 @@ def transport(
 # ---------------------------------------------------------------- the Target
 
 
-SKIP_PREFLIGHT = TargetOption(
-    name="skip_preflight",
-    flag="--skip-preflight",
-    help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
-    "quota); values such as the AMI id are still looked up.",
-    commands=("up", "plan", "render"),
-)
+class AwsTarget(AwsDeclaration):
+    """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH; its name,
+    spec table and flags are its declaration's (spec.py)."""
 
-
-ZONES = TargetOption(
-    name="zones",
-    flag="--zones",
-    metavar="ZONES",
-    help="availability zones to try, in order (e.g. us-east-1a,us-east-1c, or a,c); "
-    "default aws.zones, else every zone offering the type. A new cluster whose zone has no "
-    "capacity moves to the next one.",
-)
-RETRY_FOR = TargetOption(
-    name="retry_for",
-    flag="--retry-for",
-    metavar="DURATION",
-    help="keep cycling the zones, with back-off, until capacity appears or DURATION (e.g. "
-    "30m) has passed.",
-)
-
-
-class AwsTarget:
-    """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH."""
-
-    name: ClassVar[str] = "aws"
-    max_nodes: ClassVar[int] = MAX_AWS_NODES
     wait_ready_s: ClassVar[float] = float(WAIT_READY_S)
-    options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT, ZONES, RETRY_FOR)
-
-    def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
-        return parse_aws_section(raw)
 
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
