@@ -28,7 +28,6 @@ from skyinfra_runtime.topology import PluginRef
 from skyinfra.errors import InternalError, SpecError
 from skyinfra.guardrail_table import Guardrails, parse_guardrails
 from skyinfra.target_registry import declaration, target_names
-from skyinfra.terraform.backend import parse_backend
 
 # One rule for cluster names, everywhere: 1-32 characters, lowercase letters, digits and '-',
 # starting with a letter and not ending with '-' (the modules' own checks agree; a target may
@@ -337,6 +336,10 @@ def _backend(value: Any, section: Any) -> str | None:
     """The state backend URL, checked; its region comes from the URL or the target's own."""
     if value is None:
         return None
+    # Imported here: the terraform package loads its engine, which a spec without a backend
+    # (and `skyinfra --help`, which reads the targets' declarations) does not need.
+    from skyinfra.terraform.backend import parse_backend
+
     backend = parse_backend(value)
     if backend.region is None and not isinstance(getattr(section, "region", None), str):
         raise SpecError(
