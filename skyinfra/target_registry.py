@@ -46,6 +46,43 @@ class TargetSection(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class DiagramPart:
+    """A box of plan.md's diagram above the nodes, e.g. the VPC; the parts form a chain, each
+    holding the next, the last holding the nodes."""
+
+    ident: str
+    label: str
+    # The Terraform resource type whose planned action marks the box; None: it has none.
+    resource_type: str | None = None
+    # The label when the plan holds no such resource (the cluster uses an existing one).
+    label_when_absent: str | None = None
+
+
+@dataclass(frozen=True)
+class FixedShape:
+    """What every node is, where the plan's values do not say (nodes on this machine)."""
+
+    instance_type: str
+    gpus_per_node: str
+    zone: str
+
+
+@dataclass(frozen=True)
+class PlanTraits:
+    """What the plan review (skyinfra/review/) needs to know of a target's clusters: it asks
+    these instead of branching on the target's name."""
+
+    node_resource: str  # the Terraform resource type of one node
+    node_noun: str  # what plan.md's warnings call a node
+    diagram_parts: tuple[DiagramPart, ...]
+    # Nodes cost money by region and instance type (the price table); False: free, and idle
+    # nodes cost nothing.
+    priced: bool
+    # None: the nodes' type, GPUs, zone, placement group and EFA are read from the plan.
+    fixed_shape: FixedShape | None = None
+
+
 class TargetDeclaration(Protocol):
     """What a target declares: known before any of its verbs (or their SDK) is loaded."""
 
@@ -53,6 +90,7 @@ class TargetDeclaration(Protocol):
     # The most nodes one cluster may have here (the spec refuses more, before anything runs).
     max_nodes: ClassVar[int]
     options: ClassVar[tuple[TargetOption, ...]]
+    plan_traits: ClassVar[PlanTraits]
 
     def parse_section(self, raw: Any, *, nodes: int) -> TargetSection:
         """Validate the target's spec section (``None``: absent); SpecError naming the field."""

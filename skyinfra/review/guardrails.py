@@ -22,6 +22,7 @@ from typing import Any
 
 from skyinfra.guardrail_table import GUARDRAIL_KEYS, Guardrails, parse_guardrails
 from skyinfra.review.cost import Cost, usd
+from skyinfra.target_registry import declaration
 
 # The table is the spec's (guardrail_table.py); the checks on it are here.
 __all__ = [
@@ -183,7 +184,7 @@ def policy_checks(
                 )
             )
     if rails.require_idle_shutdown:
-        if target != "aws":
+        if not declaration(target).plan_traits.priced:
             checks.append(
                 Check("require_idle_shutdown", True, f"{target} nodes cost nothing while idle")
             )

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
-from skyinfra.target_registry import TargetOption
+from skyinfra.target_registry import DiagramPart, PlanTraits, TargetOption
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 from skyinfra.targets.aws.capacity import parse_zones
 
@@ -310,6 +310,16 @@ class AwsDeclaration:
     name: ClassVar[str] = "aws"
     max_nodes: ClassVar[int] = MAX_AWS_NODES
     options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT, ZONES, RETRY_FOR)
+    plan_traits: ClassVar[PlanTraits] = PlanTraits(
+        node_resource="aws_instance",
+        node_noun="GPU node",
+        diagram_parts=(
+            DiagramPart("vpc", "VPC", "aws_vpc", "VPC (existing)"),
+            DiagramPart("subnet", "subnet", "aws_subnet", "subnet (existing)"),
+            DiagramPart("sg", "security group", "aws_security_group"),
+        ),
+        priced=True,
+    )
 
     def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
         return parse_aws_section(raw)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.spec import reject_unknown
-from skyinfra.target_registry import TargetOption
+from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
 
 LOCAL_KEYS = ("base_address", "python")
 MAX_LOCAL_NODES = 32
@@ -65,6 +65,13 @@ class LocalDeclaration:
     name: ClassVar[str] = "local"
     max_nodes: ClassVar[int] = MAX_LOCAL_NODES
     options: ClassVar[tuple[TargetOption, ...]] = ()
+    plan_traits: ClassVar[PlanTraits] = PlanTraits(
+        node_resource="terraform_data",
+        node_noun="node",
+        diagram_parts=(DiagramPart("host", "this machine (loopback)"),),
+        priced=False,
+        fixed_shape=FixedShape(instance_type="local node", gpus_per_node="0", zone="this machine"),
+    )
 
     def parse_section(self, raw: Any, *, nodes: int) -> LocalSpec:
         return parse_local_section(raw, nodes)
