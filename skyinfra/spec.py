@@ -14,12 +14,12 @@ so does every other target whose table is present (a mistake there is still a mi
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import tomllib
 from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
 from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
 from skyinfra_runtime.plugins import validate_plugins
