@@ -25,6 +25,7 @@ from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review.markdown import terminal as terminal_warning
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import ClusterSpec
+from skyinfra.target_registry import declaration, declarations
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
 from skyinfra.terraform import (
@@ -57,11 +58,11 @@ def target_of(spec: ClusterSpec) -> Target:
 
 def check_target_options(spec: ClusterSpec, options: TargetOptions) -> None:
     """Flags of another target are a usage error that says whose they are."""
-    own = {option.name for option in target_of(spec).options}
+    own = {option.name for option in declaration(spec.provider).options}
     for name, value in options.items():
         if name in own:
             continue
-        owners = [(t.name, o.flag) for t in all_targets() for o in t.options if o.name == name]
+        owners = [(t.name, o.flag) for t in declarations() for o in t.options if o.name == name]
         flag, owner = (owners[0][1], owners[0][0]) if owners else (name, "no target")
         raise SpecError(
             flag,

@@ -14,21 +14,20 @@ so does every other target whose table is present (a mistake there is still a mi
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import tomllib
 from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
 from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
 from skyinfra_runtime.plugins import validate_plugins
 from skyinfra_runtime.topology import PluginRef
 
 from skyinfra.errors import InternalError, SpecError
-from skyinfra.review.guardrails import Guardrails, parse_guardrails
-from skyinfra.targets import get_target, target_names
-from skyinfra.terraform.backend import parse_backend
+from skyinfra.guardrail_table import Guardrails, parse_guardrails
+from skyinfra.target_registry import declaration, target_names
 
 # One rule for cluster names, everywhere: 1-32 characters, lowercase letters, digits and '-',
 # starting with a letter and not ending with '-' (the modules' own checks agree; a target may
@@ -73,7 +72,7 @@ class ClusterSpec:
     name: str
     provider: str
     nodes: int
-    # The target's own table, parsed by the target (skyinfra.targets.base.TargetSection).
+    # The target's own table, parsed by the target (skyinfra.target_registry.TargetSection).
     section: Any
     procs_per_node: int | str = 1
     head_port: int = 29500
@@ -294,7 +293,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     provider = raw.get("provider", DEFAULT_PROVIDER)
     if provider not in targets:
         raise SpecError("provider", provider, f"one of {list(targets)}")
-    target = get_target(provider)
+    target = declaration(provider)
     nodes = read_int(raw, "nodes", "nodes", 1, 1, target.max_nodes)
     ppn = raw.get("procs_per_node", 1)
     if ppn != "auto" and (isinstance(ppn, bool) or not isinstance(ppn, int) or not 1 <= ppn <= 64):
@@ -315,7 +314,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     engine = _engine(raw.get("engine"))
     for other in targets:
         if other != provider and other in raw:
-            get_target(other).parse_section(raw[other], nodes=nodes)
+            declaration(other).parse_section(raw[other], nodes=nodes)
     return ClusterSpec(
         name=name,
         provider=provider,
@@ -337,6 +336,10 @@ def _backend(value: Any, section: Any) -> str | None:
     """The state backend URL, checked; its region comes from the URL or the target's own."""
     if value is None:
         return None
+    # Imported here: the terraform package loads its engine, which a spec without a backend
+    # (and `skyinfra --help`, which reads the targets' declarations) does not need.
+    from skyinfra.terraform.backend import parse_backend
+
     backend = parse_backend(value)
     if backend.region is None and not isinstance(getattr(section, "region", None), str):
         raise SpecError(

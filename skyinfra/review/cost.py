@@ -4,7 +4,7 @@ with skyinfra (prices.json: its source and date are stated in it and in every pl
 Clusters live for hours, not for a 730-hour month: the lifetime figure is the hourly cost
 times ``max_lifetime_hours`` (the nodes end themselves then), and without one it says the
 cost is unbounded and how long an idle node keeps costing before the idle shutdown ends it.
-The local target costs nothing.
+A target whose nodes are not priced (the local target: PlanTraits.priced) costs nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import ConfigError
+from skyinfra.target_registry import declaration
 
 PRICES = "prices.json"
 
@@ -129,7 +130,7 @@ def estimate(
 ) -> Cost:
     """``before``/``after``: (node count, instance type) on each side of the plan."""
     table = table or price_table()
-    if target != "aws" or region is None:
+    if not declaration(target).plan_traits.priced or region is None:
         return Cost(0.0, 0.0, lifetime_hours, None, table.source, table.date, free=True)
     missing: list[str] = []
     return Cost(

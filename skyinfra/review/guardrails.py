@@ -1,6 +1,7 @@
-"""Guardrails: the spec's ``[guardrails]`` table plus fixed checks on the planned resources
-(pure). Each check passes (✅) or fails (❌) with its reason; a failed one makes `plan` exit
-non-zero and `up`/`apply` refuse before Terraform changes anything.
+"""Guardrails: checks of the spec's ``[guardrails]`` table (skyinfra/guardrail_table.py) plus
+fixed checks on the planned resources (pure). Each check passes (✅) or fails (❌) with its
+reason; a failed one makes `plan` exit non-zero and `up`/`apply` refuse before Terraform
+changes anything.
 
 Fixed checks (AWS), on what the plan leaves in place (its "after" values):
 
@@ -15,60 +16,26 @@ Fixed checks (AWS), on what the plan leaves in place (its "after" values):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from skyinfra.errors import SpecError
+from skyinfra.guardrail_table import GUARDRAIL_KEYS, Guardrails, parse_guardrails
 from skyinfra.review.cost import Cost, usd
+from skyinfra.target_registry import declaration
 
-GUARDRAIL_KEYS = ("max_hourly_usd", "require_idle_shutdown", "allow_world_ssh")
+# The table is the spec's (guardrail_table.py); the checks on it are here.
+__all__ = [
+    "GUARDRAIL_KEYS",
+    "Check",
+    "Guardrails",
+    "failed",
+    "fixed_checks",
+    "parse_guardrails",
+    "policy_checks",
+]
+
 WORLD = ("0.0.0.0/0", "::/0")
-
-
-@dataclass(frozen=True)
-class Guardrails:
-    """The spec's ``[guardrails]`` table (absent: no limits, world SSH refused)."""
-
-    max_hourly_usd: float | None = None
-    require_idle_shutdown: bool = False
-    allow_world_ssh: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """The table as the spec file holds it (defaults left out)."""
-        default = Guardrails()
-        return {k: v for k, v in asdict(self).items() if v != getattr(default, k)}
-
-
-def parse_guardrails(raw: Any) -> Guardrails:
-    """``[guardrails]``; SpecError naming the field."""
-    if raw is None:
-        return Guardrails()
-    if not isinstance(raw, dict):
-        raise SpecError("guardrails", raw, f"a table with keys among {list(GUARDRAIL_KEYS)}")
-    for key in raw:
-        if key not in GUARDRAIL_KEYS:
-            raise SpecError(f"guardrails.{key}", raw[key], f"one of {list(GUARDRAIL_KEYS)}")
-    limit = raw.get("max_hourly_usd")
-    if limit is not None and (
-        isinstance(limit, bool)
-        or not isinstance(limit, int | float)
-        or not math.isfinite(limit)
-        or limit < 0
-    ):
-        raise SpecError("guardrails.max_hourly_usd", limit, "a number of dollars >= 0, e.g. 50")
-    flags = {}
-    for key in ("require_idle_shutdown", "allow_world_ssh"):
-        value = raw.get(key, False)
-        if not isinstance(value, bool):
-            raise SpecError(f"guardrails.{key}", value, "true or false")
-        flags[key] = value
-    return Guardrails(
-        max_hourly_usd=None if limit is None else float(limit),
-        require_idle_shutdown=flags["require_idle_shutdown"],
-        allow_world_ssh=flags["allow_world_ssh"],
-    )
 
 
 @dataclass(frozen=True)
@@ -217,7 +184,7 @@ def policy_checks(
                 )
             )
     if rails.require_idle_shutdown:
-        if target != "aws":
+        if not declaration(target).plan_traits.priced:
             checks.append(
                 Check("require_idle_shutdown", True, f"{target} nodes cost nothing while idle")
             )

@@ -17,6 +17,7 @@ from skyinfra.review.guardrails import failed
 from skyinfra.review.mermaid import diagram
 from skyinfra.review.report import Review
 from skyinfra.review.summary import Loss, Shape
+from skyinfra.target_registry import declaration
 
 # GitHub refuses issue and pull-request comments longer than this (characters).
 COMMENT_LIMIT = 65536
@@ -60,7 +61,7 @@ def warnings(losses: Sequence[Loss], *, target: str) -> list[str]:
     """The block `up`'s confirmation prints too (as plain text, see :func:`terminal`)."""
     if not losses:
         return []
-    what = "GPU node" if target == "aws" else "node"
+    what = declaration(target).plan_traits.node_noun
     lines = ["> [!WARNING]"]
     for action, verb in (("replace", "REPLACED"), ("destroy", "DESTROYED")):
         nodes = [x for x in losses if x.action == action and x.node]

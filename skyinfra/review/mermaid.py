@@ -1,15 +1,18 @@
-"""The cluster as a Mermaid flowchart (pure): VPC → subnet → security group → nodes on AWS,
-this machine → nodes on the local target; every part marked with what the plan does to it.
+"""The cluster as a Mermaid flowchart (pure): the target's parts above the nodes (VPC → subnet
+→ security group on AWS, this machine on the local target: its PlanTraits) → the nodes; every
+part marked with what the plan does to it.
 GitHub renders ```` ```mermaid ```` blocks in pull-request comments:
 https://docs.github.com/en/get-started/writing-on-github/working-with-advanced-formatting/creating-diagrams
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
 from skyinfra.review.summary import Resource
+from skyinfra.target_registry import declaration
 
 _MARKS = {
     "create": "+ new",
@@ -43,32 +46,21 @@ def _first(resources: Sequence[Resource], kind: str) -> Resource | None:
 
 def diagram(resources: Sequence[Resource], *, target: str, instance_type: str = "") -> str:
     """The flowchart's text (without the fences)."""
+    traits = declaration(target).plan_traits
     lines = ["flowchart LR"]
-    node_kind = "aws_instance" if target == "aws" else "terraform_data"
     nodes = []
     for res in resources:
         match = _NODE.search(res.address)
-        if res.type == node_kind and match:
+        if res.type == traits.node_resource and match:
             nodes.append((match.group(1), res.action))
     nodes.sort(key=lambda n: int(n[0].split("-")[1]))
-    if target == "aws":
-        vpc = _first(resources, "aws_vpc")
-        subnet = _first(resources, "aws_subnet")
-        group = _first(resources, "aws_security_group")
-        lines.append(_node("vpc", "VPC" if vpc else "VPC (existing)", vpc.action if vpc else ""))
-        lines.append(
-            _node(
-                "subnet",
-                "subnet" if subnet else "subnet (existing)",
-                subnet.action if subnet else "",
-            )
-        )
-        lines.append(_node("sg", "security group", group.action if group else ""))
-        lines += ["  vpc --> subnet", "  subnet --> sg"]
-        parent = "sg"
-    else:
-        lines.append(_node("host", "this machine (loopback)", ""))
-        parent = "host"
+    for part in traits.diagram_parts:
+        found = _first(resources, part.resource_type) if part.resource_type else None
+        label = part.label if found or part.label_when_absent is None else part.label_when_absent
+        lines.append(_node(part.ident, label, found.action if found else ""))
+    idents = [part.ident for part in traits.diagram_parts]
+    lines += [f"  {above} --> {below}" for above, below in itertools.pairwise(idents)]
+    parent = idents[-1]
     suffix = f" {instance_type}" if instance_type and instance_type != "-" else ""
     for name, action in nodes:
         ident = name.replace("-", "_")

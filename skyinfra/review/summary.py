@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from skyinfra.target_registry import declaration, declarations
 from skyinfra.terraform.plan import reason_words
 
-# Resources that are the cluster's nodes, per target (the modules' node resources).
-NODE_TYPES = ("aws_instance", "terraform_data")
 _NODE_KEY = re.compile(r'\["(node-\d+)"\]$')
 _EFA_KEY = re.compile(r'\["(node-\d+)/\d+"\]$')
 # Shown for a value Terraform knows only after apply.
@@ -149,8 +148,13 @@ def count_changes(plan: Mapping[str, Any]) -> Counts:
     return Counts(add, change, destroy)
 
 
+def node_types() -> tuple[str, ...]:
+    """The resource types that are a cluster's nodes, one per target (its PlanTraits)."""
+    return tuple(target.plan_traits.node_resource for target in declarations())
+
+
 def is_node(entry: Mapping[str, Any]) -> bool:
-    return entry.get("type") in NODE_TYPES and bool(_NODE_KEY.search(str(entry.get("address"))))
+    return entry.get("type") in node_types() and bool(_NODE_KEY.search(str(entry.get("address"))))
 
 
 def _paths(change: Mapping[str, Any]) -> tuple[str, ...]:
@@ -268,12 +272,13 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
     port = outputs.get("head_port")
     addr = outputs.get("head_addr")
     coordinator = "-" if addr is None and port is None else f"{addr or UNKNOWN}:{port or UNKNOWN}"
-    if target != "aws":
+    fixed = declaration(target).plan_traits.fixed_shape
+    if fixed is not None:
         return Shape(
             nodes=len(names),
-            instance_type=f"{target} node",
-            gpus_per_node="0",
-            zone="this machine",
+            instance_type=fixed.instance_type,
+            gpus_per_node=fixed.gpus_per_node,
+            zone=fixed.zone,
             placement_group="-",
             coordinator=coordinator,
             node_names=names,

@@ -39,6 +39,7 @@ from skyinfra_runtime.rundirs import (
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
 from skyinfra.errors import SkyinfraError
+from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.report import NodeOutcome, RunReport, write_summary
@@ -64,8 +65,6 @@ DRAIN_S = 2.0
 # How many of a node's last lines are shown when it fails first (or hangs past --timeout)
 # and its output was not streamed.
 TAIL_LINES = 20
-# Run directories each node keeps (the newest, the current one included); 0 keeps all.
-DEFAULT_KEEP_RUNS = 5
 
 
 def new_run_id() -> str:

@@ -10,8 +10,9 @@ and nothing else: it has no branch on a target's name.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from skyinfra.target_registry import TargetDeclaration, TargetOption, TargetSection
 
 if TYPE_CHECKING:
     from skyinfra.spec import ClusterSpec
@@ -19,39 +20,18 @@ if TYPE_CHECKING:
     from skyinfra.transport.base import NodeTransport
     from skyinfra.workspace import Workspace
 
+__all__ = ["Echo", "Target", "TargetOption", "TargetOptions", "TargetSection"]
+
 Echo = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class TargetOption:
-    """A command-line flag of one target, e.g. ``--skip-preflight`` of aws (a boolean flag).
-
-    The CLI adds every target's flags to the commands named in ``commands`` and hands the
-    values to the cluster's target as :data:`TargetOptions`; a flag of another target is a
-    usage error that says which target it belongs to.
-    """
-
-    name: str  # the key in TargetOptions, e.g. "skip_preflight"
-    flag: str  # e.g. "--skip-preflight"
-    help: str
-    commands: tuple[str, ...] = ("up",)
-    # A flag that takes a value (shown as this placeholder, e.g. "DURATION"); None: boolean.
-    metavar: str | None = None
 
 
 # The target-specific flags the user gave (name -> value); only flags that were set.
 TargetOptions = Mapping[str, Any]
 
 
-class TargetSection(Protocol):
-    """A target's validated section of the spec; ``to_dict`` round-trips through
-    ``Target.parse_section`` (it is what spec.json stores)."""
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class Target(Protocol):
-    """One kind of place clusters run; see the module docstring.
+class Target(TargetDeclaration, Protocol):
+    """One kind of place clusters run; see the module docstring. It declares what its
+    declaration does (name, max_nodes, options, parse_section: skyinfra.target_registry).
 
     Two verbs are optional (the lifecycle looks them up with ``getattr``):
     ``launch(spec, ws, *, echo, options, apply, engine_factory)`` renders and calls
@@ -60,17 +40,9 @@ class Target(Protocol):
     returns extra keys for `status` (aws: ``zone``, ``zone_reason``).
     """
 
-    name: ClassVar[str]
-    # The most nodes one cluster may have here (the spec refuses more, before anything runs).
-    max_nodes: ClassVar[int]
     # How long `run` waits by default for nodes whose bootstrap is still going (0: nodes are
     # ready when `up` returns).
     wait_ready_s: ClassVar[float]
-    options: ClassVar[tuple[TargetOption, ...]]
-
-    def parse_section(self, raw: Any, *, nodes: int) -> TargetSection:
-        """Validate the target's spec section (``None``: absent); SpecError naming the field."""
-        ...
 
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions

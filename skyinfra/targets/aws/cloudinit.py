@@ -37,6 +37,8 @@ NODE_ENV_FILE = "node-env.sh"
 
 # Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
 # `failed` (the failing line and command) when it did not. The SSH transport reads both.
+# The node directory (venv/, work/, pids/): the SSH transport's node root.
+NODE_DIR = "/opt/skyinfra/node"
 STATE_DIR = "/var/lib/skyinfra"
 READY_MARKER = f"{STATE_DIR}/ready"
 FAILED_MARKER = f"{STATE_DIR}/failed"

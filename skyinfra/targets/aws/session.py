@@ -7,12 +7,16 @@ and every one of them honours ``SKYINFRA_AWS_ENDPOINT_URL`` (endpoints.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 
-from skyinfra.targets.aws.endpoints import Emulator, boto3_client_kwargs
+from skyinfra.targets.aws.endpoints import Emulator, boto3_client_kwargs, emulator_from_env
+from skyinfra.targets.aws.spec import AwsSpec
+
+if TYPE_CHECKING:
+    from skyinfra.spec import ClusterSpec
 
 
 class AwsClients:
@@ -46,3 +50,8 @@ class AwsClients:
         frozen = credentials.get_frozen_credentials()
         values = (frozen.access_key, frozen.secret_key, frozen.token)
         return [value for value in values if value]
+
+
+def clients_for(spec: ClusterSpec) -> AwsClients:
+    """The clients of the spec's region, in a new boto3 session."""
+    return AwsClients(boto3.session.Session(), spec.section_as(AwsSpec).region, emulator_from_env())

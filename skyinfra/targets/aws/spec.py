@@ -7,10 +7,11 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
+from skyinfra.target_registry import DiagramPart, PlanTraits, TargetOption
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 from skyinfra.targets.aws.capacity import parse_zones
 
@@ -274,3 +275,51 @@ def jax_requirement(spec_aws: AwsSpec, operator_version: str | None = None) -> s
         return None
     version = spec_aws.jax_version or operator_version or operator_jax_version()
     return f"jax[{spec_aws.jax_extra}]" + (f"=={version}" if version else "")
+
+
+# ---------------------------------------------------------------- the declaration
+
+SKIP_PREFLIGHT = TargetOption(
+    name="skip_preflight",
+    flag="--skip-preflight",
+    help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
+    "quota); values such as the AMI id are still looked up.",
+    commands=("up", "plan", "render"),
+)
+ZONES = TargetOption(
+    name="zones",
+    flag="--zones",
+    metavar="ZONES",
+    help="availability zones to try, in order (e.g. us-east-1a,us-east-1c, or a,c); "
+    "default aws.zones, else every zone offering the type. A new cluster whose zone has no "
+    "capacity moves to the next one.",
+)
+RETRY_FOR = TargetOption(
+    name="retry_for",
+    flag="--retry-for",
+    metavar="DURATION",
+    help="keep cycling the zones, with back-off, until capacity appears or DURATION (e.g. "
+    "30m) has passed.",
+)
+
+
+class AwsDeclaration:
+    """The aws target as the spec and the CLI know it (skyinfra.target_registry); reading an
+    aws spec loads no boto3. AwsTarget (target.py) adds the verbs."""
+
+    name: ClassVar[str] = "aws"
+    max_nodes: ClassVar[int] = MAX_AWS_NODES
+    options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT, ZONES, RETRY_FOR)
+    plan_traits: ClassVar[PlanTraits] = PlanTraits(
+        node_resource="aws_instance",
+        node_noun="GPU node",
+        diagram_parts=(
+            DiagramPart("vpc", "VPC", "aws_vpc", "VPC (existing)"),
+            DiagramPart("subnet", "subnet", "aws_subnet", "subnet (existing)"),
+            DiagramPart("sg", "security group", "aws_security_group"),
+        ),
+        priced=True,
+    )
+
+    def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
+        return parse_aws_section(raw)

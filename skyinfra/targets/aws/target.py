@@ -23,31 +23,33 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra import timeline
-from skyinfra.errors import ConfigError, WorkspaceError
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import failover
 from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
 from skyinfra.targets.aws.capacity import CapacityLog
-from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
+from skyinfra.targets.aws.cloudinit import (
+    NODE_DIR,
+    NodeUserData,
+    default_bootstrap_script,
+    render_user_data,
+)
 from skyinfra.targets.aws.endpoints import (
-    EMULATED_NODES_ENV_VAR,
-    ENDPOINT_ENV_VAR,
-    emulated_nodes_from_env,
     emulator_from_env,
 )
 from skyinfra.targets.aws.keys import ssh_key_paths
-from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
+
+# console_host_keys and transport are reach.py's; named here too, where callers knew them.
+from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, transport
+from skyinfra.targets.aws.reach import console_host_keys as console_host_keys
 from skyinfra.targets.aws.render import MODULES as AWS_MODULES
 from skyinfra.targets.aws.render import (
     AwsClusterParams,
@@ -57,16 +59,18 @@ from skyinfra.targets.aws.render import (
     validate_params,
 )
 from skyinfra.targets.aws.resolve import Resolved, resolve
-from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.aws.session import AwsClients, clients_for
 from skyinfra.targets.aws.spec import (
-    MAX_AWS_NODES,
     NO_JAX,
+    RETRY_FOR,
+    SKIP_PREFLIGHT,
+    ZONES,
+    AwsDeclaration,
     AwsSpec,
     jax_requirement,
     operator_jax_version,
-    parse_aws_section,
 )
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
+from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.aws.staging import (
     StagedWheel,
     default_bucket_name,
@@ -75,7 +79,7 @@ from skyinfra.targets.aws.staging import (
     staging_prefix,
 )
 from skyinfra.targets.aws.tagged import count_tagged, orphans
-from skyinfra.targets.base import TargetOption, TargetOptions
+from skyinfra.targets.base import TargetOptions
 from skyinfra.targets.identity import (
     CLUSTER_TAG,
     WORKSPACE_TAG,
@@ -94,15 +98,9 @@ if TYPE_CHECKING:
 Echo = Callable[[str], None]
 T = TypeVar("T")
 
-# Values looked up at `up` that `run` needs later (the login user), kept beside the root module.
-TARGET_FILE = "aws-target.json"
-# cloud-init's node directory (venv/, work/, pids/): the SSH transport's node root.
-NODE_DIR = "/opt/skyinfra/node"
-SSH_PORT = 22
 # How long `run` waits by default for nodes whose cloud-init is still installing (boot, apt,
 # a venv with jax[cuda12]: several minutes on a fresh Deep Learning AMI).
 WAIT_READY_S = 900
-KNOWN_HOSTS_FILE = "known_hosts"
 
 
 def _aws_of(spec: ClusterSpec) -> AwsSpec:
@@ -315,144 +313,14 @@ def render_files(
     return files
 
 
-# ---------------------------------------------------------------- transport
-
-
-def _emulated_targets(
-    ws: Workspace, topology: Topology, user: str
-) -> tuple[dict[int, SshTarget], dict[int, str]]:
-    """Emulator mode: the nodes SKYINFRA_AWS_EMULATED_NODES maps to a stand-in sshd, and the
-    others as unreachable, each with the reason (their addresses are the emulator's)."""
-    emulated = emulated_nodes_from_env()
-    names = [node.name for node in topology.nodes]
-    for name in emulated:
-        if name not in names:
-            raise ConfigError(
-                f"{EMULATED_NODES_ENV_VAR}[{name!r}]", name, f"a node of {ws.name!r}: {names}"
-            )
-    targets: dict[int, SshTarget] = {}
-    unreachable: dict[int, str] = {}
-    for node in topology.nodes:
-        if node.name in emulated:
-            at = emulated[node.name]
-            targets[node.index] = SshTarget(host=at.host, user=user, port=at.port, root=at.root)
-        else:
-            addresses = ", ".join(a for a in (node.public_ip, node.private_ip) if a)
-            unreachable[node.index] = (
-                f"not dialled: emulator mode ({ENDPOINT_ENV_VAR} is set), so {node.name}'s "
-                f"addresses ({addresses}) are the emulator's, not a machine's; map "
-                f"{node.name} to a stand-in sshd with {EMULATED_NODES_ENV_VAR}"
-            )
-    return targets, unreachable
-
-
-def console_host_keys(spec: ClusterSpec, topology: Topology) -> Callable[[int], list[str]]:
-    """The SSH host keys each node printed on its serial console (cloud-init does at first
-    boot), read through EC2 GetConsoleOutput with the operator's credentials: a channel the
-    network between operator and node cannot forge. Empty while the node has not printed
-    them (or the API would not say)."""
-    instance_ids = {node.index: node.instance_id for node in topology.nodes}
-
-    def keys(index: int) -> list[str]:
-        instance_id = instance_ids.get(index)
-        if not instance_id:
-            return []
-        ec2 = _clients(spec).client("ec2")
-        try:
-            try:
-                answer = ec2.get_console_output(InstanceId=instance_id, Latest=True)
-            except ClientError:  # Latest is for Nitro instances only
-                answer = ec2.get_console_output(InstanceId=instance_id)
-        except (ClientError, BotoCoreError):
-            return []
-        # botocore decodes the API's base64 already (its decode_console_output handler).
-        return host_keys_from_console(str(answer.get("Output") or ""))
-
-    return keys
-
-
-def transport(
-    ws: Workspace, spec: ClusterSpec, topology: Topology, *, connect_timeout_s: float = 20.0
-) -> SshTransport:
-    """SSH to every node: its public address, or the private one when it has none. The node
-    is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER).
-
-    In emulator mode the nodes' own addresses are never dialled (see endpoints.py): a node is
-    reached through SKYINFRA_AWS_EMULATED_NODES, or reads as unreachable, saying why.
-    """
-    spec_aws = _aws_of(spec)
-    key = Path(spec_aws.ssh_key).expanduser()
-    if not key.is_file():
-        raise WorkspaceError(
-            f"cluster {ws.name!r}: the SSH key {spec_aws.ssh_key} (aws.ssh_key) is missing; "
-            "the nodes only accept the key they were created with"
-        )
-    user = spec_aws.ssh_user
-    if user is None:
-        settings = ws.read_json(ws.path / TARGET_FILE)
-        user = str(settings["ssh_user"])
-    emulated = emulator_from_env() is not None
-    if emulated:
-        targets, unreachable = _emulated_targets(ws, topology, user)
-    else:
-        targets = {
-            node.index: SshTarget(host=node.public_ip or node.private_ip, user=user, port=SSH_PORT)
-            for node in topology.nodes
-        }
-        unreachable = {}
-    return SshTransport(
-        targets,
-        key_path=key,
-        known_hosts=ws.path / KNOWN_HOSTS_FILE,
-        host_keys=console_host_keys(spec, topology),
-        on_new_host_key=lambda line: print(line, file=sys.stderr, flush=True),
-        node_root=NODE_DIR,
-        connect_timeout_s=connect_timeout_s,
-        # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
-        cloud_init_status=None if emulated else CLOUD_INIT_STATUS,
-        unreachable=unreachable,
-    )
-
-
 # ---------------------------------------------------------------- the Target
 
 
-SKIP_PREFLIGHT = TargetOption(
-    name="skip_preflight",
-    flag="--skip-preflight",
-    help="skip the boto3 checks before Terraform (instance type offered in the zone, vCPU "
-    "quota); values such as the AMI id are still looked up.",
-    commands=("up", "plan", "render"),
-)
+class AwsTarget(AwsDeclaration):
+    """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH; its name,
+    spec table and flags are its declaration's (spec.py)."""
 
-
-ZONES = TargetOption(
-    name="zones",
-    flag="--zones",
-    metavar="ZONES",
-    help="availability zones to try, in order (e.g. us-east-1a,us-east-1c, or a,c); "
-    "default aws.zones, else every zone offering the type. A new cluster whose zone has no "
-    "capacity moves to the next one.",
-)
-RETRY_FOR = TargetOption(
-    name="retry_for",
-    flag="--retry-for",
-    metavar="DURATION",
-    help="keep cycling the zones, with back-off, until capacity appears or DURATION (e.g. "
-    "30m) has passed.",
-)
-
-
-class AwsTarget:
-    """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH."""
-
-    name: ClassVar[str] = "aws"
-    max_nodes: ClassVar[int] = MAX_AWS_NODES
     wait_ready_s: ClassVar[float] = float(WAIT_READY_S)
-    options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT, ZONES, RETRY_FOR)
-
-    def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
-        return parse_aws_section(raw)
 
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
@@ -477,7 +345,7 @@ class AwsTarget:
             spec,
             ws,
             echo=echo,
-            clients=_clients(spec),
+            clients=clients_for(spec),
             render=lambda zone, reservation: render_files(
                 spec,
                 ws,
@@ -547,7 +415,7 @@ class AwsTarget:
         owner = settings.get("account_id")
         if not (bucket and prefix and owner):
             return  # a workspace from before staging was recorded: the lifecycle rule expires it
-        s3 = _clients(spec).client("s3")
+        s3 = clients_for(spec).client("s3")
         try:
             deleted = delete_staged(s3, bucket=bucket, prefix=prefix, owner=owner)
         except (ClientError, BotoCoreError) as err:
@@ -566,7 +434,7 @@ class AwsTarget:
         tags = {CLUSTER_TAG: spec.name}
         if ws_id is not None:
             tags[WORKSPACE_TAG] = ws_id
-        left, unchecked = count_tagged(_clients(spec), tags, iam_role=f"{spec.name}-node")
+        left, unchecked = count_tagged(clients_for(spec), tags, iam_role=f"{spec.name}-node")
         for kind in unchecked:
             echo(f"[skyinfra] warning: could not list {kind}; not checked")
         return left
@@ -584,10 +452,6 @@ class AwsTarget:
         for kind in unchecked:
             echo(f"[skyinfra] warning: could not list {kind}; not checked")
         return lines
-
-
-def _clients(spec: ClusterSpec) -> AwsClients:
-    return AwsClients(boto3.session.Session(), _aws_of(spec).region, emulator_from_env())
 
 
 if TYPE_CHECKING:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.spec import reject_unknown
+from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
 
 LOCAL_KEYS = ("base_address", "python")
 MAX_LOCAL_NODES = 32
@@ -55,3 +56,22 @@ def parse_local_section(raw: Any, nodes: int) -> LocalSpec:
     if python is not None and (not isinstance(python, str) or not Path(python).is_file()):
         raise SpecError("local.python", python, "the path of an existing Python interpreter")
     return LocalSpec(base_address=str(first), python=python)
+
+
+class LocalDeclaration:
+    """The local target as the spec and the CLI know it (skyinfra.target_registry);
+    LocalTarget (target.py) adds the verbs."""
+
+    name: ClassVar[str] = "local"
+    max_nodes: ClassVar[int] = MAX_LOCAL_NODES
+    options: ClassVar[tuple[TargetOption, ...]] = ()
+    plan_traits: ClassVar[PlanTraits] = PlanTraits(
+        node_resource="terraform_data",
+        node_noun="node",
+        diagram_parts=(DiagramPart("host", "this machine (loopback)"),),
+        priced=False,
+        fixed_shape=FixedShape(instance_type="local node", gpus_per_node="0", zone="this machine"),
+    )
+
+    def parse_section(self, raw: Any, *, nodes: int) -> LocalSpec:
+        return parse_local_section(raw, nodes)

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from skyinfra import render, timeline
 from skyinfra.errors import ConfigError, SpecError
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.base import Echo, TargetOption, TargetOptions
+from skyinfra.targets.base import Echo, TargetOptions
 from skyinfra.targets.local.processes import end_processes
-from skyinfra.targets.local.spec import MAX_LOCAL_NODES, LocalSpec, parse_local_section
+from skyinfra.targets.local.spec import LocalDeclaration, LocalSpec
 from skyinfra.targets.local.transport import LocalTransport, node_problem
 from skyinfra.topology import Topology
 from skyinfra.wheel import build_runtime_wheel
@@ -157,15 +157,12 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
                 ) from None
 
 
-class LocalTarget:
-    name: ClassVar[str] = "local"
-    max_nodes: ClassVar[int] = MAX_LOCAL_NODES
+class LocalTarget(LocalDeclaration):
+    """Nodes as processes on this machine, one loopback address each; its name, spec table
+    and (no) flags are its declaration's (spec.py)."""
+
     # The bootstrap runs inside `up`: a node not ready by then never will be.
     wait_ready_s: ClassVar[float] = 0.0
-    options: ClassVar[tuple[TargetOption, ...]] = ()
-
-    def parse_section(self, raw: Any, *, nodes: int) -> LocalSpec:
-        return parse_local_section(raw, nodes)
 
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions

@@ -259,7 +259,7 @@ def test_a_presigned_url_is_refused_and_the_node_signs_its_own_request() -> None
 
     fetcher = types.ModuleType("fetch_s3_object")
     exec(compile(resources.read_text(FETCH_SCRIPT), FETCH_SCRIPT, "exec"), fetcher.__dict__)
-    now = datetime.datetime(2026, 11, 23, 10, 0, 0, tzinfo=datetime.timezone.utc)
+    now = datetime.datetime(2026, 11, 23, 10, 0, 0, tzinfo=datetime.UTC)
     url = "https://b.s3.eu-west-1.amazonaws.com/c/ws-1/ab/skyinfra_runtime-0.1%2Bx-py3-none-any.whl"
     for creds in [("AKIAEXAMPLE", "secret/key+1", "token=="), ("AKIAEXAMPLE", "s", None)]:
         mine = fetcher.signed_headers(url, "eu-west-1", creds, now)

@@ -1,0 +1,96 @@
+"""What a command resolves before it acts: the workspace it names, the Terraform engine, the
+spec's overrides and whether destroying is confirmed.
+
+The library behind the commands is imported inside these functions, when a command runs:
+`skyinfra --help` and the commands that do not need it never load it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from skyinfra.cli.options import DEFAULT_SPEC
+
+if TYPE_CHECKING:
+    from skyinfra.lifecycle import Confirm
+    from skyinfra.spec import ClusterSpec
+    from skyinfra.terraform import EngineFactory
+    from skyinfra.terraform.plan import ResourceChange
+    from skyinfra.workspace import Workspace
+
+
+def echo(line: str) -> None:
+    click.echo(line)
+
+
+def default_cluster_name() -> str | None:
+    from skyinfra.errors import SpecError
+    from skyinfra.spec import load_spec
+
+    if DEFAULT_SPEC.is_file():
+        try:
+            return load_spec(DEFAULT_SPEC, {}).name
+        except SpecError:
+            return None
+    return None
+
+
+def workspace(
+    clusters_root: Path | None, name: str | None, *, changes_something: bool
+) -> Workspace:
+    """The cluster named by --cluster or by skyinfra.toml; a read-only command may fall back
+    to the only cluster (said on stderr, so --json output stays clean)."""
+    from skyinfra.workspace import clusters_dir, select_workspace
+
+    return select_workspace(
+        clusters_dir(clusters_root),
+        name,
+        spec_name=default_cluster_name(),
+        changes_something=changes_something,
+        say=lambda line: click.echo(line, err=True),
+    )
+
+
+def new_workspace(clusters_root: Path | None, name: str) -> Workspace:
+    """The workspace of cluster ``name`` under --dir, made or not."""
+    from skyinfra.workspace import Workspace, clusters_dir
+
+    return Workspace(clusters_dir(clusters_root) / name)
+
+
+def confirmer(yes: bool) -> Confirm:
+    """--yes, else a prompt on a terminal; without either nothing is destroyed."""
+
+    def confirm(changes: Sequence[ResourceChange]) -> bool:
+        if yes:
+            return True
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            return False
+        return click.confirm(f"Destroy or replace these {len(changes)} resource(s)?")
+
+    return confirm
+
+
+def engine_factory(terraform_bin: str | None, spec: ClusterSpec) -> EngineFactory:
+    """The engine the command drives (an external binary's version is checked here,
+    before anything runs)."""
+    from skyinfra.terraform.external import engine_factory as external_engine_factory
+
+    return external_engine_factory(terraform_bin, spec.engine, spec.provider)
+
+
+def int_or_raw(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    return int(text) if text.lstrip("-").isdigit() else value
+
+
+def spec_file_or_default(spec_path: Path | None) -> Path | None:
+    """--spec, else ./skyinfra.toml when there is one."""
+    return spec_path or (DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None)

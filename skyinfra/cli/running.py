@@ -1,0 +1,148 @@
+"""Running code on a cluster: `run`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from skyinfra import exitcodes
+from skyinfra.cli.options import cluster_option, dir_option
+from skyinfra.cli.resolve import echo, engine_factory, workspace
+from skyinfra.run import DEFAULT_KEEP_RUNS
+
+if TYPE_CHECKING:
+    from skyinfra.workspace import Workspace
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@cluster_option
+@dir_option
+@click.option("--all-logs", is_flag=True, help="Stream every node's output, not only node 0's.")
+@click.option(
+    "--wait-ready",
+    "wait_ready",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for nodes still bootstrapping (default: 900 on AWS, where "
+    "cloud-init installs for minutes after `up`; 0 on the local target: ready after `up`).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="End every node when the run takes longer (counted from the start of the nodes), "
+    f"name those still running and exit {exitcodes.RUN_TIMEOUT}. Default: the spec's "
+    "run_timeout, else no limit.",
+)
+@click.option(
+    "--keep-runs",
+    type=click.IntRange(min=0),
+    default=DEFAULT_KEEP_RUNS,
+    show_default=True,
+    metavar="N",
+    help="Run directories each node keeps (runs/<id>/, the newest, this one included); "
+    "0 keeps all. $SKYINFRA_SHARED_DIR is never deleted.",
+)
+@click.option(
+    "--verify",
+    "verify_first",
+    is_flag=True,
+    help="Run `skyinfra verify`'s checks first; start nothing when one fails "
+    f"(exit {exitcodes.VERIFY_FAILED}). `verify = true` in the spec does the same.",
+)
+@click.option(
+    "-m",
+    "--module",
+    "as_module",
+    is_flag=True,
+    help="ENTRY is a module run as `python -m ENTRY` (as `torchrun -m`).",
+)
+@click.argument("entry")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    all_logs: bool,
+    wait_ready: int | None,
+    timeout_s: float | None,
+    keep_runs: int,
+    verify_first: bool,
+    as_module: bool,
+    entry: str,
+    args: tuple[str, ...],
+) -> None:
+    """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
+
+    ENTRY is script.py (run as __main__, as `python script.py` or torchrun: it gets
+    torchrun's environment with the torch plugin), -m package.module, package.module:function
+    or script.py:function (a function: the plugins initialise the frameworks around it).
+
+    Nodes whose bootstrap has not finished are waited for (--wait-ready); a node whose
+    bootstrap failed stops the run before anything starts. ENTRY is checked first (exit 2).
+    The current directory is copied to each node's runs/<id>/work (minus secrets, build
+    output and .skyinfraignore patterns), output of node 0 is streamed (--all-logs: all
+    nodes), the first failure ends the other nodes. Keep outputs in $SKYINFRA_SHARED_DIR.
+    Results and logs go to the workspace's runs/<id>/.
+    """
+    from skyinfra import lifecycle
+    from skyinfra.errors import ClusterDownError
+    from skyinfra.run.ignore import topology_path_inside
+    from skyinfra.run.report import print_report, raise_for_failure
+    from skyinfra.run.session import run_on_cluster
+    from skyinfra.topology import read_topology
+
+    if as_module:
+        entry = f"-m {entry}"  # the runtime's text for a `python -m` entry
+    ws = workspace(clusters_root, cluster_name, changes_something=True)
+    _refresh_shared_topology(ws)
+    if not ws.topology_file.is_file():
+        raise ClusterDownError(ws.name)
+    topology = read_topology(ws.topology_file)
+    spec = ws.spec()
+    src = Path.cwd()
+    wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
+    # One operation at a time: an `up` that would replace the nodes waits for the run.
+    with ws.lock(f"run {entry}"):
+        transport = lifecycle.transport_for(ws, topology, spec=spec)
+        if verify_first or spec.verify:
+            from skyinfra.verify import gate
+
+            gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=echo)
+        report = run_on_cluster(
+            transport=transport,
+            topology=topology,
+            topology_file=ws.topology_file,
+            runs_dir=ws.runs_dir,
+            src=src,
+            entry=entry,
+            args=list(args),
+            all_logs=all_logs,
+            extra_ignores=topology_path_inside(src, ws.path),
+            echo=echo,
+            wait_ready_s=wait_s,
+            timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
+            keep_runs=keep_runs,
+            terminal=sys.stdout if sys.stdout.isatty() else None,
+        )
+    print_report(report, echo)
+    raise_for_failure(report)
+
+
+def _refresh_shared_topology(ws: Workspace) -> None:
+    """With state in a shared backend, topology.json is rebuilt from its outputs first:
+    another operator may have changed or destroyed the cluster."""
+    from skyinfra import shared_state
+    from skyinfra.terraform.backend import has_backend
+
+    if not has_backend(ws.path):
+        return
+    spec = ws.spec()
+    engine = engine_factory(None, spec)(ws.path)
+    shared_state.ensure_init(ws, engine)
+    shared_state.refresh_topology(ws, spec, engine)

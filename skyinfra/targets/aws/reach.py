@@ -1,0 +1,128 @@
+"""How `run`, `status` and `verify` reach AWS nodes: SSH to each node's address, with its
+host key pinned from the node's serial console; in emulator mode only the stand-in machines
+SKYINFRA_AWS_EMULATED_NODES names (endpoints.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from skyinfra.errors import ConfigError, WorkspaceError
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.cloudinit import NODE_DIR
+from skyinfra.targets.aws.endpoints import (
+    EMULATED_NODES_ENV_VAR,
+    ENDPOINT_ENV_VAR,
+    emulated_nodes_from_env,
+    emulator_from_env,
+)
+from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
+from skyinfra.targets.aws.session import clients_for
+from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
+from skyinfra.topology import Topology
+from skyinfra.workspace import Workspace
+
+# Values looked up at `up` that `run` needs later (the login user), kept beside the root module.
+TARGET_FILE = "aws-target.json"
+SSH_PORT = 22
+KNOWN_HOSTS_FILE = "known_hosts"
+
+
+def _emulated_targets(
+    ws: Workspace, topology: Topology, user: str
+) -> tuple[dict[int, SshTarget], dict[int, str]]:
+    """Emulator mode: the nodes SKYINFRA_AWS_EMULATED_NODES maps to a stand-in sshd, and the
+    others as unreachable, each with the reason (their addresses are the emulator's)."""
+    emulated = emulated_nodes_from_env()
+    names = [node.name for node in topology.nodes]
+    for name in emulated:
+        if name not in names:
+            raise ConfigError(
+                f"{EMULATED_NODES_ENV_VAR}[{name!r}]", name, f"a node of {ws.name!r}: {names}"
+            )
+    targets: dict[int, SshTarget] = {}
+    unreachable: dict[int, str] = {}
+    for node in topology.nodes:
+        if node.name in emulated:
+            at = emulated[node.name]
+            targets[node.index] = SshTarget(host=at.host, user=user, port=at.port, root=at.root)
+        else:
+            addresses = ", ".join(a for a in (node.public_ip, node.private_ip) if a)
+            unreachable[node.index] = (
+                f"not dialled: emulator mode ({ENDPOINT_ENV_VAR} is set), so {node.name}'s "
+                f"addresses ({addresses}) are the emulator's, not a machine's; map "
+                f"{node.name} to a stand-in sshd with {EMULATED_NODES_ENV_VAR}"
+            )
+    return targets, unreachable
+
+
+def console_host_keys(spec: ClusterSpec, topology: Topology) -> Callable[[int], list[str]]:
+    """The SSH host keys each node printed on its serial console (cloud-init does at first
+    boot), read through EC2 GetConsoleOutput with the operator's credentials: a channel the
+    network between operator and node cannot forge. Empty while the node has not printed
+    them (or the API would not say)."""
+    instance_ids = {node.index: node.instance_id for node in topology.nodes}
+
+    def keys(index: int) -> list[str]:
+        instance_id = instance_ids.get(index)
+        if not instance_id:
+            return []
+        ec2 = clients_for(spec).client("ec2")
+        try:
+            try:
+                answer = ec2.get_console_output(InstanceId=instance_id, Latest=True)
+            except ClientError:  # Latest is for Nitro instances only
+                answer = ec2.get_console_output(InstanceId=instance_id)
+        except (ClientError, BotoCoreError):
+            return []
+        # botocore decodes the API's base64 already (its decode_console_output handler).
+        return host_keys_from_console(str(answer.get("Output") or ""))
+
+    return keys
+
+
+def transport(
+    ws: Workspace, spec: ClusterSpec, topology: Topology, *, connect_timeout_s: float = 20.0
+) -> SshTransport:
+    """SSH to every node: its public address, or the private one when it has none. The node
+    is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER).
+
+    In emulator mode the nodes' own addresses are never dialled (see endpoints.py): a node is
+    reached through SKYINFRA_AWS_EMULATED_NODES, or reads as unreachable, saying why.
+    """
+    spec_aws = spec.section_as(AwsSpec)
+    key = Path(spec_aws.ssh_key).expanduser()
+    if not key.is_file():
+        raise WorkspaceError(
+            f"cluster {ws.name!r}: the SSH key {spec_aws.ssh_key} (aws.ssh_key) is missing; "
+            "the nodes only accept the key they were created with"
+        )
+    user = spec_aws.ssh_user
+    if user is None:
+        settings = ws.read_json(ws.path / TARGET_FILE)
+        user = str(settings["ssh_user"])
+    emulated = emulator_from_env() is not None
+    if emulated:
+        targets, unreachable = _emulated_targets(ws, topology, user)
+    else:
+        targets = {
+            node.index: SshTarget(host=node.public_ip or node.private_ip, user=user, port=SSH_PORT)
+            for node in topology.nodes
+        }
+        unreachable = {}
+    return SshTransport(
+        targets,
+        key_path=key,
+        known_hosts=ws.path / KNOWN_HOSTS_FILE,
+        host_keys=console_host_keys(spec, topology),
+        on_new_host_key=lambda line: print(line, file=sys.stderr, flush=True),
+        node_root=NODE_DIR,
+        connect_timeout_s=connect_timeout_s,
+        # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
+        cloud_init_status=None if emulated else CLOUD_INIT_STATUS,
+        unreachable=unreachable,
+    )

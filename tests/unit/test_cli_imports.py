@@ -1,0 +1,67 @@
+"""Start-up imports only what the command needs: `skyinfra --help` and `skyinfra topology` on
+a local cluster load neither boto3 nor paramiko (the AWS target's SDKs, a third of the
+start-up before). Each command runs in a fresh interpreter, which then lists what it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from skyinfra_runtime.topology import Node
+
+from skyinfra.spec import validate_spec
+from skyinfra.topology import build_topology
+
+HEAVY = ("boto3", "botocore", "paramiko")
+
+# Runs `skyinfra ARGS...` through the console script's main, then prints the heavy top-level
+# packages it loaded as the last line of stderr.
+PROBE = """
+import json, sys
+from skyinfra.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as end:
+    code = end.code
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+print(json.dumps({"code": code, "loaded": loaded}), file=sys.stderr)
+"""
+
+
+def _loaded_by(args: list[str], cwd: Path) -> list[str]:
+    probe = f"HEAVY = {HEAVY!r}\n{PROBE}"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *args], cwd=cwd, capture_output=True, text=True
+    )
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None), proc.stdout + proc.stderr
+    assert proc.stdout, proc.stderr  # the command did its work (help text, topology)
+    loaded: list[str] = result["loaded"]
+    return loaded
+
+
+def test_help_loads_no_target_sdk(tmp_path: Path) -> None:
+    assert _loaded_by(["--help"], tmp_path) == []
+
+
+def test_every_command_help_loads_no_target_sdk(tmp_path: Path) -> None:
+    for command in ("up", "plan", "render", "run", "status", "prices"):
+        assert _loaded_by([command, "--help"], tmp_path) == [], command
+
+
+def test_topology_of_a_local_cluster_loads_no_target_sdk(tmp_path: Path) -> None:
+    """A local cluster's workspace as `up` leaves it (spec.json, topology.json), found through
+    ./skyinfra.toml as a user runs it."""
+    spec = validate_spec({"name": "quiet", "nodes": 2, "provider": "local"})
+    ws = tmp_path / "clusters" / spec.name
+    ws.mkdir(parents=True)
+    (ws / "spec.json").write_text(json.dumps(spec.to_dict()))
+    nodes = [Node(i, f"node-{i}", f"127.0.0.{2 + i}", None, None) for i in range(2)]
+    topology = build_topology(spec, head_addr="127.0.0.2", nodes=nodes)
+    (ws / "topology.json").write_text(json.dumps(topology.to_dict()))
+    (tmp_path / "skyinfra.toml").write_text('name = "quiet"\nnodes = 2\n')
+
+    assert _loaded_by(["topology", "--dir", str(tmp_path / "clusters")], tmp_path) == []
