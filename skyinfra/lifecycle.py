@@ -202,6 +202,8 @@ def _check_same_cluster(
 
 # `skyinfra plan` checks the same things `up` does before it plans.
 check_same_cluster = _check_same_cluster
+# `skyinfra apply` removes a workspace it made when it is refused, as `up` does.
+first_missing = _first_missing
 
 
 def _apply(
@@ -219,7 +221,8 @@ def _apply(
     # plan passed its guardrails and was confirmed, a refusal or a failure puts every file
     # back as it was (spec.json and origin.json are written only after).
     restore = ws.restored_unless_kept(
-        [*files, ws.spec_file.name, ws.origin_file.name],
+        # init may rewrite the provider lock file: put back too.
+        [*files, ws.spec_file.name, ws.origin_file.name, ".terraform.lock.hcl"],
         owned_dirs=OWNED_DIRS,
         retired=RETIRED_FILES,
         keep_new=(WORKSPACE_ID_FILE,),

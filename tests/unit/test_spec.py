@@ -301,7 +301,7 @@ def test_usage_error_exits_2(tmp_path: Path, clean_env: dict[str, str]) -> None:
     assert "no-such-flag" in proc.stderr
 
 
-@pytest.mark.parametrize("command", ["up", "run", "status", "topology", "down", "tf"])
+@pytest.mark.parametrize("command", ["up", "run", "status", "topology", "down", "tf", "validate"])
 def test_every_command_has_help(command: str, clean_env: dict[str, str]) -> None:
     proc = subprocess.run(
         [*skyinfra_argv(), command, "--help"],

@@ -174,3 +174,13 @@ def test_a_refused_command_leaves_the_workspace_byte_identical(
     assert "Traceback" not in proc.stderr
     assert differences(before, snapshot(project.ws)) == []
     assert (project.ws / "nodes/node-1/.skyinfra-node").is_file()  # both nodes still run
+
+
+def test_a_refused_apply_in_a_fresh_workspace_leaves_nothing(project: Project) -> None:
+    """`apply` on a machine with no workspace yet (CI) writes the planned root module and runs
+    init before it can judge the plan: refused, none of that stays."""
+    planfile = project.plan("fresh", 3)
+    fresh = project.root.parent / "fresh-clusters"
+    proc = project.run("apply", str(planfile), "--sha256", "0" * 64, "--dir", str(fresh))
+    assert proc.returncode == exitcodes.STALE_PLAN, proc.stdout + proc.stderr
+    assert not fresh.exists()
