@@ -113,10 +113,13 @@ def cases(project: Path, env: dict[str, str], key: Path) -> None:
     golden("aws-world-ssh", project, "p-world", text)
     refused = skyinfra("apply", "p-world/skyinfra.tfplan", cwd=project, env=env)
     assert refused.returncode == exitcodes.GUARDRAIL, refused.stdout + refused.stderr
-    # `up` refuses the same before applying anything, whatever --yes says.
+    # `up` refuses the same before applying anything, whatever --yes says: the spec alone
+    # breaks this guardrail, so before any plan (the offline checks `validate` runs).
     refused = skyinfra("up", "--yes", cwd=project, env=env)
     assert refused.returncode == exitcodes.GUARDRAIL, refused.stdout + refused.stderr
-    assert "SSH from 0.0.0.0/0: module.security" in refused.stderr
+    assert "guardrails.allow_world_ssh" in refused.stderr
+    assert "0.0.0.0/0 in aws.ssh_cidrs" in refused.stderr
+    assert "terraform plan" not in refused.stdout
     assert "terraform apply" not in refused.stdout
 
     code, text, _ = plan(project, env, spec(key, idle_shutdown_minutes="0"), "p-idle")
