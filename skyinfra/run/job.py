@@ -97,7 +97,7 @@ def start_job(
     token = secrets.token_hex(16)
     head_ip = topology.nodes[0].private_ip
     meta = {"entry": entry, "args": list(args), "started_by": who(), "nodes_total": len(launch)}
-    port = None
+    head = ""
     for i in sorted(launch):
         argv, env, cwd = launch[i]
         sup = [
@@ -111,7 +111,7 @@ def start_job(
             if timeout_s is not None:
                 sup += ["--timeout", f"{timeout_s:g}"]
         else:
-            sup += ["--head", f"{head_ip}:{port}"]
+            sup += ["--head", head]
         proc = transport.start(
             i, [*sup, "--", *argv], env={**env, TOKEN_ENV: token}, cwd=cwd, tag=f"{job_id}-start"
         )
@@ -123,7 +123,7 @@ def start_job(
                 f"node {i}: the job's agent did not start (exit {code}): {' '.join(out)}"
             )
         if i == 0:
-            port = said["port"]
+            head = f"{said.get('host', head_ip)}:{said['port']}"
 
 
 def _json_line(lines: Sequence[str]) -> dict[str, Any] | None:
@@ -226,6 +226,18 @@ class JobNodeProcess:
     def job_reason(self) -> str:
         """Why the job's supervisor ended this node ("" when it ended by itself)."""
         return str(self.client.node(self.node).get("ended_reason") or "")
+
+    def tail_at_end(self) -> list[str] | None:
+        """The node's last lines when the job ended it (before its SIGTERM's own output)."""
+        tail = self.client.node(self.node).get("tail_at_end")
+        return [str(line) for line in tail] if isinstance(tail, list) else None
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """Wait for the follower (it ends once the node's part of the job has), else end it."""
+        try:
+            self.follower.wait(timeout)
+        except (TimeoutError, subprocess.TimeoutExpired):
+            self.stop_following()
 
     def stop_following(self) -> None:
         with contextlib.suppress(SkyinfraError, OSError, subprocess.SubprocessError):

@@ -247,6 +247,9 @@ def _run_all(
                 _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
             _pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
+            for proc in live.procs.values():
+                if isinstance(proc, JobNodeProcess):
+                    proc.finish()
         except KeyboardInterrupt:
             _end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
@@ -465,10 +468,17 @@ def _time_out(report: RunReport, live: _Live, echo: Echo) -> None:
         f"[skyinfra] --timeout {report.timeout_s:g} s passed; still running: {_names(still)}; "
         f"ending them (SIGTERM, SIGKILL after {END_GRACE_S:g} s)"
     )
-    for i in still:
-        if i not in live.shown:
-            _show_tail(live, i, echo, lines=5)
+    job = any(isinstance(live.procs[i], JobNodeProcess) for i in still)
+    if not job:
+        for i in still:
+            if i not in live.shown:
+                _show_tail(live, i, echo, lines=5)
     _end_nodes(report, live, still, f"at --timeout {report.timeout_s:g} s", echo)
+    if job:
+        # The job's supervisor ended them already: their lines from before its SIGTERM.
+        for i in still:
+            if i not in live.shown:
+                _show_tail(live, i, echo, lines=5, tail=_tail_at_end(live.procs[i]))
 
 
 def _end_nodes(
@@ -520,8 +530,19 @@ def _record_ended(report: RunReport, live: _Live, nodes: Iterable[int]) -> None:
         report.outcomes[i].ended_by_us = code != 0
 
 
-def _show_tail(live: _Live, node: int, echo: Echo, *, lines: int = TAIL_LINES) -> None:
-    tail = list(live.tails.get(node, ()))[-lines:]
+def _tail_at_end(proc: NodeProcess) -> list[str] | None:
+    return proc.tail_at_end() if isinstance(proc, JobNodeProcess) else None
+
+
+def _show_tail(
+    live: _Live,
+    node: int,
+    echo: Echo,
+    *,
+    lines: int = TAIL_LINES,
+    tail: list[str] | None = None,
+) -> None:
+    tail = list(live.tails.get(node, ()) if tail is None else tail)[-lines:]
     if not tail:
         echo(f"[skyinfra] node-{node} printed nothing")
         return

@@ -23,6 +23,7 @@ Standard library only: this runs on the nodes.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -46,6 +47,9 @@ SCHEMA = 1
 END_GRACE_S = 3.0
 # How long the head waits for every peer to report in before it counts the missing as failed.
 JOIN_WAIT_S = 60.0
+# Lines of a node's output kept for the operator when the job ends it (shown as they were
+# before the SIGTERM, not the traceback the SIGTERM itself prints).
+TAIL_LINES = 20
 # How often a node's last-output time reaches the head and the record (at most).
 OUTPUT_EVERY_S = 1.0
 FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out")
@@ -140,6 +144,10 @@ class Agent:
     last_output: float | None = None
     exit_code: int | None = None
     ended_reason: str = ""
+    tail: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=TAIL_LINES)
+    )
+    tail_at_end: list[str] | None = None  # the last lines when the job ended this node
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
@@ -159,6 +167,7 @@ class Agent:
         with os.fdopen(fd, "wb", buffering=0) as log:
             for line in self.proc.stdout:
                 log.write(line)
+                self.tail.append(line.decode(errors="replace").rstrip("\n"))
                 self.last_output = now()
 
     def end(self, reason: str) -> None:
@@ -167,6 +176,7 @@ class Agent:
             if self.proc is None or self.ended_reason:
                 return
             self.ended_reason = reason
+            self.tail_at_end = list(self.tail)
         pgid = self.proc.pid
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
@@ -225,6 +235,7 @@ class NodeView:
     exit_code: int | None = None
     ended_reason: str = ""
     last_output_at: float | None = None
+    tail_at_end: list[str] | None = None
     conn: socket.socket | None = None
 
 
@@ -268,6 +279,7 @@ class Supervisor:
                     "meaning": exitcodes.describe(v.exit_code) if v.state == "ended" else "",
                     "ended_reason": v.ended_reason,
                     "last_output_at": v.last_output_at,
+                    "tail_at_end": v.tail_at_end,
                 }
                 for v in self.view.values()
             ],
@@ -319,7 +331,7 @@ class Supervisor:
             code = self.agent.poll()
             head = self.view[0]
             if code is not None and head.state != "ended":
-                self._ended(0, code, self.agent.ended_reason)
+                self._ended(0, code, self.agent.tail_at_end)
                 changed = True
             head.last_output_at = self.agent.last_output
             if self.state == "starting" and all(v.state != "starting" for v in self.view.values()):
@@ -357,17 +369,18 @@ class Supervisor:
                 elif event == "output":
                     v.last_output_at = msg.get("t")
                 elif event == "exit" and v.state != "ended":
-                    self._ended(node, msg.get("code"), str(msg.get("reason") or ""))
+                    self._ended(node, msg.get("code"), msg.get("tail"))
                     changed = True
                 elif event == "lost" and v.state != "ended":
-                    self._ended(node, None, v.ended_reason or "its agent stopped reporting")
+                    self._ended(node, None)
                     changed = True
         except queue.Empty:
             return changed
 
-    def _ended(self, node: int, code: int | None, reason: str = "") -> None:
+    def _ended(self, node: int, code: int | None, tail: list[str] | None = None) -> None:
         v = self.view[node]
         v.state, v.exit_code = "ended", code
+        v.tail_at_end = tail
         if self.ending:
             v.ended_reason = v.ended_reason or (self.ending if code != 0 else "")
             return
@@ -444,7 +457,7 @@ def _peer_agent(agent: Agent, head: str) -> None:
             said = agent.last_output
             send({"event": "output", "t": said})
         time.sleep(min(OUTPUT_EVERY_S, 0.2))
-    send({"event": "exit", "code": code, "reason": agent.ended_reason})
+    send({"event": "exit", "code": code, "tail": agent.tail_at_end})
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(5)
@@ -496,8 +509,15 @@ def supervise(ns: argparse.Namespace) -> int:
         print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
         return exitcodes.USAGE
     server = None
+    listen = ns.listen
     if ns.node == 0:
-        server = socket.create_server((ns.listen, 0))
+        try:
+            server = socket.create_server((listen, 0))
+        except OSError:
+            # An address this machine does not have: an emulated node (AWS faked on this
+            # machine), whose peers are on loopback too. The operator tells peers what we say.
+            listen = "127.0.0.1"
+            server = socket.create_server((listen, 0))
     r = _daemonize(paths)
     if r is not None:  # the caller: say what the daemon said, then go
         if server is not None:
@@ -523,15 +543,16 @@ def supervise(ns: argparse.Namespace) -> int:
             sup = Supervisor(agent, ns.nodes, meta, ns.timeout)
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
-            _ready({"pid": os.getpid(), "port": server.getsockname()[1]})
+            _ready({"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]})
             sup.run()
             server.close()
         else:
             _ready({"pid": os.getpid()})
             _peer_agent(agent, ns.head)
-        agent.save("ended")
     finally:
         paths.pid_file.unlink(missing_ok=True)
+        # Last: a follower that sees "ended" finds nothing of the node's part left.
+        agent.save("ended")
     return exitcodes.OK
 
 
