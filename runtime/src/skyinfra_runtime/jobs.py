@@ -77,12 +77,15 @@ def read_json(path: Path) -> Any:
 
 
 def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat: tells a live process from an unrelated one reusing its pid."""
+    """Field 22 of /proc/PID/stat: tells a live process from an unrelated one reusing its pid.
+    None when it is gone, or a zombie nobody reaped (where no init reaps orphans)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
     return fields[19] if len(fields) > 19 else None
 
 
@@ -157,6 +160,7 @@ class Agent:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: end() reaches the workers too
+            preexec_fn=_end_with_parent,
         )
         self.save("running")
         threading.Thread(target=self._pump, daemon=True).start()
@@ -210,6 +214,15 @@ class Agent:
                 "agent_pid": os.getpid(),
             },
         )
+
+
+def _end_with_parent() -> None:
+    """In the launcher, before exec: SIGTERM when its agent dies (even of SIGKILL), so a
+    launcher never outlives the agent that owns it (Linux; elsewhere nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:

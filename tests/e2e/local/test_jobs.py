@@ -161,6 +161,9 @@ def test_a_detached_job_finishes_after_the_cli_is_killed(
     assert [n["exit_code"] for n in rec["nodes"]] == [0, 0]
     assert rec["entry"] == "steps.py:main" and rec["args"] == ["4"]
     assert all(n["last_output_at"] for n in rec["nodes"])
+    record = nodes_dir(project) / "node-0" / "jobs" / f"{job}.json"
+    assert record.stat().st_mode & 0o777 == 0o600
+    assert (nodes_dir(project) / "node-1" / "runs" / job / "output.log").stat().st_mode & 0o077 == 0
     assert steps_done(project, job) == {0: ["1", "2", "3", "4"], 1: ["1", "2", "3", "4"]}
     listed = jobs_json(project, env)
     assert isinstance(listed, list) and listed[0]["id"] == job
@@ -230,6 +233,42 @@ def test_an_attached_run_survives_sighup(project: Path, env: dict[str, str]) -> 
     assert rec["state"] == "succeeded", rec
     assert steps_done(project, job) == {i: ["1", "2", "3", "4", "5"] for i in (0, 1)}
     assert job_processes(project, job) == []
+
+
+def test_ctrl_c_on_an_attached_run_cancels_the_job(project: Path, env: dict[str, str]) -> None:
+    proc = subprocess.Popen(
+        [*skyinfra_argv(), "run", "--cluster", NAME, "steps.py:forever"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "still here" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(30) == 130, rest
+    job = newest_job(project, env)
+    rec = jobs_json(project, env, job)
+    assert isinstance(rec, dict) and rec["state"] == "cancelled", rec
+    assert job_processes(project, job) == []
+
+
+def test_a_killed_supervisor_takes_its_launcher_and_the_peers_with_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    job = detach(project, env, "steps.py:forever")
+    pid = int((nodes_dir(project) / "node-0" / "pids" / f"{job}.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 20
+    while job_processes(project, job) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert job_processes(project, job) == []
+    rec = jobs_json(project, env, job)
+    assert isinstance(rec, dict) and rec["state"] == "lost", rec
 
 
 def test_cancel_leaves_nothing_of_the_job_on_any_node(project: Path, env: dict[str, str]) -> None:
