@@ -249,6 +249,7 @@ class NodeView:
     ended_reason: str = ""
     last_output_at: float | None = None
     tail_at_end: list[str] | None = None
+    ended_at: float | None = None
     conn: socket.socket | None = None
 
 
@@ -292,6 +293,7 @@ class Supervisor:
                     "meaning": exitcodes.describe(v.exit_code) if v.state == "ended" else "",
                     "ended_reason": v.ended_reason,
                     "last_output_at": v.last_output_at,
+                    "ended_at": v.ended_at,
                     "tail_at_end": v.tail_at_end,
                 }
                 for v in self.view.values()
@@ -392,7 +394,7 @@ class Supervisor:
 
     def _ended(self, node: int, code: int | None, tail: list[str] | None = None) -> None:
         v = self.view[node]
-        v.state, v.exit_code = "ended", code
+        v.state, v.exit_code, v.ended_at = "ended", code, now()
         v.tail_at_end = tail
         if self.ending:
             v.ended_reason = v.ended_reason or (self.ending if code != 0 else "")
