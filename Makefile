@@ -11,7 +11,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-fast record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-random test-fast record-plans lint demo bench clean
 
 venv: $(STAMP)
 
@@ -46,21 +46,38 @@ wheels: $(STAMP)
 	$(BIN)/python -m build --wheel --no-isolation --outdir $(DIST) .
 	$(BIN)/python -m build --wheel --no-isolation --outdir $(DIST) runtime
 
-# The suite runs in a network namespace of its own holding only loopback (tests/loopback-only.sh).
-# Every run ends with the 25 slowest tests and the seconds per folder (tests/support/timings.py).
+# The suite runs on TEST_WORKERS pytest-xdist workers, each in a network namespace of its own
+# that holds only loopback (tests/loopback-only.sh as the worker's interpreter): local clusters
+# on 127.0.0.2:29500 in two workers never meet, and no packet leaves the machine. --dist
+# loadfile keeps a test file on one worker, so a module's fixtures (a live cluster) are made
+# once. (loadgroup would share out the AWS e2e files test by test, but pytest-xdist 3.8 marks
+# groups by rewriting item._nodeid, which pytest 9.2 no longer reads: it groups nothing.)
+# 4 workers on 2 cores: a worker waiting on an AWS provider poll or a node's timeout leaves
+# its core to another (README, "Development"). Every run ends with the 25 slowest tests and the
+# seconds per folder (tests/support/timings.py). Random order is make test-random's.
+TEST_WORKERS ?= 4
+WORKERS = --dist loadfile \
+	--tx '$(TEST_WORKERS)*popen//python=$(CURDIR)/tests/loopback-only.sh $(CURDIR)/$(BIN)/python'
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
-		$(BIN)/python -m pytest --durations=25
+		$(BIN)/python -m pytest --durations=25 -p no:randomly $(WORKERS)
+
+# The same suite in a random order (pytest-randomly prints its seed; `make test-random
+# RANDOM_SEED=N` repeats that order): proves no test depends on another having run first.
+RANDOM_SEED ?=
+test-random: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
+	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
+		$(BIN)/python -m pytest --durations=25 $(if $(RANDOM_SEED),--randomly-seed=$(RANDOM_SEED)) $(WORKERS)
 
 # The inner loop (about 30 s on 2 cores): tests/unit only, the pure functions and in-process
 # checks; no Terraform, no servers, no clusters, no framework processes, no venv builds (slow).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -m "not slow" -q
+	$(BIN)/python -m pytest tests/unit -m "not slow" -q -p no:randomly
 
 # A tool, not a test: re-plan the AWS review cases against moto with real Terraform and rewrite
 # their golden plan.md and the plan JSON tests/unit/review replays (`make test` checks them).
 record-plans: $(STAMP)
-	SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q \
+	SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q -p no:randomly \
 		tests/e2e/aws/test_plan_review.py
 
 lint: $(STAMP)
@@ -74,7 +91,7 @@ demo: $(STAMP)
 
 # Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures).
 REPS ?= 3
-ONLY ?= 1,2,3,4,5,6
+ONLY ?= 1,2,3,4,5,6,7
 bench: $(STAMP)
 	$(BIN)/python tests/bench/run.py --reps $(REPS) --only $(ONLY)
 

@@ -36,6 +36,27 @@ class SpecError(SkyinfraError):
         super().__init__(f"invalid spec field {field!r}: got {value!r}; expected {expected}")
 
 
+class SpecProblems(SpecError):
+    """Several problems in one spec, all found before anything is written: each a SpecError
+    (``problems``). Its own field, value and expected are the first problem's, so a caller
+    that reads one problem still gets one; the message lists them all."""
+
+    def __init__(self, problems: Sequence[SpecError]) -> None:
+        self.problems = tuple(problems)
+        first = self.problems[0]
+        self.field, self.value, self.expected = first.field, first.value, first.expected
+        lines = "".join(f"\n  - {problem}" for problem in self.problems)
+        Exception.__init__(self, f"{len(self.problems)} problems in the spec:{lines}")
+
+
+def spec_problems(problems: Sequence[SpecError]) -> SpecError | None:
+    """One error for ``problems``: None without any, the problem itself when alone."""
+    flat = [p for problem in problems for p in getattr(problem, "problems", (problem,))]
+    if not flat:
+        return None
+    return flat[0] if len(flat) == 1 else SpecProblems(flat)
+
+
 class UsageError(SkyinfraError):
     """A command-line argument is wrong (such as `run`'s ENTRY); the message names it and
     what would be valid. Raised before anything is copied, started or written."""

@@ -28,6 +28,7 @@ from skyinfra.spec import ClusterSpec
 from skyinfra.target_registry import declaration, declarations
 from skyinfra.targets import all_targets, get_target
 from skyinfra.targets.base import Target, TargetOptions
+from skyinfra.targets.identity import WORKSPACE_ID_FILE
 from skyinfra.terraform import (
     EmbeddedTerraform,
     EngineFactory,
@@ -119,6 +120,7 @@ def up(
     options = dict(options or {})
     check_target_options(spec, options)
     created = _first_missing(ws.path)
+    changed = False  # whether this `up` got past its checks and confirmation
     # Each stage is printed as it ends; timeline.json keeps them all (skyinfra/timeline.py).
     timeline = Timeline("up", echo)
     try:
@@ -128,10 +130,15 @@ def up(
             target = target_of(spec)
 
             def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
-                nonlocal created
                 files = {**files, **shared_state.backend_files(spec)}
+                return _apply(
+                    spec, ws, echo, files, engine_factory, spec_file, confirm, timeline, kept
+                )
+
+            def kept() -> None:
+                nonlocal created, changed
                 created = None  # from here on the workspace is the cluster's, even on failure
-                return _apply(spec, ws, echo, files, engine_factory, spec_file, confirm, timeline)
+                changed = True
 
             try:
                 # A target may render and apply more than once (aws: zone by zone until one
@@ -152,7 +159,7 @@ def up(
                     files = target.render(spec, ws, echo=echo, options=options)
                 return apply(files)
             finally:
-                if created is None:  # the workspace is the cluster's: keep how long it took
+                if changed:  # the workspace holds what was applied: keep how long it took
                     ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())
                     echo(f"[skyinfra] up took {timeline.elapsed():.1f} s ({TIMELINE_FILE})")
     except BaseException:
@@ -177,10 +184,11 @@ def _check_same_cluster(
     if not ws.exists():
         return
     previous = ws.spec()
-    if previous.provider != spec.provider:
-        raise WorkspaceError(
+    if previous.provider != spec.provider:  # a spec conflict: exit 2, like another spec file
+        raise WorkspaceConflictError(
             f"cluster {spec.name!r} exists with provider {previous.provider!r}; "
             f"run `skyinfra down --cluster {spec.name}` before changing it to {spec.provider!r}"
+            "; nothing was changed"
         )
     made_from = ws.read_json(ws.origin_file).get("spec_file") if ws.origin_file.is_file() else None
     now_from = str(spec_file.resolve()) if spec_file is not None else None
@@ -194,6 +202,8 @@ def _check_same_cluster(
 
 # `skyinfra plan` checks the same things `up` does before it plans.
 check_same_cluster = _check_same_cluster
+# `skyinfra apply` removes a workspace it made when it is refused, as `up` does.
+first_missing = _first_missing
 
 
 def _apply(
@@ -205,47 +215,63 @@ def _apply(
     spec_file: Path | None,
     confirm: Confirm | None,
     timeline: Timeline,
+    on_keep: Callable[[], None],
 ) -> tuple[PlanSummary, Topology]:
-    ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
-    ws.write_json(ws.spec_file, spec.to_dict())
-    ws.write_json(
-        ws.origin_file, {"spec_file": str(spec_file.resolve()) if spec_file is not None else None}
+    # Terraform plans from the workspace, so the render is written there first; until the
+    # plan passed its guardrails and was confirmed, a refusal or a failure puts every file
+    # back as it was (spec.json and origin.json are written only after).
+    restore = ws.restored_unless_kept(
+        # init may rewrite the provider lock file: put back too.
+        [*files, ws.spec_file.name, ws.origin_file.name, ".terraform.lock.hcl"],
+        owned_dirs=OWNED_DIRS,
+        retired=RETIRED_FILES,
+        keep_new=(WORKSPACE_ID_FILE,),
     )
-    engine = engine_factory(ws.path)
-    printer = progress_printer(echo)
+    with restore as keep:
+        ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
+        engine = engine_factory(ws.path)
+        printer = progress_printer(echo)
 
-    def on_event(event: dict[str, Any]) -> None:
-        printer(event)
-        timeline.on_event(event)
+        def on_event(event: dict[str, Any]) -> None:
+            printer(event)
+            timeline.on_event(event)
 
-    echo(f"[skyinfra] terraform init in {ws.path}")
-    with timeline.stage("terraform init"):
-        engine.init()
-    replace = broken_nodes(ws, spec, engine)
-    if replace:
-        echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
-    # SIGTERM and SIGHUP unwind like Ctrl-C, so that the saved plan (it can hold variable
-    # values) never outlives this `up`; while Terraform runs, the engine lets it finish first.
-    with signals_as_interrupt():
-        try:
-            echo("[skyinfra] terraform plan")
-            with timeline.stage("terraform plan"):
-                summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
-            if summary.no_changes:
-                echo("[skyinfra] no changes: the cluster already matches the spec")
-            else:
-                # Replacing a node that is already broken loses nothing: not asked about.
-                _check_plan(spec, engine, echo, confirm, repairs=set(replace))
-                echo(
-                    f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} to "
-                    f"change, {summary.remove} to destroy)"
+        echo(f"[skyinfra] terraform init in {ws.path}")
+        with timeline.stage("terraform init"):
+            engine.init()
+        replace = broken_nodes(ws, spec, engine)
+        if replace:
+            echo(f"[skyinfra] replacing broken node(s): {', '.join(replace)}")
+        # SIGTERM and SIGHUP unwind like Ctrl-C, so that the saved plan (it can hold variable
+        # values) never outlives this `up`; while Terraform runs, the engine lets it finish.
+        with signals_as_interrupt():
+            try:
+                echo("[skyinfra] terraform plan")
+                with timeline.stage("terraform plan"):
+                    summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
+                if not summary.no_changes:
+                    # Replacing a node that is already broken loses nothing: not asked about.
+                    _check_plan(spec, engine, echo, confirm, repairs=set(replace))
+                keep()
+                on_keep()
+                ws.write_json(ws.spec_file, spec.to_dict())
+                ws.write_json(
+                    ws.origin_file,
+                    {"spec_file": str(spec_file.resolve()) if spec_file is not None else None},
                 )
-                with timeline.stage("terraform apply"):
-                    engine.apply(PLAN_FILE, on_event=on_event)
-                for line in timeline.resources_summary():
-                    echo(f"[skyinfra]   {line}")
-        finally:
-            (ws.path / PLAN_FILE).unlink(missing_ok=True)
+                if summary.no_changes:
+                    echo("[skyinfra] no changes: the cluster already matches the spec")
+                else:
+                    echo(
+                        f"[skyinfra] terraform apply ({summary.add} to add, {summary.change} "
+                        f"to change, {summary.remove} to destroy)"
+                    )
+                    with timeline.stage("terraform apply"):
+                        engine.apply(PLAN_FILE, on_event=on_event)
+                    for line in timeline.resources_summary():
+                        echo(f"[skyinfra]   {line}")
+            finally:
+                (ws.path / PLAN_FILE).unlink(missing_ok=True)
     with timeline.stage("topology"):
         topology = topology_from_outputs(engine.output(), spec)
         ws.write_json(ws.topology_file, topology.to_dict())

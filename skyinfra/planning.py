@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,43 +152,6 @@ def read_rendered(folder: Path) -> dict[str, str]:
 # ---------------------------------------------------------------- plan
 
 
-@contextlib.contextmanager
-def _files_restored(
-    ws: Workspace, files: Mapping[str, str], *, keep: tuple[str, ...] = ()
-) -> Iterator[None]:
-    """Put back every file of the workspace that rendering ``files`` would change: the named
-    ones, the owned folders' and the retired ones (absent ones are removed again), except
-    ``keep`` when it was absent (the workspace id a first plan mints stays, so that the next
-    plan names the same resources)."""
-    names = (set(files) | set(RETIRED_FILES)) - {k for k in keep if not (ws.path / k).exists()}
-    for owned in OWNED_DIRS:
-        root = ws.path / owned
-        if root.is_dir():
-            names |= {p.relative_to(ws.path).as_posix() for p in root.rglob("*") if p.is_file()}
-    saved = {}
-    for name in names:
-        path = ws.path / name
-        saved[name] = (path.read_bytes(), path.stat().st_mode) if path.is_file() else None
-    try:
-        yield
-    finally:
-        for name, old in sorted(saved.items()):
-            path = ws.path / name
-            if old is None:
-                path.unlink(missing_ok=True)
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(old[0])
-            path.chmod(old[1] & 0o777)
-        for owned in OWNED_DIRS:
-            root = ws.path / owned
-            for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
-                if not any(folder.iterdir()):
-                    folder.rmdir()
-            if root.is_dir() and not any(root.iterdir()):
-                root.rmdir()
-
-
 @dataclass(frozen=True)
 class PlanResult:
     review: Review
@@ -230,7 +192,9 @@ def plan(
                 files = {**files, **shared_state.backend_files(spec)}
             # Planning applies nothing: the workspace's files (the pins of the last `up` among
             # them) are put back as they were; `apply` writes the planned ones.
-            with _files_restored(ws, files, keep=(WORKSPACE_ID_FILE,)):
+            with ws.restored_unless_kept(
+                files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES, keep_new=(WORKSPACE_ID_FILE,)
+            ):
                 ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
                 engine = engine_factory(ws.path)
                 echo(f"[skyinfra] terraform init in {ws.path}")
@@ -369,34 +333,46 @@ def apply_planfile(
             f"PLANFILE {planfile} is a plan of cluster {meta.get('cluster')!r}, not {ws.name!r}"
         )
     spec = ClusterSpec.from_dict(meta["spec"])
-    with ws.lock("apply"):
-        engine = engine_factory(ws.path)
-        planned = planfile.parent / PLANNED_ROOT
-        if not planned.is_dir():
-            raise UsageError(
-                f"PLANFILE {planfile}: no {PLANNED_ROOT}/ beside it; apply the folder "
-                "`skyinfra plan` wrote, as it wrote it"
+    # A workspace this `apply` makes (CI: the state is in a remote backend) goes again when
+    # the plan is refused or fails before Terraform applies anything.
+    created = lifecycle.first_missing(ws.path)
+    try:
+        with ws.lock("apply"):
+            engine = engine_factory(ws.path)
+            planned = planfile.parent / PLANNED_ROOT
+            if not planned.is_dir():
+                raise UsageError(
+                    f"PLANFILE {planfile}: no {PLANNED_ROOT}/ beside it; apply the folder "
+                    "`skyinfra plan` wrote, as it wrote it"
+                )
+            if not (ws.path / ".terraform").is_dir():
+                # A fresh workspace: the planned root module, to init and judge the plan in.
+                ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
+                echo(f"[skyinfra] terraform init in {ws.path}")
+                engine.init()
+            check_not_stale(planfile, meta, engine, spec_now=spec_now, expect_sha256=expect_sha256)
+            plan_json = engine.show_plan(str(planfile))
+            review = build_review(
+                plan_json, facts_of(spec), planfile_sha256=meta["planfile_sha256"]
             )
-        if not (ws.path / ".terraform").is_dir():
-            # A fresh workspace (CI, the state in a remote backend): the planned root module.
-            ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
-            echo(f"[skyinfra] terraform init in {ws.path}")
-            engine.init()
-        check_not_stale(planfile, meta, engine, spec_now=spec_now, expect_sha256=expect_sha256)
-        plan_json = engine.show_plan(str(planfile))
-        review = build_review(plan_json, facts_of(spec), planfile_sha256=meta["planfile_sha256"])
-        refuse_failed_guardrails(review)
-        counts = review.summary.counts
-        if counts.no_changes:
-            echo("[skyinfra] no changes in this plan: the cluster already matches it")
-        else:
-            lifecycle.confirm_review_losses(spec, review, echo, confirm)
-            # The workspace holds what is applied (the AWS pins of the next render among it).
-            ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
-            echo(f"[skyinfra] terraform apply {planfile.name} ({counts.line})")
-            engine.apply(str(planfile), on_event=lifecycle.progress_printer(echo))
-        ws.write_json(ws.spec_file, spec.to_dict())
-        ws.write_json(ws.origin_file, {"spec_file": meta.get("spec_file")})
-        topology = topology_from_outputs(engine.output(), spec)
-        ws.write_json(ws.topology_file, topology.to_dict())
+            refuse_failed_guardrails(review)
+            counts = review.summary.counts
+            if counts.no_changes:
+                echo("[skyinfra] no changes in this plan: the cluster already matches it")
+            else:
+                lifecycle.confirm_review_losses(spec, review, echo, confirm)
+            created = None  # from here on the workspace is the cluster's, even on failure
+            if not counts.no_changes:
+                # The workspace holds what is applied (the AWS pins of the next render).
+                ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
+                echo(f"[skyinfra] terraform apply {planfile.name} ({counts.line})")
+                engine.apply(str(planfile), on_event=lifecycle.progress_printer(echo))
+            ws.write_json(ws.spec_file, spec.to_dict())
+            ws.write_json(ws.origin_file, {"spec_file": meta.get("spec_file")})
+            topology = topology_from_outputs(engine.output(), spec)
+            ws.write_json(ws.topology_file, topology.to_dict())
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     return spec, topology

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,7 @@ from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_f
 from skyinfra_runtime.plugins import validate_plugins
 from skyinfra_runtime.topology import PluginRef
 
-from skyinfra.errors import InternalError, SpecError
+from skyinfra.errors import InternalError, SpecError, spec_problems
 from skyinfra.guardrail_table import Guardrails, parse_guardrails
 from skyinfra.target_registry import declaration, target_names
 
@@ -65,6 +65,28 @@ MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 PluginSpec = PluginRef
 
 Section = TypeVar("Section")
+T = TypeVar("T")
+
+
+class Problems:
+    """Collects every SpecError of independent checks, so that one pass names them all
+    (`skyinfra validate`, and every command's first message), not only the first."""
+
+    def __init__(self) -> None:
+        self.found: list[SpecError] = []
+
+    def check(self, read: Callable[[], T], fallback: T) -> T:
+        """``read()``'s value; on a SpecError, note it and go on with ``fallback``."""
+        try:
+            return read()
+        except SpecError as err:
+            self.found.append(err)
+            return fallback
+
+    def raise_any(self) -> None:
+        error = spec_problems(self.found)
+        if error is not None:
+            raise error
 
 
 @dataclass(frozen=True)
@@ -195,9 +217,13 @@ def load_spec(
 
 
 def reject_unknown(raw: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
+    problems = Problems()
     for key in raw:
         if key not in allowed:
-            raise SpecError(f"{prefix}{key}", raw[key], f"one of the known keys {list(allowed)}")
+            problems.found.append(
+                SpecError(f"{prefix}{key}", raw[key], f"one of the known keys {list(allowed)}")
+            )
+    problems.raise_any()
 
 
 def read_int(raw: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
@@ -286,35 +312,60 @@ def check_name(name: Any, field: str = "name") -> str:
 
 
 def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
-    """Check every field; the first problem raises SpecError (exit 2)."""
+    """Check every field; SpecError (exit 2) naming the problem, or SpecProblems naming
+    every one when there are several (independent fields are all checked)."""
     targets = target_names()
-    reject_unknown(raw, (*COMMON_KEYS, *targets), "")
-    name = check_name(raw.get("name"))
+    problems = Problems()
+    problems.check(lambda: reject_unknown(raw, (*COMMON_KEYS, *targets), ""), None)
+    name = problems.check(lambda: check_name(raw.get("name")), "")
     provider = raw.get("provider", DEFAULT_PROVIDER)
     if provider not in targets:
-        raise SpecError("provider", provider, f"one of {list(targets)}")
-    target = declaration(provider)
-    nodes = read_int(raw, "nodes", "nodes", 1, 1, target.max_nodes)
+        problems.found.append(SpecError("provider", provider, f"one of {list(targets)}"))
+    max_nodes = declaration(provider).max_nodes if provider in targets else 1
+    nodes = problems.check(lambda: read_int(raw, "nodes", "nodes", 1, 1, max_nodes), 1)
     ppn = raw.get("procs_per_node", 1)
     if ppn != "auto" and (isinstance(ppn, bool) or not isinstance(ppn, int) or not 1 <= ppn <= 64):
-        raise SpecError("procs_per_node", ppn, "an integer from 1 to 64, or 'auto'")
-    head_port = read_int(raw, "head_port", "head_port", 29500, 1024, 65534)
-    plugins = _plugins(raw.get("plugins", []))
-    packages = _packages(raw.get("python_packages", []))
+        problems.found.append(
+            SpecError("procs_per_node", ppn, "an integer from 1 to 64, or 'auto'")
+        )
+        ppn = 1
+    head_port = problems.check(
+        lambda: read_int(raw, "head_port", "head_port", 29500, 1024, 65534), 29500
+    )
+    no_plugins: tuple[PluginSpec, ...] = ()
+    no_packages: tuple[str, ...] = ()
+    plugins = problems.check(lambda: _plugins(raw.get("plugins", [])), no_plugins)
+    packages = problems.check(lambda: _packages(raw.get("python_packages", [])), no_packages)
     run_timeout = (
-        read_int(raw, "run_timeout", "run_timeout", 0, 1, MAX_RUN_TIMEOUT_S)
+        problems.check(
+            lambda: read_int(raw, "run_timeout", "run_timeout", 0, 1, MAX_RUN_TIMEOUT_S), None
+        )
         if "run_timeout" in raw
         else None
     )
-    verify = read_bool(raw, "verify", "verify", False)
-    guardrails = parse_guardrails(raw.get("guardrails"))
-    _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn)
-    section = target.parse_section(raw.get(provider), nodes=nodes)
-    backend = _backend(raw.get("backend"), section)
-    engine = _engine(raw.get("engine"))
+    verify = problems.check(lambda: read_bool(raw, "verify", "verify", False), False)
+    guardrails = problems.check(lambda: parse_guardrails(raw.get("guardrails")), Guardrails())
+    problems.check(lambda: _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn), None)
+    section = None
+    if provider in targets:
+        section = problems.check(
+            lambda: declaration(provider).parse_section(raw.get(provider), nodes=nodes), None
+        )
+    # A backend's region may come from the target's table: judged once that table is valid.
+    backend = (
+        problems.check(lambda: _backend(raw.get("backend"), section), None)
+        if section is not None
+        else None
+    )
+    engine = problems.check(lambda: _engine(raw.get("engine")), None)
+    # Another target's table is allowed (`--provider` picks), and checked all the same.
     for other in targets:
         if other != provider and other in raw:
-            declaration(other).parse_section(raw[other], nodes=nodes)
+            try:
+                declaration(other).parse_section(raw[other], nodes=nodes)
+            except SpecError as err:
+                problems.found.append(err)
+    problems.raise_any()
     return ClusterSpec(
         name=name,
         provider=provider,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from skyinfra.errors import ProviderUnavailableError, SpecError
+from skyinfra.guardrail_table import Guardrails
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,12 @@ class TargetDeclaration(Protocol):
 
     def parse_section(self, raw: Any, *, nodes: int) -> TargetSection:
         """Validate the target's spec section (``None``: absent); SpecError naming the field."""
+        ...
+
+    def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
+        """What else can be judged on this machine alone, with no cloud and no workspace:
+        the files the table names, and the guardrails the table alone breaks (each
+        SpecError's field says which: ``guardrails.*`` for a guardrail)."""
         ...
 
 

@@ -154,6 +154,68 @@ class Workspace:
                 if not any(folder.iterdir()):
                     folder.rmdir()
 
+    @contextlib.contextmanager
+    def restored_unless_kept(
+        self,
+        files: Iterable[str],
+        *,
+        owned_dirs: Iterable[str] = (),
+        retired: Iterable[str] = (),
+        keep_new: Iterable[str] = (),
+    ) -> Iterator[Callable[[], None]]:
+        """Put back, on the way out, every file that writing ``files`` (with ``owned_dirs``
+        and ``retired``, as :meth:`write_files` takes them) would change, bytes and mode,
+        and remove again what was absent, except the ``keep_new`` names; unless the body
+        calls the ``keep`` function it is given (from then on, what it wrote stays). So a
+        command refused or failed before it changed the cluster leaves the workspace exactly
+        as it was."""
+        owned_dirs, retired = tuple(owned_dirs), tuple(retired)
+        names = (set(files) | set(retired)) - {k for k in keep_new if not (self.path / k).exists()}
+        for owned in owned_dirs:
+            root = self.path / owned
+            if root.is_dir():
+                names |= {p.relative_to(self.path).as_posix() for p in root.rglob("*")}
+        saved: dict[str, tuple[bytes, int] | None] = {}
+        for name in names:
+            path = self.path / name
+            saved[name] = (path.read_bytes(), path.stat().st_mode) if path.is_file() else None
+        kept = False
+
+        def keep() -> None:
+            nonlocal kept
+            kept = True
+
+        try:
+            yield keep
+        finally:
+            if not kept:
+                self._put_back(saved, owned_dirs)
+
+    def _put_back(
+        self, saved: Mapping[str, tuple[bytes, int] | None], owned_dirs: Iterable[str]
+    ) -> None:
+        for name, old in sorted(saved.items()):
+            path = self.path / name
+            if old is None:
+                if not path.is_dir():
+                    path.unlink(missing_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(old[0])
+            path.chmod(old[1] & 0o777)
+        # Folders the render made are removed again; those that held something stay.
+        had = {name for name, old in saved.items() if old is None and (self.path / name).is_dir()}
+        for owned in owned_dirs:
+            root = self.path / owned
+            if not root.is_dir():
+                continue
+            for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+                rel = folder.relative_to(self.path).as_posix()
+                if rel not in had and not any(folder.iterdir()):
+                    folder.rmdir()
+            if root.relative_to(self.path).as_posix() not in had and not any(root.iterdir()):
+                root.rmdir()
+
     def write_json(self, target: Path, data: Any) -> None:
         self.ensure()
         _write_private(target, json.dumps(data, indent=2, sort_keys=False) + "\n")

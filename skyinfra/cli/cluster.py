@@ -21,6 +21,7 @@ from skyinfra.cli.options import (
     yes_option,
 )
 from skyinfra.cli.resolve import (
+    checked,
     confirmer,
     echo,
     engine_factory,
@@ -124,7 +125,7 @@ def up(
         "backend": backend,
         "engine": terraform_bin,
     }
-    spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
+    spec = checked(load_spec(spec_path, overrides, default_path=DEFAULT_SPEC))
     spec_file = spec_file_or_default(spec_path)
     ws = new_workspace(clusters_root, spec.name)
     if spec.engine is None and ws.exists():  # the engine the cluster was made with

@@ -12,7 +12,7 @@ import sys
 import click
 
 from skyinfra import __version__, exitcodes
-from skyinfra.cli import cluster, jobs, review, running, state, verify
+from skyinfra.cli import cluster, jobs, review, running, state, validate, verify
 from skyinfra.errors import SkyinfraError
 
 
@@ -41,6 +41,7 @@ for command in (
     state.tf,
     state.gc,
     verify.verify_command,
+    validate.validate,
 ):
     cli.add_command(command)
 

@@ -63,6 +63,16 @@ def new_workspace(clusters_root: Path | None, name: str) -> Workspace:
     return Workspace(clusters_dir(clusters_root) / name)
 
 
+def checked(spec: ClusterSpec, *, guardrails: bool = True) -> ClusterSpec:
+    """``spec`` once `skyinfra validate`'s offline checks pass (the files it names; with
+    ``guardrails``, the guardrails it breaks by itself): run before any credential, preflight
+    or network call, so a bad spec gets the same answer with or without credentials."""
+    from skyinfra.validation import require_valid
+
+    require_valid(spec, guardrails=guardrails)
+    return spec
+
+
 def confirmer(yes: bool) -> Confirm:
     """--yes, else a prompt on a terminal; without either nothing is destroyed."""
 

@@ -12,6 +12,7 @@ import click
 from skyinfra import exitcodes
 from skyinfra.cli.options import DEFAULT_SPEC, dir_option, spec_option, target_options, yes_option
 from skyinfra.cli.resolve import (
+    checked,
     confirmer,
     echo,
     engine_factory,
@@ -31,7 +32,8 @@ def _spec_and_overrides(
 
     overrides = {"name": name, "provider": provider, "nodes": int_or_raw(nodes)}
     spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
-    return spec, spec_file_or_default(spec_path)
+    # The guardrails are plan.md's to report (and `up`'s to refuse): only the spec here.
+    return checked(spec, guardrails=False), spec_file_or_default(spec_path)
 
 
 @click.command()
@@ -156,6 +158,8 @@ def apply_planfile(
     from skyinfra.spec import ClusterSpec, load_spec
 
     meta = planning.read_meta(planfile)
+    # The planned spec's files (aws.ssh_key) before the engine or the backend is touched.
+    checked(ClusterSpec.from_dict(meta["spec"]), guardrails=False)
     ws = new_workspace(clusters_root, str(meta.get("cluster")))
     spec_now = load_spec(DEFAULT_SPEC, {}) if DEFAULT_SPEC.is_file() else None
     if spec_now is not None and spec_now.name != ws.name:

@@ -12,7 +12,7 @@ import click
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
-from skyinfra.cli.resolve import echo, engine_factory, workspace
+from skyinfra.cli.resolve import checked, echo, engine_factory, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ def run(
     if as_module:
         entry = f"-m {entry}"  # the runtime's text for a `python -m` entry
     ws = workspace(clusters_root, cluster_name, changes_something=True)
+    # The spec's files (aws.ssh_key) first: before the shared state is read over the network.
+    checked(ws.spec(), guardrails=False)
     _refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)

@@ -15,6 +15,7 @@ from skyinfra.cli.options import (
     terraform_bin_option,
 )
 from skyinfra.cli.resolve import (
+    checked,
     echo,
     engine_factory,
     new_workspace,
@@ -47,7 +48,7 @@ def attach(
     from skyinfra.spec import load_spec
 
     overrides = {"name": name, "backend": backend, "engine": terraform_bin}
-    spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
+    spec = checked(load_spec(spec_path, overrides, default_path=DEFAULT_SPEC), guardrails=False)
     engine = engine_factory(terraform_bin, spec)
     ws = new_workspace(clusters_root, spec.name)
     files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options={})

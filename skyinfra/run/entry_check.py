@@ -2,10 +2,10 @@
 
 The forms are the runtime's (``path/to/script.py``, ``path/to/script.py:function``,
 ``package.module:function``), parsed by the runtime's own parser. Files are looked up in the
-project (the directory that is copied), and a function is looked for with ``ast``: the
-user's code is never imported or run here. What cannot be known here (a module that is not
-in the project: it may be installed on the nodes; a file this Python cannot parse) is said
-and left to the node's own check.
+project (the directory that is copied), the entry's file is compiled (a syntax error
+is refused with its file and line) and a function is looked for with ``ast``: the user's code
+is never imported or run here. What cannot be known here (a module that is not in the
+project: it may be installed on the nodes) is said and left to the node's own check.
 """
 
 from __future__ import annotations
@@ -42,9 +42,27 @@ def check_entry(src: Path, entry: str, ignore: IgnoreFn) -> list[str]:
             ]
         rel = found
     _not_left_out(rel, ignore, entry)
+    _compiles(src / rel, rel, entry)
     if parsed.function is None:
         return []
     return _check_function(src / rel, rel, parsed.function, entry)
+
+
+def _compiles(file: Path, rel: str, entry: str) -> None:
+    """Compile (never import or run) the entry's file with this Python: a syntax error is
+    named with its file and line here, instead of failing on every node after the copy.
+    compile() finds what ast.parse alone lets through ('return' outside a function)."""
+    try:
+        compile(file.read_bytes(), rel, "exec", dont_inherit=True)
+    except SyntaxError as err:
+        line = f" line {err.lineno}" if err.lineno else ""
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise UsageError(
+            f"ENTRY {entry!r}: {rel}{line}: {err.msg} (compiled with Python {version} on this "
+            "machine, not run; nothing was copied or started)"
+        ) from None
+    except ValueError as err:  # e.g. a null byte in the source
+        raise UsageError(f"ENTRY {entry!r}: {rel} is not Python source: {err}") from None
 
 
 def _script_in_project(src: Path, path: Path, entry: str) -> str:
@@ -106,15 +124,7 @@ def _not_left_out(rel: str, ignore: IgnoreFn, entry: str) -> None:
 
 
 def _check_function(file: Path, rel: str, function: str, entry: str) -> list[str]:
-    try:
-        tree = ast.parse(file.read_bytes(), filename=rel)
-    except (SyntaxError, ValueError) as err:
-        line = f" line {err.lineno}" if isinstance(err, SyntaxError) and err.lineno else ""
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        return [
-            f"could not parse {rel}{line} with this Python ({version}): {err}; "
-            f"the nodes will check that it defines {function!r}"
-        ]
+    tree = ast.parse(file.read_bytes(), filename=rel)  # it compiled: it parses
     defined = dict(_top_level_names(tree.body))
     kind = defined.get(function)
     if kind is None and _UNKNOWN not in defined:

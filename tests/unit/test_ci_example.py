@@ -40,7 +40,8 @@ def skyinfra_calls() -> list[list[str]]:
         for line in script.replace("\\\n", " ").splitlines():
             line = line.strip()
             if line.startswith("skyinfra "):
-                calls.append(shlex.split(line))
+                words = shlex.split(line)
+                calls.append(words[: words.index(">")] if ">" in words else words)
     return calls
 
 
@@ -55,7 +56,7 @@ def test_the_workflow_parses_into_a_plan_and_an_apply_job() -> None:
 
 def test_every_skyinfra_command_and_flag_it_calls_exists() -> None:
     calls = skyinfra_calls()
-    assert [call[1] for call in calls] == ["plan", "apply"]
+    assert [call[1] for call in calls] == ["validate", "plan", "apply"]
     for call in calls:
         command = cli.get_command(click.Context(cli), call[1])
         assert command is not None, call
@@ -65,6 +66,21 @@ def test_every_skyinfra_command_and_flag_it_calls_exists() -> None:
                 assert word in flags, f"{call[1]} has no {word}"
         # click parses the line as the workflow writes it (variables stand for values).
         command.make_context(call[1], [w.replace("$PLAN_DIR", "dir") for w in call[2:]])
+
+
+def test_validate_runs_before_any_credential_and_annotates_the_spec() -> None:
+    """`validate` needs no cloud: it comes before the plan job takes its AWS role, and its
+    --json problems (file, line, field, message) become GitHub annotations."""
+    steps = workflow()["jobs"]["plan"]["steps"]
+    names = [str(s.get("uses") or s.get("run") or "") for s in steps]
+    validate = next(i for i, s in enumerate(steps) if "skyinfra validate" in str(s.get("run")))
+    credentials = next(i for i, n in enumerate(names) if "configure-aws-credentials" in n)
+    assert validate < credentials
+    script = str(steps[validate]["run"])
+    assert "--json" in script and "::error file=" in script
+    for key in ("file", "line", "field", "message"):
+        assert f"(.{key}" in script  # jq reads validate's JSON keys
+    assert 'exit "$code"' in script
 
 
 def test_it_relies_on_skyinfras_exit_codes_files_and_marker() -> None:

@@ -65,3 +65,13 @@ def test_topology_of_a_local_cluster_loads_no_target_sdk(tmp_path: Path) -> None
     (tmp_path / "skyinfra.toml").write_text('name = "quiet"\nnodes = 2\n')
 
     assert _loaded_by(["topology", "--dir", str(tmp_path / "clusters")], tmp_path) == []
+
+
+def test_validate_of_an_aws_spec_loads_no_target_sdk(tmp_path: Path) -> None:
+    """`validate` needs no cloud: checking an AWS spec loads neither boto3 nor paramiko."""
+    (tmp_path / "id").write_text("a private key\n")
+    (tmp_path / "skyinfra.toml").write_text(
+        'name = "gpu"\nprovider = "aws"\n[aws]\nregion = "us-east-1"\n'
+        'instance_type = "g5.xlarge"\nssh_cidrs = ["203.0.113.4/32"]\nssh_key = "id"\n'
+    )
+    assert _loaded_by(["validate"], tmp_path) == []

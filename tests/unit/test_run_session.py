@@ -366,6 +366,13 @@ BAD_ENTRIES = [
     ("-m pkg", "pkg/ is a package without __main__.py"),
     ("-m pkg.nothere", "module 'pkg.nothere' is not in the project"),
     ("-m pkg-x", "is not a module name"),
+    # Compiled here (never imported), so a syntax error names its file and line at once
+    # instead of failing on every node after the copy.
+    ("broken.py:main", "broken.py line 1: invalid syntax"),
+    ("broken.py", "broken.py line 1"),
+    ("pkg.broken:main", "pkg/broken.py line 4: unindent does not match"),
+    ("-m pkg.broken", "pkg/broken.py line 4"),
+    ("toplevel_return.py", "toplevel_return.py line 3: 'return' outside function"),
 ]
 
 
@@ -382,6 +389,10 @@ def project(tmp_path: Path) -> Path:
     (src / "data" / "run.py").write_text("def main():\n    pass\n")
     (src / ".skyinfraignore").write_text("data/\n")
     (src / "nsdir" / "sub").mkdir(parents=True)
+    (src / "broken.py").write_text("def main(:\n")
+    (src / "pkg" / "broken.py").write_text("x = 1\ndef main():\n        return 1\n    oops\n")
+    # ast.parse takes this; only compiling finds it.
+    (src / "toplevel_return.py").write_text("def main():\n    pass\nreturn 1\n")
     return src
 
 
@@ -419,7 +430,7 @@ def test_a_bad_entry_is_refused_before_anything_is_copied_or_started(
         ("star.py:anything", None),  # `from x import *`: cannot be known here
         ("guarded.py:main", None),  # defined under `if`/`try`
         ("numpy.linalg:norm", "is not in"),  # installed on the nodes, presumably
-        ("broken.py:main", "could not parse broken.py line 1"),
+        ("effects.py", None),  # compiled, not run: its side effect does not happen here
     ],
 )
 def test_entries_that_can_run_pass_the_check(tmp_path: Path, entry: str, note: str | None) -> None:
@@ -430,8 +441,9 @@ def test_entries_that_can_run_pass_the_check(tmp_path: Path, entry: str, note: s
         "try:\n    import fast\nexcept ImportError:\n    if True:\n"
         "        def main():\n            pass\n"
     )
-    (src / "broken.py").write_text("def main(:\n")
+    (src / "effects.py").write_text("open('ran-here', 'w').close()\n")
     notes = check_entry(src, entry, make_ignore(read_ignore_patterns(src)))
+    assert not (src / "ran-here").exists() and not Path("ran-here").exists()
     if note is None:
         assert notes == []
     else:

@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.errors import PluginOptionError
 from skyinfra_runtime.plugins import from_name
 
-from skyinfra.errors import SpecError
+from skyinfra.errors import SpecError, SpecProblems
 from skyinfra.spec import load_spec, parse_plugin_flag, validate_spec
 from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.targets.local.spec import LocalSpec
@@ -98,16 +99,49 @@ def test_plugin_flag_parsing() -> None:
     }
 
 
-def test_torch_mpi_is_accepted_because_the_runtime_runs_it() -> None:
-    spec = validate_spec({"name": "c", "plugins": ["torch:backend=mpi"]})
-    assert spec.plugins[0].options == {"backend": "mpi"}
-    plugin = from_name("torch", spec.plugins[0].options)  # the runtime takes what the spec took
-    assert getattr(plugin, "backend", None) == "mpi"
+def test_torch_mpi_is_refused_because_the_nodes_torch_has_no_mpi() -> None:
+    """PyPI's torch wheels (what every node installs) are built without MPI: accepted, the
+    run failed later on every node; refused here, naming the value and what works."""
+    with pytest.raises(SpecError) as err:
+        validate_spec({"name": "c", "plugins": ["torch:backend=mpi"]})
+    assert err.value.field == "plugins[0].options.backend"
+    assert err.value.value == "mpi"
+    assert "without MPI" in str(err.value) and "nccl, gloo" in err.value.expected
+    with pytest.raises(PluginOptionError):
+        from_name("torch", {"backend": "mpi"})  # the runtime refuses it too (one table)
+    spec = validate_spec({"name": "c", "plugins": ["torch:backend=gloo"]})
+    assert getattr(from_name("torch", spec.plugins[0].options), "backend", None) == "gloo"
     with pytest.raises(SpecError) as err:
         validate_spec({"name": "c", "plugins": ["jax", "torch:backend=ucc"]})
     assert err.value.field == "plugins[1].options.backend"
     assert err.value.value == "ucc"
-    assert "nccl, gloo, mpi" in str(err.value)
+    assert "nccl, gloo" in str(err.value)
+
+
+def test_every_problem_is_named_not_only_the_first() -> None:
+    with pytest.raises(SpecProblems) as err:
+        validate_spec(
+            {
+                "name": "Bad",
+                "nodes": 0,
+                "plugins": ["torch:backend=mpi"],
+                "colour": "blue",
+                "local": {"base_address": "10.0.0.1"},
+                "aws": {**AWS_OK, "region": "mars-1", "disk_gb": 2},
+            }
+        )
+    fields = [p.field for p in err.value.problems]
+    assert fields == [
+        "colour",
+        "name",
+        "nodes",
+        "plugins[0].options.backend",
+        "local.base_address",
+        "aws.region",
+        "aws.disk_gb",
+    ]
+    assert err.value.field == "colour"  # a reader of one problem still gets one
+    assert all(f"{f!r}" in str(err.value) for f in fields)
 
 
 def test_keras_model_parallel_options_from_toml_round_trip(tmp_path: Path) -> None:
@@ -267,7 +301,7 @@ def test_usage_error_exits_2(tmp_path: Path, clean_env: dict[str, str]) -> None:
     assert "no-such-flag" in proc.stderr
 
 
-@pytest.mark.parametrize("command", ["up", "run", "status", "topology", "down", "tf"])
+@pytest.mark.parametrize("command", ["up", "run", "status", "topology", "down", "tf", "validate"])
 def test_every_command_has_help(command: str, clean_env: dict[str, str]) -> None:
     proc = subprocess.run(
         [*skyinfra_argv(), command, "--help"],

@@ -110,7 +110,7 @@ def test_aws_preboot_topology_comes_from_the_same_builder() -> None:
             "provider": "aws",
             "nodes": 2,
             "procs_per_node": "auto",
-            "plugins": ["jax", "torch:backend=mpi"],
+            "plugins": ["jax", "torch:backend=gloo"],
             "aws": {
                 "region": "us-east-1",
                 "instance_type": "g5.xlarge",
@@ -152,5 +152,5 @@ def test_aws_preboot_topology_comes_from_the_same_builder() -> None:
     ]
     blank = [{**n, "public_ip": None, "instance_id": None} for n in after.to_dict()["nodes"]]
     assert before.to_dict() == {**after.to_dict(), "nodes": blank}
-    assert before.plugins[1].options == {"backend": "mpi"}
+    assert before.plugins[1].options == {"backend": "gloo"}
     assert Topology.from_dict(before.to_dict()) == before

@@ -8,7 +8,7 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import SpecError
-from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.spec import AwsSpec, check_ssh_key_file
 
 _PUBLIC_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+")
 
@@ -33,10 +33,7 @@ def _public_key_of(private: Path, aws: AwsSpec) -> str:
 
 def ssh_key_paths(aws: AwsSpec) -> tuple[Path, str]:
     """The private key file and its public key line; SpecError when the key is unusable."""
-    private = Path(aws.ssh_key).expanduser()
-    hint = f"create one with `ssh-keygen -t ed25519 -f {aws.ssh_key}`, or set aws.ssh_key"
-    if not private.is_file():
-        raise SpecError("aws.ssh_key", aws.ssh_key, f"an existing SSH private key file ({hint})")
+    private = check_ssh_key_file(aws)
     public = _public_key_of(private, aws)
     if not _PUBLIC_KEY_RE.match(public):
         raise SpecError(

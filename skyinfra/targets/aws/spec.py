@@ -7,10 +7,12 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
-from skyinfra.spec import read_bool, read_int, read_str, reject_unknown
+from skyinfra.guardrail_table import Guardrails
+from skyinfra.spec import Problems, read_bool, read_int, read_str, reject_unknown
 from skyinfra.target_registry import DiagramPart, PlanTraits, TargetOption
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 from skyinfra.targets.aws.capacity import parse_zones
@@ -199,64 +201,127 @@ def _lifetime_hours(raw: Mapping[str, Any]) -> float | None:
 
 
 def parse_aws_section(raw: Any) -> AwsSpec:
+    """``[aws]``; every field is checked, and all the problems found are raised together."""
     if not isinstance(raw, dict):
         raise SpecError("aws", raw, "a table with at least region, instance_type and ssh_cidrs")
-    reject_unknown(raw, AWS_KEYS, "aws.")
-    region = read_str(raw, "region", "aws.region", _REGION_RE, "an AWS region like 'us-east-1'")
-    if region is None:
-        raise SpecError(
-            "aws.region", None, "an AWS region like 'us-east-1' (required for provider aws)"
-        )
-    instance_type = read_str(
-        raw,
-        "instance_type",
-        "aws.instance_type",
-        _INSTANCE_TYPE_RE,
-        "an instance type like 'g5.xlarge'",
+    problems = Problems()
+    problems.check(lambda: reject_unknown(raw, AWS_KEYS, "aws."), None)
+    region = problems.check(
+        lambda: read_str(raw, "region", "aws.region", _REGION_RE, "an AWS region like 'us-east-1'"),
+        None,
     )
-    if instance_type is None:
-        raise SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
-    allow_anywhere = read_bool(raw, "allow_ssh_from_anywhere", "aws.allow_ssh_from_anywhere", False)
-    cidrs = check_ssh_cidrs(raw.get("ssh_cidrs"), allow_anywhere=allow_anywhere)
-    jax_extra = check_jax_extra(raw.get("jax_extra", "cuda12"))
-    efa = read_bool(raw, "efa", "aws.efa", False)
-    return AwsSpec(
-        region=region,
-        instance_type=instance_type,
+    if region is None and "region" not in raw:
+        problems.found.append(
+            SpecError(
+                "aws.region", None, "an AWS region like 'us-east-1' (required for provider aws)"
+            )
+        )
+    instance_type = problems.check(
+        lambda: read_str(
+            raw,
+            "instance_type",
+            "aws.instance_type",
+            _INSTANCE_TYPE_RE,
+            "an instance type like 'g5.xlarge'",
+        ),
+        None,
+    )
+    if instance_type is None and "instance_type" not in raw:
+        problems.found.append(
+            SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
+        )
+    allow_anywhere = problems.check(
+        lambda: read_bool(raw, "allow_ssh_from_anywhere", "aws.allow_ssh_from_anywhere", False),
+        False,
+    )
+    no_cidrs: tuple[str, ...] = ()
+    cidrs = problems.check(
+        lambda: check_ssh_cidrs(raw.get("ssh_cidrs"), allow_anywhere=allow_anywhere), no_cidrs
+    )
+    jax_extra = problems.check(lambda: check_jax_extra(raw.get("jax_extra", "cuda12")), "cuda12")
+    efa = problems.check(lambda: read_bool(raw, "efa", "aws.efa", False), False)
+    table = AwsSpec(
+        region=region or "",
+        instance_type=instance_type or "",
         ssh_cidrs=cidrs,
         allow_ssh_from_anywhere=allow_anywhere,
-        ami=read_str(raw, "ami", "aws.ami", AMI_RE, f"{AMI_EXPECTED} or absent"),
-        disk_gb=read_int(raw, "disk_gb", "aws.disk_gb", 200, 8, 16384),
-        ssh_key=read_str(
-            raw,
-            "ssh_key",
-            "aws.ssh_key",
-            _SSH_KEY_RE,
-            "the path of an SSH private key, e.g. '~/.ssh/id_ed25519' (its .pub is installed)",
+        ami=problems.check(
+            lambda: read_str(raw, "ami", "aws.ami", AMI_RE, f"{AMI_EXPECTED} or absent"), None
+        ),
+        disk_gb=problems.check(lambda: read_int(raw, "disk_gb", "aws.disk_gb", 200, 8, 16384), 200),
+        ssh_key=problems.check(
+            lambda: read_str(
+                raw,
+                "ssh_key",
+                "aws.ssh_key",
+                _SSH_KEY_RE,
+                "the path of an SSH private key, e.g. '~/.ssh/id_ed25519' (its .pub is installed)",
+            ),
+            None,
         )
         or DEFAULT_SSH_KEY,
-        ssh_user=read_str(raw, "ssh_user", "aws.ssh_user", _SSH_USER_RE, "a Unix user name"),
-        subnet_id=read_str(
-            raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
+        ssh_user=problems.check(
+            lambda: read_str(raw, "ssh_user", "aws.ssh_user", _SSH_USER_RE, "a Unix user name"),
+            None,
         ),
-        vpc_id=read_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
-        placement_group=read_bool(raw, "placement_group", "aws.placement_group", efa),
+        subnet_id=problems.check(
+            lambda: read_str(
+                raw, "subnet_id", "aws.subnet_id", _SUBNET_RE, "a subnet id like 'subnet-0abc1234'"
+            ),
+            None,
+        ),
+        vpc_id=problems.check(
+            lambda: read_str(raw, "vpc_id", "aws.vpc_id", _VPC_RE, "a VPC id like 'vpc-0abc1234'"),
+            None,
+        ),
+        placement_group=problems.check(
+            lambda: read_bool(raw, "placement_group", "aws.placement_group", efa), efa
+        ),
         efa=efa,
-        idle_shutdown_minutes=_idle_minutes(raw),
-        jax_extra=jax_extra,
-        max_lifetime_hours=_lifetime_hours(raw),
-        jax_version=read_str(
-            raw, "jax_version", "aws.jax_version", _JAX_VERSION_RE, "a jax version such as '0.10.2'"
+        idle_shutdown_minutes=problems.check(
+            lambda: _idle_minutes(raw), DEFAULT_IDLE_SHUTDOWN_MINUTES
         ),
-        zones=parse_zones(raw["zones"], "aws.zones", region) if "zones" in raw else (),
-        capacity_reservation_id=read_str(
-            raw,
-            "capacity_reservation_id",
-            "aws.capacity_reservation_id",
-            _CAPACITY_RESERVATION_RE,
-            "a capacity reservation id like 'cr-0123456789abcdef0' (ODCR or Capacity Block)",
+        jax_extra=jax_extra,
+        max_lifetime_hours=problems.check(lambda: _lifetime_hours(raw), None),
+        jax_version=problems.check(
+            lambda: read_str(
+                raw,
+                "jax_version",
+                "aws.jax_version",
+                _JAX_VERSION_RE,
+                "a jax version such as '0.10.2'",
+            ),
+            None,
+        ),
+        zones=problems.check(
+            lambda: parse_zones(raw["zones"], "aws.zones", region) if "zones" in raw else (),
+            (),
+        )
+        if region is not None
+        else (),
+        capacity_reservation_id=problems.check(
+            lambda: read_str(
+                raw,
+                "capacity_reservation_id",
+                "aws.capacity_reservation_id",
+                _CAPACITY_RESERVATION_RE,
+                "a capacity reservation id like 'cr-0123456789abcdef0' (ODCR or Capacity Block)",
+            ),
+            None,
         ),
     )
+    problems.raise_any()
+    return table
+
+
+def check_ssh_key_file(aws: AwsSpec) -> Path:
+    """The private key file ``aws.ssh_key`` names must exist on this machine (`run` reaches
+    the nodes with it; its .pub is installed). Checked offline, before any AWS call."""
+    private = Path(aws.ssh_key).expanduser()
+    if not private.is_file():
+        hint = f"create one with `ssh-keygen -t ed25519 -f {aws.ssh_key}`, or set aws.ssh_key"
+        raise SpecError("aws.ssh_key", aws.ssh_key, f"an existing SSH private key file ({hint})")
+    return private
 
 
 def operator_jax_version() -> str | None:
@@ -323,3 +388,27 @@ class AwsDeclaration:
 
     def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
         return parse_aws_section(raw)
+
+    def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
+        problems = Problems()
+        problems.check(lambda: check_ssh_key_file(section), None)
+        if guardrails.require_idle_shutdown and section.idle_shutdown_minutes == 0:
+            problems.found.append(
+                SpecError(
+                    "guardrails.require_idle_shutdown",
+                    True,
+                    "aws.idle_shutdown_minutes above 0 (it is 0: the idle shutdown is off), "
+                    "or guardrails.require_idle_shutdown = false",
+                )
+            )
+        world = [c for c in section.ssh_cidrs if c.endswith("/0")]
+        if world and not guardrails.allow_world_ssh:
+            problems.found.append(
+                SpecError(
+                    "guardrails.allow_world_ssh",
+                    False,
+                    f"true to open SSH to the internet ({world[0]} in aws.ssh_cidrs), or "
+                    "narrower aws.ssh_cidrs",
+                )
+            )
+        return problems.found

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
+from skyinfra.guardrail_table import Guardrails
 from skyinfra.spec import reject_unknown
 from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
 
@@ -75,3 +76,7 @@ class LocalDeclaration:
 
     def parse_section(self, raw: Any, *, nodes: int) -> LocalSpec:
         return parse_local_section(raw, nodes)
+
+    def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
+        # local.python is checked when parsed; local nodes cost nothing and have no SSH.
+        return []

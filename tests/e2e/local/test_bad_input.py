@@ -54,6 +54,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, minimal_runtime_dir: Path)
     up = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     (root / "entry.py").write_text("def main():\n    return 1\n")
+    (root / "broken.py").write_text("def main():\n    return (1\n")
     yield root
     subprocess.run(
         [*skyinfra_argv(), "down", "--yes", "--cluster", "live"],
@@ -156,6 +157,16 @@ CASES: list[tuple[str | None, list[str], int, str]] = [
     ('name = "other"\n', ["status"], exitcodes.USAGE, "no cluster named 'other'"),
     ('name = "other"\n', ["down", "--yes"], exitcodes.USAGE, "no cluster named 'other'"),
     (None, ["up", "--name", "live", "--nodes", "1", "--provider", "aws"], 2, "aws"),
+    # Compiled on this machine before anything is copied: the file and the line.
+    (None, ["run", "--cluster", "live", "broken.py:main"], exitcodes.USAGE, "broken.py line 2"),
+    (None, ["run", "--cluster", "live", "broken.py"], exitcodes.USAGE, "broken.py line 2"),
+    # The torch wheels nodes install have no MPI backend: refused before anything is written.
+    (
+        None,
+        ["up", "--name", "live", "--nodes", "1", "--plugin", "torch:backend=mpi"],
+        exitcodes.USAGE,
+        "without MPI",
+    ),
 ]
 
 

@@ -191,7 +191,9 @@ def test_head_port_held_by_another_process(cluster: Cluster) -> None:
 
 def test_corrupt_topology_on_node_1_and_a_failing_user_check(cluster: Cluster) -> None:
     topology = cluster.node(1) / "topology.json"
-    good = topology.read_text()
+    # What `run` and `verify` put on a node: the workspace's copy. Read from there, not from the
+    # node, which holds it only once an earlier test ran `verify` (random order found this).
+    good = (cluster.ws / "topology.json").read_text()
     topology.write_text(good[: len(good) // 2])
     check = cluster.project / "verify" / "test_only_on_node_0.py"
     check.write_text(

@@ -121,8 +121,8 @@ def test_plugin_flag_reads_json_values_and_keeps_other_text() -> None:
 
 def test_the_table_is_what_from_name_builds() -> None:
     assert set(PLUGINS) == {"jax", "keras", "torch"}
-    torch = from_name("torch", {"backend": "mpi"})
-    assert getattr(torch, "backend", None) == "mpi"
+    torch = from_name("torch", {"backend": "gloo"})
+    assert getattr(torch, "backend", None) == "gloo"
     keras = from_name(
         "keras",
         {"mesh_shape": [2], "axis_names": ["model"], "layout_map": {".*kernel": ["", "model"]}},

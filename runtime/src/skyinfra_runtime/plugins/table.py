@@ -216,7 +216,21 @@ def _keras_together(options: Mapping[str, Any]) -> None:
 # ------------------------------------------------------------------------- the table
 
 KERAS_BACKENDS = ("jax", "torch", "tensorflow")
-TORCH_BACKENDS = ("nccl", "gloo", "mpi")
+# No "mpi": the torch wheels nodes install (PyPI's) are built without MPI, so
+# init_process_group("mpi") fails on every node; refused here, before anything starts.
+TORCH_BACKENDS = ("nccl", "gloo")
+
+
+def _torch_backend(plugin: str, key: str, value: Any) -> Any:
+    if value == "mpi":
+        expected = (
+            f"one of {', '.join(TORCH_BACKENDS)} (nccl: NVIDIA GPUs; gloo: CPU); the torch "
+            "wheels the nodes install are built without MPI"
+        )
+        _fail(plugin, key, value, expected, f"torch backend 'mpi' is not available: {expected}")
+    return _choice(TORCH_BACKENDS, allow_none=True)(plugin, key, value)
+
+
 _INIT_TIMEOUT = Option(
     "init_timeout", SECONDS, "$SKYINFRA_INIT_TIMEOUT, else 600 seconds", _seconds
 )
@@ -261,7 +275,7 @@ PLUGINS: dict[str, PluginEntry] = {
                 "backend",
                 f"one of {', '.join(TORCH_BACKENDS)}",
                 "nccl with CUDA, else gloo",
-                _choice(TORCH_BACKENDS, allow_none=True),
+                _torch_backend,
             ),
             _INIT_TIMEOUT,
         ),

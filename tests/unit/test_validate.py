@@ -1,0 +1,175 @@
+"""`skyinfra validate` and the same checks at the start of every command: a spec's mistakes
+are found with no credentials and no network, all of them at once, and nothing is written.
+
+Each command runs as a user runs it (the console script, a subprocess) with every AWS
+credential source removed from its environment; `make test` runs the suite in a network
+namespace that holds only loopback, so nothing here can reach a cloud either way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skyinfra import exitcodes
+from tests.conftest import skyinfra_argv
+
+AWS_SPEC = """name = "gpu"
+provider = "aws"
+nodes = 2
+
+[aws]
+region = "us-east-1"
+instance_type = "g5.xlarge"
+ssh_cidrs = ["203.0.113.4/32"]
+ssh_key = "keys/missing"
+
+[local]
+base_address = "127.0.0.2"
+"""
+
+
+@pytest.fixture
+def no_credentials(clean_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """No AWS credential from anywhere: variables, files, or the instance metadata."""
+    env = {k: v for k, v in clean_env.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+        AWS_EC2_METADATA_DISABLED="true",
+        HOME=str(tmp_path / "home"),
+    )
+    return env
+
+
+def skyinfra(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def project(tmp_path: Path, text: str) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "skyinfra.toml").write_text(text)
+    return root
+
+
+def test_validate_names_the_missing_ssh_key_without_credentials(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    root = project(tmp_path, AWS_SPEC)
+    before = listing(root)
+    proc = skyinfra(["validate"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    assert "'aws.ssh_key'" in proc.stderr and "keys/missing" in proc.stderr
+    assert "skyinfra.toml:9:" in proc.stderr  # the line that sets it
+    assert "credentials" not in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(root) == before  # nothing written: no workspace, no cache
+
+
+def test_validate_accepts_another_targets_table_and_exits_0(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    """The README: any other target's table in the file is checked too, so one file can hold
+    both ([local] under provider = "aws" is allowed) and --provider picks."""
+    root = project(tmp_path, AWS_SPEC)
+    (root / "keys").mkdir()
+    (root / "keys/missing").write_text("private\n")
+    proc = skyinfra(["validate"], root, no_credentials)
+    assert proc.returncode == exitcodes.OK, proc.stdout + proc.stderr
+    assert "is valid" in proc.stdout
+    bad_local = AWS_SPEC.replace('"127.0.0.2"', '"10.0.0.1"')
+    (root / "skyinfra.toml").write_text(bad_local)
+    proc = skyinfra(["validate"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    assert "'local.base_address'" in proc.stderr and "skyinfra.toml:12:" in proc.stderr
+
+
+def test_validate_json_lists_every_problem_for_annotations(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    text = AWS_SPEC.replace("nodes = 2", 'nodes = 2\nplugins = ["jax", "torch:backend=mpi"]')
+    text = text.replace('region = "us-east-1"', 'region = "mars-1"')
+    spec = tmp_path / "elsewhere.toml"
+    spec.write_text(text)
+    proc = skyinfra(["validate", "--spec", str(spec), "--json"], tmp_path, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    problems = json.loads(proc.stdout)
+    by_field = {p["field"]: p for p in problems}
+    assert set(by_field) == {"plugins[1].options.backend", "aws.region"}
+    mpi = by_field["plugins[1].options.backend"]
+    assert mpi["value"] == "mpi" and "nccl, gloo" in mpi["expected"]
+    assert mpi["file"] == str(spec) and mpi["line"] == 4
+    assert by_field["aws.region"]["line"] == 7
+    assert all(
+        set(p) == {"file", "line", "field", "value", "expected", "message"} for p in problems
+    )
+
+
+def test_validate_finds_the_key_once_the_fields_are_fixed_and_a_broken_guardrail(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    text = AWS_SPEC + "\n[guardrails]\nrequire_idle_shutdown = true\n"
+    text = text.replace(
+        'ssh_key = "keys/missing"', 'ssh_key = "keys/missing"\nidle_shutdown_minutes = 0'
+    )
+    root = project(tmp_path, text)
+    proc = skyinfra(["validate", "--json"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    fields = [p["field"] for p in json.loads(proc.stdout)]
+    assert fields == ["aws.ssh_key", "guardrails.require_idle_shutdown"]
+
+
+def test_validate_without_a_spec_says_so(tmp_path: Path, no_credentials: dict[str, str]) -> None:
+    proc = skyinfra(["validate"], tmp_path, no_credentials)
+    assert proc.returncode == exitcodes.USAGE
+    assert "--spec" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        (["up"], exitcodes.USAGE),
+        (["up", "--yes", "--skip-preflight"], exitcodes.USAGE),
+        (["render"], exitcodes.USAGE),
+        # `plan` exits as `terraform plan -detailed-exitcode`: any error, a bad spec too, is 1.
+        (["plan"], exitcodes.ERROR),
+    ],
+)
+def test_commands_check_the_spec_before_credentials(
+    tmp_path: Path, no_credentials: dict[str, str], command: list[str], code: int
+) -> None:
+    """A missing aws.ssh_key is the answer, with or without credentials: not "no AWS
+    credentials found" (exit 3), which named nothing of the spec."""
+    root = project(tmp_path, AWS_SPEC)
+    before = listing(root)
+    proc = skyinfra(command, root, no_credentials)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "'aws.ssh_key'" in proc.stderr, proc.stderr
+    assert "credentials" not in proc.stdout + proc.stderr
+    assert listing(root) == before
+
+
+def test_up_refuses_a_guardrail_the_spec_breaks_before_credentials(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    text = AWS_SPEC.replace(
+        'ssh_key = "keys/missing"', 'ssh_key = "keys/k"\nidle_shutdown_minutes = 0'
+    )
+    root = project(tmp_path, text + "\n[guardrails]\nrequire_idle_shutdown = true\n")
+    (root / "keys").mkdir()
+    (root / "keys/k").write_text("private\n")
+    before = listing(root)
+    proc = skyinfra(["up"], root, no_credentials)
+    assert proc.returncode == exitcodes.GUARDRAIL, proc.stdout + proc.stderr
+    assert "guardrails.require_idle_shutdown" in proc.stderr
+    assert listing(root) == before
