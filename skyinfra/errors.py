@@ -343,3 +343,12 @@ class StateLockedError(TerraformError):
             returncode=returncode,
             stderr=stderr,
         )
+
+
+class Detached(BaseException):
+    """Raised in `run` on SIGHUP: stop following, leave the job running. ``job_id``: the job
+    that goes on ("" when none was started yet)."""
+
+    def __init__(self, job_id: str = "") -> None:
+        super().__init__(job_id)
+        self.job_id = job_id

@@ -12,7 +12,7 @@ import sys
 import click
 
 from skyinfra import __version__, exitcodes
-from skyinfra.cli import cluster, review, running, state, validate, verify
+from skyinfra.cli import cluster, jobs, review, running, state, validate, verify
 from skyinfra.errors import SkyinfraError
 
 
@@ -28,6 +28,9 @@ for command in (
     cluster.status,
     cluster.topology,
     running.run,
+    jobs.jobs,
+    jobs.logs,
+    jobs.cancel,
     review.render,
     review.plan,
     review.apply,

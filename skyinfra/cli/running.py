@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +59,13 @@ if TYPE_CHECKING:
     f"(exit {exitcodes.VERIFY_FAILED}). `verify = true` in the spec does the same.",
 )
 @click.option(
+    "--detach",
+    "-d",
+    is_flag=True,
+    help="Start the job and return once every node has started; follow it with "
+    "`skyinfra logs JOB --follow`, end it with `skyinfra cancel JOB`.",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -73,6 +82,7 @@ def run(
     timeout_s: float | None,
     keep_runs: int,
     verify_first: bool,
+    detach: bool,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -89,10 +99,14 @@ def run(
     output and .skyinfraignore patterns), output of node 0 is streamed (--all-logs: all
     nodes), the first failure ends the other nodes. Keep outputs in $SKYINFRA_SHARED_DIR.
     Results and logs go to the workspace's runs/<id>/.
+
+    The run is a job that lives on the nodes: a closed terminal (SIGHUP) or a killed
+    `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
     """
     from skyinfra import lifecycle
-    from skyinfra.errors import ClusterDownError
+    from skyinfra.errors import ClusterDownError, Detached
     from skyinfra.run.ignore import topology_path_inside
+    from skyinfra.run.job import follow_hint
     from skyinfra.run.report import print_report, raise_for_failure
     from skyinfra.run.session import run_on_cluster
     from skyinfra.topology import read_topology
@@ -109,6 +123,12 @@ def run(
     spec = ws.spec()
     src = Path.cwd()
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
+
+    # SIGHUP (a closed terminal, a dropped SSH session) stops following, not the job.
+    def hang_up(signum: int, frame: object) -> None:
+        raise Detached()
+
+    signal.signal(signal.SIGHUP, hang_up)
     # One operation at a time: an `up` that would replace the nodes waits for the run.
     with ws.lock(f"run {entry}"):
         transport = lifecycle.transport_for(ws, topology, spec=spec)
@@ -116,22 +136,38 @@ def run(
             from skyinfra.verify import gate
 
             gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=echo)
-        report = run_on_cluster(
-            transport=transport,
-            topology=topology,
-            topology_file=ws.topology_file,
-            runs_dir=ws.runs_dir,
-            src=src,
-            entry=entry,
-            args=list(args),
-            all_logs=all_logs,
-            extra_ignores=topology_path_inside(src, ws.path),
-            echo=echo,
-            wait_ready_s=wait_s,
-            timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
-            keep_runs=keep_runs,
-            terminal=sys.stdout if sys.stdout.isatty() else None,
-        )
+        try:
+            report = run_on_cluster(
+                transport=transport,
+                topology=topology,
+                topology_file=ws.topology_file,
+                runs_dir=ws.runs_dir,
+                src=src,
+                entry=entry,
+                args=list(args),
+                all_logs=all_logs,
+                extra_ignores=topology_path_inside(src, ws.path),
+                echo=echo,
+                wait_ready_s=wait_s,
+                timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
+                keep_runs=keep_runs,
+                terminal=sys.stdout if sys.stdout.isatty() else None,
+                as_job=True,
+                detach=detach,
+            )
+        except Detached as hup:
+            # The terminal may be gone: say it where it can still be read, and go.
+            with contextlib.suppress(OSError):
+                if hup.job_id:
+                    echo("[skyinfra] hang-up: stopped following; the job goes on on the nodes")
+                    echo(follow_hint(ws.name, hup.job_id))
+                else:
+                    echo("[skyinfra] hang-up before the job started: nothing was started")
+            raise SystemExit(exitcodes.INTERRUPTED) from None
+    if detach:
+        echo(f"job {report.run_id} started on every node")
+        echo(follow_hint(ws.name, report.run_id))
+        return
     print_report(report, echo)
     raise_for_failure(report)
 

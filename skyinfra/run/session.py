@@ -38,10 +38,11 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import SkyinfraError
+from skyinfra.errors import Detached, SkyinfraError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
+from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
 from skyinfra.run.report import NodeOutcome, RunReport, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.transport.base import IgnoreFn, NodeProcess, NodeTransport
@@ -62,6 +63,8 @@ ENDED_WAIT_S = 5.0
 POLL_S = 0.2
 # After the last node ended: how long to wait for output still on its way.
 DRAIN_S = 2.0
+# The copy of the job's record (from the head) in runs/<id>/.
+JOB_COPY = "job.json"
 # How many of a node's last lines are shown when it fails first (or hangs past --timeout)
 # and its output was not streamed.
 TAIL_LINES = 20
@@ -132,12 +135,17 @@ def run_on_cluster(
     timeout_s: float | None = None,
     keep_runs: int = DEFAULT_KEEP_RUNS,
     terminal: TextIO | None = None,
+    as_job: bool = False,
+    detach: bool = False,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
     node is ready. ``timeout_s``: end every node when the run (from the start of the nodes)
     takes longer. ``keep_runs``: run directories each node keeps (0: all). ``terminal``:
-    where the readiness wait redraws its progress bar (None, or not a terminal: lines)."""
+    where the readiness wait redraws its progress bar (None, or not a terminal: lines).
+    ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
+    go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
+    node started (the report holds only the id and directory)."""
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
@@ -162,6 +170,10 @@ def run_on_cluster(
     report.timeout_s = timeout_s
     _copy_to_nodes(transport, report, src, topology_file, ignore)
     startup.mark("copied")
+    if detach:
+        _start_job(transport, topology, report, entry, args, keep_runs)
+        wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+        return report
     _run_all(
         transport,
         report,
@@ -171,6 +183,7 @@ def run_on_cluster(
         echo=echo,
         keep_runs=keep_runs,
         startup=startup,
+        topology=topology if as_job else None,
     )
     said = startup.summary()
     if said:
@@ -210,9 +223,11 @@ def _run_all(
     echo: Echo,
     keep_runs: int,
     startup: HeadStartup | None = None,
+    topology: Topology | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
-    runs/<id>/node-<i>.log. Ctrl-C ends every node started so far."""
+    runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
+    nodes run a job and this follows it: ``Detached`` stops following and leaves it running."""
     live = _Live(startup=startup)
     live.shown = set(report.outcomes) if all_logs else {0}
     with ExitStack() as stack:
@@ -220,14 +235,29 @@ def _run_all(
             i: stack.enter_context((report.run_dir / f"node-{i}.log").open("w", encoding="utf-8"))
             for i in report.outcomes
         }
+        started = False
         try:
-            _start_all(
-                transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
-            )
-            _pump_until_done(report, live, logs, echo=echo)
+            if topology is None:
+                _start_all(
+                    transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
+                )
+            else:
+                _start_job(transport, topology, report, entry, args, keep_runs)
+                started = True
+                _follow_job(transport, report, live)
+            # The job's supervisor enforces the timeout itself; this one only reports it.
+            _pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
+            for proc in live.procs.values():
+                if isinstance(proc, JobNodeProcess):
+                    proc.finish()
         except KeyboardInterrupt:
             _end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
+        except Detached:
+            for proc in live.procs.values():
+                if isinstance(proc, JobNodeProcess):
+                    proc.stop_following()
+            raise Detached(report.run_id if started else "") from None
 
 
 def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> list[str]:
@@ -280,6 +310,46 @@ def _start_all(
         threading.Thread(target=_pump, args=(i, proc, live.events), daemon=True).start()
 
 
+def _start_job(
+    transport: NodeTransport,
+    topology: Topology,
+    report: RunReport,
+    entry: str,
+    args: Sequence[str],
+    keep_runs: int,
+) -> None:
+    launch = {}
+    for i in report.outcomes:
+        dirs = _dirs(transport, i, report.run_id)
+        launch[i] = (_launch_argv(dirs, i, entry, args), _launch_env(dirs, i, keep_runs), dirs.work)
+    start_job(
+        transport,
+        topology,
+        report.run_id,
+        launch=launch,
+        entry=entry,
+        args=args,
+        timeout_s=report.timeout_s,
+    )
+
+
+def _follow_job(transport: NodeTransport, report: RunReport, live: _Live) -> None:
+    """Each node of the job as a process whose output is its log, followed."""
+    client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
+    for i in report.outcomes:
+        proc = JobNodeProcess(i, client)
+        live.procs[i] = proc
+        live.running.add(i)
+        live.streaming.add(i)
+        live.tails[i] = collections.deque(maxlen=TAIL_LINES)
+        threading.Thread(target=_pump, args=(i, proc, live.events), daemon=True).start()
+
+
+def _job_reason(proc: NodeProcess) -> str:
+    """Why the job's supervisor ended the node ("" when it did not, or not a job's node)."""
+    return proc.job_reason() if isinstance(proc, JobNodeProcess) else ""
+
+
 def _pump(node: int, proc: NodeProcess, events: queue.Queue[Event]) -> None:
     try:
         for line in proc.lines():
@@ -289,19 +359,32 @@ def _pump(node: int, proc: NodeProcess, events: queue.Queue[Event]) -> None:
 
 
 def _pump_until_done(
-    report: RunReport, live: _Live, logs: Mapping[int, IO[str]], *, echo: Echo
+    report: RunReport,
+    live: _Live,
+    logs: Mapping[int, IO[str]],
+    *,
+    echo: Echo,
+    enforce_timeout: bool = True,
 ) -> None:
     """Log and echo output lines and record each node's exit (polled) until every node ended,
-    then take the output still on its way; end every node when the timeout passes."""
+    then take the output still on its way; end every node when the timeout passes (a job's
+    supervisor does that itself: here it is only reported)."""
     started = time.monotonic()
-    deadline = None if report.timeout_s is None else started + report.timeout_s
+    timeout = report.timeout_s if enforce_timeout else None
+    deadline = None if timeout is None else started + timeout
     while live.running:
         wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
         _take_events(live, logs, echo, wait)
-        for i in sorted(live.running):
+        polled = {i: live.procs[i].poll() for i in sorted(live.running)}
+        reasons = {i: _job_reason(live.procs[i]) for i, code in polled.items() if code is not None}
+        if any(r.startswith("at --timeout") for r in reasons.values()) and not report.timed_out:
+            _time_out(report, live, echo)
+            continue
+        # A node the job ended after another failed is recorded after the one that failed.
+        for i in sorted(polled, key=lambda i: (bool(reasons.get(i)), i)):
             if i not in live.running:  # ended (and recorded) after another node failed
                 continue
-            code = live.procs[i].poll()
+            code = polled[i]
             if code is not None:
                 _record_exit(report, live, logs, i, code, echo)
         timed_out = deadline is not None and time.monotonic() >= deadline
@@ -351,6 +434,7 @@ def _record_exit(
     live.running.discard(node)
     outcome = report.outcomes[node]
     outcome.exit_code = code
+    outcome.ended_reason = outcome.ended_reason or _job_reason(live.procs[node])
     if outcome.ended_reason:  # skyinfra ended it; a node that finished anyway is not "ended"
         outcome.ended_by_us = code != 0
         return
@@ -384,10 +468,17 @@ def _time_out(report: RunReport, live: _Live, echo: Echo) -> None:
         f"[skyinfra] --timeout {report.timeout_s:g} s passed; still running: {_names(still)}; "
         f"ending them (SIGTERM, SIGKILL after {END_GRACE_S:g} s)"
     )
-    for i in still:
-        if i not in live.shown:
-            _show_tail(live, i, echo, lines=5)
+    job = any(isinstance(live.procs[i], JobNodeProcess) for i in still)
+    if not job:
+        for i in still:
+            if i not in live.shown:
+                _show_tail(live, i, echo, lines=5)
     _end_nodes(report, live, still, f"at --timeout {report.timeout_s:g} s", echo)
+    if job:
+        # The job's supervisor ended them already: their lines from before its SIGTERM.
+        for i in still:
+            if i not in live.shown:
+                _show_tail(live, i, echo, lines=5, tail=_tail_at_end(live.procs[i]))
 
 
 def _end_nodes(
@@ -439,8 +530,19 @@ def _record_ended(report: RunReport, live: _Live, nodes: Iterable[int]) -> None:
         report.outcomes[i].ended_by_us = code != 0
 
 
-def _show_tail(live: _Live, node: int, echo: Echo, *, lines: int = TAIL_LINES) -> None:
-    tail = list(live.tails.get(node, ()))[-lines:]
+def _tail_at_end(proc: NodeProcess) -> list[str] | None:
+    return proc.tail_at_end() if isinstance(proc, JobNodeProcess) else None
+
+
+def _show_tail(
+    live: _Live,
+    node: int,
+    echo: Echo,
+    *,
+    lines: int = TAIL_LINES,
+    tail: list[str] | None = None,
+) -> None:
+    tail = list(live.tails.get(node, ()) if tail is None else tail)[-lines:]
     if not tail:
         echo(f"[skyinfra] node-{node} printed nothing")
         return

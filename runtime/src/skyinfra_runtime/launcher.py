@@ -42,6 +42,8 @@ from skyinfra_runtime.topology import (
 from skyinfra_runtime.worker import LAUNCHER_PID_ENV
 
 GRACE_SECONDS = 10.0
+# The job commands (skyinfra_runtime.jobs): a node's part of a job that outlives the operator.
+JOB_COMMANDS = ("supervise", "logs", "cancel", "jobs")
 
 
 def resolve_procs(value: int | str, topology: Topology, node: int) -> int:
@@ -87,7 +89,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    raise SystemExit(launch(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] and argv[0] in JOB_COMMANDS:
+        from skyinfra_runtime import jobs
+
+        raise SystemExit(jobs.main(argv))
+    raise SystemExit(launch(argv))
 
 
 def launch(argv: list[str]) -> int:

@@ -84,8 +84,8 @@ def _still_running(pid_file: Path) -> bool:
     pid counts only when it is a skyinfra-runtime launcher (Linux /proc; elsewhere any live
     process counts, erring on keeping the directory)."""
     try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+        pid = int(pid_file.read_text().split()[0])  # "PID" or "PID START"
+    except (OSError, ValueError, IndexError):
         return False
     try:
         os.kill(pid, 0)

@@ -1,0 +1,196 @@
+"""Jobs that outlive the terminal: `jobs`, `logs`, `cancel` (a job is started by `run`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from skyinfra import exitcodes
+from skyinfra.cli.options import cluster_option, dir_option, json_option
+from skyinfra.cli.resolve import echo, workspace
+
+if TYPE_CHECKING:
+    from skyinfra.transport.base import NodeTransport
+    from skyinfra.workspace import Workspace
+
+
+def _cluster(clusters_root: Path | None, name: str | None) -> tuple[Workspace, NodeTransport, int]:
+    """The workspace, its transport and its node count; a cluster that is down: exit 2."""
+    from skyinfra import lifecycle
+    from skyinfra.errors import ClusterDownError
+    from skyinfra.topology import read_topology
+
+    ws = workspace(clusters_root, name, changes_something=False)
+    if not ws.topology_file.is_file():
+        raise ClusterDownError(ws.name)
+    topology = read_topology(ws.topology_file)
+    return ws, lifecycle.transport_for(ws, topology, spec=ws.spec()), len(topology.nodes)
+
+
+def _when(t: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _duration(job: dict[str, Any]) -> str:
+    start = job.get("started_at") or job.get("created_at")
+    if not start:
+        return "-"
+    end = job.get("ended_at") or time.time()
+    s = int(end - start)
+    return (
+        f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+        if s >= 3600
+        else f"{s // 60}m{s % 60:02d}s"
+    )
+
+
+def _codes(job: dict[str, Any]) -> str:
+    return " ".join(
+        f"{n.get('node')}:{'-' if n.get('exit_code') is None else n.get('exit_code')}"
+        for n in job.get("nodes", [])
+    )
+
+
+@click.command("jobs")
+@cluster_option
+@dir_option
+@json_option
+@click.argument("job_id", metavar="[JOB]", required=False)
+def jobs(
+    cluster_name: str | None, clusters_root: Path | None, as_json: bool, job_id: str | None
+) -> None:
+    """The cluster's jobs, newest first (id, entry, state, started, duration, each node's
+    exit code); JOB: that one in full."""
+    from skyinfra.run.job import find_job, list_jobs
+
+    _, transport, _ = _cluster(clusters_root, cluster_name)
+    if job_id is not None:
+        job = find_job(transport, job_id)
+        if as_json:
+            click.echo(json.dumps(job, indent=2))
+            return
+        _show_job(job)
+        return
+    found = list_jobs(transport)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    if not found:
+        echo("no jobs on this cluster")
+        return
+    rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "EXIT (node:code)")]
+    for j in found:
+        entry = " ".join([str(j.get("entry")), *map(str, j.get("args", []))])
+        created = j.get("created_at")
+        rows.append(
+            (str(j.get("id")), entry, str(j.get("state")), _when(created), _duration(j), _codes(j))
+        )
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _show_job(job: dict[str, Any]) -> None:
+    echo(f"job {job.get('id')}: {job.get('state')}")
+    echo(f"  entry:      {' '.join([str(job.get('entry')), *map(str, job.get('args', []))])}")
+    echo(f"  started by: {job.get('started_by')}")
+    echo(f"  started:    {_when(job.get('created_at'))}   ended: {_when(job.get('ended_at'))}")
+    echo(f"  duration:   {_duration(job)}")
+    if job.get("timeout_s"):
+        echo(f"  timeout:    {job.get('timeout_s'):g} s")
+    for n in job.get("nodes", []):
+        code = n.get("exit_code")
+        said = f"exit {code} ({n.get('meaning')})" if n.get("state") == "ended" else n.get("state")
+        why = f", ended by the job {n['ended_reason']}" if n.get("ended_reason") else ""
+        last = f"; last output {_when(n.get('last_output_at'))}" if n.get("last_output_at") else ""
+        echo(f"  node-{n.get('node')}: {said}{why}{last}")
+
+
+@click.command("logs")
+@cluster_option
+@dir_option
+@click.option("--node", "node", type=int, default=None, metavar="N", help="This node only.")
+@click.option("--all", "all_nodes", is_flag=True, help="Every node (default: node 0).")
+@click.option("--follow", "-f", is_flag=True, help="Go on until the job ends; exit with its code.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="N", help="Last N lines.")
+@click.argument("job_id", metavar="JOB")
+def logs(
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    node: int | None,
+    all_nodes: bool,
+    follow: bool,
+    tail: int | None,
+    job_id: str,
+) -> None:
+    """A job's output from the nodes, prefixed by node as in `run` (default node 0)."""
+    import threading
+
+    from skyinfra.errors import UsageError
+    from skyinfra.run.job import STATE_EXIT, find_job, runtime_bin
+
+    if node is not None and all_nodes:
+        raise UsageError("--node and --all: choose one")
+    _, transport, total = _cluster(clusters_root, cluster_name)
+    if node is not None and not 0 <= node < total:
+        raise UsageError(f"--node {node}: the cluster has nodes 0 to {total - 1}")
+    find_job(transport, job_id)  # an unknown id: exit 2 before anything follows
+    nodes = list(range(total)) if all_nodes else [node or 0]
+    lock = threading.Lock()
+
+    def show(i: int) -> None:
+        root = transport.node_root(i)
+        argv = [runtime_bin(transport, i), "logs", "--job", job_id, "--node-dir", root]
+        argv += ["--follow"] if follow else []
+        argv += ["--tail", str(tail)] if tail is not None else []
+        proc = transport.start(i, argv, env={}, cwd=root, tag=f"{job_id}-logs-{i}-{time.time_ns()}")
+        for line in proc.lines():
+            with lock:
+                echo(f"[node-{i}] {line}")
+        proc.wait(30)
+
+    threads = [threading.Thread(target=show, args=(i,), daemon=True) for i in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if follow:
+        # Every node's log ended: the record's final state follows within a moment.
+        for _ in range(50):
+            state = str(find_job(transport, job_id).get("state"))
+            if state in STATE_EXIT:
+                raise SystemExit(STATE_EXIT[state])
+            time.sleep(0.2)
+        raise SystemExit(exitcodes.ERROR)
+
+
+@click.command("cancel")
+@cluster_option
+@dir_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (needed off a terminal).")
+@click.argument("job_id", metavar="JOB")
+def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_id: str) -> None:
+    """End a job on every node (SIGTERM, SIGKILL after the grace) and wait until nothing of it
+    runs. A job that already ended: said, exit 0."""
+    import sys
+
+    from skyinfra.errors import ConfirmationRequired
+    from skyinfra.run.job import FINAL_STATES, cancel_job, find_job
+
+    _, transport, _ = _cluster(clusters_root, cluster_name)
+    job = find_job(transport, job_id)
+    if job.get("state") in FINAL_STATES:
+        echo(f"job {job_id} already ended: {job.get('state')}; nothing to cancel")
+        return
+    if not yes:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise ConfirmationRequired(f"cancel job {job_id}: --yes is needed off a terminal")
+        if not click.confirm(f"Cancel job {job_id} ({job.get('entry')}) on every node?"):
+            raise SystemExit(exitcodes.USAGE)
+    said = cancel_job(transport, job_id)
+    state = find_job(transport, job_id).get("state")
+    echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))

@@ -1,0 +1,297 @@
+"""The operator's side of a job (skyinfra_runtime.jobs holds the nodes' side).
+
+A job is started by starting ``skyinfra-runtime supervise`` on the head (it detaches, listens
+on the head's private address and prints its port), then on every peer, told where the head
+listens; each returns at once. From then on the job belongs to the nodes: `run` (attached),
+`jobs`, `logs` and `cancel` are clients that read the head's record
+(``<head node dir>/jobs/<id>.json``) and follow the nodes' logs
+(``<node dir>/runs/<id>/output.log``) through the cluster's NodeTransport, and can come and go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import secrets
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from skyinfra_runtime.jobs import TOKEN_ENV
+from skyinfra_runtime.topology import Topology
+
+from skyinfra import exitcodes
+from skyinfra.errors import SkyinfraError, TransportError, UsageError
+from skyinfra.transport.base import NodeProcess, NodeTransport
+
+# How often a client reads the head's record (at most).
+RECORD_EVERY_S = 0.3
+# How long `run --detach` waits for every node to report in.
+STARTED_WAIT_S = 60.0
+FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost")
+# What `logs --follow` (and a job's exit code in general) comes to, per final state.
+STATE_EXIT = {
+    "succeeded": exitcodes.OK,
+    "failed": exitcodes.NODE_FAILED,
+    "timed_out": exitcodes.RUN_TIMEOUT,
+    "cancelled": exitcodes.INTERRUPTED,
+    "lost": exitcodes.ERROR,
+}
+
+
+def follow_hint(cluster: str, job_id: str) -> str:
+    """How to come back to a job, in commands."""
+    return (
+        f"  follow:  skyinfra logs --cluster {cluster} {job_id} --follow\n"
+        f"  state:   skyinfra jobs --cluster {cluster} {job_id}\n"
+        f"  cancel:  skyinfra cancel --cluster {cluster} {job_id}"
+    )
+
+
+def runtime_bin(transport: NodeTransport, node: int) -> str:
+    return f"{transport.node_root(node)}/venv/bin/skyinfra-runtime"
+
+
+def record_path(transport: NodeTransport, job_id: str) -> str:
+    return f"{transport.node_root(0)}/jobs/{job_id}.json"
+
+
+def _call(
+    transport: NodeTransport, node: int, args: Sequence[str], tag: str, timeout: float = 60.0
+) -> str:
+    """Run a short skyinfra-runtime command on a node; its output (exit 0 expected)."""
+    root = transport.node_root(node)
+    proc = transport.start(node, [runtime_bin(transport, node), *args], env={}, cwd=root, tag=tag)
+    out = "\n".join(proc.lines())
+    code = proc.wait(timeout)
+    if code != 0:
+        raise TransportError(f"node {node}: skyinfra-runtime {args[0]} exited {code}: {out}")
+    return out
+
+
+def who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def start_job(
+    transport: NodeTransport,
+    topology: Topology,
+    job_id: str,
+    *,
+    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
+    entry: str,
+    args: Sequence[str],
+    timeout_s: float | None,
+) -> None:
+    """Start every node's agent: the head first (it says which port it listens on), then
+    the peers. ``launch``: per node, the launcher's argv, environment and working directory."""
+    token = secrets.token_hex(16)
+    head_ip = topology.nodes[0].private_ip
+    meta = {"entry": entry, "args": list(args), "started_by": who(), "nodes_total": len(launch)}
+    head = ""
+    for i in sorted(launch):
+        argv, env, cwd = launch[i]
+        sup = [
+            runtime_bin(transport, i), "supervise",
+            "--job", job_id,
+            "--node-dir", transport.node_root(i),
+            "--node", str(i),
+        ]  # fmt: skip
+        if i == 0:
+            sup += ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
+            if timeout_s is not None:
+                sup += ["--timeout", f"{timeout_s:g}"]
+        else:
+            sup += ["--head", head]
+        proc = transport.start(
+            i, [*sup, "--", *argv], env={**env, TOKEN_ENV: token}, cwd=cwd, tag=f"{job_id}-start"
+        )
+        out = list(proc.lines())
+        code = proc.wait(60)
+        said = _json_line(out)
+        if code != 0 or said is None:
+            raise TransportError(
+                f"node {i}: the job's agent did not start (exit {code}): {' '.join(out)}"
+            )
+        if i == 0:
+            head = f"{said.get('host', head_ip)}:{said['port']}"
+
+
+def _json_line(lines: Sequence[str]) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+class JobClient:
+    """Reads one job's record from the head (at most every RECORD_EVERY_S) and asks for its
+    end; shared by the threads of an attached run."""
+
+    def __init__(self, transport: NodeTransport, job_id: str, local_copy: Path) -> None:
+        self.transport = transport
+        self.job_id = job_id
+        self._local = local_copy
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._record: dict[str, Any] | None = None
+        self._cancelled = threading.Event()
+        self._cancelling = False
+
+    def record(self, *, fresh: bool = False) -> dict[str, Any] | None:
+        with self._lock:
+            if fresh or time.monotonic() - self._read_at >= RECORD_EVERY_S:
+                if self.transport.fetch(0, record_path(self.transport, self.job_id), self._local):
+                    # Never half-written on the head (atomic); a copy cut short: read again.
+                    with contextlib.suppress(ValueError):
+                        self._record = json.loads(self._local.read_text(encoding="utf-8"))
+                self._read_at = time.monotonic()
+            return self._record
+
+    def node(self, i: int) -> dict[str, Any]:
+        rec = self.record() or {}
+        for n in rec.get("nodes", []):
+            if n.get("node") == i:
+                return dict(n)
+        return {}
+
+    def cancel(self) -> None:
+        """Ask the supervisor to end every node, wait until it did; one ask, however many
+        threads call."""
+        with self._lock:
+            first = not self._cancelling
+            self._cancelling = True
+        if first:
+            try:
+                cancel_job(self.transport, self.job_id)
+            finally:
+                self._cancelled.set()
+        self._cancelled.wait(120)
+
+    def follow(self, node: int) -> NodeProcess:
+        root = self.transport.node_root(node)
+        return self.transport.start(
+            node,
+            [runtime_bin(self.transport, node), "logs", "--job", self.job_id,
+             "--node-dir", root, "--follow"],
+            env={},
+            cwd=root,
+            tag=f"{self.job_id}-follow-{secrets.token_hex(3)}",
+        )  # fmt: skip
+
+
+class JobNodeProcess:
+    """One node of a job as a NodeProcess: its output from the node's log, its exit code from
+    the head's record, and kill() asks the job to end (the supervisor ends every node)."""
+
+    def __init__(self, node: int, client: JobClient) -> None:
+        self.node = node
+        self.client = client
+        self.follower = client.follow(node)
+
+    def lines(self) -> Iterator[str]:
+        return self.follower.lines()
+
+    def poll(self) -> int | None:
+        n = self.client.node(self.node)
+        if n.get("state") != "ended":
+            return None
+        code = n.get("exit_code")
+        return int(code) if code is not None else 255  # an agent that vanished: unknown
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError(f"node {self.node} still runs")
+            time.sleep(RECORD_EVERY_S)
+        return code
+
+    def kill(self, grace_s: float = 10.0) -> None:
+        self.client.cancel()
+
+    def job_reason(self) -> str:
+        """Why the job's supervisor ended this node ("" when it ended by itself)."""
+        return str(self.client.node(self.node).get("ended_reason") or "")
+
+    def tail_at_end(self) -> list[str] | None:
+        """The node's last lines when the job ended it (before its SIGTERM's own output)."""
+        tail = self.client.node(self.node).get("tail_at_end")
+        return [str(line) for line in tail] if isinstance(tail, list) else None
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """Wait for the follower (it ends once the node's part of the job has), else end it."""
+        try:
+            self.follower.wait(timeout)
+        except (TimeoutError, subprocess.TimeoutExpired):
+            self.stop_following()
+
+    def stop_following(self) -> None:
+        with contextlib.suppress(SkyinfraError, OSError, subprocess.SubprocessError):
+            self.follower.kill(grace_s=1.0)
+
+
+def wait_started(client: JobClient, timeout_s: float = STARTED_WAIT_S) -> dict[str, Any]:
+    """The record once every node has started (or the job already ended)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        rec = client.record(fresh=True)
+        if rec is not None and rec.get("state") != "starting":
+            return rec
+        if time.monotonic() >= end:
+            raise TransportError(f"job {client.job_id}: not every node started in {timeout_s:g} s")
+        time.sleep(RECORD_EVERY_S)
+
+
+def list_jobs(transport: NodeTransport) -> list[dict[str, Any]]:
+    """Every job the head knows, newest first."""
+    out = _call(transport, 0, ["jobs", "--node-dir", transport.node_root(0)], tag=f"jobs-{_tag()}")
+    data = _json_any(out)
+    jobs = [j for j in data if isinstance(j, dict)] if isinstance(data, list) else []
+    return sorted(jobs, key=lambda j: str(j.get("id")), reverse=True)
+
+
+def find_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
+    """The job's record; UsageError (exit 2) naming the id when there is none."""
+    for job in list_jobs(transport):
+        if job.get("id") == job_id:
+            return job
+    raise UsageError(f"no job {job_id!r} on this cluster (`skyinfra jobs` lists them)")
+
+
+def cancel_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
+    out = _call(
+        transport,
+        0,
+        ["cancel", "--job", job_id, "--node-dir", transport.node_root(0)],
+        tag=f"{job_id}-cancel-{_tag()}",
+        timeout=120,
+    )
+    said = _json_line(out.splitlines())
+    return said or {}
+
+
+def _json_any(text: str) -> Any:
+    for line in reversed(text.splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+def _tag() -> str:
+    return secrets.token_hex(3)
