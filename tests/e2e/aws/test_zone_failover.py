@@ -21,7 +21,6 @@ from tests.support.fault_proxy import (
     capacity_reservations_body,
     fault_proxy,
     insufficient_capacity,
-    vcpu_limit_exceeded,
 )
 
 A, B = f"{REGION}a", f"{REGION}b"
@@ -111,66 +110,6 @@ def test_a_full_zone_moves_the_new_cluster_to_the_next_zone(
         down = skyinfra("down", "--yes", cwd=project, env=env, timeout=TIMEOUT_S)
     assert down.returncode == 0, down.stdout + down.stderr
     assert count_cluster_resources(ec2, "cap-move") == NO_SPACE
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_every_zone_refusing_leaves_nothing_and_prints_the_attempts(
-    env: dict[str, str],
-    proxy: FaultProxy,
-    dlami: None,
-    moto_like_ec2: None,
-    ssh_key: Path,
-    ec2: Any,
-    tmp_path: Path,
-) -> None:
-    project = project_with_spec(tmp_path, "cap-none", ssh_key, 'zones = ["a"]\n')
-    proxy.refuse[A] = insufficient_capacity()
-    up = skyinfra("up", cwd=project, env=env, timeout=TIMEOUT_S)
-    assert up.returncode == 10, up.stdout + up.stderr  # exitcodes.NO_CAPACITY
-    err = up.stderr
-    assert "error: no zone had capacity for 2 x t3.micro of cluster 'cap-none'; attempts:" in err
-    table = err.split("attempts:\n")[1].splitlines()
-    assert table[0].split() == ["#", "round", "zone", "asked", "AWS", "answered", "took"]
-    assert table[1].split()[:3] == ["1", "1", A]
-    assert "InsufficientInstanceCapacity" in table[1]
-    assert "nothing of it is left (checked with AWS by tag)" in err
-    assert "Traceback" not in err
-    assert set(proxy.run_instances) == {A}  # only the zones asked for
-    assert count_cluster_resources(ec2, "cap-none") == NO_SPACE
-    assert live_instances(ec2, "cap-none") == []
-    log = capacity_log(project, "cap-none")
-    assert (log["zone"], log["first_choice"]) == (None, A)
-    assert [a["outcome"] for a in log["attempts"]] == ["capacity"]
-    status = skyinfra("status", cwd=project, env=env)
-    assert "  zone: none (every zone tried refused the nodes)" in status.stdout
-    down = skyinfra("down", "--yes", cwd=project, env=env)
-    assert down.returncode == 0, down.stdout + down.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_a_quota_refusal_stops_at_once_with_its_own_message(
-    env: dict[str, str],
-    proxy: FaultProxy,
-    dlami: None,
-    moto_like_ec2: None,
-    ssh_key: Path,
-    ec2: Any,
-    tmp_path: Path,
-) -> None:
-    project = project_with_spec(tmp_path, "cap-quota", ssh_key)
-    proxy.refuse[A] = vcpu_limit_exceeded()
-    up = skyinfra("up", cwd=project, env=env, timeout=TIMEOUT_S)
-    assert up.returncode == 1, up.stdout + up.stderr
-    err = up.stderr
-    assert err.count("VcpuLimitExceeded") == 1, err
-    assert "error: AWS refused 2 x t3.micro for cluster 'cap-quota': VcpuLimitExceeded:" in err
-    assert "request a higher On-Demand vCPU quota" in err
-    assert "Another zone cannot change this, so no other zone is tried" in err
-    assert "attempt 2" not in up.stdout
-    assert sum(proxy.run_instances.values()) == proxy.run_instances[A] > 0
-    assert count_cluster_resources(ec2, "cap-quota") == NO_SPACE
 
 
 def test_a_reservation_without_room_is_refused_before_terraform(

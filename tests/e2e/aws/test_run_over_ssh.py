@@ -1,0 +1,203 @@
+"""`skyinfra run` on the AWS target over SSH: moto's instances mapped to the tests' real sshd
+(SKYINFRA_AWS_EMULATED_NODES), the rendered provisioning script run for real in a temporary
+root per node, then `status` and `run` over SSH end to end (moved out of test_cli.py so that
+`make test`'s workers can run it beside the other AWS end-to-end tests)."""
+
+# ruff: noqa: F811 (the fixtures imported from test_cli are named as parameters)
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from skyinfra.errors import ConfigError
+from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
+from skyinfra.targets.aws.ssh import SshTarget
+from skyinfra.targets.aws.target import transport
+from skyinfra.topology import Node, Topology
+from tests.conftest import (
+    REPO_ROOT,
+    content_of,
+    offline_pip_env,
+    require_wheelhouse,
+)
+from tests.e2e.aws.test_cli import (  # noqa: F401 (fixtures)
+    NO_SPACE,
+    aws_workspace,
+    cli_env,
+    count_cluster_resources,
+    dlami,
+    instances_by_id,
+    moto_like_ec2,
+    skyinfra,
+    ssh_key,
+    write_spec,
+)
+from tests.support.aws import REGION, user_data_text
+
+# The node paths the user data writes to; the stand-in for a node keeps them under its root.
+NODE_PATH_PREFIXES = ("/etc/skyinfra", "/opt/skyinfra", "/var/lib/skyinfra")
+
+
+def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess[str]:
+    """Do what cloud-init would do with the node's user data, under ``root``: write every
+    write_files entry and run runcmd's provisioning script, with the node paths moved there."""
+
+    def moved(text: str) -> str:
+        for prefix in NODE_PATH_PREFIXES:
+            text = text.replace(prefix, f"{root}{prefix}")
+        return text
+
+    document = yaml.safe_load(user_data)
+    for entry in document["write_files"]:
+        path = Path(moved(entry["path"]))
+        if not str(path).startswith(str(root)):
+            continue  # systemd units of the idle timer (off in this spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(moved(content_of(entry)))
+        path.chmod(int(entry["permissions"], 8))
+    command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
+    # A real node installs uv from PyPI; this one takes it from the dependency wheelhouse and
+    # never asks an index (the loopback guard caught provision.sh asking pypi.org).
+    env = offline_pip_env(dict(os.environ))
+    env["PIP_FIND_LINKS"] = str(require_wheelhouse())
+    return subprocess.run(
+        [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+@pytest.mark.slow
+def test_run_over_ssh_on_emulated_aws_nodes(
+    cli_env: dict[str, str],
+    dlami: None,
+    sshd: tuple[SshTarget, Path],
+    ec2: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """up -> status (pending) -> the real provisioning script -> status (ready) -> run over SSH
+    (a function entry returning instance_info()) -> down, through the CLI on the AWS target."""
+    target, key = sshd
+    # The nodes' consoles show the stand-in sshd's host key, as cloud-init prints a node's
+    # own at first boot: the transport pins it from there (GetConsoleOutput, moto's here).
+    import moto.ec2.responses.general as general
+
+    host_key = " ".join((key.parent / "host_ed25519.pub").read_text().split()[:2])
+    monkeypatch.setattr(
+        general,
+        "SAMPLE_CONSOLE_OUTPUT",
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        f"{host_key} root@node\n-----END SSH HOST KEY KEYS-----\n",
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "skyinfra.toml").write_text(
+        'name = "ssh-run"\nprovider = "aws"\nnodes = 2\n[aws]\n'
+        f'region = "{REGION}"\ninstance_type = "t3.micro"\nssh_cidrs = ["203.0.113.7/32"]\n'
+        f'ssh_key = "{key}"\nssh_user = "{target.user}"\nplacement_group = false\n'
+        # No jax from the internet, no systemd timer: the stand-in node is this machine.
+        'jax_extra = "none"\nidle_shutdown_minutes = 0\n'
+    )
+    (project / "where_am_i.py").write_text(
+        "import dataclasses\n\nfrom skyinfra_runtime import instance_info\n\n\n"
+        "def main():\n    return dataclasses.asdict(instance_info())\n"
+    )
+    roots = {f"node-{i}": tmp_path / f"emulated-node-{i}" for i in range(2)}
+    env = {
+        **cli_env,
+        # The real runtime: the entry calls instance_info() on the node.
+        "SKYINFRA_RUNTIME_DIR": str(REPO_ROOT / "runtime"),
+        EMULATED_NODES_ENV_VAR: json.dumps(
+            {
+                name: {"ssh": f"{target.host}:{target.port}", "root": str(root)}
+                for name, root in roots.items()
+            }
+        ),
+    }
+    ws = project / ".skyinfra" / "clusters" / "ssh-run"
+    up = skyinfra("up", cwd=project, env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        topology = json.loads((ws / "topology.json").read_text())
+        first = skyinfra("status", "--json", cwd=project, env=env)
+        pending = json.loads(first.stdout)
+        assert [n["readiness"] for n in pending["nodes"]] == ["pending", "pending"]
+        assert "matches the key it published on its console" in first.stderr
+
+        tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
+        for name, root in roots.items():
+            done = provision_in_root(user_data_text(tfvars["user_data"][name]), root)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "could not install uv" not in done.stdout + done.stderr  # uv, not pip
+            assert (root / "var/lib/skyinfra/ready").is_file()
+
+        ready = skyinfra("status", "--json", cwd=project, env=env)
+        assert ready.returncode == 0, ready.stdout + ready.stderr
+        assert [n["readiness"] for n in json.loads(ready.stdout)["nodes"]] == ["ready", "ready"]
+
+        run = skyinfra("run", "where_am_i.py:main", cwd=project, env=env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        run_dir = next((ws / "runs").iterdir())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        infos = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+        assert [(i["node"], i["total_nodes"], i["provider"]) for i in infos] == [
+            (0, 2, "aws"),
+            (1, 2, "aws"),
+        ]
+        assert {i["head_addr"] for i in infos} == {"10.42.0.10"}
+        ids = [n["instance_id"] for n in topology["nodes"]]
+        assert [[p["instance_id"] for p in i["peers"]] for i in infos] == [ids, ids]
+        # Each node ran in its own root, the run in its own directory there: the work copy
+        # and the result are in runs/<id>/, and the shared directory exists.
+        for i, root in enumerate(roots.values()):
+            node_dir = root / "opt/skyinfra/node"
+            run_dir = node_dir / "runs" / summary["run_id"]
+            assert (run_dir / "work" / "where_am_i.py").is_file(), i
+            assert (run_dir / "result.json").is_file(), i
+            assert not (node_dir / "work" / "where_am_i.py").exists(), i  # the old shared copy
+            assert (node_dir / "shared").is_dir(), i
+    finally:
+        down = skyinfra("down", "--yes", cwd=project, env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert count_cluster_resources(ec2, "ssh-run") == NO_SPACE
+
+
+def test_transport_in_emulator_mode_dials_only_mapped_nodes(
+    ssh_key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, spec = aws_workspace(tmp_path, "emu", ssh_key, ssh_user="ubuntu")
+    topology = Topology(
+        cluster="emu",
+        provider="aws",
+        head_addr="10.42.0.10",
+        head_port=29500,
+        nodes=(
+            Node(0, "node-0", "10.42.0.10", "54.1.2.3", "i-0"),
+            Node(1, "node-1", "10.42.0.11", None, "i-1"),
+        ),
+    )
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, "http://127.0.0.1:5000")
+    monkeypatch.setenv(
+        EMULATED_NODES_ENV_VAR, '{"node-1": {"ssh": "127.0.0.1:2201", "root": "/r1"}}'
+    )
+    nodes = transport(ws, spec, topology)
+    assert [(i, t.host, t.port, t.root) for i, t in nodes._targets.items()] == [
+        (1, "127.0.0.1", 2201, "/r1")
+    ]
+    assert nodes.node_root(1) == "/r1/opt/skyinfra/node"
+    unmapped = nodes.readiness(0)  # answered without a connection attempt
+    assert unmapped.state == "unreachable"
+    assert "node-0's addresses (54.1.2.3, 10.42.0.10) are the emulator's" in unmapped.detail
+
+    monkeypatch.setenv(EMULATED_NODES_ENV_VAR, '{"node-7": "127.0.0.1:2201"}')
+    with pytest.raises(ConfigError, match=r"a node of 'emu': \['node-0', 'node-1'\]"):
+        transport(ws, spec, topology)
+
+
+# Recognisable credentials that moto accepts (it checks none): none may be written anywhere.
