@@ -5,7 +5,7 @@ DataParallel (or ModelParallel with a layout map) over every device of every pro
 ``auto_shard_dataset=False``: the data is already split per process by ``shard()``, and Keras
 refuses NumPy input under a multi-worker distribution unless told so. ``initialize_rng()``
 makes every process start from the same seed, so weights are initialised identically.
-(/work/shared/seeds/keras-distribution-api-guide.txt, skyward-keras-plugin.txt.)
+(seeds keras-distribution-api-guide.txt and skyward-keras-plugin.txt.)
 """
 
 from __future__ import annotations
