@@ -58,16 +58,16 @@ wheels: $(STAMP)
 TEST_WORKERS ?= 4
 WORKERS = --dist loadfile \
 	--tx '$(TEST_WORKERS)*popen//python=$(CURDIR)/tests/loopback-only.sh $(CURDIR)/$(BIN)/python'
+SUITE = SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
+	$(BIN)/python -m pytest --durations=25 $(WORKERS)
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
-	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
-		$(BIN)/python -m pytest --durations=25 -p no:randomly $(WORKERS)
+	$(SUITE) -p no:randomly
 
 # The same suite in a random order (pytest-randomly prints its seed; `make test-random
 # RANDOM_SEED=N` repeats that order): proves no test depends on another having run first.
 RANDOM_SEED ?=
 test-random: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
-	SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
-		$(BIN)/python -m pytest --durations=25 $(if $(RANDOM_SEED),--randomly-seed=$(RANDOM_SEED)) $(WORKERS)
+	$(SUITE) $(if $(RANDOM_SEED),--randomly-seed=$(RANDOM_SEED))
 
 # The inner loop (about 30 s on 2 cores): tests/unit only, the pure functions and in-process
 # checks; no Terraform, no servers, no clusters, no framework processes, no venv builds (slow).

@@ -15,6 +15,8 @@ from skyinfra.cli.options import (
     cluster_option,
     dir_option,
     json_option,
+    name_option,
+    nodes_option,
     spec_option,
     target_options,
     terraform_bin_option,
@@ -35,11 +37,11 @@ from skyinfra.target_registry import target_names
 
 @click.command()
 @spec_option
-@click.option("--name", default=None, help="Cluster name.")
+@name_option
 @click.option(
     "--provider", default=None, help=f"Target: {', '.join(target_names())} (default local)."
 )
-@click.option("--nodes", default=None, help="Number of nodes.")
+@nodes_option
 @click.option("--procs-per-node", default=None, help="Processes per node (integer or 'auto').")
 @click.option(
     "--plugin",

@@ -49,6 +49,9 @@ yes_option = click.option(
     is_flag=True,
     help="Destroy or replace resources without asking (needed off a terminal).",
 )
+# The spec's name and node count, overridden on the command line (up, render, plan).
+name_option = click.option("--name", default=None, help="Cluster name.")
+nodes_option = click.option("--nodes", default=None, help="Number of nodes.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 spec_option = click.option(
     "--spec",

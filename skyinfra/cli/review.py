@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from skyinfra import exitcodes
-from skyinfra.cli.options import DEFAULT_SPEC, dir_option, spec_option, target_options, yes_option
+from skyinfra.cli.options import (
+    DEFAULT_SPEC,
+    dir_option,
+    name_option,
+    nodes_option,
+    spec_option,
+    target_options,
+    yes_option,
+)
 from skyinfra.cli.resolve import (
     checked,
     confirmer,
@@ -38,8 +46,8 @@ def _spec_and_overrides(
 
 @click.command()
 @spec_option
-@click.option("--name", default=None, help="Cluster name.")
-@click.option("--nodes", default=None, help="Number of nodes.")
+@name_option
+@nodes_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -72,8 +80,8 @@ def render(
 
 @click.command()
 @spec_option
-@click.option("--name", default=None, help="Cluster name.")
-@click.option("--nodes", default=None, help="Number of nodes.")
+@name_option
+@nodes_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),

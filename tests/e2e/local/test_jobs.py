@@ -180,21 +180,30 @@ def test_a_detached_job_finishes_after_the_cli_is_killed(
     assert job_processes(project, job) == []
 
 
-def test_sigkill_of_a_following_cli_leaves_the_job_running(
-    project: Path, env: dict[str, str]
-) -> None:
+def attached_run(
+    project: Path, env: dict[str, str], args: list[str], *, until: str, own_session: bool = False
+) -> subprocess.Popen[str]:
+    """`skyinfra run ARGS` following its job, read until a line holding ``until`` arrives."""
     proc = subprocess.Popen(
-        [*skyinfra_argv(), "run", "--cluster", NAME, "steps.py:main", "--", "5"],
+        [*skyinfra_argv(), "run", "--cluster", NAME, *args],
         cwd=project,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=own_session,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
-        if "step 1 on node 0" in line:
+        if until in line:
             break
+    return proc
+
+
+def test_sigkill_of_a_following_cli_leaves_the_job_running(
+    project: Path, env: dict[str, str]
+) -> None:
+    proc = attached_run(project, env, ["steps.py:main", "--", "5"], until="step 1 on node 0")
     proc.kill()
     proc.wait(10)
     job = newest_job(project, env)
@@ -211,19 +220,11 @@ def newest_job(project: Path, env: dict[str, str]) -> str:
 
 
 def test_an_attached_run_survives_sighup(project: Path, env: dict[str, str]) -> None:
-    proc = subprocess.Popen(
-        [*skyinfra_argv(), "run", "--cluster", NAME, "steps.py:main", "--", "5"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # as a terminal's session: the hang-up reaches skyinfra only
+    # In a session of its own, as a terminal's: the hang-up reaches skyinfra only.
+    proc = attached_run(
+        project, env, ["steps.py:main", "--", "5"], until="step 2 on node 0", own_session=True
     )
     assert proc.stdout is not None
-    for line in proc.stdout:
-        if "step 2 on node 0" in line:
-            break
     proc.send_signal(signal.SIGHUP)
     rest = proc.stdout.read()
     assert proc.wait(30) == 130, rest
@@ -236,18 +237,8 @@ def test_an_attached_run_survives_sighup(project: Path, env: dict[str, str]) -> 
 
 
 def test_ctrl_c_on_an_attached_run_cancels_the_job(project: Path, env: dict[str, str]) -> None:
-    proc = subprocess.Popen(
-        [*skyinfra_argv(), "run", "--cluster", NAME, "steps.py:forever"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = attached_run(project, env, ["steps.py:forever"], until="still here")
     assert proc.stdout is not None
-    for line in proc.stdout:
-        if "still here" in line:
-            break
     proc.send_signal(signal.SIGINT)
     rest = proc.stdout.read()
     assert proc.wait(30) == 130, rest
