@@ -35,9 +35,12 @@ MODULES = ("aws/network", "aws/security", "aws/nodes")
 AWS_PROVIDER_VERSION = "5.100.0"
 
 # The provider's max_retries (its default is 25, which makes a zone without capacity answer
-# only after many minutes; see the root template). An emulator on loopback needs few.
+# only after many minutes; see the root template). An emulator on loopback needs fewer, but
+# not too few: on a loaded 2-core CI machine the emulator's threaded HTTP server once dropped a
+# connection mid-response twice in a row ("use of closed network connection" on DescribeVpcs
+# while `down` waited for the VPC to go), and with 2 attempts that failed the destroy.
 PROVIDER_MAX_RETRIES = 5
-EMULATOR_MAX_RETRIES = 2
+EMULATOR_MAX_RETRIES = 4
 
 # EC2 limits user data to 16 KB before base64:
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
