@@ -154,6 +154,7 @@ def run(
                 terminal=sys.stdout if sys.stdout.isatty() else None,
                 as_job=True,
                 detach=detach,
+                copy_cache=ws.copy_cache_file,
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.

@@ -39,11 +39,12 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
-from skyinfra.run.report import NodeOutcome, RunReport, write_summary
+from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
 from skyinfra.transport.base import IgnoreFn, NodeTransport
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
+from skyinfra.transport.tree import scan
 
 # The copy of the job's record (from the head) in runs/<id>/.
 JOB_COPY = "job.json"
@@ -102,6 +103,7 @@ def run_on_cluster(
     terminal: TextIO | None = None,
     as_job: bool = False,
     detach: bool = False,
+    copy_cache: Path | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -110,7 +112,8 @@ def run_on_cluster(
     where the readiness wait redraws its progress bar (None, or not a terminal: lines).
     ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
     go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
-    node started (the report holds only the id and directory)."""
+    node started (the report holds only the id and directory). ``copy_cache``: where the
+    project's file hashes are kept between runs (tree.scan; None: hash every file)."""
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
@@ -133,7 +136,7 @@ def run_on_cluster(
         )
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = timeout_s
-    _copy_to_nodes(transport, report, src, topology_file, ignore)
+    _copy_to_nodes(transport, report, src, topology_file, ignore, copy_cache, echo)
     startup.mark("copied")
     if detach:
         _start_job(transport, topology, report, entry, args, keep_runs)
@@ -170,12 +173,28 @@ def _dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
 
 
 def _copy_to_nodes(
-    transport: NodeTransport, report: RunReport, src: Path, topology_file: Path, ignore: IgnoreFn
+    transport: NodeTransport,
+    report: RunReport,
+    src: Path,
+    topology_file: Path,
+    ignore: IgnoreFn,
+    cache_file: Path | None,
+    echo: Echo,
 ) -> None:
-    for i in report.outcomes:
+    """Each node gets the project in the run's directory, built from its newest copy: only
+    new and changed files travel (skyinfra.transport.nodesync); runs/<id>/copy.json and
+    summary.json say what travelled to each node."""
+    wanted = scan(src, ignore, cache_file)
+    for i, outcome in report.outcomes.items():
         dirs = _dirs(transport, i, report.run_id)
-        transport.copy_dir(i, src, dirs.work, ignore)
+        outcome.copy = transport.copy_tree(i, src, wanted, report.run_id)
         transport.put_file(i, topology_file, dirs.topology)
+    copies = {i: o.copy for i, o in report.outcomes.items() if o.copy is not None}
+    (report.run_dir / COPY_RECORD).write_text(
+        json.dumps({f"node-{i}": c.as_json() for i, c in copies.items()}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    echo(copy_line(copies))
 
 
 def _run_all(
