@@ -4,7 +4,8 @@ into runs/<id>/.
 
 The session in steps: check ENTRY, wait until every node is ready, copy, start all, pump
 output until every node ended (ending the others at the first failure, or all at the
-timeout: watch.py), collect results, write summary.json.
+timeout: watch.py), collect results, write summary.json. The copy sends only what each
+node's newest copy lacks (skyinfra.transport.nodesync).
 
 On each node a run has its own directory and leaves a shared one alone
 (skyinfra_runtime.rundirs): ``<node root>/runs/<id>/work`` is the copy of the project and the
@@ -34,7 +35,7 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import Detached
+from skyinfra.errors import Detached, UsageError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
@@ -43,6 +44,7 @@ from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, 
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
 from skyinfra.transport.base import IgnoreFn, NodeTransport
+from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
 from skyinfra.transport.tree import scan
 
@@ -134,9 +136,10 @@ def run_on_cluster(
             f"[skyinfra] not copied (secrets): {', '.join(left_out)}; "
             "a `!PATTERN` line in .skyinfraignore sends one"
         )
+    wanted = _scan(src, ignore, copy_cache)
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = timeout_s
-    _copy_to_nodes(transport, report, src, topology_file, ignore, copy_cache, echo)
+    _copy_to_nodes(transport, report, src, topology_file, wanted, echo)
     startup.mark("copied")
     if detach:
         _start_job(transport, topology, report, entry, args, keep_runs)
@@ -172,19 +175,29 @@ def _dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
     return NodeDirs(transport.node_root(node), run_id)
 
 
+def _scan(src: Path, ignore: IgnoreFn, cache_file: Path | None) -> Entries:
+    """What the copy holds, read once for every node (after the readiness wait: a file
+    changed during it is sent as it is now). A file that cannot be read: UsageError."""
+    try:
+        return scan(src, ignore, cache_file)
+    except OSError as err:
+        raise UsageError(
+            f"cannot read {err.filename} to copy it to the nodes ({err.strerror}); "
+            "a line in .skyinfraignore leaves it out"
+        ) from err
+
+
 def _copy_to_nodes(
     transport: NodeTransport,
     report: RunReport,
     src: Path,
     topology_file: Path,
-    ignore: IgnoreFn,
-    cache_file: Path | None,
+    wanted: Entries,
     echo: Echo,
 ) -> None:
     """Each node gets the project in the run's directory, built from its newest copy: only
     new and changed files travel (skyinfra.transport.nodesync); runs/<id>/copy.json and
     summary.json say what travelled to each node."""
-    wanted = scan(src, ignore, cache_file)
     for i, outcome in report.outcomes.items():
         dirs = _dirs(transport, i, report.run_id)
         outcome.copy = transport.copy_tree(i, src, wanted, report.run_id)

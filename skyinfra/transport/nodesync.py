@@ -23,7 +23,7 @@ directory, and hard links are only made to files whose content is unchanged.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import os
 import re
@@ -126,34 +126,38 @@ def prepare(root: str, run_id: str, wanted: Entries) -> dict[str, Any]:
     for rel in sorted(wanted):
         entry = wanted[rel]
         path = os.path.join(work, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         if entry["type"] == "dir":
             os.makedirs(path, exist_ok=True)
         elif entry["type"] == "link":
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             os.symlink(entry["target"], path)
     linked_bytes = 0
     for rel, base_rel in link.items():
-        os.makedirs(os.path.dirname(os.path.join(work, rel)), exist_ok=True)
         try:
             os.link(os.path.join(base_work, base_rel), os.path.join(work, rel))
-        except OSError:  # a file system without hard links, or a file at its link limit
+        except OSError:  # a file system without hard links, a file at its link limit
             copy[rel] = base_rel
             continue
         linked_bytes += int(wanted[rel]["size"])
-    for rel, base_rel in copy.items():
-        os.makedirs(os.path.dirname(os.path.join(work, rel)), exist_ok=True)
-        shutil.copy2(os.path.join(base_work, base_rel), os.path.join(work, rel))
-        os.chmod(os.path.join(work, rel), wanted[rel]["mode"])
+    for rel, base_rel in list(copy.items()):
+        try:
+            shutil.copy2(os.path.join(base_work, base_rel), os.path.join(work, rel))
+            os.chmod(os.path.join(work, rel), wanted[rel]["mode"])
+        except OSError:  # gone since it was checked (pruned by another run's start)
+            del copy[rel]
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(work, rel))
+            send.append(rel)
     files = [e for e in base_entries.values() if e.get("type") == "file"]
     return {
         "base": base_id,
         "base_files": len(files),
         # Base files the node no longer holds as recorded (changed, removed): not trusted.
         "base_untrusted": len(files) - sum(1 for e in files if e.get("sha256") in trusted),
-        "linked_files": len(link) - sum(1 for rel in link if rel in copy),
+        "linked_files": len(link) - sum(1 for rel in link if rel in copy or rel in send),
         "linked_bytes": linked_bytes,
         "node_copied_files": len(copy),
-        "send": send,
+        "send": sorted(send),
     }
 
 
@@ -185,14 +189,6 @@ def finish(root: str, run_id: str, wanted: Entries, sent: Mapping[str, str]) -> 
         json.dump({"schema": SCHEMA, "run_id": run_id, "entries": entries}, f)
     os.replace(tmp, os.path.join(run, MANIFEST))
     return entries
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def main() -> None:

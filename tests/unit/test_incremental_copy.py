@@ -215,3 +215,27 @@ def test_scan_hashes_again_only_what_changed(
     os.utime(other / "train.py", (old, old))
     scan(other, lambda rel: False, cache)
     assert hashed == ["train.py"]
+
+
+def test_without_hard_links_the_node_copies_and_a_vanished_base_file_is_sent(
+    tmp_path: Path, node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = project(tmp_path)
+    copy(node, src, RUN_A)
+
+    def no_link(a: str, b: str) -> None:
+        raise OSError(1, "hard links not supported here")
+
+    monkeypatch.setattr(nodesync.os, "link", no_link)
+    stats = copy(node, src, RUN_B)  # copied on the node: still nothing sent
+    assert (stats.sent_files, stats.linked_files, stats.node_copied_files) == (0, 0, 5)
+    b = work(node, RUN_B)
+    assert (b / "train.py").stat().st_ino != (work(node, RUN_A) / "train.py").stat().st_ino
+
+    def gone(a: str, b: str) -> None:
+        raise FileNotFoundError(2, "pruned meanwhile", a)
+
+    monkeypatch.setattr(nodesync.shutil, "copy2", gone)
+    stats = copy(node, src, RUN_C)  # neither link nor copy: the operator sends it
+    assert (stats.sent_files, stats.node_copied_files) == (5, 0)
+    assert listing(work(node, RUN_C)) == listing(src)

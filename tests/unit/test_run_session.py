@@ -476,3 +476,19 @@ def test_a_dash_m_entry_reaches_the_launcher_as_two_arguments(tmp_path: Path) ->
     argv = _launch_argv(dirs, 0, "-m pkg.train", ["--epochs", "3"])
     assert argv[-5:] == ["-m", "pkg.train", "--", "--epochs", "3"]
     assert _launch_argv(dirs, 0, "train.py", [])[-1] == "train.py"
+
+
+def test_a_project_file_that_cannot_be_read_stops_the_run_before_anything_is_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import skyinfra.transport.tree as tree
+
+    def unreadable(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(tree, "_sha256", unreadable)
+    transport = FakeTransport({0: ([], 0)}, {})
+    with pytest.raises(UsageError, match=r"cannot read .*train\.py to copy it to the nodes"):
+        run(transport, tmp_path, [])
+    assert not [c for c in transport.calls if c[0] in ("copy_tree", "start")]
+    assert not (tmp_path / "runs").exists()
