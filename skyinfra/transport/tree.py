@@ -41,10 +41,6 @@ class CopyStats:
     base_untrusted: int  # base files the node no longer holds as its manifest says
     seconds: float
 
-    @property
-    def full(self) -> bool:
-        return self.linked_files == 0 and self.node_copied_files == 0
-
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from skyinfra.errors import TransportError
 from skyinfra.run.report import copy_line
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.transport import nodesync, tree
@@ -172,7 +173,7 @@ def test_a_copy_that_broke_off_is_never_a_base(tmp_path: Path, node: Path) -> No
 def test_the_run_directory_must_be_new(tmp_path: Path, node: Path) -> None:
     src = project(tmp_path)
     copy(node, src, RUN_A)
-    with pytest.raises(Exception, match="copying"):
+    with pytest.raises(TransportError, match=r"copying .* failed: .*File exists"):
         copy(node, src, RUN_A)
 
 
