@@ -412,18 +412,11 @@ class SshTransport:
         )
 
     def start(
-        self,
-        node: int,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: str,
-        tag: str,
+        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str,
         stdin: bytes | None = None,
-    ) -> SshProcess:
-        """Start ``argv`` in ``cwd`` with ``env`` added and the node's venv first on PATH.
-        ``env`` goes in the command the node's shell runs (it shows in the node's process
-        list): never a secret. ``stdin`` goes through the SSH channel, then end of file."""
+    ) -> SshProcess:  # fmt: skip
+        """Start ``argv`` in ``cwd`` with ``env`` added (in the shell's command line: never a
+        secret) and the node's venv first on PATH; ``stdin`` through the channel, then EOF."""
         if not argv:
             raise TransportError(f"node {node}: empty command")
         root = self.node_root(node)
@@ -450,13 +443,13 @@ class SshTransport:
             f"exec {shlex.join(argv)}"
         )
         channel = self._exec(node, command)
-        if stdin is not None:
-            try:
+        try:
+            if stdin is not None:
                 channel.sendall(stdin)
                 channel.shutdown_write()
-            except (OSError, EOFError, paramiko.SSHException) as err:
-                channel.close()
-                raise TransportError(f"node {node}: SSH channel failed: {err}") from err
+        except (OSError, EOFError, paramiko.SSHException) as err:
+            channel.close()
+            raise TransportError(f"node {node}: SSH channel failed: {err}") from err
         return SshProcess(node, self, channel, pid_file)
 
     def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
