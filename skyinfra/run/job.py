@@ -22,11 +22,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime.jobs import TOKEN_ENV
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
 from skyinfra.errors import SkyinfraError, TransportError, UsageError
+from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # How often a client reads the head's record (at most).
@@ -91,12 +91,23 @@ def start_job(
     entry: str,
     args: Sequence[str],
     timeout_s: float | None,
+    job_env: JobEnv | None = None,
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
-    the peers. ``launch``: per node, the launcher's argv, environment and working directory."""
+    the peers. ``launch``: per node, the launcher's argv, environment and working directory.
+    The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
+    never on a command line or in a file; the record keeps env and the secrets' names."""
     token = secrets.token_hex(16)
+    job_env = job_env or JobEnv()
+    private = json.dumps({"token": token, **job_env.private()}).encode()
     head_ip = topology.nodes[0].private_ip
-    meta = {"entry": entry, "args": list(args), "started_by": who(), "nodes_total": len(launch)}
+    meta = {
+        "entry": entry,
+        "args": list(args),
+        "started_by": who(),
+        "nodes_total": len(launch),
+        **job_env.record(),
+    }
     head = ""
     for i in sorted(launch):
         argv, env, cwd = launch[i]
@@ -105,6 +116,7 @@ def start_job(
             "--job", job_id,
             "--node-dir", transport.node_root(i),
             "--node", str(i),
+            "--private-stdin",
         ]  # fmt: skip
         if i == 0:
             sup += ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
@@ -113,14 +125,15 @@ def start_job(
         else:
             sup += ["--head", head]
         proc = transport.start(
-            i, [*sup, "--", *argv], env={**env, TOKEN_ENV: token}, cwd=cwd, tag=f"{job_id}-start"
+            i, [*sup, "--", *argv], env=env, cwd=cwd, tag=f"{job_id}-start", stdin=private
         )
         out = list(proc.lines())
         code = proc.wait(60)
         said = _json_line(out)
         if code != 0 or said is None:
             raise TransportError(
-                f"node {i}: the job's agent did not start (exit {code}): {' '.join(out)}"
+                f"node {i}: the job's agent did not start (exit {code}): "
+                + job_env.mask(" ".join(out))
             )
         if i == 0:
             head = f"{said.get('host', head_ip)}:{said['port']}"

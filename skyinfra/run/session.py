@@ -35,11 +35,12 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import Detached, UsageError
+from skyinfra.errors import Detached, InternalError, UsageError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
+from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
@@ -106,6 +107,7 @@ def run_on_cluster(
     as_job: bool = False,
     detach: bool = False,
     copy_cache: Path | None = None,
+    job_env: JobEnv | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -115,7 +117,12 @@ def run_on_cluster(
     ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
     go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
     node started (the report holds only the id and directory). ``copy_cache``: where the
-    project's file hashes are kept between runs (tree.scan; None: hash every file)."""
+    project's file hashes are kept between runs (tree.scan; None: hash every file).
+    ``job_env``: the user's env and secrets, for a job only (secrets reach the nodes on the
+    agents' stdin)."""
+    job_env = job_env or JobEnv()
+    if (job_env.env or job_env.secrets) and not (as_job or detach):
+        raise InternalError("a run's env and secrets need it to be a job (as_job)")
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
@@ -142,7 +149,7 @@ def run_on_cluster(
     _copy_to_nodes(transport, report, src, topology_file, wanted, echo)
     startup.mark("copied")
     if detach:
-        _start_job(transport, topology, report, entry, args, keep_runs)
+        _start_job(transport, topology, report, entry, args, keep_runs, job_env)
         wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         return report
     _run_all(
@@ -155,6 +162,7 @@ def run_on_cluster(
         keep_runs=keep_runs,
         startup=startup,
         topology=topology if as_job else None,
+        job_env=job_env,
     )
     said = startup.summary()
     if said:
@@ -221,6 +229,7 @@ def _run_all(
     keep_runs: int,
     startup: HeadStartup | None = None,
     topology: Topology | None = None,
+    job_env: JobEnv | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -239,7 +248,7 @@ def _run_all(
                     transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
                 )
             else:
-                _start_job(transport, topology, report, entry, args, keep_runs)
+                _start_job(transport, topology, report, entry, args, keep_runs, job_env)
                 started = True
                 _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -314,6 +323,7 @@ def _start_job(
     entry: str,
     args: Sequence[str],
     keep_runs: int,
+    job_env: JobEnv | None,
 ) -> None:
     launch = {}
     for i in report.outcomes:
@@ -327,6 +337,7 @@ def _start_job(
         entry=entry,
         args=args,
         timeout_s=report.timeout_s,
+        job_env=job_env,
     )
 
 

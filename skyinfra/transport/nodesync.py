@@ -1,6 +1,6 @@
 """The node's half of `run`'s incremental copy: standard library only, because it runs on the
 node (the local transport calls it in-process; the SSH transport sends this file's source to
-the node's Python, ``python -c SOURCE prepare|finish`` with JSON on stdin and out).
+the node's Python on stdin, with the request: ``serve``).
 
 A copy of the project lives in ``<node root>/runs/<id>/work``; once a copy is complete,
 ``runs/<id>/manifest.json`` records what it holds, as the node sees it: every path with its
@@ -191,19 +191,19 @@ def finish(root: str, run_id: str, wanted: Entries, sent: Mapping[str, str]) -> 
     return entries
 
 
-def main() -> None:
-    """``prepare``: stdin {root, run_id, wanted} -> prepare's answer; ``finish``: stdin
-    {root, run_id, wanted, sent} -> {"files": N}. JSON on stdout."""
-    request = json.load(sys.stdin)
+def serve(request: dict[str, Any]) -> None:
+    """One step for a transport: ``request["step"]`` is ``prepare`` (with root, run_id,
+    wanted: prints prepare's answer) or ``finish`` (and sent: prints {"files": N}), as JSON
+    on the last line of stdout."""
     root, run_id, wanted = request["root"], request["run_id"], request["wanted"]
-    if sys.argv[1:] == ["prepare"]:
+    if request["step"] == "prepare":
         answer: dict[str, Any] = prepare(root, run_id, wanted)
-    elif sys.argv[1:] == ["finish"]:
+    elif request["step"] == "finish":
         answer = {"files": len(finish(root, run_id, wanted, request["sent"]))}
     else:
-        raise SystemExit(f"usage: nodesync prepare|finish, not {sys.argv[1:]}")
-    json.dump(answer, sys.stdout)
+        raise SystemExit(f"nodesync: no step {request['step']!r} (prepare, finish)")
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    serve(json.load(sys.stdin))

@@ -342,43 +342,29 @@ class SshTransport:
         channel.exec_command(command)
         return channel
 
-    def check_call(self, node: int, script: str, *, timeout: float | None = None) -> str:
-        """Run a shell snippet, return its output; TransportError on non-zero exit, or when
-        ``timeout`` seconds pass without output or exit."""
+    def check_call(
+        self, node: int, script: str, *, timeout: float | None = None, stdin: bytes = b""
+    ) -> str:
+        """Run a shell snippet (``stdin`` on its stdin), return its output; TransportError on
+        non-zero exit, or when ``timeout`` seconds pass without output or exit."""
         channel = self._exec(node, script)
         if timeout is not None:
             channel.settimeout(timeout)
         try:
+            channel.sendall(stdin)
+            channel.shutdown_write()
             output = channel.makefile("r").read().decode(errors="replace")
         except TimeoutError as err:
             channel.close()
             raise TransportError(f"node {node}: no answer within {timeout}s") from err
-        code = channel.recv_exit_status()
-        if code != 0:
-            raise TransportError(
-                f"node {node}: remote command failed",
-                argv=["sh", "-c", script],
-                returncode=code,
-                stderr=output,
-            )
-        return str(output)
-
-    def call_with_input(self, node: int, command: str, data: bytes) -> str:
-        """Run ``command`` with ``data`` on its stdin; its output (TransportError on non-zero
-        exit)."""
-        channel = self._exec(node, command)
-        try:
-            channel.sendall(data)
-            channel.shutdown_write()
-            output = channel.makefile("r").read().decode(errors="replace")
-        except (OSError, paramiko.SSHException) as err:
+        except (OSError, EOFError, paramiko.SSHException) as err:
             self._drop(node)
             raise TransportError(f"node {node}: SSH connection failed: {err}") from err
         code = channel.recv_exit_status()
         if code != 0:
             raise TransportError(
                 f"node {node}: remote command failed",
-                argv=["sh", "-c", command[:200]],
+                argv=["sh", "-c", script],
                 returncode=code,
                 stderr=output,
             )
@@ -434,9 +420,11 @@ class SshTransport:
         )
 
     def start(
-        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
-    ) -> SshProcess:
-        """Start ``argv`` in ``cwd`` with ``env`` added and the node's venv first on PATH."""
+        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str,
+        stdin: bytes | None = None,
+    ) -> SshProcess:  # fmt: skip
+        """Start ``argv`` in ``cwd`` with ``env`` added (in the shell's command line: never a
+        secret) and the node's venv first on PATH; ``stdin`` through the channel, then EOF."""
         if not argv:
             raise TransportError(f"node {node}: empty command")
         root = self.node_root(node)
@@ -462,7 +450,15 @@ class SshTransport:
             f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'
             f"exec {shlex.join(argv)}"
         )
-        return SshProcess(node, self, self._exec(node, command), pid_file)
+        channel = self._exec(node, command)
+        try:
+            if stdin is not None:
+                channel.sendall(stdin)
+                channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as err:
+            channel.close()
+            raise TransportError(f"node {node}: SSH channel failed: {err}") from err
+        return SshProcess(node, self, channel, pid_file)
 
     def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
         """Only what the node's newest copy lacks travels, over SFTP (sshcopy.py)."""

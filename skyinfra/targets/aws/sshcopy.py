@@ -1,5 +1,5 @@
 """`run`'s incremental copy over SSH: nodesync.py's source runs on the node's own Python
-(``python -c SOURCE prepare``, the wanted entries as JSON on stdin), the files the node lacks
+(the source and the request, the wanted entries, as JSON on stdin), the files the node lacks
 travel over SFTP as new files, then ``finish`` records the node's manifest. Three round trips
 whatever the project's size; the bytes that travel are only the new and changed files'."""
 
@@ -24,20 +24,26 @@ class SshTransport(Protocol):
     """What this needs of ssh.SshTransport (which imports this module)."""
 
     def node_root(self, node: int) -> str: ...
-    def call_with_input(self, node: int, command: str, data: bytes) -> str: ...
+    def check_call(
+        self, node: int, script: str, *, timeout: float | None = None, stdin: bytes = b""
+    ) -> str: ...
     def open_sftp(self, node: int) -> paramiko.SFTPClient: ...
 
 
-def _node_python(root: str) -> str:
-    """The node's venv Python (a node always has one), else python3 (a bare test host)."""
-    venv_python = shlex.quote(posixpath.join(root, "venv", "bin", "python"))
-    return f'PY={venv_python}; [ -x "$PY" ] || PY=python3; exec "$PY"'
+# Runs nodesync.py's source, sent with the request on stdin (a short command line: it is what
+# an error shows), in the node's venv Python (a node always has one), else python3.
+_BOOTSTRAP = (
+    "import json, sys; r = json.load(sys.stdin); g = {'__name__': 'nodesync'}; "
+    "exec(compile(r.pop('source'), 'nodesync.py', 'exec'), g); g['serve'](r)"
+)
 
 
 def _nodesync(ssh: SshTransport, node: int, step: str, request: dict[str, Any]) -> Any:
+    python = shlex.quote(posixpath.join(request["root"], "venv", "bin", "python"))
+    command = f'PY={python}; [ -x "$PY" ] || PY=python3; exec "$PY" -c {shlex.quote(_BOOTSTRAP)}'
     source = Path(nodesync.__file__).read_text(encoding="utf-8")
-    command = f"{_node_python(request['root'])} -c {shlex.quote(source)} {step}"
-    output = ssh.call_with_input(node, command, json.dumps(request).encode())
+    payload = json.dumps({**request, "step": step, "source": source}).encode()
+    output = ssh.check_call(node, command, stdin=payload)
     last = output.strip().splitlines()[-1] if output.strip() else ""
     try:
         return json.loads(last)

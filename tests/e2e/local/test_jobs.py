@@ -319,4 +319,4 @@ def test_unknown_job_node_out_of_range_and_a_cluster_that_is_down(
     assert res.returncode == 2 and "gone" in res.stderr, res.stderr
 
 
-assert (REPO_ROOT / "runtime" / "src" / "skyinfra_runtime" / "jobs.py").is_file()
+assert (REPO_ROOT / "runtime" / "src" / "skyinfra_runtime" / "jobs" / "supervisor.py").is_file()

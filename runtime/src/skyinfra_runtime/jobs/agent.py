@@ -1,0 +1,175 @@
+"""One node's part of a job: the agent that owns the node's launcher, and a peer's reports
+to the head."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyinfra_runtime.jobenv import mask_bytes
+from skyinfra_runtime.jobs.records import (
+    END_GRACE_S,
+    OUTPUT_EVERY_S,
+    SCHEMA,
+    TAIL_LINES,
+    Paths,
+    now,
+    write_json,
+)
+from skyinfra_runtime.jobs.wire import messages, send
+
+
+@dataclass
+class Agent:
+    """One node's side of a job: the launcher, its log, its state, its end."""
+
+    paths: Paths
+    node: int
+    argv: list[str]
+    # The user's env and secrets, added to the launcher's environment (so every worker starts
+    # with them, before any plugin); never written anywhere by the agent.
+    env: dict[str, str] = field(default_factory=dict)
+    # The secrets' values (jobenv.masks): replaced by *** in the node's log and tail.
+    hidden: list[bytes] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    last_output: float | None = None
+    exit_code: int | None = None
+    ended_reason: str = ""
+    tail: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=TAIL_LINES)
+    )
+    tail_at_end: list[str] | None = None  # the last lines when the job ended this node
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv,
+            env={**os.environ, **self.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: end() reaches the workers too
+            preexec_fn=_end_with_parent,
+        )
+        self.save("running")
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = os.open(self.paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "wb", buffering=0) as log:
+            for raw in self.proc.stdout:
+                line = mask_bytes(raw, self.hidden) if self.hidden else raw
+                log.write(line)
+                self.tail.append(line.decode(errors="replace").rstrip("\n"))
+                self.last_output = now()
+
+    def end(self, reason: str) -> None:
+        """SIGTERM the launcher's group, SIGKILL after the grace; idempotent."""
+        with self._lock:
+            if self.proc is None or self.ended_reason:
+                return
+            self.ended_reason = reason
+            self.tail_at_end = list(self.tail)
+        pgid = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(END_GRACE_S)
+        # The leader may be gone while a worker of it lingers in the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        if self.proc is None or self.exit_code is not None:
+            return self.exit_code
+        code = self.proc.poll()
+        if code is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # nothing of it outlives it
+            self.exit_code = code
+        return code
+
+    def save(self, state: str) -> None:
+        write_json(
+            self.paths.node_state,
+            {
+                "schema": SCHEMA,
+                "job": self.paths.job_id,
+                "node": self.node,
+                "state": state,
+                "exit_code": self.exit_code,
+                "ended_reason": self.ended_reason,
+                "last_output_at": self.last_output,
+                "agent_pid": os.getpid(),
+            },
+        )
+
+
+def _end_with_parent() -> None:
+    """In the launcher, before exec: SIGTERM when its agent dies (even of SIGKILL), so a
+    launcher never outlives the agent that owns it (Linux; elsewhere nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def report_to_head(agent: Agent, head: str, token: str) -> None:
+    """A peer's agent: report to the head, end the launcher when told or when the head goes."""
+    host, _, port = head.rpartition(":")
+    sock = None
+    until = now() + 30
+    while sock is None:
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=5)
+        except OSError:
+            if now() > until:
+                raise
+            time.sleep(0.2)
+    sock.settimeout(None)
+    lock = threading.Lock()
+
+    def report(msg: dict[str, Any]) -> None:
+        with lock, contextlib.suppress(OSError):
+            send(sock, msg)
+
+    report({"node": agent.node, "token": token})
+
+    def listen() -> None:
+        reason = "the job's supervisor on the head went away"
+        with contextlib.suppress(OSError):
+            for msg in messages(sock):
+                if msg.get("cmd") == "end":
+                    reason = str(msg.get("reason") or "ended by the job")
+                    break
+        agent.end(reason)
+
+    def on_term(signum: int, frame: object) -> None:
+        threading.Thread(target=agent.end, args=("SIGTERM to its agent",), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    agent.start()
+    report({"event": "started"})
+    threading.Thread(target=listen, daemon=True).start()
+    said = None
+    while (code := agent.poll()) is None:
+        if agent.last_output != said:
+            said = agent.last_output
+            report({"event": "output", "t": said})
+        time.sleep(min(OUTPUT_EVERY_S, 0.2))
+    report({"event": "exit", "code": code, "tail": agent.tail_at_end})
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(5)
+        sock.recv(1)  # the head closes once it has read the exit
+    sock.close()

@@ -1,0 +1,259 @@
+"""The node-side commands: ``supervise`` (detached), ``logs``, ``cancel``, ``jobs``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from skyinfra_runtime import exitcodes, jobenv
+from skyinfra_runtime.jobs.agent import Agent, report_to_head
+from skyinfra_runtime.jobs.records import (
+    FINAL_STATES,
+    Paths,
+    now,
+    pid_alive,
+    process_start_time,
+    read_json,
+    write_json,
+)
+from skyinfra_runtime.jobs.supervisor import Supervisor
+
+
+def _daemonize(paths: Paths) -> int | None:
+    """Detach: the caller gets the read end of a pipe the daemon writes its first line to (its
+    pid and port) and returns None in the daemon. Two forks and setsid: no controlling
+    terminal, not a child of the SSH channel or of skyinfra."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid > 0:
+        os.close(w)
+        os.waitpid(pid, 0)
+        return r
+    os.close(r)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    os.environ["SKYINFRA_JOB_READY_FD"] = str(w)
+    paths.run.mkdir(parents=True, exist_ok=True)
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(paths.agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(null)
+    os.close(out)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    return None
+
+
+def _ready(msg: dict[str, Any]) -> None:
+    w = int(os.environ.pop("SKYINFRA_JOB_READY_FD"))
+    os.write(w, (json.dumps(msg) + "\n").encode())
+    os.close(w)
+
+
+def read_private(stream: Any) -> dict[str, Any]:
+    """What the operator sends on stdin, never on a command line or in a file: one JSON object
+    with the job's token and the user's env and secrets (``{"token": "...", "env": {...},
+    "secrets": {...}}``). Checked here too: names by jobenv's rules, string values."""
+    raw = stream.read()
+    data = json.loads(raw) if raw.strip() else {}
+    if not isinstance(data, dict) or not isinstance(data.get("token", ""), str):
+        raise ValueError("expected a JSON object with a string 'token'")
+    for kind in ("env", "secrets"):
+        table = data.setdefault(kind, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"{kind!r}: expected a JSON object of names and values")
+        for name, value in table.items():
+            problem = jobenv.name_problem(name) or jobenv.value_problem(value)
+            if problem:
+                raise ValueError(f"{kind} {name!r}: expected {problem}")
+    return data
+
+
+def supervise(ns: argparse.Namespace) -> int:
+    paths = Paths(Path(ns.node_dir), ns.job)
+    argv = list(ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv)
+    if not argv:
+        print("skyinfra-runtime supervise: no launcher command after --", file=sys.stderr)
+        return exitcodes.USAGE
+    private: dict[str, Any] = {"token": "", "env": {}, "secrets": {}}
+    if ns.private_stdin:
+        try:
+            private = read_private(sys.stdin)
+        except ValueError as err:  # json.JSONDecodeError is one
+            # Never the input itself: it holds secrets.
+            print(f"skyinfra-runtime supervise: stdin: {err}", file=sys.stderr)
+            return exitcodes.USAGE
+    if ns.node != 0 and not ns.head:
+        print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
+        return exitcodes.USAGE
+    server = None
+    listen = ns.listen
+    if ns.node == 0:
+        try:
+            server = socket.create_server((listen, 0))
+        except OSError:
+            # An address this machine does not have: an emulated node (AWS faked on this
+            # machine), whose peers are on loopback too. The operator tells peers what we say.
+            listen = "127.0.0.1"
+            server = socket.create_server((listen, 0))
+    r = _daemonize(paths)
+    if r is not None:  # the caller: say what the daemon said, then go
+        if server is not None:
+            server.close()
+        with os.fdopen(r, "rb") as f:
+            line = f.readline().decode()
+        if not line:
+            print(f"skyinfra-runtime: the agent did not start; see {paths.agent_log}")
+            return exitcodes.SETUP_FAILED
+        print(line, end="", flush=True)
+        return exitcodes.OK
+    try:
+        agent = Agent(
+            paths,
+            ns.node,
+            argv,
+            env={**private["env"], **private["secrets"]},
+            hidden=jobenv.masks(private["secrets"].values()),
+        )
+        paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        write_json(paths.node_state, {"node": ns.node, "state": "starting"})
+        pid_tmp = paths.pid_file.with_name(f".{paths.pid_file.name}.tmp")
+        fd = os.open(pid_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n")
+        os.replace(pid_tmp, paths.pid_file)
+        if server is not None:
+            meta = json.loads(ns.meta) if ns.meta else {}
+            sup = Supervisor(agent, ns.nodes, meta, ns.timeout, token=private["token"])
+            sup.save()
+            threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
+            _ready({"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]})
+            sup.run()
+            server.close()
+        else:
+            _ready({"pid": os.getpid()})
+            report_to_head(agent, ns.head, private["token"])
+    finally:
+        paths.pid_file.unlink(missing_ok=True)
+        # Last: a follower that sees "ended" finds nothing of the node's part left.
+        agent.save("ended")
+    return exitcodes.OK
+
+
+# ----------------------------------------------------------------- the operator's asks
+
+
+def logs(ns: argparse.Namespace) -> int:
+    """Print a node's log of a job (the last ``--tail`` lines); ``--follow``: go on until the
+    node's agent has ended and its output is all out."""
+    paths = Paths(Path(ns.node_dir), ns.job)
+    log = paths.log
+    out = sys.stdout.buffer
+    with contextlib.suppress(BrokenPipeError):
+        if ns.tail is not None and log.is_file():
+            lines = log.read_bytes().splitlines(keepends=True)
+            start = sum(len(line) for line in lines[: max(0, len(lines) - ns.tail)])
+        else:
+            start = 0
+        pos = start
+        while True:
+            done = (read_json(paths.node_state) or {}).get("state") == "ended"
+            if not ns.follow and not done:
+                done = True
+            if log.is_file():
+                with log.open("rb") as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                # Whole lines only while the node still writes; the rest at the end.
+                cut = len(chunk) if done else chunk.rfind(b"\n") + 1
+                out.write(chunk[:cut])
+                out.flush()
+                pos += cut
+            if done:
+                return exitcodes.OK
+            time.sleep(0.2)
+    return exitcodes.OK
+
+
+def cancel(ns: argparse.Namespace) -> int:
+    """End the job: SIGTERM to its supervisor, which ends every node (TERM, then KILL after
+    the grace); wait until the supervisor is gone. Prints the record's final state."""
+    paths = Paths(Path(ns.node_dir), ns.job)
+    pid = pid_alive(paths.pid_file)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        until = now() + ns.wait
+        while pid_alive(paths.pid_file) == pid and now() < until:
+            time.sleep(0.1)
+        if pid_alive(paths.pid_file) == pid:
+            print(f"skyinfra-runtime: the job's supervisor {pid} still runs", file=sys.stderr)
+            return exitcodes.USER_FAILED
+    record = read_json(paths.record) or {}
+    print(json.dumps({"was_running": pid is not None, "state": record.get("state")}))
+    return exitcodes.OK
+
+
+def list_jobs(ns: argparse.Namespace) -> int:
+    """Every job record on this node (the head), as one JSON list; a record whose supervisor
+    died without finishing it says so (state "lost")."""
+    root = Path(ns.node_dir)
+    out = []
+    for path in sorted((root / "jobs").glob("*.json")):
+        rec = read_json(path)
+        if not isinstance(rec, dict):
+            continue
+        if (
+            rec.get("state") not in FINAL_STATES
+            and pid_alive(Paths(root, str(rec.get("id"))).pid_file) is None
+        ):
+            rec["state"] = "lost"
+        out.append(rec)
+    print(json.dumps(out))
+    return exitcodes.OK
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="skyinfra-runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sup = sub.add_parser("supervise", help="run one node's part of a job, detached")
+    sup.add_argument("--job", required=True)
+    sup.add_argument("--node-dir", required=True)
+    sup.add_argument("--node", type=int, required=True)
+    sup.add_argument("--nodes", type=int, default=1, help="nodes in the job (head only)")
+    sup.add_argument("--listen", default="127.0.0.1", help="the head's address (head only)")
+    sup.add_argument("--head", help="HOST:PORT of the job's supervisor (peers)")
+    sup.add_argument("--timeout", type=float, default=None)
+    sup.add_argument("--meta", help="JSON recorded with the job (head only)")
+    sup.add_argument(
+        "--private-stdin",
+        action="store_true",
+        help="read the job's token, env and secrets from stdin (one JSON object)",
+    )
+    sup.add_argument("argv", nargs=argparse.REMAINDER)
+    lg = sub.add_parser("logs", help="a node's log of a job")
+    lg.add_argument("--job", required=True)
+    lg.add_argument("--node-dir", required=True)
+    lg.add_argument("--follow", action="store_true")
+    lg.add_argument("--tail", type=int, default=None)
+    ca = sub.add_parser("cancel", help="end a job (on the head)")
+    ca.add_argument("--job", required=True)
+    ca.add_argument("--node-dir", required=True)
+    ca.add_argument("--wait", type=float, default=30.0)
+    jb = sub.add_parser("jobs", help="the job records (on the head), as JSON")
+    jb.add_argument("--node-dir", required=True)
+    ns = parser.parse_args(argv)
+    handler = {"supervise": supervise, "logs": logs, "cancel": cancel, "jobs": list_jobs}
+    return handler[ns.command](ns)
