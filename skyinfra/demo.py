@@ -56,6 +56,7 @@ def demo() -> int:
             args=[],
             all_logs=False,
             echo=say,
+            copy_cache=ws.copy_cache_file,
         )
         print_report(report, say, prefix="[demo]")
         raise_for_failure(report)

@@ -65,6 +65,11 @@ class Workspace:
         return self.path / "runs"
 
     @property
+    def copy_cache_file(self) -> Path:
+        """The hashes of the project's files `run` copied last (skyinfra.transport.tree)."""
+        return self.path / "copy-cache.json"
+
+    @property
     def state_file(self) -> Path:
         return self.path / "terraform.tfstate"
 

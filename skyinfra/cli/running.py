@@ -177,6 +177,7 @@ def run(
                 terminal=sys.stdout if sys.stdout.isatty() else None,
                 as_job=True,
                 detach=detach,
+                copy_cache=ws.copy_cache_file,
                 job_env=job_env,
             )
         except Detached as hup:

@@ -5,7 +5,7 @@ the lines `skyinfra run` and the demo print, and the RunError (RunTimeoutError) 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,11 @@ from skyinfra_runtime import exitcodes as node_exitcodes
 
 from skyinfra import exitcodes
 from skyinfra.errors import RunError, RunTimeoutError
+from skyinfra.transport.tree import CopyStats
 
 SUMMARY_FILE = "summary.json"
+# runs/<id>/copy.json: per node, what copying the project came to (CopyStats).
+COPY_RECORD = "copy.json"
 
 
 @dataclass
@@ -26,6 +29,7 @@ class NodeOutcome:
     # Why skyinfra ended it ("after node-1 failed", "at --timeout 30 s"); "" if it did not.
     ended_reason: str = ""
     result: Any = None
+    copy: CopyStats | None = None  # what copying the project to the node came to
 
 
 @dataclass
@@ -83,6 +87,7 @@ def summary(report: RunReport, *, entry: str, args: Sequence[str]) -> dict[str, 
                 "ended_by_skyinfra": o.ended_by_us,
                 "ended_reason": o.ended_reason if o.ended_by_us else "",
                 "result": o.result,
+                "copy": o.copy.as_json() if o.copy else None,
             }
             for o in report.outcomes.values()
         ],
@@ -108,6 +113,34 @@ def print_report(
             value = json.dumps(worker.get("value"), sort_keys=True)
             echo(f"  node-{outcome.node} worker {worker.get('worker')}: {value}")
     echo(f"{prefix} results and logs: {report.run_dir}")
+
+
+def _size(n: int) -> str:
+    for unit, factor in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= factor:
+            return f"{n / factor:.1f} {unit}"
+    return f"{n} B"
+
+
+def copy_line(copies: Mapping[int, CopyStats]) -> str:
+    """One line on what the copy sent, over all nodes, and why a node got a full copy."""
+    sent = sum(c.sent_files for c in copies.values())
+    sent_bytes = sum(c.sent_bytes for c in copies.values())
+    kept = sum(c.linked_files + c.node_copied_files for c in copies.values())
+    kept_bytes = sum(c.linked_bytes for c in copies.values())
+    line = (
+        f"[skyinfra] copy to {len(copies)} node(s): {sent} file(s) sent ({_size(sent_bytes)}), "
+        f"{kept} unchanged kept from the nodes' previous copy ({_size(kept_bytes)} linked)"
+    )
+    fresh = [f"node-{i}" for i, c in sorted(copies.items()) if c.base is None]
+    notes = [f"no earlier copy on {', '.join(fresh)}"] if fresh else []
+    for i, c in sorted(copies.items()):
+        if c.base is not None and c.base_untrusted:
+            notes.append(
+                f"node-{i}: {c.base_untrusted} file(s) of run {c.base} differ from its "
+                "manifest (changed or removed on the node), not reused"
+            )
+    return line + ("; " + "; ".join(notes) if notes else "")
 
 
 def raise_for_failure(report: RunReport) -> None:

@@ -4,7 +4,8 @@ into runs/<id>/.
 
 The session in steps: check ENTRY, wait until every node is ready, copy, start all, pump
 output until every node ended (ending the others at the first failure, or all at the
-timeout: watch.py), collect results, write summary.json.
+timeout: watch.py), collect results, write summary.json. The copy sends only what each
+node's newest copy lacks (skyinfra.transport.nodesync).
 
 On each node a run has its own directory and leaves a shared one alone
 (skyinfra_runtime.rundirs): ``<node root>/runs/<id>/work`` is the copy of the project and the
@@ -34,17 +35,19 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import Detached, InternalError
+from skyinfra.errors import Detached, InternalError, UsageError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
 from skyinfra.run.jobenv import JobEnv
-from skyinfra.run.report import NodeOutcome, RunReport, write_summary
+from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
 from skyinfra.transport.base import IgnoreFn, NodeTransport
+from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
+from skyinfra.transport.tree import scan
 
 # The copy of the job's record (from the head) in runs/<id>/.
 JOB_COPY = "job.json"
@@ -103,6 +106,7 @@ def run_on_cluster(
     terminal: TextIO | None = None,
     as_job: bool = False,
     detach: bool = False,
+    copy_cache: Path | None = None,
     job_env: JobEnv | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
@@ -112,8 +116,10 @@ def run_on_cluster(
     where the readiness wait redraws its progress bar (None, or not a terminal: lines).
     ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
     go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
-    node started (the report holds only the id and directory). ``job_env``: the user's env
-    and secrets, for a job only (secrets reach the nodes on the agents' stdin)."""
+    node started (the report holds only the id and directory). ``copy_cache``: where the
+    project's file hashes are kept between runs (tree.scan; None: hash every file).
+    ``job_env``: the user's env and secrets, for a job only (secrets reach the nodes on the
+    agents' stdin)."""
     job_env = job_env or JobEnv()
     if (job_env.env or job_env.secrets) and not (as_job or detach):
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
@@ -137,9 +143,10 @@ def run_on_cluster(
             f"[skyinfra] not copied (secrets): {', '.join(left_out)}; "
             "a `!PATTERN` line in .skyinfraignore sends one"
         )
+    wanted = _scan(src, ignore, copy_cache)
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = timeout_s
-    _copy_to_nodes(transport, report, src, topology_file, ignore)
+    _copy_to_nodes(transport, report, src, topology_file, wanted, echo)
     startup.mark("copied")
     if detach:
         _start_job(transport, topology, report, entry, args, keep_runs, job_env)
@@ -176,13 +183,39 @@ def _dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
     return NodeDirs(transport.node_root(node), run_id)
 
 
+def _scan(src: Path, ignore: IgnoreFn, cache_file: Path | None) -> Entries:
+    """What the copy holds, read once for every node (after the readiness wait: a file
+    changed during it is sent as it is now). A file that cannot be read: UsageError."""
+    try:
+        return scan(src, ignore, cache_file)
+    except OSError as err:
+        raise UsageError(
+            f"cannot read {err.filename} to copy it to the nodes ({err.strerror}); "
+            "a line in .skyinfraignore leaves it out"
+        ) from err
+
+
 def _copy_to_nodes(
-    transport: NodeTransport, report: RunReport, src: Path, topology_file: Path, ignore: IgnoreFn
+    transport: NodeTransport,
+    report: RunReport,
+    src: Path,
+    topology_file: Path,
+    wanted: Entries,
+    echo: Echo,
 ) -> None:
-    for i in report.outcomes:
+    """Each node gets the project in the run's directory, built from its newest copy: only
+    new and changed files travel (skyinfra.transport.nodesync); runs/<id>/copy.json and
+    summary.json say what travelled to each node."""
+    for i, outcome in report.outcomes.items():
         dirs = _dirs(transport, i, report.run_id)
-        transport.copy_dir(i, src, dirs.work, ignore)
+        outcome.copy = transport.copy_tree(i, src, wanted, report.run_id)
         transport.put_file(i, topology_file, dirs.topology)
+    copies = {i: o.copy for i, o in report.outcomes.items() if o.copy is not None}
+    (report.run_dir / COPY_RECORD).write_text(
+        json.dumps({f"node-{i}": c.as_json() for i, c in copies.items()}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    echo(copy_line(copies))
 
 
 def _run_all(

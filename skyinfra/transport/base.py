@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.tree import CopyStats
+
 # Decides, for a path relative to the copied directory, whether to leave it out.
 IgnoreFn = Callable[[str], bool]
 
@@ -55,8 +58,10 @@ class NodeTransport(Protocol):
         """Whether the node's bootstrap finished; never raises for an unreachable node."""
         ...
 
-    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
-        """Make ``dest`` on the node an exact copy of ``src`` minus ignored paths."""
+    def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
+        """Make ``<node root>/runs/<run_id>/work`` hold exactly ``wanted`` (tree.scan of
+        ``src``): what the node's newest complete copy holds unchanged is hard-linked from
+        it, only the rest travels (nodesync.py); the run directory must be new."""
         ...
 
     def put_file(self, node: int, src: Path, dest: str) -> None: ...

@@ -6,7 +6,8 @@ Each figure is measured --reps times (median, min, max); results also go to
 tests/bench/results/<host>-<date>.json. Figures (BENCHMARKS.md says what each measures):
 1 time to first step, 2 runtime overhead, 3 fan-out, 4 up/down with uv and pip,
 5 engine overhead (AWS target against moto), 6 render + plan scale (AWS, moto), 7 start-up
-(`skyinfra --help` beside `import click`).
+(`skyinfra --help` beside `import click`), 8 a re-run after a one-line change in a project of
+200 MB (bytes sent, start against an empty project's).
 Not part of `make test`: nothing here is a test or asserts a time.
 """
 
@@ -33,7 +34,7 @@ def main() -> None:
     parser.add_argument(
         "--aws-reps", type=int, default=1, help="figures 5 and 6 (minutes per run against moto)"
     )
-    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="figures to run, e.g. 1,4")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8", help="figures to run, e.g. 1,4")
     parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     ns = parser.parse_args()
@@ -63,6 +64,7 @@ def main() -> None:
     import aws_emulated
     import local_cluster
     import overhead
+    import rerun
     import startup
 
     step(1, "first_step", local_cluster.first_step, ns.reps)
@@ -74,6 +76,7 @@ def main() -> None:
     step(5, "engine_overhead", aws_emulated.engine_overhead, ns.aws_reps)
     step(6, "aws_scale", aws_emulated.scale, ns.aws_reps)
     step(7, "startup", startup.startup, ns.reps)
+    step(8, "rerun", rerun.rerun, ns.reps)
     report["bench_wall_s"] = round(time.perf_counter() - started)
     report["load_average_at_end"] = [round(x, 2) for x in __import__("os").getloadavg()]
     results = HERE / "results"

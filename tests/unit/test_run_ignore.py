@@ -14,6 +14,7 @@ from skyinfra.run.ignore import (
     topology_path_inside,
 )
 from skyinfra.targets.local.transport import LocalTransport
+from skyinfra.transport.tree import scan
 
 SECRETS = [
     ".env",
@@ -117,7 +118,8 @@ def test_workspaces_are_left_out_whatever_a_negation_says(tmp_path: Path) -> Non
 
 
 def test_a_copy_holds_no_secret_but_what_the_user_sends(tmp_path: Path) -> None:
-    """Through the local transport's copy, as `run` copies a project."""
+    """Through the local transport's copy, as `run` copies a project: the first copy (full)
+    and a re-run's (incremental), which must not send a secret added since either."""
     src = tmp_path / "project"
     for rel in ["train.py", ".env", ".env.example", ".ssh/id_ed25519", ".ssh/config",
                 ".aws/credentials", "certs/ca.pem", "certs/server.key", "data/x.csv"]:  # fmt: skip
@@ -128,16 +130,23 @@ def test_a_copy_holds_no_secret_but_what_the_user_sends(tmp_path: Path) -> None:
     node = tmp_path / "node"
     (node / ".skyinfra-node").parent.mkdir()
     (node / ".skyinfra-node").write_text("")
-    LocalTransport({0: node}).copy_dir(0, src, str(node / "work"), make_ignore(patterns))
-    copied = sorted(
-        p.relative_to(node / "work").as_posix() for p in (node / "work").rglob("*") if p.is_file()
-    )
-    assert copied == [
-        ".env.example",
-        ".skyinfraignore",
-        "certs/ca.pem",
-        "data/x.csv",
-        "train.py",
-    ]
+    transport = LocalTransport({0: node})
+    first, second = "20261125-100000-000000-aaaa", "20261125-100001-000000-bbbb"
+    expected = [".env.example", ".skyinfraignore", "certs/ca.pem", "data/x.csv", "train.py"]
+
+    def copied(run_id: str) -> list[str]:
+        work = node / "runs" / run_id / "work"
+        return sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
+
+    stats = transport.copy_tree(0, src, scan(src, make_ignore(patterns)), first)
+    assert copied(first) == expected
+    assert stats.sent_files == 5
     assert secrets_left_out(src, patterns) == [".aws", ".env", ".ssh", "certs/server.key"]
+    # New secrets, and a secret whose content equals a file that is sent: none travels.
+    (src / ".env.production").write_text("TOKEN=1")
+    (src / "certs" / "client.key").write_text("data/x.csv")
+    (src / "train.py").write_text("changed")
+    stats = transport.copy_tree(0, src, scan(src, make_ignore(read_ignore_patterns(src))), second)
+    assert copied(second) == expected
+    assert (stats.sent_files, stats.linked_files) == (1, 4)
     shutil.rmtree(node)

@@ -20,7 +20,9 @@ from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
 from skyinfra.run.report import RunReport, describe_exit, raise_for_failure
 from skyinfra.run.session import new_run_id, run_on_cluster
-from skyinfra.transport.base import IgnoreFn, Readiness
+from skyinfra.transport.base import Readiness
+from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.tree import CopyStats
 from tests.support.topologies import local_topology
 
 
@@ -70,8 +72,10 @@ class FakeTransport:
     def readiness(self, node: int) -> Readiness:
         return Readiness("ready")
 
-    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
-        self.calls.append(("copy_dir", node, dest, ignore(".git"), ignore("train.py")))
+    def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
+        self.calls.append(("copy_tree", node, run_id, sorted(wanted)))
+        size = sum(int(e.get("size", 0)) for e in wanted.values())
+        return CopyStats(None, len(wanted), size, 0, 0, 0, 0, 0.0)
 
     def put_file(self, node: int, src: Path, dest: str) -> None:
         self.calls.append(("put_file", node, dest))
@@ -122,15 +126,19 @@ def test_a_clean_run_copies_starts_streams_and_collects(tmp_path: Path) -> None:
 
     rid = report.run_id
     assert report.run_dir == tmp_path / "runs" / rid
-    # node 0 only, without --all-logs, then how long node 0 took to reach its entrypoint
-    assert lines[:2] == ["[node-0] a", "[node-0] b"]
-    assert len(lines) == 3 and lines[2].startswith("[skyinfra] node-0: ready check ")
-    copies = [c for c in transport.calls if c[0] in ("copy_dir", "put_file")]
+    # what the copy sent, node 0's lines only (no --all-logs), how long node 0 took to start
+    assert lines[0] == (
+        "[skyinfra] copy to 2 node(s): 2 file(s) sent (42 B), 0 unchanged kept from the "
+        "nodes' previous copy (0 B linked); no earlier copy on node-0, node-1"
+    )
+    assert lines[1:3] == ["[node-0] a", "[node-0] b"]
+    assert len(lines) == 4 and lines[3].startswith("[skyinfra] node-0: ready check ")
+    copies = [c for c in transport.calls if c[0] in ("copy_tree", "put_file")]
     # Each run has its own directory on the node: an earlier run's files stay where they are.
     assert copies == [
-        ("copy_dir", 0, f"/n0/runs/{rid}/work", True, False),
+        ("copy_tree", 0, rid, ["train.py"]),
         ("put_file", 0, "/n0/topology.json"),
-        ("copy_dir", 1, f"/n1/runs/{rid}/work", True, False),
+        ("copy_tree", 1, rid, ["train.py"]),
         ("put_file", 1, "/n1/topology.json"),
     ]
     starts = {c[1]: c for c in transport.calls if c[0] == "start"}
@@ -183,7 +191,8 @@ def test_ctrl_c_ends_every_started_node_and_propagates(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("def main():\n    pass\n")
 
     def interrupt(line: str) -> None:
-        raise KeyboardInterrupt
+        if line.startswith("[node-"):  # once a node's output streams
+            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_on_cluster(
@@ -467,3 +476,19 @@ def test_a_dash_m_entry_reaches_the_launcher_as_two_arguments(tmp_path: Path) ->
     argv = _launch_argv(dirs, 0, "-m pkg.train", ["--epochs", "3"])
     assert argv[-5:] == ["-m", "pkg.train", "--", "--epochs", "3"]
     assert _launch_argv(dirs, 0, "train.py", [])[-1] == "train.py"
+
+
+def test_a_project_file_that_cannot_be_read_stops_the_run_before_anything_is_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import skyinfra.transport.tree as tree
+
+    def unreadable(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(tree, "_sha256", unreadable)
+    transport = FakeTransport({0: ([], 0)}, {})
+    with pytest.raises(UsageError, match=r"cannot read .*train\.py to copy it to the nodes"):
+        run(transport, tmp_path, [])
+    assert not [c for c in transport.calls if c[0] in ("copy_tree", "start")]
+    assert not (tmp_path / "runs").exists()

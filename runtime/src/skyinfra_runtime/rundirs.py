@@ -5,6 +5,10 @@
     $SKYINFRA_NODE_DIR/                the node's own directory (venv/, topology.json, ...)
         runs/<run id>/                 $SKYINFRA_RUN_DIR: this run (result.json)
             work/                      the copy of the project; the entry's working directory
+                                       (files unchanged since the run before are hard links
+                                       to that run's: replace a project file, never rewrite
+                                       it in place)
+            manifest.json              what work/ held when skyinfra run's copy ended
         shared/                        $SKYINFRA_SHARED_DIR: never deleted by a run
 
 The launcher creates the shared directory and removes the oldest run directories beyond

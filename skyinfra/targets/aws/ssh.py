@@ -20,7 +20,6 @@ import hashlib
 import logging
 import posixpath
 import shlex
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,7 +31,9 @@ import paramiko
 from skyinfra.errors import HostKeyChangedError, TransportError
 from skyinfra.targets.aws.cloudinit import FAILED_MARKER, NODE_ENV_FILE, OUTPUT_LOG, READY_MARKER
 from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS, parse_probe_output, probe_script
-from skyinfra.transport.base import IgnoreFn, Readiness
+from skyinfra.transport.base import Readiness
+from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.tree import CopyStats
 
 # paramiko logs a failed connection's traceback from its own thread; without a handler
 # Python prints it to stderr. The failure reaches the user as a TransportError (or as an
@@ -341,17 +342,24 @@ class SshTransport:
         channel.exec_command(command)
         return channel
 
-    def check_call(self, node: int, script: str, *, timeout: float | None = None) -> str:
-        """Run a shell snippet, return its output; TransportError on non-zero exit, or when
-        ``timeout`` seconds pass without output or exit."""
+    def check_call(
+        self, node: int, script: str, *, timeout: float | None = None, stdin: bytes = b""
+    ) -> str:
+        """Run a shell snippet (``stdin`` on its stdin), return its output; TransportError on
+        non-zero exit, or when ``timeout`` seconds pass without output or exit."""
         channel = self._exec(node, script)
         if timeout is not None:
             channel.settimeout(timeout)
         try:
+            channel.sendall(stdin)
+            channel.shutdown_write()
             output = channel.makefile("r").read().decode(errors="replace")
         except TimeoutError as err:
             channel.close()
             raise TransportError(f"node {node}: no answer within {timeout}s") from err
+        except (OSError, EOFError, paramiko.SSHException) as err:
+            self._drop(node)
+            raise TransportError(f"node {node}: SSH connection failed: {err}") from err
         code = channel.recv_exit_status()
         if code != 0:
             raise TransportError(
@@ -452,30 +460,14 @@ class SshTransport:
             raise TransportError(f"node {node}: SSH channel failed: {err}") from err
         return SshProcess(node, self, channel, pid_file)
 
-    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
-        """Make ``dest`` an exact copy of ``src`` minus ignored paths (SFTP)."""
-        src = src.resolve()
-        self.check_call(node, f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(dest)}")
-        sftp = self._client(node).open_sftp()
-        try:
-            for path in sorted(src.rglob("*")):
-                rel = path.relative_to(src).as_posix()
-                if any(
-                    ignore("/".join(rel.split("/")[: i + 1])) for i in range(rel.count("/") + 1)
-                ):
-                    continue
-                remote = posixpath.join(dest, rel)
-                if path.is_symlink():
-                    sftp.symlink(str(path.readlink()), remote)
-                elif path.is_dir():
-                    sftp.mkdir(remote)
-                else:
-                    sftp.put(str(path), remote)
-                    sftp.chmod(remote, stat.S_IMODE(path.stat().st_mode))
-        except OSError as err:
-            raise TransportError(f"node {node}: copying {src} to {dest} failed: {err}") from err
-        finally:
-            sftp.close()
+    def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
+        """Only what the node's newest copy lacks travels, over SFTP (sshcopy.py)."""
+        from skyinfra.targets.aws.sshcopy import copy_tree
+
+        return copy_tree(self, node, src, wanted, run_id)
+
+    def open_sftp(self, node: int) -> paramiko.SFTPClient:
+        return self._client(node).open_sftp()
 
     def put_file(self, node: int, src: Path, dest: str) -> None:
         self.check_call(node, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '.')}")

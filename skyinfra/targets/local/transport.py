@@ -14,12 +14,16 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from skyinfra.errors import TransportError
 from skyinfra.targets.local.processes import NODE_ENV, write_pid_file
-from skyinfra.transport.base import IgnoreFn, Readiness
+from skyinfra.transport import nodesync, tree
+from skyinfra.transport.base import Readiness
+from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.tree import CopyStats
 
 # What a local node keeps of the operator's environment: what a process needs to run (as
 # an AWS node's login shell has it), nothing else. The operator's cloud credentials, tokens
@@ -125,18 +129,28 @@ class LocalTransport:
         problem = node_problem(d)
         return Readiness("failed", problem) if problem else Readiness("ready")
 
-    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
-        target = Path(dest)
-        if target.exists():
-            shutil.rmtree(target)
+    def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
+        """The node's half in-process (nodesync.py); the files that must travel are copied
+        into the new run's directory as new files."""
+        started = time.monotonic()
+        root = self.node_root(node)
+        work = Path(nodesync.run_paths(root, run_id)[1])
         src = src.resolve()
-
-        def _ignore(directory: str, names: list[str]) -> set[str]:
-            rel_dir = os.path.relpath(directory, src)
-            prefix = "" if rel_dir == "." else rel_dir + "/"
-            return {n for n in names if ignore(prefix + n)}
-
-        shutil.copytree(src, target, ignore=_ignore, symlinks=True)
+        try:
+            prepared = nodesync.prepare(root, run_id, wanted)
+            sent: dict[str, str] = {}
+            sent_bytes = 0
+            for rel in prepared["send"]:
+                dest = work / rel
+                with tree.open_exclusive(dest) as out:
+                    size, sent[rel] = tree.stream(src / rel, out.write)
+                sent_bytes += size
+                os.chmod(dest, wanted[rel]["mode"])
+                os.utime(dest, ns=(wanted[rel]["mtime_ns"], wanted[rel]["mtime_ns"]))
+            nodesync.finish(root, run_id, wanted, sent)
+        except OSError as err:
+            raise TransportError(f"node {node}: copying {src} to {work} failed: {err}") from err
+        return tree.stats(prepared, sent_bytes, time.monotonic() - started)
 
     def put_file(self, node: int, src: Path, dest: str) -> None:
         Path(dest).parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import pytest
 from skyinfra.errors import TransportError
 from skyinfra.targets.aws.cloudinit import NODE_ENV_FILE
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.transport.tree import scan
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_node_env_file_is_sourced_and_the_callers_env_wins(
     assert lines == ["efa from-run"]
 
 
-def test_copy_dir_put_and_fetch(transport: SshTransport, tmp_path: Path) -> None:
+def test_copy_tree_put_and_fetch(transport: SshTransport, tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "train.py").write_text("print('hi')\n")
@@ -70,15 +71,15 @@ def test_copy_dir_put_and_fetch(transport: SshTransport, tmp_path: Path) -> None
     (src / "run.sh").chmod(0o755)
     (src / ".git").mkdir()
     (src / ".git" / "HEAD").write_text("ref\n")
-    dest = tmp_path / "remote" / "work"
-    dest.mkdir(parents=True)
-    (dest / "stale.txt").write_text("left from an earlier run")
-    transport.copy_dir(0, src, str(dest), ignore=lambda rel: rel == ".git")
+    run_id = "20261125-100000-000000-aaaa"
+    stats = transport.copy_tree(0, src, scan(src, lambda rel: rel == ".git"), run_id)
+    dest = tmp_path / "node" / "runs" / run_id / "work"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [
         "pkg",
         "pkg/train.py",
         "run.sh",
     ]
+    assert (stats.sent_files, stats.sent_bytes) == (2, len("print('hi')\n#!/bin/sh\n"))
     assert os.access(dest / "run.sh", os.X_OK)
     transport.put_file(0, src / "pkg" / "train.py", str(tmp_path / "remote" / "a" / "b.py"))
     assert (tmp_path / "remote" / "a" / "b.py").read_text() == "print('hi')\n"
