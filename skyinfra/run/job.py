@@ -14,11 +14,12 @@ import contextlib
 import getpass
 import json
 import secrets
+import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from skyinfra_runtime.jobs import TOKEN_ENV
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
-from skyinfra.errors import SkyinfraError, TransportError, UsageError
+from skyinfra.errors import Detached, SkyinfraError, TransportError, UsageError
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # How often a client reads the head's record (at most).
@@ -34,6 +35,12 @@ RECORD_EVERY_S = 0.3
 # How long `run --detach` waits for every node to report in.
 STARTED_WAIT_S = 60.0
 FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost")
+# `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
+# without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
+# pass that prints only at its end: each can take 10-20 minutes), shorter than the idle
+# shutdown's default 60 minutes, so a hung job (a collective waiting on a dead peer) is flagged
+# well within the hour it would otherwise burn unnoticed.
+DEFAULT_STALL_AFTER_MIN = 30.0
 # What `logs --follow` (and a job's exit code in general) comes to, per final state.
 STATE_EXIT = {
     "succeeded": exitcodes.OK,
@@ -94,6 +101,34 @@ def start_job(
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory."""
+    # A hang-up while the agents start waits until every one has (a job whose peers never
+    # start would fail after JOIN_WAIT_S), then stops this process as usual (Detached).
+    hup_blocked = threading.current_thread() is threading.main_thread()
+    if hup_blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    started = False
+    try:
+        _start_agents(transport, topology, job_id, launch, entry, args, timeout_s)
+        started = True
+    finally:
+        if hup_blocked:
+            try:  # a pending SIGHUP's handler runs (raises) inside this call
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+            except Detached:
+                if started:
+                    raise Detached(job_id) from None
+                raise
+
+
+def _start_agents(
+    transport: NodeTransport,
+    topology: Topology,
+    job_id: str,
+    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
+    entry: str,
+    args: Sequence[str],
+    timeout_s: float | None,
+) -> None:
     token = secrets.token_hex(16)
     head_ip = topology.nodes[0].private_ip
     meta = {"entry": entry, "args": list(args), "started_by": who(), "nodes_total": len(launch)}
@@ -295,3 +330,84 @@ def _json_any(text: str) -> Any:
 
 def _tag() -> str:
     return secrets.token_hex(3)
+
+
+def annotate(job: dict[str, Any], stall_after_s: float) -> dict[str, Any]:
+    """``job`` with ``last_output_at`` (the newest of its nodes'), ``last_output_age_s``
+    (from the head's ``checked_at``: one clock; counted from the job's start while no node
+    has printed) and ``stalled`` (a running job whose every node has been silent that long)."""
+    times = [n.get("last_output_at") for n in job.get("nodes", []) if n.get("last_output_at")]
+    last = max(times) if times else None
+    since = last or job.get("started_at") or job.get("created_at")
+    checked = job.get("checked_at") or time.time()
+    age = max(0.0, float(checked) - float(since)) if since else None
+    running = job.get("state") in ("starting", "running")
+    return {
+        **job,
+        "last_output_at": last,
+        "last_output_age_s": None if age is None else round(age, 1),
+        "stalled": bool(running and age is not None and age >= stall_after_s),
+    }
+
+
+def is_function_entry(entry: str) -> bool:
+    """``script.py:function`` or ``package.module:function`` (what returns a value)."""
+    return ":" in entry and not entry.startswith("-m ")
+
+
+def job_results(transport: NodeTransport, job: dict[str, Any], into: Path) -> dict[int, Any]:
+    """Each node's result.json of the job (the launcher writes it when the entry, a function,
+    returned on every worker of the node), fetched into ``into``; a node without one: None."""
+    job_id = str(job.get("id"))
+    results: dict[int, Any] = {}
+    for n in job.get("nodes", []):
+        i = int(n.get("node"))
+        local = into / f"node-{i}.result.json"
+        remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
+        try:
+            found = transport.fetch(i, remote, local)
+        except (SkyinfraError, OSError):
+            found = False
+        results[i] = None
+        if found:
+            with contextlib.suppress(ValueError, OSError):
+                results[i] = json.loads(local.read_text(encoding="utf-8"))
+    return results
+
+
+def running_jobs(
+    make_transport: Callable[[], NodeTransport],
+) -> tuple[list[dict[str, Any]], str]:
+    """The jobs still running on the cluster (its head's records), newest first, and why
+    they could not be read ("" when they could): for `status` and `down`."""
+    try:
+        transport = make_transport()
+        try:
+            found = list_jobs(transport)
+        finally:
+            close = getattr(transport, "close", None)
+            if callable(close):
+                close()
+    except (SkyinfraError, OSError) as err:
+        return [], str(err)
+    return [j for j in found if j.get("state") in ("starting", "running")], ""
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """One running job in words: id, entry, who started it and when."""
+    entry = " ".join([str(job.get("entry")), *map(str, job.get("args", []))])
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.get("created_at") or 0))
+    return f"{job.get('id')} ({entry}; started by {job.get('started_by')} at {started})"
+
+
+def announce_running(
+    found: tuple[list[dict[str, Any]], str], echo: Callable[[str], None]
+) -> list[str]:
+    """`down`: say which running jobs end with the cluster (or that they could not be read);
+    their ids."""
+    jobs, why = found
+    if why:
+        echo(f"[skyinfra] could not read the cluster's jobs (any still running ends): {why}")
+    for job in jobs:
+        echo(f"[skyinfra]   running job {job_line(job)}: ends with the cluster")
+    return [str(job.get("id")) for job in jobs]
