@@ -11,7 +11,7 @@ import click
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option, json_option
-from skyinfra.cli.resolve import echo, workspace
+from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 
 if TYPE_CHECKING:
     from skyinfra.transport.base import NodeTransport
@@ -25,6 +25,7 @@ def _cluster(clusters_root: Path | None, name: str | None) -> tuple[Workspace, N
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, name, changes_something=False)
+    refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)

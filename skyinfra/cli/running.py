@@ -6,17 +6,13 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
-from skyinfra.cli.resolve import checked, echo, engine_factory, workspace
+from skyinfra.cli.resolve import checked, echo, refresh_shared_topology, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
-
-if TYPE_CHECKING:
-    from skyinfra.workspace import Workspace
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -116,7 +112,7 @@ def run(
     ws = workspace(clusters_root, cluster_name, changes_something=True)
     # The spec's files (aws.ssh_key) first: before the shared state is read over the network.
     checked(ws.spec(), guardrails=False)
-    _refresh_shared_topology(ws)
+    refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
@@ -170,17 +166,3 @@ def run(
         return
     print_report(report, echo)
     raise_for_failure(report)
-
-
-def _refresh_shared_topology(ws: Workspace) -> None:
-    """With state in a shared backend, topology.json is rebuilt from its outputs first:
-    another operator may have changed or destroyed the cluster."""
-    from skyinfra import shared_state
-    from skyinfra.terraform.backend import has_backend
-
-    if not has_backend(ws.path):
-        return
-    spec = ws.spec()
-    engine = engine_factory(None, spec)(ws.path)
-    shared_state.ensure_init(ws, engine)
-    shared_state.refresh_topology(ws, spec, engine)

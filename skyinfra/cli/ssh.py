@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from skyinfra.cli.options import cluster_option, dir_option
-from skyinfra.cli.resolve import echo, workspace
+from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 
 
 def _node_index(word: str, cluster: str) -> int | None:
@@ -51,6 +51,7 @@ def ssh(
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, cluster_name, changes_something=False)
+    refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
