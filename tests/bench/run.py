@@ -6,7 +6,9 @@ Each figure is measured --reps times (median, min, max); results also go to
 tests/bench/results/<host>-<date>.json. Figures (BENCHMARKS.md says what each measures):
 1 time to first step, 2 runtime overhead, 3 fan-out, 4 up/down with uv and pip,
 5 engine overhead (AWS target against moto), 6 render + plan scale (AWS, moto), 7 start-up
-(`skyinfra --help` beside `import click`).
+(`skyinfra --help` beside `import click`), 8 `run --detach` time to return, 9 `jobs` on 8 nodes.
+A run of only figures 8 and 9 replaces their sections of BENCHMARKS.md (each says when and
+where it was measured) and leaves the others as they were.
 Not part of `make test`: nothing here is a test or asserts a time.
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import HERE, REPO, machine
-from report import render_markdown
+from report import render_markdown, splice
 
 
 def main() -> None:
@@ -33,7 +35,7 @@ def main() -> None:
     parser.add_argument(
         "--aws-reps", type=int, default=1, help="figures 5 and 6 (minutes per run against moto)"
     )
-    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="figures to run, e.g. 1,4")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="figures to run, e.g. 1,4")
     parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     ns = parser.parse_args()
@@ -61,6 +63,7 @@ def main() -> None:
         print(f"bench: figure {number} took {time.perf_counter() - t0:.0f} s", flush=True)
 
     import aws_emulated
+    import jobs
     import local_cluster
     import overhead
     import startup
@@ -74,13 +77,19 @@ def main() -> None:
     step(5, "engine_overhead", aws_emulated.engine_overhead, ns.aws_reps)
     step(6, "aws_scale", aws_emulated.scale, ns.aws_reps)
     step(7, "startup", startup.startup, ns.reps)
+    step(8, "detach", jobs.detach, ns.reps)
+    step(9, "jobs_list", jobs.jobs_list, ns.reps)
     report["bench_wall_s"] = round(time.perf_counter() - started)
     report["load_average_at_end"] = [round(x, 2) for x in __import__("os").getloadavg()]
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    out = results / f"{report['machine']['host']}-{report['date'][:10]}.json"
+    part = "" if only >= set(range(1, 10)) else "-figures-" + "-".join(map(str, sorted(only)))
+    out = results / f"{report['machine']['host']}-{report['date'][:10]}{part}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
-    ns.out.write_text(render_markdown(report))
+    if only <= {8, 9} and ns.out.is_file():
+        ns.out.write_text(splice(ns.out.read_text(), report))
+    else:
+        ns.out.write_text(render_markdown(report))
     print(f"bench: {out} and {ns.out} written ({report['bench_wall_s']} s)")
 
 
