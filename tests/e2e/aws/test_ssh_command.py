@@ -18,6 +18,7 @@ import pytest
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.topology import Node, Topology
+from tests.conftest import skyinfra_argv
 from tests.e2e.aws.test_cli import aws_workspace, skyinfra
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,19 @@ def test_ssh_runs_a_command_and_writes_a_config_with_the_pinned_key(
     assert "matches the key it published on its console" in res.stderr
     pinned = (ws.path / "known_hosts").read_text()
     assert f"[{target.host}]:{target.port}" in pinned and host_key in pinned
+
+    # No command: a login shell over ssh (here reading its commands from stdin).
+    shell = subprocess.run(
+        [*skyinfra_argv(), "ssh", *where, "emu-node-0"],
+        cwd=tmp_path,
+        env=env,
+        input="echo hello from the shell\nexit 5\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.returncode == 5, shell.stdout + shell.stderr
+    assert "hello from the shell" in shell.stdout
 
     out = skyinfra("ssh", *where, "node-2", "--", "true", cwd=tmp_path, env=env)
     assert out.returncode == 2 and "NODE 2: the cluster has nodes 0 to 1" in out.stderr

@@ -187,6 +187,17 @@ def test_ssh_runs_a_command_on_a_local_node(project: Path, env: dict[str, str]) 
         str(node1),
         str(node1 / "venv" / "bin" / "python"),
     ]
+    # No command: the user's shell in the node's folder (here reading its commands from stdin).
+    shell = subprocess.run(
+        [*skyinfra_argv(), "ssh", "--cluster", NAME, "node-1"],
+        cwd=project,
+        env=env,
+        input="echo in=$SKYINFRA_NODE $PWD\nexit 4\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.returncode == 4 and shell.stdout == f"in=1 {node1}\n", shell.stdout + shell.stderr
     first = cli(["ssh", "--cluster", NAME, "--", "echo", "$SKYINFRA_NODE"], project, env)
     assert first.returncode == 0 and first.stdout == "0\n", first.stdout + first.stderr
     named = cli(["ssh", "--cluster", NAME, f"{NAME}-node-1", "--", "true"], project, env)
