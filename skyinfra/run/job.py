@@ -102,22 +102,23 @@ def start_job(
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory."""
     # A hang-up while the agents start waits until every one has (a job whose peers never
-    # start would fail after JOIN_WAIT_S), then stops this process as usual (Detached).
-    hup_blocked = threading.current_thread() is threading.main_thread()
-    if hup_blocked:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    started = False
+    # start would fail after JOIN_WAIT_S), then reaches the handler `run` installed (which
+    # stops following: Detached). Deferred by a handler of our own, not by blocking the
+    # signal: a blocked mask would be inherited by the agents and the user's processes.
+    old = None
+    hung_up: list[bool] = []
+    if threading.current_thread() is threading.main_thread():
+        current = signal.getsignal(signal.SIGHUP)
+        if callable(current):
+            old = current
+            signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
     try:
         _start_agents(transport, topology, job_id, launch, entry, args, timeout_s)
-        started = True
     finally:
-        if hup_blocked:
-            try:  # a pending SIGHUP's handler runs (raises) inside this call
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
-            except Detached:
-                if started:
-                    raise Detached(job_id) from None
-                raise
+        if old is not None:
+            signal.signal(signal.SIGHUP, old)
+    if hung_up:  # every agent started (a failure to start raised above)
+        raise Detached(job_id)
 
 
 def _start_agents(

@@ -262,7 +262,6 @@ def test_run_detach_survives_sighup_while_it_starts_the_job(
     assert proc.stdout is not None
     out = proc.stdout.read()
     code = proc.wait(60)
-    print("run --detach after SIGHUP exited", code)
     assert code in (130, 0), out  # 0: it had returned before the hang-up
     if code == 130:
         assert "the job goes on" in out and f"skyinfra logs --cluster {NAME} {job}" in out, out
