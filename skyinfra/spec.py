@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from skyinfra_runtime import jobenv
 from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
 from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
 from skyinfra_runtime.plugins import validate_plugins
@@ -55,6 +56,8 @@ COMMON_KEYS = (
     "guardrails",
     "backend",
     "engine",
+    "env",
+    "secrets",
 )
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
@@ -112,6 +115,11 @@ class ClusterSpec:
     # The Terraform that drives the cluster: a terraform/tofu binary's path or name on PATH
     # (None or "embedded": the embedded one). See skyinfra/terraform/external.py.
     engine: str | None = None
+    # `env = { NAME = "value" }`: variables every job's workers get (skyinfra.run.jobenv).
+    env: tuple[tuple[str, str], ...] = ()
+    # `secrets = ["NAME"]`: names only; each job takes the values from the operator's
+    # environment and never writes them to a file (skyinfra.run.jobenv).
+    secrets: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -128,6 +136,8 @@ class ClusterSpec:
             **({"guardrails": self.guardrails.to_dict()} if self.guardrails.to_dict() else {}),
             **({"backend": self.backend} if self.backend is not None else {}),
             **({"engine": self.engine} if self.engine is not None else {}),
+            **({"env": dict(self.env)} if self.env else {}),
+            **({"secrets": list(self.secrets)} if self.secrets else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -284,6 +294,49 @@ def _packages(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _env(value: Any) -> tuple[tuple[str, str], ...]:
+    """`env`: a table of variable names (jobenv's rules) and string values."""
+    if not isinstance(value, dict):
+        raise SpecError("env", value, 'a table like env = { NCCL_DEBUG = "INFO" }')
+    problems = Problems()
+    for name, item in value.items():
+        why = jobenv.name_problem(name)
+        if why:
+            problems.found.append(SpecError(f"env.{name}", name, why))
+            continue
+        why = jobenv.value_problem(item)
+        if why:
+            problems.found.append(SpecError(f"env.{name}", item, why))
+    problems.raise_any()
+    return tuple(value.items())
+
+
+def _secrets(value: Any, env: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """`secrets`: a list of names only (the values come from the environment of `run`)."""
+    if not isinstance(value, list):
+        # Never the value itself: a table here may hold secrets' values.
+        shown = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise SpecError(
+            "secrets",
+            shown,
+            'a list of names like secrets = ["WANDB_API_KEY"]; never values: `run` takes '
+            "each value from its own environment",
+        )
+    problems = Problems()
+    in_env = {name for name, _ in env}
+    for i, name in enumerate(value):
+        why = jobenv.name_problem(name)
+        if why is None and name in in_env:
+            why = "a name that is not in env too (a variable is either env or a secret)"
+        if why is None and name in value[:i]:
+            why = "each name once"
+        if why:
+            shown = name if isinstance(name, str) else type(name).__name__
+            problems.found.append(SpecError(f"secrets[{i}]", shown, why))
+    problems.raise_any()
+    return tuple(value)
+
+
 def _check_plugin_order(
     plugins: Sequence[PluginSpec], *, nodes: int, procs_per_node: int | str
 ) -> None:
@@ -358,6 +411,10 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         else None
     )
     engine = problems.check(lambda: _engine(raw.get("engine")), None)
+    no_env: tuple[tuple[str, str], ...] = ()
+    env = problems.check(lambda: _env(raw.get("env", {})), no_env)
+    no_secrets: tuple[str, ...] = ()
+    secrets = problems.check(lambda: _secrets(raw.get("secrets", []), env), no_secrets)
     # Another target's table is allowed (`--provider` picks), and checked all the same.
     for other in targets:
         if other != provider and other in raw:
@@ -380,6 +437,8 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         guardrails=guardrails,
         backend=backend,
         engine=engine,
+        env=env,
+        secrets=secrets,
     )
 
 

@@ -48,12 +48,20 @@ def skyinfra_argv() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "skyinfra.cli"]
 
 
+@pytest.fixture(scope="session")
+def tf_plugin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One Terraform plugin cache per test worker: the first `init` unpacks a provider (the AWS
+    one is 675 MB), every later one links to it. Tests on one worker run one at a time, so they
+    never write the cache together."""
+    return tmp_path_factory.mktemp("tf-plugins")
+
+
 @pytest.fixture
-def clean_env(tmp_path: Path) -> dict[str, str]:
+def clean_env(tmp_path: Path, tf_plugin_cache: Path) -> dict[str, str]:
     """Environment for CLI subprocesses: caches in tmp, no inherited skyinfra settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
     env["SKYINFRA_CACHE"] = str(tmp_path / "cache")
-    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(tmp_path / "tf-plugins")
+    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(tf_plugin_cache)
     return env
 
 

@@ -158,6 +158,13 @@ def _show_job(job: dict[str, Any]) -> None:
     echo(f"  last output: {_age(job.get('last_output_age_s'))}")
     if job.get("timeout_s"):
         echo(f"  timeout:    {job.get('timeout_s'):g} s")
+    from skyinfra.run.jobenv import shown
+
+    variables = shown(job)
+    if variables:
+        echo(f"  env:        {variables[0]}")
+        for line in variables[1:]:
+            echo(f"              {line}")
     for n in job.get("nodes", []):
         code = n.get("exit_code")
         said = f"exit {code} ({n.get('meaning')})" if n.get("state") == "ended" else n.get("state")

@@ -6,6 +6,7 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,10 @@ from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
 from skyinfra.cli.resolve import checked, echo, refresh_shared_topology, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
+
+if TYPE_CHECKING:
+    from skyinfra.run.jobenv import JobEnv
+    from skyinfra.workspace import Workspace
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -62,6 +67,24 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
     "`skyinfra logs JOB --follow`, end it with `skyinfra cancel JOB`.",
 )
 @click.option(
+    "--env",
+    "cli_env",
+    multiple=True,
+    metavar="NAME[=VALUE]",
+    help="A variable every worker of the job starts with (before the plugins set up); NAME "
+    "alone takes its value from this environment. Repeatable; wins over the spec's env. "
+    "`skyinfra jobs JOB` shows it.",
+)
+@click.option(
+    "--secret",
+    "cli_secrets",
+    multiple=True,
+    metavar="NAME",
+    help="A variable whose value comes from this environment and is never written to a file "
+    "here or on a node, and shows as *** (README: what this promises). Repeatable; adds to "
+    "the spec's secrets.",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -79,6 +102,8 @@ def run(
     keep_runs: int,
     verify_first: bool,
     detach: bool,
+    cli_env: tuple[str, ...],
+    cli_secrets: tuple[str, ...],
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -112,6 +137,8 @@ def run(
     ws = workspace(clusters_root, cluster_name, changes_something=True)
     # The spec's files (aws.ssh_key) first: before the shared state is read over the network.
     checked(ws.spec(), guardrails=False)
+    # Bad names and missing values: exit 2 before anything is read, copied or started.
+    job_env = _job_env(ws, cli_env, cli_secrets)
     refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
@@ -150,6 +177,7 @@ def run(
                 terminal=sys.stdout if sys.stdout.isatty() else None,
                 as_job=True,
                 detach=detach,
+                job_env=job_env,
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.
@@ -166,3 +194,26 @@ def run(
         return
     print_report(report, echo)
     raise_for_failure(report)
+
+
+def _job_env(ws: Workspace, cli_env: tuple[str, ...], cli_secrets: tuple[str, ...]) -> JobEnv:
+    """The job's env and secrets: the spec's (./skyinfra.toml when it names this cluster, so an
+    edit needs no `up`; else the spec the cluster was brought up with), then the flags."""
+    import os
+
+    from skyinfra.run.jobenv import resolve
+    from skyinfra.spec import read_spec_file, validate_spec
+
+    spec = ws.spec()
+    here = Path("skyinfra.toml")
+    if here.is_file():
+        raw = read_spec_file(here)
+        if raw.get("name") == ws.name:
+            spec = validate_spec(raw)
+    return resolve(
+        spec_env=spec.env,
+        spec_secrets=spec.secrets,
+        cli_env=cli_env,
+        cli_secrets=cli_secrets,
+        environ=os.environ,
+    )

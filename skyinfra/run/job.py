@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime.jobs import TOKEN_ENV
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
 from skyinfra.errors import Detached, SkyinfraError, TransportError, UsageError
+from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # How often a client reads the head's record (at most).
@@ -98,9 +98,12 @@ def start_job(
     entry: str,
     args: Sequence[str],
     timeout_s: float | None,
+    job_env: JobEnv | None = None,
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
-    the peers. ``launch``: per node, the launcher's argv, environment and working directory."""
+    the peers. ``launch``: per node, the launcher's argv, environment and working directory.
+    The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
+    never on a command line or in a file; the record keeps env and the secrets' names."""
     # A hang-up while the agents start waits until every one has (a job whose peers never
     # start would fail after JOIN_WAIT_S), then reaches the handler `run` installed (which
     # stops following: Detached). Deferred by a handler of our own, not by blocking the
@@ -113,7 +116,7 @@ def start_job(
             old = current
             signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
     try:
-        _start_agents(transport, topology, job_id, launch, entry, args, timeout_s)
+        _start_agents(transport, topology, job_id, launch, entry, args, timeout_s, job_env)
     finally:
         if old is not None:
             signal.signal(signal.SIGHUP, old)
@@ -129,10 +132,19 @@ def _start_agents(
     entry: str,
     args: Sequence[str],
     timeout_s: float | None,
+    job_env: JobEnv | None,
 ) -> None:
     token = secrets.token_hex(16)
+    job_env = job_env or JobEnv()
+    private = json.dumps({"token": token, **job_env.private()}).encode()
     head_ip = topology.nodes[0].private_ip
-    meta = {"entry": entry, "args": list(args), "started_by": who(), "nodes_total": len(launch)}
+    meta = {
+        "entry": entry,
+        "args": list(args),
+        "started_by": who(),
+        "nodes_total": len(launch),
+        **job_env.record(),
+    }
     head = ""
     for i in sorted(launch):
         argv, env, cwd = launch[i]
@@ -141,6 +153,7 @@ def _start_agents(
             "--job", job_id,
             "--node-dir", transport.node_root(i),
             "--node", str(i),
+            "--private-stdin",
         ]  # fmt: skip
         if i == 0:
             sup += ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
@@ -149,14 +162,15 @@ def _start_agents(
         else:
             sup += ["--head", head]
         proc = transport.start(
-            i, [*sup, "--", *argv], env={**env, TOKEN_ENV: token}, cwd=cwd, tag=f"{job_id}-start"
+            i, [*sup, "--", *argv], env=env, cwd=cwd, tag=f"{job_id}-start", stdin=private
         )
         out = list(proc.lines())
         code = proc.wait(60)
         said = _json_line(out)
         if code != 0 or said is None:
             raise TransportError(
-                f"node {i}: the job's agent did not start (exit {code}): {' '.join(out)}"
+                f"node {i}: the job's agent did not start (exit {code}): "
+                + job_env.mask(" ".join(out))
             )
         if i == 0:
             head = f"{said.get('host', head_ip)}:{said['port']}"

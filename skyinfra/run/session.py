@@ -34,11 +34,12 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import Detached
+from skyinfra.errors import Detached, InternalError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
+from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.report import NodeOutcome, RunReport, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
@@ -102,6 +103,7 @@ def run_on_cluster(
     terminal: TextIO | None = None,
     as_job: bool = False,
     detach: bool = False,
+    job_env: JobEnv | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -110,7 +112,11 @@ def run_on_cluster(
     where the readiness wait redraws its progress bar (None, or not a terminal: lines).
     ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
     go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
-    node started (the report holds only the id and directory)."""
+    node started (the report holds only the id and directory). ``job_env``: the user's env
+    and secrets, for a job only (secrets reach the nodes on the agents' stdin)."""
+    job_env = job_env or JobEnv()
+    if (job_env.env or job_env.secrets) and not (as_job or detach):
+        raise InternalError("a run's env and secrets need it to be a job (as_job)")
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
@@ -138,7 +144,7 @@ def run_on_cluster(
     if detach:
         started = False
         try:
-            _start_job(transport, topology, report, entry, args, keep_runs)
+            _start_job(transport, topology, report, entry, args, keep_runs, job_env)
             started = True
             wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         except Detached as hup:
@@ -154,6 +160,7 @@ def run_on_cluster(
         keep_runs=keep_runs,
         startup=startup,
         topology=topology if as_job else None,
+        job_env=job_env,
     )
     said = startup.summary()
     if said:
@@ -194,6 +201,7 @@ def _run_all(
     keep_runs: int,
     startup: HeadStartup | None = None,
     topology: Topology | None = None,
+    job_env: JobEnv | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -212,7 +220,7 @@ def _run_all(
                     transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
                 )
             else:
-                _start_job(transport, topology, report, entry, args, keep_runs)
+                _start_job(transport, topology, report, entry, args, keep_runs, job_env)
                 started = True
                 _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -287,6 +295,7 @@ def _start_job(
     entry: str,
     args: Sequence[str],
     keep_runs: int,
+    job_env: JobEnv | None,
 ) -> None:
     launch = {}
     for i in report.outcomes:
@@ -300,6 +309,7 @@ def _start_job(
         entry=entry,
         args=args,
         timeout_s=report.timeout_s,
+        job_env=job_env,
     )
 
 

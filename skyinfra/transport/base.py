@@ -62,9 +62,19 @@ class NodeTransport(Protocol):
     def put_file(self, node: int, src: Path, dest: str) -> None: ...
 
     def start(
-        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
+        self,
+        node: int,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        tag: str,
+        stdin: bytes | None = None,
     ) -> NodeProcess:
-        """Start ``argv`` on the node in ``cwd`` with ``env`` added; ``tag`` names the run."""
+        """Start ``argv`` on the node in ``cwd`` with ``env`` added; ``tag`` names the run.
+        ``env`` may show on the node's command lines (SSH): never a secret there. ``stdin``:
+        bytes the process reads on its standard input, then end of file (a pipe locally, the
+        SSH channel on AWS): the only way a secret reaches a node (skyinfra.run.job)."""
         ...
 
     def fetch(self, node: int, remote: str, local: Path) -> bool:

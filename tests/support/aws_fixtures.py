@@ -66,11 +66,10 @@ def plugin_mirror() -> Path:
 
 
 @pytest.fixture(scope="session")
-def terraform(plugin_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> TerraformFactory:
+def terraform(plugin_mirror: Path, tf_plugin_cache: Path) -> TerraformFactory:
     """The product's engine for a folder, with providers only from the mirror (no registry
-    traffic) and a plugin cache of the session's own."""
-    cache = tmp_path_factory.mktemp("terraform-plugins")
-    env = {**os.environ, MIRROR_ENV: str(plugin_mirror), PLUGIN_CACHE_ENV: str(cache)}
+    traffic) and the worker's plugin cache (tests/conftest.py)."""
+    env = {**os.environ, MIRROR_ENV: str(plugin_mirror), PLUGIN_CACHE_ENV: str(tf_plugin_cache)}
     return lambda workdir: EmbeddedTerraform(workdir, env=env)
 
 

@@ -416,9 +416,11 @@ class SshTransport:
         )
 
     def start(
-        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
-    ) -> SshProcess:
-        """Start ``argv`` in ``cwd`` with ``env`` added and the node's venv first on PATH."""
+        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str,
+        stdin: bytes | None = None,
+    ) -> SshProcess:  # fmt: skip
+        """Start ``argv`` in ``cwd`` with ``env`` added (in the shell's command line: never a
+        secret) and the node's venv first on PATH; ``stdin`` through the channel, then EOF."""
         if not argv:
             raise TransportError(f"node {node}: empty command")
         root = self.node_root(node)
@@ -444,7 +446,15 @@ class SshTransport:
             f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'
             f"exec {shlex.join(argv)}"
         )
-        return SshProcess(node, self, self._exec(node, command), pid_file)
+        channel = self._exec(node, command)
+        try:
+            if stdin is not None:
+                channel.sendall(stdin)
+                channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as err:
+            channel.close()
+            raise TransportError(f"node {node}: SSH channel failed: {err}") from err
+        return SshProcess(node, self, channel, pid_file)
 
     def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
         """Make ``dest`` an exact copy of ``src`` minus ignored paths (SFTP)."""

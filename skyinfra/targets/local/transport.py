@@ -21,15 +21,19 @@ from skyinfra.errors import TransportError
 from skyinfra.targets.local.processes import NODE_ENV, write_pid_file
 from skyinfra.transport.base import IgnoreFn, Readiness
 
-# Variables of the operator's own Python that must not leak into a node's interpreter.
-_DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+# What a local node keeps of the operator's environment: what a process needs to run (as
+# an AWS node's login shell has it), nothing else. The operator's cloud credentials, tokens
+# and framework settings stay here; a job gets variables through `env`, --env and --secret
+# (the same on every target).
+KEEP_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "LANG", "LANGUAGE")
+KEEP_ENV_PREFIXES = ("LC_",)
 
 
 def node_environment(node_dir: Path) -> dict[str, str]:
-    """The environment a node's processes get: this one's, minus the operator's Python
-    settings, with the node's venv first on PATH."""
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
-    env["PATH"] = f"{node_dir / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    """The environment a node's processes start from: PATH (the node's venv first), HOME,
+    user, temp folder, time zone and locale of this one; nothing else of the operator's."""
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(KEEP_ENV_PREFIXES)}
+    env["PATH"] = f"{node_dir / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
     env["VIRTUAL_ENV"] = str(node_dir / "venv")
     return env
 
@@ -60,6 +64,17 @@ def node_problem(node_dir: Path) -> str | None:
     if not (node_dir / ".skyinfra-node").is_file():
         return f"{node_dir} is not a bootstrapped node directory (run `skyinfra up`)"
     return None
+
+
+def _feed(popen: subprocess.Popen[str], data: bytes) -> None:
+    """Write ``data`` (UTF-8 text) to the process's stdin and close it (a pipe: nothing on
+    disk)."""
+    assert popen.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        popen.stdin.write(data.decode())
+        popen.stdin.flush()
+    with contextlib.suppress(BrokenPipeError):
+        popen.stdin.close()
 
 
 class LocalProcess:
@@ -148,7 +163,14 @@ class LocalTransport:
         shutil.copyfile(src, dest)
 
     def start(
-        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
+        self,
+        node: int,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        tag: str,
+        stdin: bytes | None = None,
     ) -> LocalProcess:
         node_dir = self._dir(node)
         full_env = node_environment(node_dir)
@@ -159,7 +181,7 @@ class LocalTransport:
                 list(argv),
                 cwd=cwd,
                 env=full_env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -168,6 +190,8 @@ class LocalTransport:
             )
         except OSError as err:
             raise TransportError(f"node {node}: cannot start {argv[0]}: {err}", argv=argv) from err
+        if stdin is not None:
+            _feed(popen, stdin)
         pid_file = node_dir / "pids" / f"{tag}.pid"
         write_pid_file(pid_file, popen.pid)
         return LocalProcess(node, popen, pid_file)

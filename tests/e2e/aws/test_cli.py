@@ -108,7 +108,11 @@ def ssh_key(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli_env(
-    aws_env: str, plugin_mirror: Path, minimal_runtime_dir: Path, tmp_path: Path
+    aws_env: str,
+    plugin_mirror: Path,
+    minimal_runtime_dir: Path,
+    tmp_path: Path,
+    tf_plugin_cache: Path,
 ) -> dict[str, str]:
     """What a user's shell would hold: the emulator, dummy credentials, the provider mirror."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
@@ -117,7 +121,7 @@ def cli_env(
             ENDPOINT_ENV_VAR: aws_env,
             MIRROR_ENV: str(plugin_mirror),
             "SKYINFRA_CACHE": str(tmp_path / "cache"),
-            "SKYINFRA_TF_PLUGIN_CACHE": str(tmp_path / "tf-plugins"),
+            "SKYINFRA_TF_PLUGIN_CACHE": str(tf_plugin_cache),
             # The Terraform layer is under test, not the runtime (integration/runtime, e2e/local).
             "SKYINFRA_RUNTIME_DIR": str(minimal_runtime_dir),
         }

@@ -7,6 +7,7 @@ root per node, then `status` and `run` over SSH end to end (moved out of test_cl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -72,6 +73,19 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
     )
 
 
+PLANTED = "planted-" + "aws-secret-3b9e0c"
+
+
+def files_holding(root: Path, value: str) -> list[str]:
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink() and path.is_file() and value.encode() in path.read_bytes():
+                found.append(str(path))
+    return found
+
+
 @pytest.mark.slow
 def test_run_over_ssh_on_emulated_aws_nodes(
     cli_env: dict[str, str],
@@ -105,8 +119,12 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         'jax_extra = "none"\nidle_shutdown_minutes = 0\n'
     )
     (project / "where_am_i.py").write_text(
-        "import dataclasses\n\nfrom skyinfra_runtime import instance_info\n\n\n"
-        "def main():\n    return dataclasses.asdict(instance_info())\n"
+        "import dataclasses, hashlib, os\n\nfrom skyinfra_runtime import instance_info\n\n\n"
+        "def main():\n"
+        "    secret = os.environ['PLANTED_SECRET']\n"
+        "    print('secret:', secret, flush=True)\n"
+        "    return {**dataclasses.asdict(instance_info()), 'from_cli': os.environ['FROM_CLI'],\n"
+        "            'sha': hashlib.sha256(secret.encode()).hexdigest()}\n"
     )
     roots = {f"node-{i}": tmp_path / f"emulated-node-{i}" for i in range(2)}
     env = {
@@ -141,8 +159,14 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         assert ready.returncode == 0, ready.stdout + ready.stderr
         assert [n["readiness"] for n in json.loads(ready.stdout)["nodes"]] == ["ready", "ready"]
 
-        run = skyinfra("run", "where_am_i.py:main", cwd=project, env=env)
+        # A job's env and a secret (issue 28) reach both nodes over SSH; the secret's value
+        # lands in no file here or on the nodes (state, tfvars, runs/, node logs, records).
+        run = skyinfra(
+            "run", "--env", "FROM_CLI=over ssh", "--secret", "PLANTED_SECRET",
+            "where_am_i.py:main", cwd=project, env={**env, "PLANTED_SECRET": PLANTED},
+        )  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr
+        assert "[node-0] secret: ***" in run.stdout and PLANTED not in run.stdout + run.stderr
         run_dir = next((ws / "runs").iterdir())
         summary = json.loads((run_dir / "summary.json").read_text())
         infos = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
@@ -151,6 +175,9 @@ def test_run_over_ssh_on_emulated_aws_nodes(
             (1, 2, "aws"),
         ]
         assert {i["head_addr"] for i in infos} == {"10.42.0.10"}
+        sha = hashlib.sha256(PLANTED.encode()).hexdigest()
+        assert [(i["from_cli"], i["sha"]) for i in infos] == [("over ssh", sha)] * 2
+        assert files_holding(tmp_path, PLANTED) == []
         ids = [n["instance_id"] for n in topology["nodes"]]
         assert [[p["instance_id"] for p in i["peers"]] for i in infos] == [ids, ids]
         # Each node ran in its own root, the run in its own directory there: the work copy

@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from skyinfra_runtime.jobs import TOKEN_ENV
-
 from tests.unit.aws.test_lifetime import SERVICE, unit_files
 
 RUNTIME = str(Path(sys.executable).parent / "skyinfra-runtime")
@@ -56,9 +54,7 @@ def start_job(node: Path, job: str, gate: Path) -> int:
     argv = [RUNTIME, "supervise", "--job", job, "--node-dir", str(node), "--node", "0"]
     argv += ["--nodes", "1", "--meta", meta, "--", sys.executable, "-c"]
     argv += [WAIT.format(gate=str(gate))]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=60, env={**os.environ, TOKEN_ENV: "t"}
-    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     return int(json.loads(done.stdout.splitlines()[-1])["pid"])
 

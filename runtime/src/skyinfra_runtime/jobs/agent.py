@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyinfra_runtime.jobenv import mask_bytes
 from skyinfra_runtime.jobs.records import (
     END_GRACE_S,
     OUTPUT_EVERY_S,
     SCHEMA,
     TAIL_LINES,
-    TOKEN_ENV,
     Paths,
     now,
     write_json,
@@ -34,6 +34,11 @@ class Agent:
     paths: Paths
     node: int
     argv: list[str]
+    # The user's env and secrets, added to the launcher's environment (so every worker starts
+    # with them, before any plugin); never written anywhere by the agent.
+    env: dict[str, str] = field(default_factory=dict)
+    # The secrets' values (jobenv.masks): replaced by *** in the node's log and tail.
+    hidden: list[bytes] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     last_output: float | None = None
     exit_code: int | None = None
@@ -47,6 +52,7 @@ class Agent:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             self.argv,
+            env={**os.environ, **self.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -60,7 +66,8 @@ class Agent:
         assert self.proc is not None and self.proc.stdout is not None
         fd = os.open(self.paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "wb", buffering=0) as log:
-            for line in self.proc.stdout:
+            for raw in self.proc.stdout:
+                line = mask_bytes(raw, self.hidden) if self.hidden else raw
                 log.write(line)
                 self.tail.append(line.decode(errors="replace").rstrip("\n"))
                 self.last_output = now()
@@ -116,7 +123,7 @@ def _end_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def report_to_head(agent: Agent, head: str) -> None:
+def report_to_head(agent: Agent, head: str, token: str) -> None:
     """A peer's agent: report to the head, end the launcher when told or when the head goes."""
     host, _, port = head.rpartition(":")
     sock = None
@@ -135,7 +142,7 @@ def report_to_head(agent: Agent, head: str) -> None:
         with lock, contextlib.suppress(OSError):
             send(sock, msg)
 
-    report({"node": agent.node, "token": os.environ.get(TOKEN_ENV, "")})
+    report({"node": agent.node, "token": token})
 
     def listen() -> None:
         reason = "the job's supervisor on the head went away"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import exitcodes
+from skyinfra_runtime import exitcodes, jobenv
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     FINAL_STATES,
@@ -62,12 +62,39 @@ def _ready(msg: dict[str, Any]) -> None:
     os.close(w)
 
 
+def read_private(stream: Any) -> dict[str, Any]:
+    """What the operator sends on stdin, never on a command line or in a file: one JSON object
+    with the job's token and the user's env and secrets (``{"token": "...", "env": {...},
+    "secrets": {...}}``). Checked here too: names by jobenv's rules, string values."""
+    raw = stream.read()
+    data = json.loads(raw) if raw.strip() else {}
+    if not isinstance(data, dict) or not isinstance(data.get("token", ""), str):
+        raise ValueError("expected a JSON object with a string 'token'")
+    for kind in ("env", "secrets"):
+        table = data.setdefault(kind, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"{kind!r}: expected a JSON object of names and values")
+        for name, value in table.items():
+            problem = jobenv.name_problem(name) or jobenv.value_problem(value)
+            if problem:
+                raise ValueError(f"{kind} {name!r}: expected {problem}")
+    return data
+
+
 def supervise(ns: argparse.Namespace) -> int:
     paths = Paths(Path(ns.node_dir), ns.job)
     argv = list(ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv)
     if not argv:
         print("skyinfra-runtime supervise: no launcher command after --", file=sys.stderr)
         return exitcodes.USAGE
+    private: dict[str, Any] = {"token": "", "env": {}, "secrets": {}}
+    if ns.private_stdin:
+        try:
+            private = read_private(sys.stdin)
+        except ValueError as err:  # json.JSONDecodeError is one
+            # Never the input itself: it holds secrets.
+            print(f"skyinfra-runtime supervise: stdin: {err}", file=sys.stderr)
+            return exitcodes.USAGE
     if ns.node != 0 and not ns.head:
         print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
         return exitcodes.USAGE
@@ -93,7 +120,13 @@ def supervise(ns: argparse.Namespace) -> int:
         print(line, end="", flush=True)
         return exitcodes.OK
     try:
-        agent = Agent(paths, ns.node, argv)
+        agent = Agent(
+            paths,
+            ns.node,
+            argv,
+            env={**private["env"], **private["secrets"]},
+            hidden=jobenv.masks(private["secrets"].values()),
+        )
         paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
         write_json(paths.node_state, {"node": ns.node, "state": "starting"})
         pid_tmp = paths.pid_file.with_name(f".{paths.pid_file.name}.tmp")
@@ -103,7 +136,7 @@ def supervise(ns: argparse.Namespace) -> int:
         os.replace(pid_tmp, paths.pid_file)
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
-            sup = Supervisor(agent, ns.nodes, meta, ns.timeout)
+            sup = Supervisor(agent, ns.nodes, meta, ns.timeout, token=private["token"])
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
             _ready({"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]})
@@ -111,7 +144,7 @@ def supervise(ns: argparse.Namespace) -> int:
             server.close()
         else:
             _ready({"pid": os.getpid()})
-            report_to_head(agent, ns.head)
+            report_to_head(agent, ns.head, private["token"])
     finally:
         paths.pid_file.unlink(missing_ok=True)
         # Last: a follower that sees "ended" finds nothing of the node's part left.
@@ -207,6 +240,11 @@ def main(argv: list[str]) -> int:
     sup.add_argument("--head", help="HOST:PORT of the job's supervisor (peers)")
     sup.add_argument("--timeout", type=float, default=None)
     sup.add_argument("--meta", help="JSON recorded with the job (head only)")
+    sup.add_argument(
+        "--private-stdin",
+        action="store_true",
+        help="read the job's token, env and secrets from stdin (one JSON object)",
+    )
     sup.add_argument("argv", nargs=argparse.REMAINDER)
     lg = sub.add_parser("logs", help="a node's log of a job")
     lg.add_argument("--job", required=True)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TOKEN_ENV = "SKYINFRA_JOB_TOKEN"
 SCHEMA = 1
 # Ending a node: SIGTERM to its launcher's process group, SIGKILL after this many seconds
 # (frameworks blocked in a collective ignore SIGTERM): the others end within 5 s of a failure.

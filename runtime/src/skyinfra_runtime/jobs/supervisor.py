@@ -17,7 +17,6 @@ from skyinfra_runtime.jobs.records import (
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     SCHEMA,
-    TOKEN_ENV,
     now,
     write_json,
 )
@@ -39,7 +38,15 @@ class NodeView:
 class Supervisor:
     """The head's agent: node 0's launcher, the peers' reports, fail-fast, timeout, record."""
 
-    def __init__(self, agent: Agent, nodes: int, meta: dict[str, Any], timeout_s: float | None):
+    def __init__(
+        self,
+        agent: Agent,
+        nodes: int,
+        meta: dict[str, Any],
+        timeout_s: float | None,
+        *,
+        token: str,
+    ):
         self.agent = agent
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         self.view = {i: NodeView(i) for i in range(nodes)}
@@ -53,7 +60,7 @@ class Supervisor:
         self.timed_out: list[int] = []
         self.ending = ""  # why the supervisor is ending every node ("" while it is not)
         self.cancel = threading.Event()
-        self.token = os.environ.get(TOKEN_ENV, "")
+        self.token = token
 
     def record(self) -> dict[str, Any]:
         return {
