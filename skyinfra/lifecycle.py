@@ -343,11 +343,15 @@ def down(
             f"resource(s)) in {ws.path}"
         )
         losses = [ResourceChange(address, "destroy", "down") for address in resources]
+        jobs = _jobs_that_end(ws, spec, echo) if losses else []
         if losses and (confirm is None or not confirm(losses)):
             raise ConfirmationRequired(
-                f"`down` would destroy {len(losses)} resource(s) of cluster {spec.name!r}; "
-                "nothing was changed. Confirm at the prompt on a terminal, or pass --yes"
+                f"`down` would destroy {len(losses)} resource(s) of cluster {spec.name!r}"
+                + (f" and end its running job(s) {', '.join(jobs)}" if jobs else "")
+                + "; nothing was changed. Confirm at the prompt on a terminal, or pass --yes"
             )
+        if jobs:
+            echo(f"[skyinfra] ending the running job(s) {', '.join(jobs)} with the cluster")
         echo(f"[skyinfra] terraform destroy in {ws.path}")
         engine.destroy(on_event=progress_printer(echo))
         ws.topology_file.unlink(missing_ok=True)
@@ -365,6 +369,24 @@ def down(
                 f"shows {len(left)} of its resource(s): " + "; ".join(left)
             )
         echo(f"[skyinfra] checked with {spec.provider}: nothing of cluster {spec.name!r} is left")
+
+
+def _jobs_that_end(ws: Workspace, spec: ClusterSpec, echo: Echo) -> list[str]:
+    """The ids of the cluster's running jobs, each listed for `down`'s confirmation."""
+    from skyinfra.run.job import announce_running
+
+    if not ws.topology_file.is_file():
+        return []
+    return announce_running(_running_jobs(ws, spec, read_topology(ws.topology_file)), echo)
+
+
+def _running_jobs(
+    ws: Workspace, spec: ClusterSpec, topology: Topology
+) -> tuple[list[dict[str, Any]], str]:
+    from skyinfra.run.job import running_jobs
+
+    timeout = STATUS_CONNECT_TIMEOUT_S
+    return running_jobs(lambda: transport_for(ws, topology, spec=spec, connect_timeout_s=timeout))
 
 
 def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> list[str]:
@@ -449,6 +471,10 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "bootstrap_s": ready.bootstrap_s,
                 }
             )
+    jobs: list[dict[str, Any]] = []
+    jobs_error = ""
+    if topology is not None and nodes and nodes[0]["readiness"] == "ready":
+        jobs, jobs_error = _running_jobs(ws, spec, topology)
     # What the nodes install, where the target says (aws: the pinned jax).
     installs = getattr(target_of(spec), "node_installs", None)
     info = {
@@ -460,6 +486,8 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "backend": spec.backend or "local (the workspace)",
         "resources": resources,
         "nodes": nodes,
+        "jobs": jobs,  # the running ones (the head's records)
+        "jobs_error": jobs_error,
         "node_installs": installs(ws, spec) if callable(installs) else {},
     }
     # A target's own facts (aws: the zone, and why it is not the first choice).

@@ -225,6 +225,11 @@ class Workspace:
         self.ensure()
         _write_private(target, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
+    def write_text(self, target: Path, text: str) -> None:
+        """A private (0600) file in the workspace, replaced atomically."""
+        self.ensure()
+        _write_private(target, text)
+
     def read_json(self, target: Path) -> Any:
         try:
             return json.loads(target.read_text(encoding="utf-8"))

@@ -27,10 +27,18 @@ fi
 [ "${IDLE_MINUTES:-0}" -gt 0 ] || exit 0
 stamp="$STATE_DIR/last-busy"
 busy=0
+# A running job is busy on every node: each node's job agent (skyinfra-runtime supervise)
+# holds pids/<job id>.pid while its part of the job runs, and removes it when that part ends,
+# so a finished job (or one whose agent died: a lost job) leaves the node idle.
 for f in "$NODE_DIR"/pids/*.pid; do
-    # A pid file holds "PID START" (the process's start time): the pid is the first word.
-    pid=""; [ -f "$f" ] && read -r pid _ < "$f"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && busy=1
+    # A pid file holds "PID START" (the process's start time, field 22 of /proc/PID/stat):
+    # a pid reused by an unrelated process since is not ours.
+    pid=""; start=""; [ -f "$f" ] && read -r pid start _ < "$f"
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then continue; fi
+    if [ -n "$start" ]; then
+        [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)" = "$start" ] || continue
+    fi
+    busy=1
 done
 if [ ! -f "$STATE_DIR/ready" ] && [ ! -f "$STATE_DIR/failed" ]; then
     uptime_s=$(cut -d. -f1 /proc/uptime)

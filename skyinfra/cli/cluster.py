@@ -218,6 +218,17 @@ def status(
         )
         if state != "ready" and node.get("readiness_detail"):
             echo(f"    {node['readiness_detail']}")
+    if info.get("jobs_error"):
+        echo(f"  jobs: unknown ({info['jobs_error']})")
+    elif info["nodes"] and info["nodes"][0].get("readiness") == "ready":
+        from skyinfra.run.job import job_line
+
+        running = info.get("jobs", [])
+        echo(
+            f"  running jobs: {len(running)}" + ("" if running else " (`skyinfra jobs` lists all)")
+        )
+        for job in running:
+            echo(f"    {job_line(job)}")
 
 
 def phase_words(node: dict[str, Any]) -> str:

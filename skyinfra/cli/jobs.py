@@ -11,7 +11,7 @@ import click
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option, json_option
-from skyinfra.cli.resolve import echo, workspace
+from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 
 if TYPE_CHECKING:
     from skyinfra.transport.base import NodeTransport
@@ -25,6 +25,7 @@ def _cluster(clusters_root: Path | None, name: str | None) -> tuple[Workspace, N
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, name, changes_something=False)
+    refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
@@ -55,39 +56,93 @@ def _codes(job: dict[str, Any]) -> str:
     )
 
 
+def _age(seconds: Any) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s ago"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s ago"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m ago"
+
+
+def _state(job: dict[str, Any]) -> str:
+    return f"{job.get('state')} (STALLED)" if job.get("stalled") else str(job.get("state"))
+
+
 @click.command("jobs")
 @cluster_option
 @dir_option
 @json_option
+@click.option(
+    "--stall-after",
+    "stall_after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MINUTES",
+    help="Mark a running job stalled when every node has been silent this long "
+    "(default 30: longer than a compile, a checkpoint or an evaluation pass that prints "
+    "nothing, shorter than the 60-minute idle shutdown).",
+)
 @click.argument("job_id", metavar="[JOB]", required=False)
 def jobs(
-    cluster_name: str | None, clusters_root: Path | None, as_json: bool, job_id: str | None
+    cluster_name: str | None,
+    clusters_root: Path | None,
+    as_json: bool,
+    stall_after: float | None,
+    job_id: str | None,
 ) -> None:
-    """The cluster's jobs, newest first (id, entry, state, started, duration, each node's
-    exit code); JOB: that one in full."""
-    from skyinfra.run.job import find_job, list_jobs
+    """The cluster's jobs, newest first (id, entry, state, started, duration, the last
+    output's age, each node's exit code; a running job whose every node has been silent for
+    --stall-after minutes is marked stalled); JOB: that one in full, with each node's
+    result when the entry is a function."""
+    import tempfile
 
+    from skyinfra.run.job import (
+        DEFAULT_STALL_AFTER_MIN,
+        FINAL_STATES,
+        annotate,
+        find_job,
+        is_function_entry,
+        job_results,
+        list_jobs,
+    )
+
+    stall_s = (DEFAULT_STALL_AFTER_MIN if stall_after is None else stall_after) * 60
     _, transport, _ = _cluster(clusters_root, cluster_name)
     if job_id is not None:
-        job = find_job(transport, job_id)
+        job = annotate(find_job(transport, job_id), stall_s)
+        if is_function_entry(str(job.get("entry"))) and job.get("state") in FINAL_STATES:
+            with tempfile.TemporaryDirectory(prefix="skyinfra-results-") as tmp:
+                results = job_results(transport, job, Path(tmp))
+            for n in job.get("nodes", []):
+                n["result"] = results.get(int(n.get("node")))
         if as_json:
             click.echo(json.dumps(job, indent=2))
             return
         _show_job(job)
         return
-    found = list_jobs(transport)
+    found = [annotate(j, stall_s) for j in list_jobs(transport)]
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
     if not found:
         echo("no jobs on this cluster")
         return
-    rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "EXIT (node:code)")]
+    rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")]
     for j in found:
         entry = " ".join([str(j.get("entry")), *map(str, j.get("args", []))])
-        created = j.get("created_at")
         rows.append(
-            (str(j.get("id")), entry, str(j.get("state")), _when(created), _duration(j), _codes(j))
+            (
+                str(j.get("id")),
+                entry,
+                _state(j),
+                _when(j.get("created_at")),
+                _duration(j),
+                _age(j.get("last_output_age_s")),
+                _codes(j),
+            )
         )
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
@@ -95,11 +150,12 @@ def jobs(
 
 
 def _show_job(job: dict[str, Any]) -> None:
-    echo(f"job {job.get('id')}: {job.get('state')}")
+    echo(f"job {job.get('id')}: {_state(job)}")
     echo(f"  entry:      {' '.join([str(job.get('entry')), *map(str, job.get('args', []))])}")
     echo(f"  started by: {job.get('started_by')}")
     echo(f"  started:    {_when(job.get('created_at'))}   ended: {_when(job.get('ended_at'))}")
     echo(f"  duration:   {_duration(job)}")
+    echo(f"  last output: {_age(job.get('last_output_age_s'))}")
     if job.get("timeout_s"):
         echo(f"  timeout:    {job.get('timeout_s'):g} s")
     from skyinfra.run.jobenv import shown
@@ -115,6 +171,16 @@ def _show_job(job: dict[str, Any]) -> None:
         why = f", ended by the job {n['ended_reason']}" if n.get("ended_reason") else ""
         last = f"; last output {_when(n.get('last_output_at'))}" if n.get("last_output_at") else ""
         echo(f"  node-{n.get('node')}: {said}{why}{last}")
+    for n in job.get("nodes", []):
+        if "result" not in n:
+            continue
+        result = n["result"]
+        if not isinstance(result, dict):
+            echo(f"  node-{n.get('node')} result: none (the function did not return there)")
+            continue
+        for worker in result.get("workers", []):
+            value = json.dumps(worker.get("value"), sort_keys=True)
+            echo(f"  node-{n.get('node')} worker {worker.get('worker')}: {value}")
 
 
 @click.command("logs")

@@ -104,3 +104,17 @@ def int_or_raw(value: str | None) -> int | str | None:
 def spec_file_or_default(spec_path: Path | None) -> Path | None:
     """--spec, else ./skyinfra.toml when there is one."""
     return spec_path or (DEFAULT_SPEC if DEFAULT_SPEC.is_file() else None)
+
+
+def refresh_shared_topology(ws: Workspace) -> None:
+    """With state in a shared backend, topology.json is rebuilt from its outputs first:
+    another operator may have changed or destroyed the cluster."""
+    from skyinfra import shared_state
+    from skyinfra.terraform.backend import has_backend
+
+    if not has_backend(ws.path):
+        return
+    spec = ws.spec()
+    engine = engine_factory(None, spec)(ws.path)
+    shared_state.ensure_init(ws, engine)
+    shared_state.refresh_topology(ws, spec, engine)

@@ -12,7 +12,7 @@ import click
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
-from skyinfra.cli.resolve import checked, echo, engine_factory, workspace
+from skyinfra.cli.resolve import checked, echo, refresh_shared_topology, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def run(
     checked(ws.spec(), guardrails=False)
     # Bad names and missing values: exit 2 before anything is read, copied or started.
     job_env = _job_env(ws, cli_env, cli_secrets)
-    _refresh_shared_topology(ws)
+    refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
@@ -218,17 +218,3 @@ def _job_env(ws: Workspace, cli_env: tuple[str, ...], cli_secrets: tuple[str, ..
         cli_secrets=cli_secrets,
         environ=os.environ,
     )
-
-
-def _refresh_shared_topology(ws: Workspace) -> None:
-    """With state in a shared backend, topology.json is rebuilt from its outputs first:
-    another operator may have changed or destroyed the cluster."""
-    from skyinfra import shared_state
-    from skyinfra.terraform.backend import has_backend
-
-    if not has_backend(ws.path):
-        return
-    spec = ws.spec()
-    engine = engine_factory(None, spec)(ws.path)
-    shared_state.ensure_init(ws, engine)
-    shared_state.refresh_topology(ws, spec, engine)

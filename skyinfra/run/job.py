@@ -14,18 +14,19 @@ import contextlib
 import getpass
 import json
 import secrets
+import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
-from skyinfra.errors import SkyinfraError, TransportError, UsageError
+from skyinfra.errors import Detached, SkyinfraError, TransportError, UsageError
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
@@ -34,6 +35,12 @@ RECORD_EVERY_S = 0.3
 # How long `run --detach` waits for every node to report in.
 STARTED_WAIT_S = 60.0
 FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost")
+# `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
+# without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
+# pass that prints only at its end: each can take 10-20 minutes), shorter than the idle
+# shutdown's default 60 minutes, so a hung job (a collective waiting on a dead peer) is flagged
+# well within the hour it would otherwise burn unnoticed.
+DEFAULT_STALL_AFTER_MIN = 30.0
 # What `logs --follow` (and a job's exit code in general) comes to, per final state.
 STATE_EXIT = {
     "succeeded": exitcodes.OK,
@@ -97,6 +104,36 @@ def start_job(
     the peers. ``launch``: per node, the launcher's argv, environment and working directory.
     The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
     never on a command line or in a file; the record keeps env and the secrets' names."""
+    # A hang-up while the agents start waits until every one has (a job whose peers never
+    # start would fail after JOIN_WAIT_S), then reaches the handler `run` installed (which
+    # stops following: Detached). Deferred by a handler of our own, not by blocking the
+    # signal: a blocked mask would be inherited by the agents and the user's processes.
+    old = None
+    hung_up: list[bool] = []
+    if threading.current_thread() is threading.main_thread():
+        current = signal.getsignal(signal.SIGHUP)
+        if callable(current):
+            old = current
+            signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
+    try:
+        _start_agents(transport, topology, job_id, launch, entry, args, timeout_s, job_env)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGHUP, old)
+    if hung_up:  # every agent started (a failure to start raised above)
+        raise Detached(job_id)
+
+
+def _start_agents(
+    transport: NodeTransport,
+    topology: Topology,
+    job_id: str,
+    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
+    entry: str,
+    args: Sequence[str],
+    timeout_s: float | None,
+    job_env: JobEnv | None,
+) -> None:
     token = secrets.token_hex(16)
     job_env = job_env or JobEnv()
     private = json.dumps({"token": token, **job_env.private()}).encode()
@@ -308,3 +345,84 @@ def _json_any(text: str) -> Any:
 
 def _tag() -> str:
     return secrets.token_hex(3)
+
+
+def annotate(job: dict[str, Any], stall_after_s: float) -> dict[str, Any]:
+    """``job`` with ``last_output_at`` (the newest of its nodes'), ``last_output_age_s``
+    (from the head's ``checked_at``: one clock; counted from the job's start while no node
+    has printed) and ``stalled`` (a running job whose every node has been silent that long)."""
+    times = [n.get("last_output_at") for n in job.get("nodes", []) if n.get("last_output_at")]
+    last = max(times) if times else None
+    since = last or job.get("started_at") or job.get("created_at")
+    checked = job.get("checked_at") or time.time()
+    age = max(0.0, float(checked) - float(since)) if since else None
+    running = job.get("state") in ("starting", "running")
+    return {
+        **job,
+        "last_output_at": last,
+        "last_output_age_s": None if age is None else round(age, 1),
+        "stalled": bool(running and age is not None and age >= stall_after_s),
+    }
+
+
+def is_function_entry(entry: str) -> bool:
+    """``script.py:function`` or ``package.module:function`` (what returns a value)."""
+    return ":" in entry and not entry.startswith("-m ")
+
+
+def job_results(transport: NodeTransport, job: dict[str, Any], into: Path) -> dict[int, Any]:
+    """Each node's result.json of the job (the launcher writes it when the entry, a function,
+    returned on every worker of the node), fetched into ``into``; a node without one: None."""
+    job_id = str(job.get("id"))
+    results: dict[int, Any] = {}
+    for n in job.get("nodes", []):
+        i = int(n.get("node"))
+        local = into / f"node-{i}.result.json"
+        remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
+        try:
+            found = transport.fetch(i, remote, local)
+        except (SkyinfraError, OSError):
+            found = False
+        results[i] = None
+        if found:
+            with contextlib.suppress(ValueError, OSError):
+                results[i] = json.loads(local.read_text(encoding="utf-8"))
+    return results
+
+
+def running_jobs(
+    make_transport: Callable[[], NodeTransport],
+) -> tuple[list[dict[str, Any]], str]:
+    """The jobs still running on the cluster (its head's records), newest first, and why
+    they could not be read ("" when they could): for `status` and `down`."""
+    try:
+        transport = make_transport()
+        try:
+            found = list_jobs(transport)
+        finally:
+            close = getattr(transport, "close", None)
+            if callable(close):
+                close()
+    except (SkyinfraError, OSError) as err:
+        return [], str(err)
+    return [j for j in found if j.get("state") in ("starting", "running")], ""
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """One running job in words: id, entry, who started it and when."""
+    entry = " ".join([str(job.get("entry")), *map(str, job.get("args", []))])
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.get("created_at") or 0))
+    return f"{job.get('id')} ({entry}; started by {job.get('started_by')} at {started})"
+
+
+def announce_running(
+    found: tuple[list[dict[str, Any]], str], echo: Callable[[str], None]
+) -> list[str]:
+    """`down`: say which running jobs end with the cluster (or that they could not be read);
+    their ids."""
+    jobs, why = found
+    if why:
+        echo(f"[skyinfra] could not read the cluster's jobs (any still running ends): {why}")
+    for job in jobs:
+        echo(f"[skyinfra]   running job {job_line(job)}: ends with the cluster")
+    return [str(job.get("id")) for job in jobs]

@@ -149,8 +149,13 @@ def run_on_cluster(
     _copy_to_nodes(transport, report, src, topology_file, wanted, echo)
     startup.mark("copied")
     if detach:
-        _start_job(transport, topology, report, entry, args, keep_runs, job_env)
-        wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+        started = False
+        try:
+            _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+            started = True
+            wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+        except Detached as hup:
+            raise Detached(hup.job_id or (report.run_id if started else "")) from None
         return report
     _run_all(
         transport,
@@ -259,11 +264,11 @@ def _run_all(
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
-        except Detached:
+        except Detached as hup:
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.stop_following()
-            raise Detached(report.run_id if started else "") from None
+            raise Detached(hup.job_id or (report.run_id if started else "")) from None
 
 
 def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> list[str]:

@@ -10,6 +10,7 @@ and nothing else: it has no branch on a target's name.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from skyinfra.target_registry import TargetDeclaration, TargetOption, TargetSection
@@ -20,9 +21,19 @@ if TYPE_CHECKING:
     from skyinfra.transport.base import NodeTransport
     from skyinfra.workspace import Workspace
 
-__all__ = ["Echo", "Target", "TargetOption", "TargetOptions", "TargetSection"]
+__all__ = ["Echo", "Shell", "Target", "TargetOption", "TargetOptions", "TargetSection"]
 
 Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Shell:
+    """What `skyinfra ssh` executes on this machine to reach a node: ``argv`` with ``env``
+    (None: this process's) in ``cwd`` (None: here)."""
+
+    argv: list[str]
+    env: dict[str, str] | None = None
+    cwd: str | None = None
 
 
 # The target-specific flags the user gave (name -> value); only flags that were set.
@@ -37,7 +48,10 @@ class Target(TargetDeclaration, Protocol):
     ``launch(spec, ws, *, echo, options, apply, engine_factory)`` renders and calls
     ``apply(files)`` itself, as often as it needs (aws: zone by zone until one has capacity,
     targets/aws/failover.py), instead of `up` rendering once; ``status_details(ws, spec)``
-    returns extra keys for `status` (aws: ``zone``, ``zone_reason``).
+    returns extra keys for `status` (aws: ``zone``, ``zone_reason``). `skyinfra ssh` looks up
+    ``shell(ws, spec, topology, node, command) -> Shell`` (a shell, or ``command`` run by the
+    node's shell, on node ``node``) and ``ssh_config(ws, spec, topology, *, echo) -> str`` (an
+    OpenSSH config block per node; absent: the target's nodes have no SSH).
     """
 
     # How long `run` waits by default for nodes whose bootstrap is still going (0: nodes are

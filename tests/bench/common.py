@@ -97,6 +97,14 @@ def machine() -> dict[str, Any]:
                 mem_kb = int(line.split()[1])
     except OSError:
         pass
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {
         "host": socket.gethostname(),
@@ -105,5 +113,6 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "memory_gib": round(mem_kb / 1024 / 1024, 1),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model,
         "load_average_at_start": [round(x, 2) for x in load],
     }

@@ -329,6 +329,94 @@ def _rerun(fig: dict[str, Any] | None) -> list[str]:
     return [*out, ""]
 
 
+def _measured(report: dict[str, Any]) -> str:
+    """Where and when a figure was measured (figures 9 and 10 carry it: a run of only them
+    replaces their sections and leaves the others as they were)."""
+    m = report["machine"]
+    model = f", {m['cpu_model']}" if m.get("cpu_model") else ""
+    return (
+        f"Measured {report['date']}, {report['reps']} repetition(s), on {m['cpus']} cores "
+        f"({m['processor']}{model}), {m['memory_gib']} GiB memory; load average at start "
+        f"{m['load_average_at_start']}, at end {report.get('load_average_at_end', '?')}"
+        + (f". {report['notes']}" if report.get("notes") else "")
+        + "."
+    )
+
+
+def _detach(fig: dict[str, Any] | None, report: dict[str, Any]) -> list[str]:
+    out = ["## 9. `run --detach`: time to return (2 local nodes)", ""]
+    problem = _err(fig)
+    if problem or fig is None:
+        return [*out, problem or "", ""]
+    return [
+        *out,
+        _measured(report),
+        "",
+        f"- `run --detach` of an entry that sleeps 5 s, until it returns (checks, copy, every "
+        f"node's agent started and reported in): {_s(fig['run_detach_s'])}",
+        f"- an attached `run` of an entry that does nothing, start to finish: "
+        f"{_s(fig['run_attached_trivial_s'])}",
+        "",
+        "`run --detach` returns once the head's record says every node started, so it costs "
+        "about what an attached `run` of nothing costs: the CLI's start, the entry check, the "
+        "copy, one `supervise` per node (the head first: it says where it listens) and a few "
+        "reads of the record.",
+        "",
+    ]
+
+
+def _jobs_list(fig: dict[str, Any] | None, report: dict[str, Any]) -> list[str]:
+    out = ["## 10. `skyinfra jobs` on 8 local nodes", ""]
+    problem = _err(fig)
+    if problem or fig is None:
+        return [*out, problem or "", ""]
+    return [
+        *out,
+        _measured(report),
+        "",
+        f"The cluster holds {fig['jobs']} finished jobs of {fig['nodes']} nodes each.",
+        "",
+        f"- `skyinfra jobs` (the table): {_s(fig['jobs_table_s'])}",
+        f"- `skyinfra jobs --json`: {_s(fig['jobs_json_s'])}",
+        f"- `skyinfra jobs JOB` (one function job in full, each node's result.json fetched): "
+        f"{_s(fig['jobs_one_s'])}",
+        "",
+        "`jobs` asks the head only (one `skyinfra-runtime jobs` there, which reads the records "
+        "in `jobs/`), so the node count does not enter the list; `jobs JOB` of a function "
+        "fetches one small file per node.",
+        "",
+    ]
+
+
+def splice(markdown: str, report: dict[str, Any]) -> str:
+    """``markdown`` (BENCHMARKS.md as it is) with the sections of figures 9 and 10 that
+    ``report`` measured replaced, or added before the closing notes: a run of only these
+    figures leaves the others (and their own date and machine) as they were."""
+    figures = report["figures"]
+    sections = {
+        "## 9.": ("detach", _detach),
+        "## 10.": ("jobs_list", _jobs_list),
+    }
+    for heading, (name, render) in sections.items():
+        if name not in figures:
+            continue
+        text = "\n".join(render(figures[name], report))
+        lines = markdown.split("\n")
+        start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+        if start is None:
+            at = next(
+                (i for i, line in enumerate(lines) if line.startswith("## What holds")), len(lines)
+            )
+            lines[at:at] = text.split("\n")
+        else:
+            end = next(
+                (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+            )
+            lines[start:end] = text.split("\n")
+        markdown = "\n".join(lines)
+    return markdown
+
+
 LIMITS = """## What holds the AWS node count (2026-11-23)
 
 - No cap of our own any more (issue 16 removed the 64): the limit is the subnet. Nodes get
@@ -372,6 +460,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         *_scale(figures.get("aws_scale")),
         *_startup(figures.get("startup")),
         *_rerun(figures.get("rerun")),
+        *_detach(figures.get("detach"), report),
+        *_jobs_list(figures.get("jobs_list"), report),
         LIMITS,
     ]
     return "\n".join(lines).rstrip() + "\n"

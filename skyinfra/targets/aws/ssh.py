@@ -318,6 +318,10 @@ class SshTransport:
         SSH themselves, such as `skyinfra verify`'s testinfra hosts."""
         return self._client(node)
 
+    def target(self, node: int) -> SshTarget:
+        """Where the node is reached (TransportError: a node that is never dialled)."""
+        return self._target(node)
+
     def forget(self, node: int) -> None:
         """Drop the node's connection; the next use connects again (and checks the key)."""
         self._drop(node)

@@ -33,6 +33,7 @@ from skyinfra import timeline
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import failover
+from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
 from skyinfra.targets.aws.capacity import CapacityLog
@@ -79,7 +80,7 @@ from skyinfra.targets.aws.staging import (
     staging_prefix,
 )
 from skyinfra.targets.aws.tagged import count_tagged, orphans
-from skyinfra.targets.base import TargetOptions
+from skyinfra.targets.base import Shell, TargetOptions
 from skyinfra.targets.identity import (
     CLUSTER_TAG,
     WORKSPACE_TAG,
@@ -387,6 +388,21 @@ class AwsTarget(AwsDeclaration):
         if connect_timeout_s is None:
             return transport(ws, spec, topology)
         return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+    def shell(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        node: int,
+        command: Sequence[str],
+    ) -> Shell:
+        return aws_shell.shell(ws, spec, topology, node, command)
+
+    def ssh_config(
+        self, ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo
+    ) -> str:
+        return aws_shell.ssh_config(ws, spec, topology, echo=echo)
 
     def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
         """What the nodes install, as `up` rendered it (status shows the jax pin)."""

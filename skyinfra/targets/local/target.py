@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import render, timeline
-from skyinfra.errors import ConfigError, SpecError
+from skyinfra.errors import ConfigError, SpecError, TransportError
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.base import Echo, TargetOptions
+from skyinfra.targets.base import Echo, Shell, TargetOptions
 from skyinfra.targets.local.processes import end_processes
 from skyinfra.targets.local.spec import LocalDeclaration, LocalSpec
-from skyinfra.targets.local.transport import LocalTransport, node_problem
+from skyinfra.targets.local.transport import LocalTransport, node_problem, node_shell
 from skyinfra.topology import Topology
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
@@ -194,6 +194,22 @@ class LocalTarget(LocalDeclaration):
         connect_timeout_s: float | None = None,
     ) -> LocalTransport:
         return LocalTransport({n.index: ws.nodes_dir / n.name for n in topology.nodes})
+
+    def shell(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        node: int,
+        command: Sequence[str],
+    ) -> Shell:
+        """A shell (or ``command``) in the node's folder with the node's environment."""
+        node_dir = ws.nodes_dir / topology.nodes[node].name
+        problem = node_problem(node_dir)
+        if problem:
+            raise TransportError(f"node {node}: {problem}")
+        argv, env = node_shell(node_dir, node, command)
+        return Shell(argv, env, str(node_dir))
 
     def nodes_to_replace(
         self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]

@@ -42,6 +42,26 @@ def node_environment(node_dir: Path) -> dict[str, str]:
     return env
 
 
+def node_shell(
+    node_dir: Path, index: int, command: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """`skyinfra ssh` on a local node: ``command`` run by /bin/sh (its words joined by spaces,
+    as ssh does), or the user's shell, with the node's environment: its venv first on PATH,
+    SKYINFRA_NODE, SKYINFRA_NODE_DIR, SKYINFRA_SHARED_DIR, and the node's mark (`down` ends
+    what it started). The caller runs it in ``node_dir``."""
+    env = node_environment(node_dir)
+    env.update(
+        {
+            NODE_ENV: str(node_dir),
+            "SKYINFRA_NODE": str(index),
+            "SKYINFRA_NODE_DIR": str(node_dir),
+            "SKYINFRA_SHARED_DIR": str(node_dir / "shared"),
+        }
+    )
+    argv = ["/bin/sh", "-c", " ".join(command)] if command else [env.get("SHELL") or "/bin/sh"]
+    return argv, env
+
+
 def node_problem(node_dir: Path) -> str | None:
     """Why ``node_dir`` is not a usable node (None: it is): what `status` reports as failed
     and `up` replaces."""

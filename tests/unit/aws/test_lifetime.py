@@ -35,7 +35,8 @@ def run_check(files: dict[str, str], tmp_path: Path, uptime_s: int, *, busy: boo
     sleeper = subprocess.Popen(["sleep", "30"]) if busy else None
     try:
         if sleeper is not None:
-            (node / "pids" / "run.pid").write_text(f"{sleeper.pid} 0\n")
+            start = Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+            (node / "pids" / "run.pid").write_text(f"{sleeper.pid} {start}\n")
         stubs, shut = tmp_path / "stubs", tmp_path / "shutdown-called"
         stubs.mkdir(exist_ok=True)
         shut.unlink(missing_ok=True)

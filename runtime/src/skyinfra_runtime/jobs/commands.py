@@ -208,9 +208,11 @@ def cancel(ns: argparse.Namespace) -> int:
 
 def list_jobs(ns: argparse.Namespace) -> int:
     """Every job record on this node (the head), as one JSON list; a record whose supervisor
-    died without finishing it says so (state "lost")."""
+    died without finishing it says so (state "lost"). Each carries ``checked_at``, the
+    head's time now: the age of its last output, counted on one clock."""
     root = Path(ns.node_dir)
     out = []
+    checked_at = now()
     for path in sorted((root / "jobs").glob("*.json")):
         rec = read_json(path)
         if not isinstance(rec, dict):
@@ -220,6 +222,7 @@ def list_jobs(ns: argparse.Namespace) -> int:
             and pid_alive(Paths(root, str(rec.get("id"))).pid_file) is None
         ):
             rec["state"] = "lost"
+        rec["checked_at"] = checked_at
         out.append(rec)
     print(json.dumps(out))
     return exitcodes.OK

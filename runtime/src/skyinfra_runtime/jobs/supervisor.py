@@ -172,7 +172,9 @@ class Supervisor:
                 if event == "started" and v.state == "starting":
                     v.state, changed = "running", True
                 elif event == "output":
-                    v.last_output_at = msg.get("t")
+                    # Stamped on the head's clock (the peer reports within a second of the
+                    # line): a record's times compare with each other and with its "now".
+                    v.last_output_at = now()
                 elif event == "exit" and v.state != "ended":
                     self._ended(node, msg.get("code"), msg.get("tail"))
                     changed = True

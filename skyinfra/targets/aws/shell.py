@@ -1,0 +1,115 @@
+"""`skyinfra ssh` on AWS nodes: the system's OpenSSH client, held to the host key skyinfra
+pinned from the node's console (the workspace's ``known_hosts``, StrictHostKeyChecking=yes),
+and the OpenSSH config block per node that lets ssh, scp, rsync and editors reach
+``<cluster>-node-<i>`` directly."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from skyinfra.errors import SkyinfraError
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.cloudinit import NODE_ENV_FILE
+from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, transport
+from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.base import Echo, Shell
+from skyinfra.topology import Topology
+from skyinfra.workspace import Workspace
+
+# Written by `skyinfra ssh --config` into the workspace (0600): Include it from ~/.ssh/config.
+SSH_CONFIG_FILE = "ssh_config"
+
+
+def _options(ws: Workspace, spec: ClusterSpec) -> list[str]:
+    key = Path(spec.section_as(AwsSpec).ssh_key).expanduser().resolve()
+    return [
+        "-i", str(key),
+        "-o", "IdentitiesOnly=yes",
+        "-o", f"UserKnownHostsFile={(ws.path / KNOWN_HOSTS_FILE).resolve()}",
+        "-o", "StrictHostKeyChecking=yes",
+    ]  # fmt: skip
+
+
+def _pinned(nodes: SshTransport, node: int) -> SshTarget:
+    """The node's address, once its host key is in the workspace's known_hosts (the first
+    connection pins it from the node's console, as `run` does)."""
+    target = nodes.target(node)
+    nodes.ssh_client(node)
+    return target
+
+
+def shell(
+    ws: Workspace, spec: ClusterSpec, topology: Topology, node: int, command: Sequence[str]
+) -> Shell:
+    """ssh to the node: a login shell, or ``command`` (its words joined by spaces, as ssh
+    does) run in the node's folder with the node's environment (node-env.sh, the venv first
+    on PATH, SKYINFRA_NODE, SKYINFRA_NODE_DIR, SKYINFRA_SHARED_DIR)."""
+    nodes = transport(ws, spec, topology)
+    try:
+        target = _pinned(nodes, node)
+        root = nodes.node_root(node)
+    finally:
+        nodes.close()
+    argv = ["ssh", *_options(ws, spec), "-p", str(target.port), f"{target.user}@{target.host}"]
+    if not command:
+        return Shell(argv)
+    venv = posixpath.join(root, "venv")
+    env_file = shlex.quote(posixpath.join(root, NODE_ENV_FILE))
+    exports = " ".join(
+        f"{name}={shlex.quote(value)}"
+        for name, value in {
+            "VIRTUAL_ENV": venv,
+            "SKYINFRA_NODE": str(node),
+            "SKYINFRA_NODE_DIR": root,
+            "SKYINFRA_SHARED_DIR": posixpath.join(root, "shared"),
+        }.items()
+    )
+    remote = (
+        f"cd {shlex.quote(root)} && if [ -r {env_file} ]; then . {env_file}; fi; "
+        f'export PATH={shlex.quote(venv + "/bin")}:"$PATH" {exports}; ' + " ".join(command)
+    )
+    return Shell([*argv, remote])
+
+
+def ssh_config(ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo) -> str:
+    """A ``Host <cluster>-node-<i>`` block per node, also written to the workspace's
+    ssh_config (0600). Each node's host key is pinned first; a node that cannot be reached
+    now is said (ssh refuses it until a later `skyinfra ssh` or `run` pins it)."""
+    options = _options(ws, spec)
+    lines = [
+        f"# skyinfra: cluster {spec.name} ({spec.provider}), written by `skyinfra ssh --config`.",
+        f"# Include it from ~/.ssh/config: Include {(ws.path / SSH_CONFIG_FILE).resolve()}",
+    ]
+    nodes = transport(ws, spec, topology)
+    try:
+        for node in topology.nodes:
+            host = f"{spec.name}-{node.name}"
+            try:
+                target = _pinned(nodes, node.index)
+            except SkyinfraError as err:
+                echo(f"[skyinfra] {host}: host key not pinned ({err}); ssh refuses it until it is")
+                try:
+                    target = nodes.target(node.index)
+                except SkyinfraError:
+                    lines += ["", f"# {host}: not reachable from here ({err})"]
+                    continue
+            lines += [
+                "",
+                f"Host {host}",
+                f"    HostName {target.host}",
+                f"    Port {target.port}",
+                f"    User {target.user}",
+                f"    IdentityFile {options[1]}",
+                "    IdentitiesOnly yes",
+                f"    {options[5].replace('=', ' ', 1)}",
+                "    StrictHostKeyChecking yes",
+            ]
+    finally:
+        nodes.close()
+    text = "\n".join(lines) + "\n"
+    ws.write_text(ws.path / SSH_CONFIG_FILE, text)
+    return text
