@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import exitcodes, jobenv
+from skyinfra_runtime import ckptsync, exitcodes, jobenv
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     FINAL_STATES,
@@ -134,6 +134,7 @@ def supervise(ns: argparse.Namespace) -> int:
         with os.fdopen(fd, "w") as f:
             f.write(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n")
         os.replace(pid_tmp, paths.pid_file)
+        sync, stop = _checkpoints(agent, paths)
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
             sup = Supervisor(agent, ns.nodes, meta, ns.timeout, token=private["token"])
@@ -145,11 +146,41 @@ def supervise(ns: argparse.Namespace) -> int:
         else:
             _ready({"pid": os.getpid()})
             report_to_head(agent, ns.head, private["token"])
+        if sync is not None:  # the launcher ended, whichever way (SIGTERM included)
+            stop.set()
+            sync.final()
     finally:
         paths.pid_file.unlink(missing_ok=True)
         # Last: a follower that sees "ended" finds nothing of the node's part left.
         agent.save("ended")
     return exitcodes.OK
+
+
+def _checkpoints(agent: Agent, paths: Paths) -> tuple[ckptsync.Sync | None, threading.Event]:
+    """On a node with a checkpoint store (AWS: ``checkpoints.json`` in the node dir, written
+    by cloud-init) and a job with a checkpoint directory: restore it before the launcher
+    starts, then upload every POLL_S (ckptsync.py); the caller makes the final upload."""
+    stop = threading.Event()
+    directory = os.environ.get(ckptsync.CHECKPOINT_DIR_ENV, "")
+    try:
+        sync = ckptsync.from_settings(paths.node_dir, directory, agent.node)
+    except (OSError, ValueError, KeyError) as err:
+        problem = f"skyinfra: the node's checkpoint settings are unusable: {err}"
+        agent.before_start = lambda: problem
+        return None, stop
+    if sync is None:
+        return None, stop
+
+    def restore() -> str | None:
+        try:
+            sync.restore()
+        except (OSError, ValueError) as err:
+            return f"skyinfra: could not restore the checkpoints into {directory}: {err}"
+        threading.Thread(target=sync.run_until, args=(stop,), daemon=True).start()
+        return None
+
+    agent.before_start = restore
+    return sync, stop
 
 
 # ----------------------------------------------------------------- the operator's asks
