@@ -300,7 +300,12 @@ def from_settings(node_dir: Path, checkpoint_dir: str, node: int) -> Sync | None
     settings = json.loads(path.read_text(encoding="utf-8"))
     _bucket, prefix = parse_url(str(settings["url"]))
     name = Path(checkpoint_dir).name
-    bucket = Bucket(str(settings["bucket_url"]), str(settings["region"]), CredentialSource())
+    # An emulator's stand-in nodes have no instance role: its dummy keys (never real ones).
+    dummy = settings.get("emulator_access_key"), settings.get("emulator_secret_key")
+    env = None
+    if all(dummy):
+        env = {"AWS_ACCESS_KEY_ID": str(dummy[0]), "AWS_SECRET_ACCESS_KEY": str(dummy[1])}
+    bucket = Bucket(str(settings["bucket_url"]), str(settings["region"]), CredentialSource(env))
     return Sync(bucket, f"{prefix}/{name}", Path(checkpoint_dir), node)
 
 
