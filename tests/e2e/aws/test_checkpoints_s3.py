@@ -228,3 +228,52 @@ def test_a_jobs_agent_restores_before_the_entry_and_uploads_at_its_end(
     log = (node_dir / "runs" / "job-1" / "output.log").read_text()
     assert "restored: from an earlier attempt" in log
     assert sorted(manifest(s3, "run-a", 0)["files"]) == ["step-1/state.bin", "step-2/state.bin"]
+
+
+@pytest.mark.slow
+def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    """SIGTERM (here `cancel`, later a Spot notice) ends the launchers; each node's agent
+    then makes its final upload, of a file written a moment before (so no poll took it),
+    before it reports its exit: once the head's record is final, every node's files are in."""
+    settings = {"url": f"s3://{BUCKET}/team/ckpts", "region": REGION}
+    settings["bucket_url"] = f"{aws_env}/{BUCKET}"
+    entry = (
+        "import os, pathlib, sys, time\n"
+        "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
+        "(d / f\"rank-{os.environ['NODE']}.bin\").write_bytes(os.urandom(4096))\n"
+        "print('written', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    dirs = [tmp_path / f"node-{i}" for i in range(2)]
+    head = ""
+    for i, node_dir in enumerate(dirs):
+        node_dir.mkdir()
+        (node_dir / "checkpoints.json").write_text(json.dumps(settings))
+        where = ["--nodes", "2", "--listen", "127.0.0.1"] if i == 0 else ["--head", head]
+        argv = [
+            sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-2",
+            "--node-dir", str(node_dir), "--node", str(i), *where,
+            "--", sys.executable, "-c", entry,
+        ]  # fmt: skip
+        env = node_env(SKYINFRA_CHECKPOINT_DIR=str(node_dir / "checkpoints" / "job-2"), NODE=str(i))
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        if i == 0:
+            said = json.loads(out.stdout.strip().splitlines()[-1])
+            head = f"{said['host']}:{said['port']}"
+    logs = [d / "runs" / "job-2" / "output.log" for d in dirs]
+    until = time.monotonic() + 60
+    while not all(log.is_file() and "written" in log.read_text() for log in logs):
+        assert time.monotonic() < until, "the entries did not start"
+        time.sleep(0.2)
+    cancel = [sys.executable, "-m", "skyinfra_runtime", "cancel", "--job", "job-2"]
+    out = subprocess.run(
+        [*cancel, "--node-dir", str(dirs[0])], env=node_env(), capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    record = json.loads((dirs[0] / "jobs" / "job-2.json").read_text())
+    assert record["state"] == "cancelled"
+    for i in range(2):
+        assert list(manifest(s3, "job-2", i)["files"]) == [f"rank-{i}.bin"]

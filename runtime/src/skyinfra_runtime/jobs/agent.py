@@ -54,6 +54,9 @@ class Agent:
     # Runs just before the launcher starts (the checkpoint restore, ckptsync.py); a string it
     # returns is an error: the launcher is not started and the node's part fails with it.
     before_start: Callable[[], str | None] | None = None
+    # Runs once the launcher has ended, before the node's exit is reported (the final
+    # checkpoint upload): the job counts as ended only once every node's has been made.
+    after_end: Callable[[], None] | None = None
 
     def start(self) -> None:
         argv = self.argv
@@ -178,6 +181,8 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
             said = agent.last_output
             report({"event": "output", "t": said})
         time.sleep(min(OUTPUT_EVERY_S, 0.2))
+    if agent.after_end is not None:
+        agent.after_end()
     report({"event": "exit", "code": code, "tail": agent.tail_at_end})
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
