@@ -196,12 +196,22 @@ class Sync:
             else:
                 self.foreign[rel] = (st.st_size, st.st_mtime_ns)
         self._last_scan = scan(self.root)
+        self._drop_orphans()
         if manifests:
             self.say(
                 f"restored {fetched + kept} file(s) of {len(manifests)} node(s) into "
                 f"{self.root} ({fetched} fetched, {kept} already there)"
             )
         return {"files": fetched + kept, "fetched": fetched, "nodes": len(manifests)}
+
+    def _drop_orphans(self) -> None:
+        """Delete this node's objects that its manifest does not name: what an upload cut
+        short left behind (only this node writes under its prefix)."""
+        objects = f"{self._node_prefix(self.node)}objects/"
+        named = {entry.sha256 for entry in self.mine.values()}
+        for key in list(self.bucket.list(objects)):
+            if key[len(objects) :] not in named:
+                self.bucket.delete(key)
 
     def upload(self, *, final: bool = False) -> dict[str, float]:
         """One round: objects of stable new/changed files, then the manifest, then cleanup."""

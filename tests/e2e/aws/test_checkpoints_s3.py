@@ -146,6 +146,8 @@ def test_a_node_killed_midway_through_an_upload_is_not_restored_half(
     fresh = tmp_path / "replacement"
     run_once(aws_env, fresh, 0)
     assert sorted(files_of(fresh)) == ["step_1/COMMIT", "step_1/weights.bin"]
+    # The replacement's restore deleted what the cut upload left (no manifest named it).
+    assert len(keys(s3, "team/ckpts/job1/nodes/node-0/objects/")) == 2
 
     # The node comes back (its directory kept): the next round uploads step 2 whole.
     run_once(aws_env, node0, 0)
@@ -277,3 +279,35 @@ def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends
     assert record["state"] == "cancelled"
     for i in range(2):
         assert list(manifest(s3, "job-2", i)["files"]) == [f"rank-{i}.bin"]
+
+
+@pytest.mark.slow
+def test_a_restore_that_fails_fails_the_node_instead_of_starting_from_scratch(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    settings = {"url": "s3://no-such-bucket/team", "region": REGION}
+    settings["bucket_url"] = f"{aws_env}/no-such-bucket"
+    (node_dir / "checkpoints.json").write_text(json.dumps(settings))
+    argv = [
+        sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-3",
+        "--node-dir", str(node_dir), "--node", "0", "--nodes", "1",
+        "--", sys.executable, "-c", "print('the entry ran')",
+    ]  # fmt: skip
+    env = node_env(SKYINFRA_CHECKPOINT_DIR=str(node_dir / "checkpoints" / "job-3"))
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=60).returncode == 0
+    record = node_dir / "jobs" / "job-3.json"
+    until = time.monotonic() + 60
+    while json.loads(record.read_text() if record.is_file() else "{}").get("state") in (
+        None,
+        "starting",
+        "running",
+    ):
+        assert time.monotonic() < until, "the job did not end"
+        time.sleep(0.2)
+    job = json.loads(record.read_text())
+    assert job["state"] == "failed" and job["nodes"][0]["exit_code"] == 3
+    log = (node_dir / "runs" / "job-3" / "output.log").read_text()
+    assert "could not restore the checkpoints" in log and "NoSuchBucket" in log
+    assert "the entry ran" not in log
