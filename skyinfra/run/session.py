@@ -17,7 +17,7 @@ import collections
 import json
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -102,6 +102,7 @@ def run_on_cluster(
     terminal: TextIO | None = None,
     as_job: bool = False,
     detach: bool = False,
+    run_files: Mapping[str, Path] | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -110,11 +111,13 @@ def run_on_cluster(
     where the readiness wait redraws its progress bar (None, or not a terminal: lines).
     ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
     go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
-    node started (the report holds only the id and directory)."""
+    node started (the report holds only the id and directory). ``run_files``: name -> local
+    file, put in every node's run directory (beside work/) after the copy: the Python API's
+    pickled call (ENTRY ``../call.pkl``, skyinfra_runtime.call)."""
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
-    for note in check_entry(src, entry, ignore):
+    for note in check_entry(src, entry, ignore, run_files=run_files or {}):
         echo(f"[skyinfra] {note}")
     wait_until_ready(
         transport,
@@ -133,7 +136,7 @@ def run_on_cluster(
         )
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = timeout_s
-    _copy_to_nodes(transport, report, src, topology_file, ignore)
+    _copy_to_nodes(transport, report, src, topology_file, ignore, run_files or {})
     startup.mark("copied")
     if detach:
         _start_job(transport, topology, report, entry, args, keep_runs)
@@ -170,12 +173,19 @@ def _dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
 
 
 def _copy_to_nodes(
-    transport: NodeTransport, report: RunReport, src: Path, topology_file: Path, ignore: IgnoreFn
+    transport: NodeTransport,
+    report: RunReport,
+    src: Path,
+    topology_file: Path,
+    ignore: IgnoreFn,
+    run_files: Mapping[str, Path],
 ) -> None:
     for i in report.outcomes:
         dirs = _dirs(transport, i, report.run_id)
         transport.copy_dir(i, src, dirs.work, ignore)
         transport.put_file(i, topology_file, dirs.topology)
+        for name, local in run_files.items():
+            transport.put_file(i, local, f"{dirs.run}/{name}")
 
 
 def _run_all(
