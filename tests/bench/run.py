@@ -6,7 +6,8 @@ Each figure is measured --reps times (median, min, max); results also go to
 tests/bench/results/<host>-<date>.json. Figures (BENCHMARKS.md says what each measures):
 1 time to first step, 2 runtime overhead, 3 fan-out, 4 up/down with uv and pip,
 5 engine overhead (AWS target against moto), 6 render + plan scale (AWS, moto), 7 start-up
-(`skyinfra --help` beside `import click`).
+(`skyinfra --help` beside `import click`), 8 the Python API's `cluster.run` beside
+`skyinfra run` (figure 8 alone, `--only 8`, rewrites only its section of BENCHMARKS.md).
 Not part of `make test`: nothing here is a test or asserts a time.
 """
 
@@ -33,7 +34,7 @@ def main() -> None:
     parser.add_argument(
         "--aws-reps", type=int, default=1, help="figures 5 and 6 (minutes per run against moto)"
     )
-    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="figures to run, e.g. 1,4")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8", help="figures to run, e.g. 1,4")
     parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     ns = parser.parse_args()
@@ -60,6 +61,7 @@ def main() -> None:
             figures[name] = {"error": f"{type(err).__name__}: {err}"[:2000]}
         print(f"bench: figure {number} took {time.perf_counter() - t0:.0f} s", flush=True)
 
+    import api_figure
     import aws_emulated
     import local_cluster
     import overhead
@@ -74,13 +76,18 @@ def main() -> None:
     step(5, "engine_overhead", aws_emulated.engine_overhead, ns.aws_reps)
     step(6, "aws_scale", aws_emulated.scale, ns.aws_reps)
     step(7, "startup", startup.startup, ns.reps)
+    step(8, "api", api_figure.api_vs_cli, ns.reps)
     report["bench_wall_s"] = round(time.perf_counter() - started)
     report["load_average_at_end"] = [round(x, 2) for x in __import__("os").getloadavg()]
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     out = results / f"{report['machine']['host']}-{report['date'][:10]}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
-    ns.out.write_text(render_markdown(report))
+    section = api_figure.section(figures.get("api"), report["date"])
+    if only == {8} and ns.out.is_file():  # the other figures stay as they were measured
+        ns.out.write_text(api_figure.splice(ns.out.read_text(), section))
+    else:
+        ns.out.write_text(api_figure.splice(render_markdown(report), section))
     print(f"bench: {out} and {ns.out} written ({report['bench_wall_s']} s)")
 
 
