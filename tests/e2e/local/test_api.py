@@ -213,7 +213,11 @@ def test_bad_arguments_raise_naming_the_value_and_change_nothing(
     with pytest.raises(skyinfra.SpecError) as caught:
         skyinfra.Cluster(name=NAME, nodes=2, plugins=["keras:backend=theano"])
     assert caught.value.field == "plugins[0].options.backend"
+    # What the CLI confirms on a terminal needs yes=True: refused, nothing changed.
+    with pytest.raises(skyinfra.ConfirmationRequired, match="nothing was changed"):
+        cluster.down()
     assert _snapshot(cluster.workspace) == before
+    assert cluster.status()["state"] == "up"
 
 
 def other_python() -> str | None:
