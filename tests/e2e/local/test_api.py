@@ -244,37 +244,37 @@ def other_python() -> str | None:
 def test_a_call_by_value_is_refused_before_any_copy_when_the_nodes_run_another_python(
     project: Path,
 ) -> None:
-    """A 1-node cluster whose environment is another Python (a real interpreter when this
-    machine has one; else the node's venv says it is another version, as pyvenv.cfg does)."""
+    """A 2-node cluster, 2 workers a node, whose environment is another Python (a real
+    interpreter when this machine has one; else each node's venv says it is another version,
+    as pyvenv.cfg does). By reference there is no such constraint, and results come back in
+    rank order (node, then worker)."""
     python = other_python()
     local = {"base_address": "127.0.0.20", **({"python": python} if python else {})}
-    cluster = skyinfra.Cluster(name="api-py", nodes=1, head_port=29610, local=local)
+    cluster = skyinfra.Cluster(
+        name="api-py", nodes=2, procs_per_node=2, head_port=29610, local=local
+    )
     cluster.up()
     try:
-        node = cluster.workspace / "nodes" / "node-0"
+        nodes = [cluster.workspace / "nodes" / f"node-{i}" for i in (0, 1)]
         if python is None:
-            cfg = node / "venv" / "pyvenv.cfg"
-            lines = cfg.read_text().splitlines()
-            cfg.write_text(
-                "\n".join(
-                    "version_info = 3.99.0" if ln.startswith("version") else ln for ln in lines
-                )
-            )
+            for node in nodes:
+                cfg = node / "venv" / "pyvenv.cfg"
+                lines = cfg.read_text().splitlines()
+                said = ["version_info = 3.99.0" if ln.startswith("version") else ln for ln in lines]
+                cfg.write_text("\n".join(said) + "\n")
         here = f"{sys.version_info.major}.{sys.version_info.minor}"
         with pytest.raises(skyinfra.PythonVersionError) as caught:
             cluster.run(lambda: 1)
         said = str(caught.value)
         assert f"this Python is {here}" in said
+        assert sorted(caught.value.nodes) == [0, 1]
         theirs = caught.value.nodes[0]
         assert theirs != here and f"node-0 runs Python {theirs}" in said
-        assert not (node / "runs").exists()
-        assert not (cluster.workspace / "runs").exists() or not any(
-            (cluster.workspace / "runs").iterdir()
-        )
-        if python is not None:
-            # By reference there is no such constraint: math.hypot runs there.
-            import math
-
-            assert cluster.run(math.hypot, 3.0, 4.0) == [5.0]
+        assert not any((node / "runs").exists() for node in nodes)
+        runs = cluster.workspace / "runs"
+        assert not runs.exists() or not any(runs.iterdir())
+        # By reference (os.getenv: an installed module's function), in rank order.
+        assert cluster.run(os.getenv, "SKYINFRA_NODE") == ["0", "0", "1", "1"]
+        assert cluster.run(os.getenv, "SKYINFRA_WORKER") == ["0", "1", "0", "1"]
     finally:
         cluster.down(yes=True)
