@@ -8,6 +8,7 @@ the library behind it is imported when a method runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -122,7 +123,6 @@ class Cluster:
         self.all_logs = all_logs
         self._echo = echo or _print
         self._options = options
-        self._made_up = False
 
     def __repr__(self) -> str:
         return (
@@ -197,7 +197,6 @@ class Cluster:
 
     def __enter__(self) -> Cluster:
         self.up()
-        self._made_up = True
         return self
 
     def __exit__(
@@ -245,6 +244,7 @@ class Cluster:
             return fetch_results(transport, report)
         finally:
             self._restore(transport)
+            _close(transport)  # an SSH target's connections: a notebook lives long
 
     def submit(
         self,
@@ -261,6 +261,7 @@ class Cluster:
 
         with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
             transport, report, call = self._start(fn, args, kwargs, nodes, Path(tmp), detach=True)
+        _close(transport)  # the job's handle connects again when it needs to
         self._echo(f"[skyinfra] job {report.run_id} ({call.name}) started on every node")
         return Job(
             self._ws,
@@ -331,35 +332,44 @@ class Cluster:
             transport: NodeTransport = lifecycle.transport_for(ws, ws_topology, spec=spec)
             if chosen is not None:
                 transport = SubsetTransport(transport, chosen)
-            if call.by_value:  # the nodes' Python is known once they are ready
-                wait_until_ready(
-                    transport, topology, timeout_s=wait_s, echo=echo, terminal=terminal
-                )
-                check_python(transport, [n.index for n in topology.nodes], call)
-            if spec.verify:
-                from skyinfra.verify import gate
+            try:
+                if call.by_value:  # the nodes' Python is known once they are ready
+                    wait_until_ready(
+                        transport, topology, timeout_s=wait_s, echo=echo, terminal=terminal
+                    )
+                    check_python(transport, [n.index for n in topology.nodes], call)
+                if spec.verify:
+                    from skyinfra.verify import gate
 
-                everyone = lifecycle.transport_for(ws, ws_topology, spec=spec)
-                gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
-            report = run_on_cluster(
-                transport=transport,
-                topology=topology,
-                topology_file=topology_file,
-                runs_dir=ws.runs_dir,
-                src=src,
-                entry=CALL_ENTRY,
-                args=[],
-                all_logs=self.all_logs,
-                extra_ignores=topology_path_inside(src, ws.path),
-                echo=echo,
-                wait_ready_s=wait_s,
-                timeout_s=spec.run_timeout,
-                keep_runs=DEFAULT_KEEP_RUNS,
-                terminal=terminal,
-                as_job=True,
-                detach=detach,
-                run_files=call.files,
-            )
+                    everyone = lifecycle.transport_for(ws, ws_topology, spec=spec)
+                    try:
+                        gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
+                    finally:
+                        _close(everyone)
+                report = run_on_cluster(
+                    transport=transport,
+                    topology=topology,
+                    topology_file=topology_file,
+                    runs_dir=ws.runs_dir,
+                    src=src,
+                    entry=CALL_ENTRY,
+                    args=[],
+                    all_logs=self.all_logs,
+                    extra_ignores=topology_path_inside(src, ws.path),
+                    echo=echo,
+                    wait_ready_s=wait_s,
+                    timeout_s=spec.run_timeout,
+                    keep_runs=DEFAULT_KEEP_RUNS,
+                    terminal=terminal,
+                    as_job=True,
+                    detach=detach,
+                    run_files=call.files,
+                )
+            except BaseException:
+                with contextlib.suppress(Exception):  # a call on some nodes: theirs back
+                    self._restore(transport)
+                _close(transport)
+                raise
         return transport, report, call
 
     def _raise_for(self, transport: NodeTransport, report: RunReport, call: Call) -> None:
@@ -387,6 +397,12 @@ class Cluster:
         }
         first = index[report.first_failure]
         raise remote_error(transport, call.name, report.run_id, report.run_dir, first, outcomes)
+
+
+def _close(transport: NodeTransport) -> None:
+    close = getattr(transport, "close", None)
+    if callable(close):
+        close()
 
 
 def _renumbered(echo: Echo, chosen: Sequence[int]) -> Echo:
