@@ -89,9 +89,10 @@ class Cluster:
         """The cluster of a spec file; ``overrides`` replace its fields (as the CLI's flags)."""
         from skyinfra.spec import load_spec
 
-        spec = load_spec(Path(path), overrides)
+        spec_file = Path(path).absolute()  # `up` records it: where the cluster came from
+        spec = load_spec(spec_file, overrides)
         self = cls.__new__(cls)
-        self._init(spec, Path(path), dir, keep, yes, adopt, all_logs, echo, target_options)
+        self._init(spec, spec_file, dir, keep, yes, adopt, all_logs, echo, target_options)
         return self
 
     def _init(
