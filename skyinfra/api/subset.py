@@ -13,7 +13,9 @@ from typing import Any
 
 from skyinfra.errors import UsageError
 from skyinfra.topology import Topology
-from skyinfra.transport.base import IgnoreFn, NodeProcess, NodeTransport, Readiness
+from skyinfra.transport.base import NodeProcess, NodeTransport, Readiness
+from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.tree import CopyStats
 
 
 def selected_nodes(nodes: Sequence[int] | None, topology: Topology) -> list[int] | None:
@@ -52,16 +54,23 @@ class SubsetTransport:
     def readiness(self, node: int) -> Readiness:
         return self.inner.readiness(self.chosen[node])
 
-    def copy_dir(self, node: int, src: Path, dest: str, ignore: IgnoreFn) -> None:
-        self.inner.copy_dir(self.chosen[node], src, dest, ignore)
+    def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
+        return self.inner.copy_tree(self.chosen[node], src, wanted, run_id)
 
     def put_file(self, node: int, src: Path, dest: str) -> None:
         self.inner.put_file(self.chosen[node], src, dest)
 
     def start(
-        self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str
+        self,
+        node: int,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        tag: str,
+        stdin: bytes | None = None,
     ) -> NodeProcess:
-        return self.inner.start(self.chosen[node], argv, env=env, cwd=cwd, tag=tag)
+        return self.inner.start(self.chosen[node], argv, env=env, cwd=cwd, tag=tag, stdin=stdin)
 
     def fetch(self, node: int, remote: str, local: Path) -> bool:
         return self.inner.fetch(self.chosen[node], remote, local)
