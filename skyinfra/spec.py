@@ -59,6 +59,9 @@ COMMON_KEYS = (
     "env",
     "secrets",
 )
+# Fields only jobs read (`run` takes them when a job starts): changing one changes no
+# infrastructure, so a reviewed plan stays the plan to apply (planning.check_not_stale).
+JOB_ONLY_KEYS = ("env", "secrets")
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 
