@@ -145,8 +145,8 @@ def _start_agents(
         "nodes_total": len(launch),
         **job_env.record(),
     }
-    head = ""
-    for i in sorted(launch):
+
+    def start(i: int, role: list[str]) -> NodeProcess:
         argv, env, cwd = launch[i]
         sup = [
             runtime_bin(transport, i), "supervise",
@@ -154,16 +154,13 @@ def _start_agents(
             "--node-dir", transport.node_root(i),
             "--node", str(i),
             "--private-stdin",
+            *role,
         ]  # fmt: skip
-        if i == 0:
-            sup += ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
-            if timeout_s is not None:
-                sup += ["--timeout", f"{timeout_s:g}"]
-        else:
-            sup += ["--head", head]
-        proc = transport.start(
+        return transport.start(
             i, [*sup, "--", *argv], env=env, cwd=cwd, tag=f"{job_id}-start", stdin=private
         )
+
+    def started(i: int, proc: NodeProcess) -> dict[str, Any]:
         out = list(proc.lines())
         code = proc.wait(60)
         said = _json_line(out)
@@ -172,8 +169,24 @@ def _start_agents(
                 f"node {i}: the job's agent did not start (exit {code}): "
                 + job_env.mask(" ".join(out))
             )
-        if i == 0:
-            head = f"{said.get('host', head_ip)}:{said['port']}"
+        return said
+
+    role = ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
+    if timeout_s is not None:
+        role += ["--timeout", f"{timeout_s:g}"]
+    said = started(0, start(0, role))
+    head = f"{said.get('host', head_ip)}:{said['port']}"
+    # The peers start together: each start is a process (or an SSH channel) of its own, and
+    # waiting for one before starting the next cost 0.2 s a node (1.5 s of an 8-node start).
+    peers = {i: start(i, ["--head", head]) for i in sorted(launch) if i != 0}
+    failed: list[TransportError] = []
+    for i, proc in peers.items():  # every one is waited for, even after a failure
+        try:
+            started(i, proc)
+        except TransportError as err:
+            failed.append(err)
+    if failed:
+        raise failed[0]
 
 
 def _json_line(lines: Sequence[str]) -> dict[str, Any] | None:
