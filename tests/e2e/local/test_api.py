@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import skyinfra
+from tests.support.local_jobs import node_processes
 
 pytestmark = pytest.mark.slow
 
@@ -46,20 +47,6 @@ if __name__ == "__main__":
     values = cluster.run(scaled, 10)
     print("RESULT", [v.tolist() for v in values], [type(v).__name__ for v in values])
 """
-
-
-def node_processes(nodes_dir: Path) -> list[str]:
-    """Processes of the cluster's nodes (their environment names the node directory)."""
-    mark = f"SKYINFRA_LOCAL_NODE_DIR={nodes_dir}".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(v.startswith(mark) for v in environ):
-            found.append(entry.name)
-    return found
 
 
 @pytest.fixture(scope="module")

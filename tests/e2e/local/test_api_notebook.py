@@ -16,7 +16,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests.conftest import REPO_ROOT
-from tests.e2e.local.test_api import node_processes
+from tests.support.local_jobs import node_processes
 
 pytestmark = pytest.mark.slow
 
