@@ -108,6 +108,7 @@ def run_on_cluster(
     detach: bool = False,
     copy_cache: Path | None = None,
     job_env: JobEnv | None = None,
+    checkpoints: str | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -119,7 +120,7 @@ def run_on_cluster(
     node started (the report holds only the id and directory). ``copy_cache``: where the
     project's file hashes are kept between runs (tree.scan; None: hash every file).
     ``job_env``: the user's env and secrets, for a job only (secrets reach the nodes on the
-    agents' stdin)."""
+    agents' stdin). ``checkpoints``: the job's checkpoint set's name (None: the job id)."""
     job_env = job_env or JobEnv()
     if (job_env.env or job_env.secrets) and not (as_job or detach):
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
@@ -151,7 +152,7 @@ def run_on_cluster(
     if detach:
         started = False
         try:
-            _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+            _start_job(transport, topology, report, entry, args, keep_runs, job_env, checkpoints)
             started = True
             wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         except Detached as hup:
@@ -168,6 +169,7 @@ def run_on_cluster(
         startup=startup,
         topology=topology if as_job else None,
         job_env=job_env,
+        checkpoints=checkpoints,
     )
     said = startup.summary()
     if said:
@@ -235,6 +237,7 @@ def _run_all(
     startup: HeadStartup | None = None,
     topology: Topology | None = None,
     job_env: JobEnv | None = None,
+    checkpoints: str | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -253,7 +256,9 @@ def _run_all(
                     transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
                 )
             else:
-                _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+                _start_job(
+                    transport, topology, report, entry, args, keep_runs, job_env, checkpoints
+                )
                 started = True
                 _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -329,7 +334,11 @@ def _start_job(
     args: Sequence[str],
     keep_runs: int,
     job_env: JobEnv | None,
+    checkpoints: str | None = None,
 ) -> None:
+    from skyinfra.checkpoints import record_use
+
+    record_use(report.run_dir, checkpoints or report.run_id)
     launch = {}
     for i in report.outcomes:
         dirs = _dirs(transport, i, report.run_id)
@@ -343,6 +352,7 @@ def _start_job(
         args=args,
         timeout_s=report.timeout_s,
         job_env=job_env,
+        checkpoints=checkpoints,
     )
 
 
