@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
+from tests.support.workers import wait_for_line, worker_pid
 
 pytestmark = pytest.mark.slow
 
@@ -108,32 +109,6 @@ def results(project: Path, run: subprocess.CompletedProcess[str]) -> list[dict[s
     run_dir = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
     return [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
-
-
-def worker_pid(job: str, node: int) -> int | None:
-    """The pid of node ``node``'s worker of job ``job`` (its environment says which)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"skyinfra_runtime.worker" in cmd
-            and f"SKYINFRA_RUN_ID={job}".encode() in environ
-            and f"SKYINFRA_NODE={node}".encode() in environ
-        ):
-            return int(pid)
-    return None
-
-
-def wait_for_line(log: Path, line: str, timeout_s: float = 180) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if log.is_file() and line in log.read_text(errors="replace"):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{line!r} not in {log} after {timeout_s} s")
 
 
 def test_every_worker_gets_the_jobs_own_directory_by_default(
