@@ -30,6 +30,14 @@ def checkpoints(
     from skyinfra.checkpoints import human_size, list_sets, local_root
 
     ws = workspace(clusters_root, cluster_name, changes_something=False)
+    provider = ws.spec().provider
+    if provider != "local":
+        # The AWS target keeps its sets on the nodes and in S3 (issue 25's AWS part).
+        click.echo(
+            f"[skyinfra] cluster {ws.name!r} ({provider}): only sets kept in this workspace "
+            "are listed here",
+            err=True,
+        )
     sets = list_sets(ws)
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in sets], indent=2))

@@ -127,3 +127,14 @@ def test_the_command_lists_and_deletes_only_with_yes_off_a_terminal(
     assert code == 0, out
     assert not (ws.path / "checkpoints" / "a").exists()
     assert (ws.path / "checkpoints" / "b").is_dir()
+
+
+def test_an_agent_refuses_a_bad_name_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skyinfra_runtime.jobs.commands import main as runtime_main
+
+    argv = ["supervise", "--job", "j1", "--node-dir", str(tmp_path / "n"), "--node", "0"]
+    assert runtime_main([*argv, "--checkpoints", "../x", "--", "true"]) == 2
+    assert "checkpoint set name '../x'" in capsys.readouterr().err
+    assert not (tmp_path / "n").exists() and not (tmp_path / "x").exists()

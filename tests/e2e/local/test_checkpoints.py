@@ -93,6 +93,9 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     try:
         yield proj
     finally:
+        # A node folder deleted (a lost node) takes none of the sets with it.
+        shutil.rmtree(proj / ".skyinfra" / "clusters" / NAME / "nodes" / "node-1")
+        assert (sets_dir(proj) / "resume").is_dir()
         down = cli(["down", "--yes", "--cluster", NAME], proj, env)
         assert down.returncode == 0, down.stdout + down.stderr
         # down keeps the sets, and says where and how much
@@ -117,10 +120,22 @@ def test_every_worker_gets_the_jobs_own_directory_by_default(
     values = results(project, cli(["run", "train.py:where"], project, env))
     job = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir()).name
     assert values == [str(sets_dir(project) / job)] * 2
+    shown = cli(["jobs", job], project, env)
+    assert f"checkpoints: {job}" in shown.stdout, shown.stdout
+    runs = sorted((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
     bad = cli(["run", "--checkpoints", "../escape", "train.py:where"], project, env)
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "--checkpoints '../escape'" in bad.stderr and "letters, digits" in bad.stderr
     assert not (sets_dir(project).parent / "escape").exists()
+    assert sorted((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir()) == runs
+    # the spec's `checkpoints`: every job's set, unless --checkpoints names another
+    spec = project / "skyinfra.toml"
+    spec.write_text(SPEC + 'checkpoints = "from-spec"\n')
+    try:
+        values = results(project, cli(["run", "train.py:where"], project, env))
+    finally:
+        spec.write_text(SPEC)
+    assert values == [str(sets_dir(project) / "from-spec")] * 2
 
 
 def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
