@@ -99,11 +99,14 @@ def start_job(
     args: Sequence[str],
     timeout_s: float | None,
     job_env: JobEnv | None = None,
+    checkpoints: str | None = None,
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory.
     The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
-    never on a command line or in a file; the record keeps env and the secrets' names."""
+    never on a command line or in a file; the record keeps env and the secrets' names.
+    ``checkpoints``: the job's checkpoint set (None: the job id), on every agent's command
+    line (``--checkpoints``) and in the record."""
     # A hang-up while the agents start waits until every one has (a job whose peers never
     # start would fail after JOIN_WAIT_S), then reaches the handler `run` installed (which
     # stops following: Detached). Deferred by a handler of our own, not by blocking the
@@ -116,7 +119,9 @@ def start_job(
             old = current
             signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
     try:
-        _start_agents(transport, topology, job_id, launch, entry, args, timeout_s, job_env)
+        _start_agents(
+            transport, topology, job_id, launch, entry, args, timeout_s, job_env, checkpoints
+        )
     finally:
         if old is not None:
             signal.signal(signal.SIGHUP, old)
@@ -133,6 +138,7 @@ def _start_agents(
     args: Sequence[str],
     timeout_s: float | None,
     job_env: JobEnv | None,
+    checkpoints: str | None = None,
 ) -> None:
     token = secrets.token_hex(16)
     job_env = job_env or JobEnv()
@@ -143,6 +149,7 @@ def _start_agents(
         "args": list(args),
         "started_by": who(),
         "nodes_total": len(launch),
+        "checkpoints": checkpoints or job_id,
         **job_env.record(),
     }
 
@@ -154,6 +161,7 @@ def _start_agents(
             "--node-dir", transport.node_root(i),
             "--node", str(i),
             "--private-stdin",
+            "--checkpoints", checkpoints or job_id,
             *role,
         ]  # fmt: skip
         return transport.start(

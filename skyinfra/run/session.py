@@ -109,6 +109,7 @@ def run_on_cluster(
     copy_cache: Path | None = None,
     job_env: JobEnv | None = None,
     run_files: Mapping[str, Path] | None = None,
+    checkpoints: str | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -122,7 +123,8 @@ def run_on_cluster(
     ``job_env``: the user's env and secrets, for a job only (secrets reach the nodes on the
     agents' stdin). ``run_files``: name -> local file, put in every node's run directory
     (beside work/) after the copy: the Python API's pickled call (ENTRY ``../call.pkl``,
-    skyinfra_runtime.call)."""
+    skyinfra_runtime.call). ``checkpoints``: the job's checkpoint set's name (None: the job
+    id)."""
     job_env = job_env or JobEnv()
     if (job_env.env or job_env.secrets) and not (as_job or detach):
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
@@ -154,7 +156,7 @@ def run_on_cluster(
     if detach:
         started = False
         try:
-            _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+            _start_job(transport, topology, report, entry, args, keep_runs, job_env, checkpoints)
             started = True
             wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         except Detached as hup:
@@ -171,6 +173,7 @@ def run_on_cluster(
         startup=startup,
         topology=topology if as_job else None,
         job_env=job_env,
+        checkpoints=checkpoints,
     )
     said = startup.summary()
     if said:
@@ -241,6 +244,7 @@ def _run_all(
     startup: HeadStartup | None = None,
     topology: Topology | None = None,
     job_env: JobEnv | None = None,
+    checkpoints: str | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -259,7 +263,9 @@ def _run_all(
                     transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
                 )
             else:
-                _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+                _start_job(
+                    transport, topology, report, entry, args, keep_runs, job_env, checkpoints
+                )
                 started = True
                 _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -335,7 +341,11 @@ def _start_job(
     args: Sequence[str],
     keep_runs: int,
     job_env: JobEnv | None,
+    checkpoints: str | None = None,
 ) -> None:
+    from skyinfra.checkpoints import record_use
+
+    record_use(report.run_dir, checkpoints or report.run_id)
     launch = {}
     for i in report.outcomes:
         dirs = _dirs(transport, i, report.run_id)
@@ -349,6 +359,7 @@ def _start_job(
         args=args,
         timeout_s=report.timeout_s,
         job_env=job_env,
+        checkpoints=checkpoints,
     )
 
 
