@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -25,7 +26,7 @@ from skyinfra.errors import StalePlanError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
-from skyinfra.spec import ClusterSpec
+from skyinfra.spec import JOB_ONLY_KEYS, ClusterSpec
 from skyinfra.targets.base import TargetOptions
 from skyinfra.targets.identity import WORKSPACE_ID_FILE
 from skyinfra.terraform import EmbeddedTerraform, EngineFactory, TerraformEngine
@@ -262,6 +263,12 @@ def _changed_fields(before: Any, after: Any, prefix: str = "") -> list[str]:
     return []
 
 
+def _reviewed(spec: ClusterSpec | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fields of a spec that a plan reviewed: all but the jobs' own (env, secrets)."""
+    fields = spec.to_dict() if isinstance(spec, ClusterSpec) else dict(spec or {})
+    return {k: v for k, v in fields.items() if k not in JOB_ONLY_KEYS}
+
+
 def read_meta(planfile: Path) -> dict[str, Any]:
     meta_file = planfile.parent / PLAN_META
     if not planfile.is_file():
@@ -296,8 +303,9 @@ def check_not_stale(
             f"{planfile} is not the reviewed plan: its sha256 is {digest}, the review "
             f"showed {expect_sha256}; {replan}; nothing was applied"
         )
-    if spec_now is not None and spec_now.to_dict() != meta.get("spec"):
-        changed = _changed_fields(meta.get("spec"), spec_now.to_dict())
+    planned_spec, current = _reviewed(meta.get("spec")), _reviewed(spec_now)
+    if spec_now is not None and current != planned_spec:
+        changed = _changed_fields(planned_spec, current)
         raise StalePlanError(
             f"the spec changed since the plan ({'; '.join(changed)}); {replan}; nothing was applied"
         )
@@ -351,6 +359,8 @@ def apply_planfile(
                 echo(f"[skyinfra] terraform init in {ws.path}")
                 engine.init()
             check_not_stale(planfile, meta, engine, spec_now=spec_now, expect_sha256=expect_sha256)
+            if spec_now is not None:  # the jobs' own fields as they are now (not reviewed)
+                spec = dataclasses.replace(spec, **{k: getattr(spec_now, k) for k in JOB_ONLY_KEYS})
             plan_json = engine.show_plan(str(planfile))
             review = build_review(
                 plan_json, facts_of(spec), planfile_sha256=meta["planfile_sha256"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from skyinfra_runtime import checkpoints as runtime_checkpoints
 from skyinfra_runtime import jobenv
 from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
 from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
@@ -58,7 +59,11 @@ COMMON_KEYS = (
     "engine",
     "env",
     "secrets",
+    "checkpoints",
 )
+# Fields only jobs read (`run` takes them when a job starts): changing one changes no
+# infrastructure, so a reviewed plan stays the plan to apply (planning.check_not_stale).
+JOB_ONLY_KEYS = ("env", "secrets")
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 
@@ -120,6 +125,9 @@ class ClusterSpec:
     # `secrets = ["NAME"]`: names only; each job takes the values from the operator's
     # environment and never writes them to a file (skyinfra.run.jobenv).
     secrets: tuple[str, ...] = ()
+    # `checkpoints = "NAME"`: every job's checkpoint set ($SKYINFRA_CHECKPOINT_DIR), shared
+    # across jobs (None: each job its own, named by its id). See skyinfra_runtime.checkpoints.
+    checkpoints: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -138,6 +146,7 @@ class ClusterSpec:
             **({"engine": self.engine} if self.engine is not None else {}),
             **({"env": dict(self.env)} if self.env else {}),
             **({"secrets": list(self.secrets)} if self.secrets else {}),
+            **({"checkpoints": self.checkpoints} if self.checkpoints is not None else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -415,6 +424,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     env = problems.check(lambda: _env(raw.get("env", {})), no_env)
     no_secrets: tuple[str, ...] = ()
     secrets = problems.check(lambda: _secrets(raw.get("secrets", []), env), no_secrets)
+    ckpts = problems.check(lambda: checkpoints_name(raw.get("checkpoints"), "checkpoints"), None)
     # Another target's table is allowed (`--provider` picks), and checked all the same.
     for other in targets:
         if other != provider and other in raw:
@@ -439,7 +449,19 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         engine=engine,
         env=env,
         secrets=secrets,
+        checkpoints=ckpts,
     )
+
+
+def checkpoints_name(value: Any, field_name: str) -> str | None:
+    """A checkpoint set's name (`checkpoints` in the spec, `run --checkpoints`), checked by
+    the runtime's rule: one safe folder name."""
+    if value is None:
+        return None
+    problem = runtime_checkpoints.name_problem(value)
+    if problem:
+        raise SpecError(field_name, value, problem)
+    return str(value)
 
 
 def _backend(value: Any, section: Any) -> str | None:

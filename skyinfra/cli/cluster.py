@@ -173,6 +173,11 @@ def down(
         engine_factory=engine_factory(terraform_bin, ws.spec()),
     )
     echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
+    from skyinfra.checkpoints import kept_line
+
+    kept = kept_line(ws)
+    if kept:
+        echo(kept)
 
 
 @click.command()

@@ -158,6 +158,8 @@ def _show_job(job: dict[str, Any]) -> None:
     echo(f"  last output: {_age(job.get('last_output_age_s'))}")
     if job.get("timeout_s"):
         echo(f"  timeout:    {job.get('timeout_s'):g} s")
+    if job.get("checkpoints"):
+        echo(f"  checkpoints: {job.get('checkpoints')} ($SKYINFRA_CHECKPOINT_DIR)")
     from skyinfra.run.jobenv import shown
 
     variables = shown(job)

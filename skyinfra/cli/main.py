@@ -12,7 +12,7 @@ import sys
 import click
 
 from skyinfra import __version__, exitcodes
-from skyinfra.cli import cluster, jobs, review, running, ssh, state, validate, verify
+from skyinfra.cli import checkpoints, cluster, jobs, review, running, ssh, state, validate, verify
 from skyinfra.errors import SkyinfraError
 
 
@@ -31,6 +31,7 @@ for command in (
     jobs.jobs,
     jobs.logs,
     jobs.cancel,
+    checkpoints.checkpoints,
     ssh.ssh,
     review.render,
     review.plan,

@@ -17,6 +17,7 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
     from skyinfra.run.jobenv import JobEnv
+    from skyinfra.spec import ClusterSpec
     from skyinfra.workspace import Workspace
 
 
@@ -85,6 +86,16 @@ if TYPE_CHECKING:
     "the spec's secrets.",
 )
 @click.option(
+    "--checkpoints",
+    "checkpoints",
+    default=None,
+    metavar="NAME",
+    help="The job's checkpoint set ($SKYINFRA_CHECKPOINT_DIR on every node): jobs run with "
+    "the same NAME share it, so a fresh job resumes where an earlier one stopped. Default: "
+    "the spec's checkpoints, else one set per job, named by its id. `skyinfra checkpoints` "
+    "lists them.",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -104,6 +115,7 @@ def run(
     detach: bool,
     cli_env: tuple[str, ...],
     cli_secrets: tuple[str, ...],
+    checkpoints: str | None,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -139,6 +151,7 @@ def run(
     checked(ws.spec(), guardrails=False)
     # Bad names and missing values: exit 2 before anything is read, copied or started.
     job_env = _job_env(ws, cli_env, cli_secrets)
+    checkpoints = _checkpoints_name(ws, checkpoints)
     refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
@@ -179,6 +192,7 @@ def run(
                 detach=detach,
                 copy_cache=ws.copy_cache_file,
                 job_env=job_env,
+                checkpoints=checkpoints,
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.
@@ -197,20 +211,39 @@ def run(
     raise_for_failure(report)
 
 
+def _checkpoints_name(ws: Workspace, flag: str | None) -> str | None:
+    """The job's checkpoint set: --checkpoints, else the spec's (./skyinfra.toml when it
+    names this cluster), else None (the job id). A bad name: exit 2 naming it."""
+    from skyinfra.errors import SpecError, UsageError
+    from skyinfra.spec import checkpoints_name
+
+    if flag is None:
+        return _current_spec(ws).checkpoints
+    try:
+        return checkpoints_name(flag, "--checkpoints")
+    except SpecError as err:
+        raise UsageError(f"--checkpoints {flag!r}: expected {err.expected}") from None
+
+
+def _current_spec(ws: Workspace) -> ClusterSpec:
+    from skyinfra.spec import read_spec_file, validate_spec
+
+    here = Path("skyinfra.toml")
+    if here.is_file():
+        raw = read_spec_file(here)
+        if raw.get("name") == ws.name:
+            return validate_spec(raw)
+    return ws.spec()
+
+
 def _job_env(ws: Workspace, cli_env: tuple[str, ...], cli_secrets: tuple[str, ...]) -> JobEnv:
     """The job's env and secrets: the spec's (./skyinfra.toml when it names this cluster, so an
     edit needs no `up`; else the spec the cluster was brought up with), then the flags."""
     import os
 
     from skyinfra.run.jobenv import resolve
-    from skyinfra.spec import read_spec_file, validate_spec
 
-    spec = ws.spec()
-    here = Path("skyinfra.toml")
-    if here.is_file():
-        raw = read_spec_file(here)
-        if raw.get("name") == ws.name:
-            spec = validate_spec(raw)
+    spec = _current_spec(ws)
     return resolve(
         spec_env=spec.env,
         spec_secrets=spec.secrets,

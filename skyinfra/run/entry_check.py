@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from skyinfra_runtime.entry import Entrypoint
@@ -24,12 +24,24 @@ from skyinfra.transport.base import IgnoreFn
 _UNKNOWN = "*"  # `from x import *`: any name may be defined
 
 
-def check_entry(src: Path, entry: str, ignore: IgnoreFn) -> list[str]:
-    """UsageError when ENTRY cannot run from ``src``; else notes on what was not checked."""
+def check_entry(
+    src: Path, entry: str, ignore: IgnoreFn, *, run_files: Collection[str] = ()
+) -> list[str]:
+    """UsageError when ENTRY cannot run from ``src``; else notes on what was not checked.
+    A pickled call (``../call.pkl``) is the Python API's: it must be one of ``run_files``,
+    the files the run puts beside work/."""
     try:
         parsed = Entrypoint.parse(entry)
     except EntrypointError as err:
         raise UsageError(f"ENTRY: {err}") from None
+    if parsed.call:
+        assert parsed.path is not None
+        if parsed.path.parent.as_posix() == ".." and parsed.path.name in run_files:
+            return []
+        raise UsageError(
+            f"ENTRY {entry!r}: a pickled call is what the Python API sends "
+            "(skyinfra.Cluster.run); name a script, a module or a function instead"
+        )
     if parsed.path is not None:
         rel = _script_in_project(src, parsed.path, entry)
     else:

@@ -18,7 +18,7 @@ import collections
 import json
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -108,6 +108,8 @@ def run_on_cluster(
     detach: bool = False,
     copy_cache: Path | None = None,
     job_env: JobEnv | None = None,
+    run_files: Mapping[str, Path] | None = None,
+    checkpoints: str | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -119,14 +121,17 @@ def run_on_cluster(
     node started (the report holds only the id and directory). ``copy_cache``: where the
     project's file hashes are kept between runs (tree.scan; None: hash every file).
     ``job_env``: the user's env and secrets, for a job only (secrets reach the nodes on the
-    agents' stdin)."""
+    agents' stdin). ``run_files``: name -> local file, put in every node's run directory
+    (beside work/) after the copy: the Python API's pickled call (ENTRY ``../call.pkl``,
+    skyinfra_runtime.call). ``checkpoints``: the job's checkpoint set's name (None: the job
+    id)."""
     job_env = job_env or JobEnv()
     if (job_env.env or job_env.secrets) and not (as_job or detach):
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
-    for note in check_entry(src, entry, ignore):
+    for note in check_entry(src, entry, ignore, run_files=run_files or {}):
         echo(f"[skyinfra] {note}")
     wait_until_ready(
         transport,
@@ -146,12 +151,12 @@ def run_on_cluster(
     wanted = _scan(src, ignore, copy_cache)
     report = _new_report(runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = timeout_s
-    _copy_to_nodes(transport, report, src, topology_file, wanted, echo)
+    _copy_to_nodes(transport, report, src, topology_file, wanted, echo, run_files or {})
     startup.mark("copied")
     if detach:
         started = False
         try:
-            _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+            _start_job(transport, topology, report, entry, args, keep_runs, job_env, checkpoints)
             started = True
             wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         except Detached as hup:
@@ -168,6 +173,7 @@ def run_on_cluster(
         startup=startup,
         topology=topology if as_job else None,
         job_env=job_env,
+        checkpoints=checkpoints,
     )
     said = startup.summary()
     if said:
@@ -207,6 +213,7 @@ def _copy_to_nodes(
     topology_file: Path,
     wanted: Entries,
     echo: Echo,
+    run_files: Mapping[str, Path],
 ) -> None:
     """Each node gets the project in the run's directory, built from its newest copy: only
     new and changed files travel (skyinfra.transport.nodesync); runs/<id>/copy.json and
@@ -215,6 +222,8 @@ def _copy_to_nodes(
         dirs = _dirs(transport, i, report.run_id)
         outcome.copy = transport.copy_tree(i, src, wanted, report.run_id)
         transport.put_file(i, topology_file, dirs.topology)
+        for name, local in run_files.items():
+            transport.put_file(i, local, f"{dirs.run}/{name}")
     copies = {i: o.copy for i, o in report.outcomes.items() if o.copy is not None}
     (report.run_dir / COPY_RECORD).write_text(
         json.dumps({f"node-{i}": c.as_json() for i, c in copies.items()}, indent=2) + "\n",
@@ -235,6 +244,7 @@ def _run_all(
     startup: HeadStartup | None = None,
     topology: Topology | None = None,
     job_env: JobEnv | None = None,
+    checkpoints: str | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -253,7 +263,9 @@ def _run_all(
                     transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
                 )
             else:
-                _start_job(transport, topology, report, entry, args, keep_runs, job_env)
+                _start_job(
+                    transport, topology, report, entry, args, keep_runs, job_env, checkpoints
+                )
                 started = True
                 _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -329,7 +341,11 @@ def _start_job(
     args: Sequence[str],
     keep_runs: int,
     job_env: JobEnv | None,
+    checkpoints: str | None = None,
 ) -> None:
+    from skyinfra.checkpoints import record_use
+
+    record_use(report.run_dir, checkpoints or report.run_id)
     launch = {}
     for i in report.outcomes:
         dirs = _dirs(transport, i, report.run_id)
@@ -343,6 +359,7 @@ def _start_job(
         args=args,
         timeout_s=report.timeout_s,
         job_env=job_env,
+        checkpoints=checkpoints,
     )
 
 

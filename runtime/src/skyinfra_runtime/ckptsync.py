@@ -41,9 +41,6 @@ from typing import Any
 
 from skyinfra_runtime.s3 import Bucket, CredentialSource, parse_url
 
-# The job's checkpoint directory on every worker (the contract of skyinfra_runtime.checkpoints,
-# CHECKPOINT_DIR_ENV): on AWS nodes ``<node dir>/checkpoints/<NAME>``.
-CHECKPOINT_DIR_ENV = "SKYINFRA_CHECKPOINT_DIR"
 MANIFEST = "manifest.json"
 SCHEMA = 1
 POLL_S = 5.0

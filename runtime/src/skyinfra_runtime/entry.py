@@ -28,6 +28,8 @@ FORMS = (
 )
 # The text of a ``python -m`` entry: "-m package.module".
 MODULE_FLAG = "-m"
+# A pickled call's file (skyinfra_runtime.call), named by the operator's Python API only.
+CALL_SUFFIX = ".pkl"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Entrypoint:
     module: str | None  # dotted module name, or None for a script path
     path: Path | None  # script path, or None for a module
     function: str | None  # None: run the script (or the -m module) as __main__
+    # A pickled call (``path/to/call.pkl``, skyinfra_runtime.call): what the operator's Python
+    # API sends; runs like a function entry (the plugins initialise the frameworks around it).
+    call: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Entrypoint:
@@ -47,6 +52,8 @@ class Entrypoint:
             raise EntrypointError(f"entrypoint {text!r} is malformed; expected {FORMS}")
         if target.endswith(".py"):
             return cls(text, None, Path(target), function or None)
+        if target.endswith(CALL_SUFFIX) and not sep:
+            return cls(text, None, Path(target), None, call=True)
         if not sep:
             raise EntrypointError(
                 f"entrypoint {text!r} names a module without a function; expected {FORMS}"
@@ -68,7 +75,7 @@ class Entrypoint:
     @property
     def runs_as_main(self) -> bool:
         """A script or ``-m`` module: runs as ``__main__`` and initialises its framework."""
-        return self.function is None
+        return self.function is None and not self.call
 
     def argv(self) -> list[str]:
         """The entry as ``skyinfra-runtime launch`` takes it: ``[text]`` or ``["-m", NAME]``."""
@@ -101,6 +108,12 @@ class Entrypoint:
 
     def run(self, args: Sequence[str]) -> Any:
         """Run it (user code: its exceptions propagate). Returns the function's value."""
+        if self.call:
+            from skyinfra_runtime.call import run_call
+
+            assert self.path is not None
+            sys.argv = [self.text, *args]
+            return run_call(self.path)
         if self.path is not None and self.function is None:
             # As `python script.py`: argv[0] as given, sys.path[0] the script's directory.
             sys.argv = [str(self.path), *args]

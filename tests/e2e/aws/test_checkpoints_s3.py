@@ -201,7 +201,6 @@ def test_a_jobs_agent_restores_before_the_entry_and_uploads_at_its_end(
             }
         )
     )
-    ckpt = node_dir / "checkpoints" / "run-a"
     entry = (
         "import os, pathlib\n"
         "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
@@ -211,12 +210,12 @@ def test_a_jobs_agent_restores_before_the_entry_and_uploads_at_its_end(
     )
     argv = [
         sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-1",
-        "--node-dir", str(node_dir), "--node", "0", "--nodes", "1",
+        "--node-dir", str(node_dir), "--node", "0", "--nodes", "1", "--checkpoints", "run-a",
         "--", sys.executable, "-c", entry,
     ]  # fmt: skip
     out = subprocess.run(
         argv,
-        env=node_env(SKYINFRA_CHECKPOINT_DIR=str(ckpt)),
+        env=node_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -259,7 +258,7 @@ def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends
             "--node-dir", str(node_dir), "--node", str(i), *where,
             "--", sys.executable, "-c", entry,
         ]  # fmt: skip
-        env = node_env(SKYINFRA_CHECKPOINT_DIR=str(node_dir / "checkpoints" / "job-2"), NODE=str(i))
+        env = node_env(NODE=str(i))  # the set: the job's own (its id), as the agent names it
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         if i == 0:
@@ -295,7 +294,7 @@ def test_a_restore_that_fails_fails_the_node_instead_of_starting_from_scratch(
         "--node-dir", str(node_dir), "--node", "0", "--nodes", "1",
         "--", sys.executable, "-c", "print('the entry ran')",
     ]  # fmt: skip
-    env = node_env(SKYINFRA_CHECKPOINT_DIR=str(node_dir / "checkpoints" / "job-3"))
+    env = node_env()
     assert subprocess.run(argv, env=env, capture_output=True, timeout=60).returncode == 0
     record = node_dir / "jobs" / "job-3.json"
     until = time.monotonic() + 60

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import cli as run_cli
+from tests.support.local_jobs import module_env
 
 pytestmark = pytest.mark.slow
 
@@ -61,17 +62,12 @@ def wait():
 
 
 def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    return run_cli(args, cwd, env, timeout=600)
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("jobenv-cache")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_CACHE"] = str(cache / "cache")
-    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(cache / "tf-plugins")
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    env = module_env(tmp_path_factory, tf_plugin_cache, "jobenv")
     env["PLANTED_SECRET"] = SECRET
     env["OPERATOR_ONLY"] = OPERATOR_ONLY  # in the operator's shell: never on a local node
     env["FROM_OPERATOR"] = "from the operator"

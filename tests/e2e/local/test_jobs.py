@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
+from tests.support.local_jobs import cli, module_env, node_processes
 
 pytestmark = pytest.mark.slow
 
@@ -50,21 +51,9 @@ def forever():
 """
 
 
-def cli(
-    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("jobs-cache")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_CACHE"] = str(cache / "cache")
-    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(cache / "tf-plugins")
-    return env
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    return module_env(tmp_path_factory, tf_plugin_cache, "jobs")
 
 
 @pytest.fixture(scope="module")
@@ -87,23 +76,7 @@ def nodes_dir(project: Path) -> Path:
 
 
 def job_processes(project: Path, job: str | None = None) -> list[str]:
-    """Processes of the cluster's nodes (their environment names the node directory), or of
-    one job (its environment names the run id), found through /proc."""
-    mark = f"SKYINFRA_LOCAL_NODE_DIR={nodes_dir(project)}".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if entry.name == str(os.getpid()):
-            continue
-        if not any(v.startswith(mark) for v in environ):
-            continue
-        if job is None or f"SKYINFRA_RUN_ID={job}".encode() in environ or job in cmd:
-            found.append(f"{entry.name} {cmd}")
-    return found
+    return node_processes(nodes_dir(project), job)
 
 
 def jobs_json(project: Path, env: dict[str, str], job: str | None = None) -> object:

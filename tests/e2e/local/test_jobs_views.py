@@ -6,7 +6,6 @@ whose CLI gets SIGHUP or SIGKILL while it starts the job. Real processes only.""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skyinfra_argv
-from tests.e2e.local.test_jobs import cli
+from tests.support.local_jobs import cli, module_env, node_processes
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +43,8 @@ def quiet():
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("views-cache")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_CACHE"] = str(cache / "cache")
-    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(cache / "tf-plugins")
-    return env
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    return module_env(tmp_path_factory, tf_plugin_cache, "views")
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +66,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
 
 
 def cluster_processes(project: Path) -> list[str]:
-    """Processes of the cluster's nodes: their environment names the node directory."""
-    mark = f"SKYINFRA_LOCAL_NODE_DIR={nodes_dir(project)}".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if any(v.startswith(mark) for v in (entry / "environ").read_bytes().split(b"\0")):
-                found.append(entry.name)
-        except OSError:
-            continue
-    return found
+    return node_processes(nodes_dir(project))
 
 
 def nodes_dir(project: Path) -> Path:

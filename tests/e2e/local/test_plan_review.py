@@ -82,6 +82,19 @@ def test_plan_apply_and_stale_plans(project: tuple[Path, dict[str, str]]) -> Non
     assert summary["plan"]["no_changes"] is True and summary["passed"] is True
     assert summary["topology"]["after"]["nodes"] == 2
     check_golden("local-no-changes", (root / "p-same/plan.md").read_text())
+    # A job's env and secrets change no infrastructure: the reviewed plan still applies, and
+    # the workspace's spec holds them as they are now.
+    (root / "skyinfra.toml").write_text(
+        SPEC + 'env = { NCCL_DEBUG = "INFO" }\nsecrets = ["WANDB_API_KEY"]\n'
+    )
+    same_applied = skyinfra(["apply", "p-same/skyinfra.tfplan"], root, env)
+    assert same_applied.returncode == 0, same_applied.stdout + same_applied.stderr
+    applied_spec = json.loads((ws / "spec.json").read_text())
+    assert (applied_spec["env"], applied_spec["secrets"]) == (
+        {"NCCL_DEBUG": "INFO"},
+        ["WANDB_API_KEY"],
+    )
+    (root / "skyinfra.toml").write_text(SPEC)
 
     code, text = plan(root, env, "p-scale", "--nodes", "4")
     assert code == exitcodes.PLAN_CHANGES

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import cli, module_env
 
 pytestmark = pytest.mark.slow
 
@@ -44,19 +43,9 @@ def slow():
 """
 
 
-def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("rerun-cache")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_CACHE"] = str(cache / "cache")
-    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(cache / "tf-plugins")
-    return env
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    return module_env(tmp_path_factory, tf_plugin_cache, "rerun")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import ckptsync, exitcodes, jobenv
+from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     FINAL_STATES,
@@ -98,6 +98,12 @@ def supervise(ns: argparse.Namespace) -> int:
     if ns.node != 0 and not ns.head:
         print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
         return exitcodes.USAGE
+    # The job's checkpoint set (default: one of its own, named by the job id).
+    try:
+        ckpt_env = checkpoints.job_env(ns.node_dir, ns.checkpoints or ns.job)
+    except (ValueError, OSError) as err:
+        print(f"skyinfra-runtime supervise: --checkpoints: {err}", file=sys.stderr)
+        return exitcodes.USAGE
     server = None
     listen = ns.listen
     if ns.node == 0:
@@ -124,7 +130,7 @@ def supervise(ns: argparse.Namespace) -> int:
             paths,
             ns.node,
             argv,
-            env={**private["env"], **private["secrets"]},
+            env={**private["env"], **private["secrets"], **ckpt_env},
             hidden=jobenv.masks(private["secrets"].values()),
         )
         paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
@@ -161,7 +167,8 @@ def _checkpoints(agent: Agent, paths: Paths) -> None:
     starts, upload every POLL_S while it runs (ckptsync.py), and once more when it ended,
     whichever way (SIGTERM included), before the node reports its exit."""
     stop, restored = threading.Event(), threading.Event()
-    directory = os.environ.get(ckptsync.CHECKPOINT_DIR_ENV, "")
+    # The agent's own addition to its launcher's environment (checkpoints.job_env).
+    directory = agent.env.get(checkpoints.CHECKPOINT_DIR_ENV, "")
     try:
         sync = ckptsync.from_settings(paths.node_dir, directory, agent.node)
     except (OSError, ValueError, KeyError) as err:
@@ -279,6 +286,11 @@ def main(argv: list[str]) -> int:
     sup.add_argument("--head", help="HOST:PORT of the job's supervisor (peers)")
     sup.add_argument("--timeout", type=float, default=None)
     sup.add_argument("--meta", help="JSON recorded with the job (head only)")
+    sup.add_argument(
+        "--checkpoints",
+        metavar="NAME",
+        help="the job's checkpoint set ($SKYINFRA_CHECKPOINT_DIR; default: the job id)",
+    )
     sup.add_argument(
         "--private-stdin",
         action="store_true",

@@ -35,6 +35,8 @@ class KerasPlugin:
     batch_dim_name: str | None = None
     name: str = field(default="keras", init=False)
     _distributed: bool = field(default=False, init=False, repr=False)
+    # keras.callbacks.BackupAndRestore before this plugin put skyinfra's in its place.
+    _keras_backup: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         given = {
@@ -82,6 +84,13 @@ class KerasPlugin:
         from keras.src.backend.jax.distribution_lib import initialize_rng
 
         initialize_rng()
+        if info.total_workers > 1:
+            # Keras's own writes a file per process in place and restores whatever each
+            # finds: processes diverge on resume (skyinfra_runtime.keras_backup says how).
+            from skyinfra_runtime.keras_backup import backup_and_restore_class
+
+            self._keras_backup = keras.callbacks.BackupAndRestore
+            keras.callbacks.BackupAndRestore = backup_and_restore_class()
 
     def _distribution(self, keras: Any) -> Any:
         devices = keras.distribution.list_devices()
@@ -117,6 +126,9 @@ class KerasPlugin:
 
             keras.distribution.set_distribution(None)
             self._distributed = False
+            if self._keras_backup is not None:
+                keras.callbacks.BackupAndRestore = self._keras_backup
+                self._keras_backup = None
 
 
 def _loaded_backend(keras_module: Any) -> str:

@@ -1,0 +1,418 @@
+"""``skyinfra.Cluster``: a cluster from Python (a script, a notebook), driven through the same
+code the CLI commands call: the spec's checks (skyinfra.spec, skyinfra.validation),
+skyinfra.lifecycle's up/down/status, and the run session (skyinfra.run.session) with its jobs.
+
+Only this module's own names and the standard library are imported with ``import skyinfra``;
+the library behind it is imported when a method runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyinfra.api.calls import Call
+    from skyinfra.api.jobs import Job
+    from skyinfra.run.report import RunReport
+    from skyinfra.spec import ClusterSpec
+    from skyinfra.terraform import EngineFactory
+    from skyinfra.topology import Topology
+    from skyinfra.transport.base import NodeTransport
+    from skyinfra.workspace import Workspace
+
+Echo = Callable[[str], None]
+
+
+def _print(line: str) -> None:
+    # sys.stdout as it is now (a notebook swaps it per cell).
+    print(line, file=sys.stdout, flush=True)
+
+
+class Cluster:
+    """A cluster named by a spec: ``Cluster(name="try", provider="local", nodes=2,
+    plugins=["jax", "keras:backend=jax"])`` takes the spec file's fields as keyword arguments
+    (``local={...}``, ``aws={...}`` for a target's table) and checks them as ``skyinfra
+    validate`` does: a bad one raises :class:`skyinfra.SpecError` naming the field, and nothing
+    is written. ``Cluster.from_spec("skyinfra.toml")`` reads a spec file.
+
+    ``dir``: the clusters folder (as ``--dir``; default ``$SKYINFRA_DIR``, else
+    ``.skyinfra/clusters``). ``yes``: what the CLI confirms on a terminal (``down``, an ``up``
+    that destroys or replaces nodes) goes ahead; without it those raise
+    :class:`skyinfra.ConfirmationRequired` and change nothing. ``keep``: leaving a ``with``
+    block keeps the cluster up. ``all_logs``: ``run`` streams every node, not only node 0.
+    ``echo``: where progress lines go (default: printed to stdout).
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        dir: str | Path | None = None,
+        keep: bool = False,
+        yes: bool = False,
+        adopt: bool = False,
+        all_logs: bool = False,
+        echo: Echo | None = None,
+        target_options: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> None:
+        from skyinfra.spec import validate_spec
+
+        raw = {key: value for key, value in fields.items() if value is not None}
+        if name is not None:
+            raw["name"] = name
+        self._init(validate_spec(raw), None, dir, keep, yes, adopt, all_logs, echo, target_options)
+
+    @classmethod
+    def from_spec(
+        cls,
+        path: str | Path,
+        *,
+        dir: str | Path | None = None,
+        keep: bool = False,
+        yes: bool = False,
+        adopt: bool = False,
+        all_logs: bool = False,
+        echo: Echo | None = None,
+        target_options: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Cluster:
+        """The cluster of a spec file; ``overrides`` replace its fields (as the CLI's flags)."""
+        from skyinfra.spec import load_spec
+
+        spec_file = Path(path).absolute()  # `up` records it: where the cluster came from
+        spec = load_spec(spec_file, overrides)
+        self = cls.__new__(cls)
+        self._init(spec, spec_file, dir, keep, yes, adopt, all_logs, echo, target_options)
+        return self
+
+    def _init(
+        self,
+        spec: ClusterSpec,
+        spec_file: Path | None,
+        clusters_root: str | Path | None,
+        keep: bool,
+        yes: bool,
+        adopt: bool,
+        all_logs: bool,
+        echo: Echo | None,
+        target_options: Mapping[str, Any] | None,
+    ) -> None:
+        from skyinfra.lifecycle import check_target_options
+        from skyinfra.validation import require_valid
+        from skyinfra.workspace import Workspace, clusters_dir
+
+        require_valid(spec)  # `skyinfra validate`'s offline checks, before anything
+        options = {k: v for k, v in (target_options or {}).items() if v}
+        check_target_options(spec, options)
+        self.spec = spec
+        self.name = spec.name
+        self._spec_file = spec_file
+        self._ws = Workspace(clusters_dir(clusters_root) / spec.name)
+        self.keep = keep
+        self.yes = yes
+        self._adopt = adopt
+        self.all_logs = all_logs
+        self._echo = echo or _print
+        self._options = options
+
+    def __repr__(self) -> str:
+        return (
+            f"Cluster(name={self.name!r}, provider={self.spec.provider!r}, nodes={self.spec.nodes})"
+        )
+
+    # ------------------------------------------------------------------ life cycle
+
+    @property
+    def workspace(self) -> Path:
+        return self._ws.path
+
+    def _engine(self, spec: ClusterSpec) -> EngineFactory:
+        from skyinfra.terraform.external import engine_factory
+
+        return engine_factory(None, spec.engine, spec.provider)
+
+    def _confirm(self, yes: bool | None) -> Callable[[Sequence[Any]], bool]:
+        answer = self.yes if yes is None else yes
+        return lambda changes: answer
+
+    def up(self, *, yes: bool | None = None) -> Topology:
+        """Create or update the cluster as `skyinfra up` does; returns its topology."""
+        from skyinfra import lifecycle
+
+        spec = self.spec
+        if spec.engine is None and self._ws.exists():  # the engine the cluster was made with
+            spec = dataclasses.replace(spec, engine=self._ws.spec().engine)
+        _, topology = lifecycle.up(
+            spec,
+            self._ws,
+            self._echo,
+            options=self._options,
+            spec_file=self._spec_file,
+            adopt=self._adopt,
+            confirm=self._confirm(yes),
+            engine_factory=self._engine(spec),
+        )
+        self._echo(
+            f"[skyinfra] cluster {spec.name!r} is up: {len(topology.nodes)} node(s), "
+            f"head {topology.head_addr}:{topology.head_port}"
+        )
+        return topology
+
+    def down(self, *, yes: bool | None = None) -> None:
+        """Destroy the cluster as `skyinfra down` does (needs ``yes``)."""
+        from skyinfra import lifecycle
+
+        ws = self._existing()
+        lifecycle.down(
+            ws, self._echo, confirm=self._confirm(yes), engine_factory=self._engine(ws.spec())
+        )
+        self._echo(f"[skyinfra] cluster {ws.name!r} is down; state kept in {ws.path}")
+
+    def status(self) -> dict[str, Any]:
+        """What `skyinfra status --json` prints."""
+        from skyinfra import lifecycle
+
+        ws = self._existing()
+        return lifecycle.status(ws, engine_factory=self._engine(ws.spec()))
+
+    @property
+    def topology(self) -> Topology:
+        """The cluster's topology.json; ClusterDownError when it is down."""
+        from skyinfra.errors import ClusterDownError
+        from skyinfra.topology import read_topology
+
+        ws = self._existing()
+        if not ws.topology_file.is_file():
+            raise ClusterDownError(ws.name)
+        return read_topology(ws.topology_file)
+
+    def __enter__(self) -> Cluster:
+        self.up()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.keep:
+            self._echo(f"[skyinfra] cluster {self.name!r} kept up (keep=True)")
+            return
+        self.down(yes=True)  # leaving the block is the yes: it brought the cluster up
+
+    def _existing(self) -> Workspace:
+        from skyinfra.errors import NoSuchClusterError
+
+        if not self._ws.exists():
+            raise NoSuchClusterError(
+                f"no cluster named {self.name!r} in {self._ws.path.parent}; bring it up "
+                "with Cluster.up() (or `skyinfra up`)"
+            )
+        return self._ws
+
+    # ------------------------------------------------------------------ running code
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        nodes: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """``fn(*args, **kwargs)`` on every worker of every node (``nodes``: of those nodes,
+        numbered from 0 in the call), with the plugins set up around it as `skyinfra run`
+        does; the values it returned, one per worker in rank order. A failure raises
+        :class:`skyinfra.RemoteError` with every node's outcome and the first failing worker's
+        traceback text."""
+        from skyinfra.api.calls import fetch_results
+
+        with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
+            transport, report, call = self._start(fn, args, kwargs, nodes, Path(tmp), detach=False)
+        try:
+            self._raise_for(transport, report, call)
+            return fetch_results(transport, report)
+        finally:
+            self._restore(transport)
+            _close(transport)  # an SSH target's connections: a notebook lives long
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        nodes: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> Job:
+        """Start ``fn(*args, **kwargs)`` as a detached job (as `skyinfra run --detach`) and
+        return its handle (:class:`skyinfra.api.jobs.Job`: ``logs``, ``wait``, ``cancel``,
+        ``result``) once every node has started."""
+        from skyinfra.api.jobs import Job
+
+        with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
+            transport, report, call = self._start(fn, args, kwargs, nodes, Path(tmp), detach=True)
+        _close(transport)  # the job's handle connects again when it needs to
+        self._echo(f"[skyinfra] job {report.run_id} ({call.name}) started on every node")
+        return Job(
+            self._ws,
+            transport,
+            report.run_id,
+            report.run_dir,
+            call.name,
+            self._echo,
+            on_end=lambda: self._restore(transport),
+        )
+
+    def _restore(self, transport: NodeTransport) -> None:
+        from skyinfra.api.subset import SubsetTransport, restore_topology
+
+        if isinstance(transport, SubsetTransport):
+            restore_topology(transport.inner, transport.chosen, self._ws.topology_file)
+
+    def _start(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        nodes: Sequence[int] | None,
+        folder: Path,
+        *,
+        detach: bool,
+    ) -> tuple[NodeTransport, RunReport, Call]:
+        """What `skyinfra run` does, with the call as its entry (cli/running.py)."""
+        from skyinfra import lifecycle, shared_state
+        from skyinfra.api.calls import CALL_ENTRY, check_python, pickle_call
+        from skyinfra.api.subset import SubsetTransport, selected_nodes, sub_topology
+        from skyinfra.errors import ClusterDownError
+        from skyinfra.run import DEFAULT_KEEP_RUNS
+        from skyinfra.run.ignore import topology_path_inside
+        from skyinfra.run.session import run_on_cluster
+        from skyinfra.terraform.backend import has_backend
+        from skyinfra.topology import read_topology
+        from skyinfra.transport.readiness import wait_until_ready
+        from skyinfra.validation import require_valid
+
+        ws = self._existing()
+        spec = ws.spec()
+        require_valid(spec, guardrails=False)
+        src = Path.cwd()
+        call = pickle_call(fn, args, kwargs, folder, src)
+        if has_backend(ws.path):  # another operator may have changed the cluster
+            engine = self._engine(spec)(ws.path)
+            shared_state.ensure_init(ws, engine)
+            shared_state.refresh_topology(ws, spec, engine)
+        if not ws.topology_file.is_file():
+            raise ClusterDownError(ws.name)
+        topology = ws_topology = read_topology(ws.topology_file)
+        topology_file = ws.topology_file
+        chosen = selected_nodes(nodes, topology)
+        echo = self._echo
+        if chosen is not None:
+            topology = sub_topology(topology, chosen)
+            topology_file = folder / "topology.json"
+            topology_file.write_text(json.dumps(topology.to_dict()), encoding="utf-8")
+            echo = _renumbered(self._echo, chosen)
+            self._echo(
+                f"[skyinfra] {call.name} runs on nodes {chosen}, as nodes 0 to "
+                f"{len(chosen) - 1} of the call (instance_info().node)"
+            )
+        wait_s = lifecycle.default_wait_ready_s(spec)
+        terminal = sys.stdout if sys.stdout.isatty() else None
+        with ws.lock(f"run {call.name}"):
+            transport: NodeTransport = lifecycle.transport_for(ws, ws_topology, spec=spec)
+            if chosen is not None:
+                transport = SubsetTransport(transport, chosen)
+            try:
+                if call.by_value:  # the nodes' Python is known once they are ready
+                    wait_until_ready(
+                        transport, topology, timeout_s=wait_s, echo=echo, terminal=terminal
+                    )
+                    check_python(transport, [n.index for n in topology.nodes], call)
+                if spec.verify:
+                    from skyinfra.verify import gate
+
+                    everyone = lifecycle.transport_for(ws, ws_topology, spec=spec)
+                    try:
+                        gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
+                    finally:
+                        _close(everyone)
+                report = run_on_cluster(
+                    transport=transport,
+                    topology=topology,
+                    topology_file=topology_file,
+                    runs_dir=ws.runs_dir,
+                    src=src,
+                    entry=CALL_ENTRY,
+                    args=[],
+                    all_logs=self.all_logs,
+                    extra_ignores=topology_path_inside(src, ws.path),
+                    echo=echo,
+                    wait_ready_s=wait_s,
+                    timeout_s=spec.run_timeout,
+                    keep_runs=DEFAULT_KEEP_RUNS,
+                    terminal=terminal,
+                    as_job=True,
+                    detach=detach,
+                    run_files=call.files,
+                )
+            except BaseException:
+                with contextlib.suppress(Exception):  # a call on some nodes: theirs back
+                    self._restore(transport)
+                _close(transport)
+                raise
+        return transport, report, call
+
+    def _raise_for(self, transport: NodeTransport, report: RunReport, call: Call) -> None:
+        from skyinfra_runtime import exitcodes as node_exitcodes
+
+        from skyinfra.api.calls import remote_error
+        from skyinfra.api.subset import SubsetTransport
+        from skyinfra.run.report import describe_exit, raise_for_failure
+
+        if report.first_failure is None:
+            raise_for_failure(report)  # a timeout: RunTimeoutError, as `run` raises
+            return
+        # The cluster's node numbers (a call on some nodes numbers them from 0).
+        index = list(range(len(report.outcomes)))
+        if isinstance(transport, SubsetTransport):
+            index, transport = transport.chosen, transport.inner
+        outcomes = {
+            index[i]: {
+                "exit_code": o.exit_code,
+                "meaning": node_exitcodes.describe(o.exit_code),
+                "ended_by_skyinfra": o.ended_by_us,
+                "reason": describe_exit(o),
+            }
+            for i, o in report.outcomes.items()
+        }
+        first = index[report.first_failure]
+        raise remote_error(transport, call.name, report.run_id, report.run_dir, first, outcomes)
+
+
+def _close(transport: NodeTransport) -> None:
+    close = getattr(transport, "close", None)
+    if callable(close):
+        close()
+
+
+def _renumbered(echo: Echo, chosen: Sequence[int]) -> Echo:
+    """Node output lines with the cluster's node numbers, not the call's."""
+
+    def say(line: str) -> None:
+        match = re.match(r"\[node-(\d+)\] ", line)
+        if match and int(match[1]) < len(chosen):
+            line = f"[node-{chosen[int(match[1])]}] {line[match.end() :]}"
+        echo(line)
+
+    return say

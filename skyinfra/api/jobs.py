@@ -1,0 +1,169 @@
+"""A handle to a detached job started by ``Cluster.submit`` (the jobs of `skyinfra run
+--detach`, `jobs`, `logs`, `cancel`, through the same skyinfra.run.job code)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from skyinfra.errors import UsageError
+from skyinfra.run.job import (
+    FINAL_STATES,
+    RECORD_EVERY_S,
+    JobClient,
+    cancel_job,
+    runtime_bin,
+)
+from skyinfra.run.report import NodeOutcome, RunReport
+from skyinfra.run.session import JOB_COPY
+from skyinfra.transport.base import NodeTransport
+from skyinfra.workspace import Workspace
+
+
+class Job:
+    """One job on the cluster's nodes: ``id``, ``state``, ``logs()``, ``wait()``,
+    ``cancel()``, ``result()``. The job belongs to the nodes: this handle (and the Python
+    process holding it) can go without ending it; `skyinfra jobs/logs/cancel` see it too."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        transport: NodeTransport,
+        job_id: str,
+        run_dir: Path,
+        name: str,
+        echo: Callable[[str], None],
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        self.id = job_id
+        self._on_end = on_end
+        self.name = name
+        self.run_dir = run_dir
+        self._ws = ws
+        self._transport = transport
+        self._echo = echo
+        self._client = JobClient(transport, job_id, run_dir / JOB_COPY)
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, call={self.name!r}, state={self.state!r})"
+
+    def record(self) -> dict[str, Any]:
+        """The head's record of the job, read now (what `skyinfra jobs JOB --json` prints)."""
+        rec = self._client.record(fresh=True)
+        if rec is None:
+            raise UsageError(f"no job {self.id!r} on cluster {self._ws.name!r}")
+        return rec
+
+    @property
+    def state(self) -> str:
+        """starting, running, succeeded, failed, cancelled, timed_out or lost."""
+        return str(self.record().get("state"))
+
+    def logs(
+        self,
+        *,
+        follow: bool = False,
+        node: int | None = 0,
+        tail: int | None = None,
+    ) -> str:
+        """The job's output as the nodes keep it, each line prefixed by its node (``node``:
+        one node, None: every node). ``follow``: print the lines as they come until the job
+        ends (as `skyinfra logs --follow`). Returns the text."""
+        total = len(self.record().get("nodes", []))
+        if node is not None and not 0 <= node < total:
+            raise UsageError(f"logs(node={node}): the job has nodes 0 to {total - 1}")
+        nodes = list(range(total)) if node is None else [node]
+        lines: dict[int, list[str]] = {i: [] for i in nodes}
+        lock = threading.Lock()
+
+        def read(i: int) -> None:
+            root = self._transport.node_root(i)
+            argv = [runtime_bin(self._transport, i), "logs", "--job", self.id, "--node-dir", root]
+            argv += ["--follow"] if follow else []
+            argv += ["--tail", str(tail)] if tail is not None else []
+            proc = self._transport.start(
+                i, argv, env={}, cwd=root, tag=f"{self.id}-logs-{i}-{time.time_ns()}"
+            )
+            for line in proc.lines():
+                text = f"[node-{i}] {line}"
+                with lock:
+                    lines[i].append(text)
+                    if follow:
+                        self._echo(text)
+            proc.wait(30)
+
+        threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return "\n".join(line for i in nodes for line in lines[i])
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Wait until the job ends; its final state. TimeoutError after ``timeout`` s."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.state
+            if state in FINAL_STATES:
+                if self._on_end is not None:
+                    self._on_end()
+                    self._on_end = None
+                return state
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError(f"job {self.id} still {state} after {timeout:g} s")
+            time.sleep(RECORD_EVERY_S)
+
+    def cancel(self) -> str:
+        """End the job on every node (as `skyinfra cancel`) and wait until nothing of it runs;
+        its final state. A job that already ended is left as it is."""
+        if self.state not in FINAL_STATES:
+            cancel_job(self._transport, self.id)
+        return self.state
+
+    def result(self, timeout: float | None = None) -> list[Any]:
+        """Wait for the job; the values the function returned, one per worker in rank order.
+        A failed job raises RemoteError (every node's outcome, the first failing worker's
+        traceback); a cancelled, timed-out or lost one RunError."""
+        from skyinfra_runtime import exitcodes as node_exitcodes
+
+        from skyinfra.api.calls import fetch_results, remote_error
+        from skyinfra.errors import RunError
+
+        state = self.wait(timeout)
+        rec = self.record()
+        nodes = {int(n["node"]): n for n in rec.get("nodes", [])}
+        if state == "failed" and rec.get("first_failure") is not None:
+            outcomes = {
+                i: {
+                    "exit_code": n.get("exit_code"),
+                    "meaning": node_exitcodes.describe(n.get("exit_code")),
+                    "ended_by_skyinfra": bool(n.get("ended_reason")),
+                    "reason": _reason(n),
+                }
+                for i, n in nodes.items()
+            }
+            first = int(rec["first_failure"])
+            raise remote_error(self._transport, self.name, self.id, self.run_dir, first, outcomes)
+        if state != "succeeded":
+            codes = {i: n.get("exit_code") for i, n in nodes.items()}
+            raise RunError(f"job {self.id} ({self.name}) ended {state}", exit_codes=codes)
+        report = RunReport(self.id, self.run_dir)
+        for i in nodes:
+            outcome = NodeOutcome(i, exit_code=nodes[i].get("exit_code"))
+            local = self.run_dir / f"node-{i}.result.json"
+            remote = f"{self._transport.node_root(i)}/runs/{self.id}/result.json"
+            if self._transport.fetch(i, remote, local):
+                outcome.result = json.loads(local.read_text(encoding="utf-8"))
+            report.outcomes[i] = outcome
+        return fetch_results(self._transport, report)
+
+
+def _reason(node: dict[str, Any]) -> str:
+    code = node.get("exit_code")
+    said = f"exit {code} ({node.get('meaning') or ''})".replace(" ()", "")
+    why = node.get("ended_reason")
+    return f"ended by the job {why}: {said}" if why else said

@@ -1,0 +1,198 @@
+"""Checkpoints that outlive a killed worker, end to end on one 2-node local cluster (Keras on
+JAX, CPU, shared by the module): $SKYINFRA_CHECKPOINT_DIR on every worker, an uninterrupted
+run, a run whose node-1 worker is SIGKILLed in the middle of epoch 3, and a fresh job on the
+same `--checkpoints` set that resumes from the end of epoch 2 and ends with weights
+bit-identical (sha256) to the uninterrupted run's; a half-written step is ignored;
+`skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, skyinfra_argv
+from tests.support.workers import wait_for_line, worker_pid
+
+pytestmark = pytest.mark.slow
+
+NAME = "ckpt"
+SPEC = f"""\
+name = "{NAME}"
+nodes = 2
+plugins = ["jax", "keras:backend=jax"]
+"""
+# The example, plus a pause: with PAUSE_AT=NODE:EPOCH:BATCH that node's worker stops after
+# that batch (its loss printed, so the step ran) and says so, for the test to kill it there.
+TRAIN = """\
+import os, sys, time
+
+
+def main():
+    import keras
+    import keras_resume
+
+    pause = os.environ.get("PAUSE_AT")
+    if pause and int(pause.split(":")[0]) == int(os.environ["SKYINFRA_NODE"]):
+        _, epoch_at, batch_at = (int(p) for p in pause.split(":"))
+
+        class Pause(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch = epoch + 1
+
+            def on_train_batch_end(self, batch, logs=None):
+                if (self.epoch, batch + 1) == (epoch_at, batch_at):
+                    print(f"paused at epoch {epoch_at} batch {batch_at}", flush=True)
+                    time.sleep(300)
+
+        fit = keras.Model.fit
+        keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
+            self, *a, callbacks=[*callbacks, Pause()], **k
+        )
+    return keras_resume.main()
+
+
+def where():
+    return os.environ["SKYINFRA_CHECKPOINT_DIR"]
+"""
+STEP_EPOCH_2 = "step-00000016"  # 128 samples per node, batches of 16: 8 steps an epoch
+
+
+def cli(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    cache = tmp_path_factory.mktemp("ckpt-cache")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["SKYINFRA_CACHE"] = str(cache / "cache")
+    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(cache / "tf-plugins")
+    return env
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Path]:
+    proj = tmp_path_factory.mktemp("ckpt-project")
+    (proj / "skyinfra.toml").write_text(SPEC)
+    (proj / "train.py").write_text(TRAIN)
+    shutil.copy(REPO_ROOT / "examples" / "keras_resume.py", proj / "keras_resume.py")
+    up = cli(["up"], proj, env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield proj
+    finally:
+        # A node folder deleted (a lost node) takes none of the sets with it.
+        shutil.rmtree(proj / ".skyinfra" / "clusters" / NAME / "nodes" / "node-1")
+        assert (sets_dir(proj) / "resume").is_dir()
+        down = cli(["down", "--yes", "--cluster", NAME], proj, env)
+        assert down.returncode == 0, down.stdout + down.stderr
+        # down keeps the sets, and says where and how much
+        assert "checkpoint set(s) in" in down.stdout, down.stdout
+        assert (sets_dir(proj) / "resume").is_dir()
+
+
+def sets_dir(project: Path) -> Path:
+    return project / ".skyinfra" / "clusters" / NAME / "checkpoints"
+
+
+def results(project: Path, run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    assert run.returncode == 0, run.stdout + run.stderr
+    run_dir = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+
+
+def test_every_worker_gets_the_jobs_own_directory_by_default(
+    project: Path, env: dict[str, str]
+) -> None:
+    values = results(project, cli(["run", "train.py:where"], project, env))
+    job = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir()).name
+    assert values == [str(sets_dir(project) / job)] * 2
+    shown = cli(["jobs", job], project, env)
+    assert f"checkpoints: {job}" in shown.stdout, shown.stdout
+    runs = sorted((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
+    bad = cli(["run", "--checkpoints", "../escape", "train.py:where"], project, env)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "--checkpoints '../escape'" in bad.stderr and "letters, digits" in bad.stderr
+    assert not (sets_dir(project).parent / "escape").exists()
+    assert sorted((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir()) == runs
+    # the spec's `checkpoints`: every job's set, unless --checkpoints names another
+    spec = project / "skyinfra.toml"
+    spec.write_text(SPEC + 'checkpoints = "from-spec"\n')
+    try:
+        values = results(project, cli(["run", "train.py:where"], project, env))
+    finally:
+        spec.write_text(SPEC)
+    assert values == [str(sets_dir(project) / "from-spec")] * 2
+
+
+def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
+    project: Path, env: dict[str, str]
+) -> None:
+    started = time.monotonic()
+    reference = results(
+        project, cli(["run", "--checkpoints", "ref", "train.py:main"], project, env)
+    )
+    assert {v["epochs_run"] for v in reference} == {5}
+    assert len({v["weights_sha256"] for v in reference}) == 1
+    uninterrupted_s = time.monotonic() - started
+
+    # The second run: node 1's worker stops in the middle of epoch 3 and is SIGKILLed there.
+    res = cli(
+        ["run", "-d", "--checkpoints", "resume", "--env", "PAUSE_AT=1:3:4", "train.py:main"],
+        project,
+        env,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    node1_log = project / ".skyinfra" / "clusters" / NAME / "nodes" / "node-1" / "runs" / job
+    wait_for_line(node1_log / "output.log", "paused at epoch 3 batch 4")
+    pid = worker_pid(job, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    ended = cli(["logs", job, "--follow", "--all", "--tail", "5"], project, env)
+    assert ended.returncode == 4, ended.stdout + ended.stderr  # the job failed on node 1
+    assert "killed by signal SIGKILL" in ended.stdout
+    steps = sets_dir(project) / "resume"
+    committed = sorted(p.parent.name for p in steps.glob("step-*/COMMITTED"))
+    assert committed == ["step-00000008", STEP_EPOCH_2], committed
+    # A half-written step, newer than any: files but no COMMITTED mark. Ignored.
+    half = steps / "step-99999999"
+    half.mkdir()
+    (half / "latest.weights.h5").write_bytes(b"\x89HDF\r\n half")
+    (half / "training_metadata.json").write_text('{"epoch": 4}')
+
+    # --keep: the backups stay when training ends (Keras deletes them by default)
+    run = cli(["run", "--checkpoints", "resume", "train.py:main", "--", "--keep"], project, env)
+    resumed = results(project, run)
+    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in run.stdout, run.stdout
+    assert {v["resumed_step"] for v in resumed} == {16}
+    assert {v["epochs_run"] for v in resumed} == {3}  # epochs 3, 4 and 5
+    assert {v["weights_sha256"] for v in resumed} == {reference[0]["weights_sha256"]}
+    print(f"uninterrupted run: {uninterrupted_s:.1f} s")
+
+    # `skyinfra checkpoints` lists both sets, and deletes one only when told so
+    listed = cli(["checkpoints", "--json"], project, env)
+    assert listed.returncode == 0, listed.stderr
+    sets = {s["name"]: s for s in json.loads(listed.stdout)}
+    assert {"ref", "resume"} <= set(sets)
+    assert len(sets["resume"]["jobs"]) == 2  # the killed job and the one that resumed
+    assert sets["resume"]["files"] >= 3 and sets["resume"]["size_bytes"] > 0
+    refused = cli(["checkpoints", "delete", "ref"], project, env)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert (sets_dir(project) / "ref").is_dir()
+    gone = cli(["checkpoints", "delete", "ref", "--yes"], project, env)
+    assert gone.returncode == 0, gone.stderr
+    assert not (sets_dir(project) / "ref").exists()

@@ -1,0 +1,51 @@
+"""What the local end-to-end tests of runs and jobs share: the CLI as a user runs it, an
+environment of a test module's own, and the processes a local cluster's nodes left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skyinfra_argv
+
+
+def cli(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def module_env(
+    tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path, label: str
+) -> dict[str, str]:
+    """The operator's environment for one test module's cluster: no inherited skyinfra
+    settings, a cache of the module's own, the worker's Terraform plugin cache."""
+    cache = tmp_path_factory.mktemp(f"{label}-cache")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["SKYINFRA_CACHE"] = str(cache / "cache")
+    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(tf_plugin_cache)
+    return env
+
+
+def node_processes(nodes_dir: Path, job: str | None = None) -> list[str]:
+    """ "PID COMMAND" of each process of a local cluster's nodes (their environment names the
+    node directory), or of one job's (its environment or command line names the run id),
+    found through /proc."""
+    mark = f"SKYINFRA_LOCAL_NODE_DIR={nodes_dir}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if entry.name == str(os.getpid()) or not any(v.startswith(mark) for v in environ):
+            continue
+        if job is None or f"SKYINFRA_RUN_ID={job}".encode() in environ or job in cmd:
+            found.append(f"{entry.name} {cmd}")
+    return found

@@ -1,0 +1,34 @@
+"""A job's worker processes on a local cluster, for tests that kill one at a chosen point."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def worker_pid(job: str, node: int) -> int | None:
+    """The pid of node ``node``'s worker of job ``job`` (its environment says which)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            b"skyinfra_runtime.worker" in cmd
+            and f"SKYINFRA_RUN_ID={job}".encode() in environ
+            and f"SKYINFRA_NODE={node}".encode() in environ
+        ):
+            return int(pid)
+    return None
+
+
+def wait_for_line(log: Path, line: str, timeout_s: float = 180) -> None:
+    """Until ``line`` is in ``log`` (a node's output.log): a point in the job, not a sleep."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if log.is_file() and line in log.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{line!r} not in {log} after {timeout_s} s")
