@@ -223,6 +223,10 @@ def render(review: Review, *, limit: int = COMMENT_LIMIT, apply_hint: str = "") 
     )
     parts.append(cost(review.cost))
     parts.append(guardrails(review))
+    if review.node_access:
+        parts.append(
+            ["### What the nodes' role may do in S3", "", *(f"- {a}" for a in review.node_access)]
+        )
     footer = [
         "<sub>Built from `terraform show -json`. "
         + (apply_hint or "Apply exactly this plan with `skyinfra apply PLANFILE`.")

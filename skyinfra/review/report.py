@@ -36,6 +36,8 @@ class Review:
     planfile_sha256: str
     providers: Mapping[str, str]
     full_plan: str = ""
+    # What the nodes' instance role may do in S3 (node_access()), one line each.
+    node_access: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -78,6 +80,7 @@ class Review:
             },
             "cost": self.cost.to_dict(),
             "guardrails": [{"name": c.name, "ok": c.ok, "reason": c.reason} for c in self.checks],
+            "node_access": list(self.node_access),
             "passed": self.passed,
         }
 
@@ -86,6 +89,33 @@ def _shape(shape: Any) -> dict[str, Any]:
     data = dict(shape.__dict__)
     data["node_names"] = list(shape.node_names)
     return data
+
+
+def node_access(plan: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the nodes' role may do in S3, from the root module's variables in the plan (the
+    AWS target's ``staging`` and ``checkpoints``; nothing on other targets)."""
+    variables = plan.get("variables") or {}
+
+    def value(name: str) -> Mapping[str, Any] | None:
+        item = variables.get(name)
+        found = item.get("value") if isinstance(item, Mapping) else None
+        return found if isinstance(found, Mapping) else None
+
+    lines = []
+    staging = value("staging")
+    if staging:
+        lines.append(
+            f"read (s3:GetObject) `s3://{staging.get('bucket')}/{staging.get('prefix')}*`: "
+            "the staged runtime wheel"
+        )
+    ckpt = value("checkpoints")
+    if ckpt:
+        where = f"s3://{ckpt.get('bucket')}/{ckpt.get('prefix')}/"
+        lines.append(
+            f"list, read, write and delete (s3:ListBucket under the prefix, s3:GetObject, "
+            f"s3:PutObject, s3:DeleteObject) `{where}*`: checkpoints, kept after `down`"
+        )
+    return tuple(lines)
 
 
 def build_review(
@@ -125,6 +155,7 @@ def build_review(
         planfile_sha256=planfile_sha256,
         providers=dict(sorted((providers or {}).items())),
         full_plan=full_plan,
+        node_access=node_access(plan),
     )
 
 

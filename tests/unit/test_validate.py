@@ -173,3 +173,28 @@ def test_up_refuses_a_guardrail_the_spec_breaks_before_credentials(
     assert proc.returncode == exitcodes.GUARDRAIL, proc.stdout + proc.stderr
     assert "guardrails.require_idle_shutdown" in proc.stderr
     assert listing(root) == before
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://team-ckpts/train", "does not start with s3://"),
+        ("s3://Team_Ckpts/train", "naming rules"),
+        ("s3://team-ckpts", "no prefix"),
+        ("s3://team-ckpts/train/", "segment"),
+        ("s3://team-ckpts/*", "segment"),
+    ],
+)
+def test_a_bad_checkpoints_url_exits_2_naming_it_in_validate_and_up(
+    tmp_path: Path, no_credentials: dict[str, str], url: str, why: str
+) -> None:
+    text = AWS_SPEC.replace('ssh_key = "keys/missing"', f'checkpoints_url = "{url}"')
+    root = project(tmp_path, text)
+    before = listing(root)
+    for args in (["validate"], ["up", "--yes"]):
+        proc = skyinfra(args, root, no_credentials)
+        assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+        assert "'aws.checkpoints_url'" in proc.stderr and repr(url) in proc.stderr, proc.stderr
+        assert why in proc.stderr and "s3://BUCKET/PREFIX" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert listing(root) == before

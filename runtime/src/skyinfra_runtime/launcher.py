@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         from skyinfra_runtime import jobs
 
         raise SystemExit(jobs.main(argv))
+    if argv[:1] == ["checkpoint-sync"]:
+        from skyinfra_runtime import ckptsync
+
+        raise SystemExit(ckptsync.main(argv[1:]))
     raise SystemExit(launch(argv))
 
 

@@ -97,6 +97,9 @@ class NodeUserData:
     config_dir: str = "/etc/skyinfra"
     # aws.efa: the node's processes get what NCCL needs to use EFA (efa-env.sh).
     efa: bool = False
+    # Checkpoints (issue 25): the node's checkpoint store, {"url", "region", "bucket_url"}
+    # (checkpoint_store.node_settings); None writes none.
+    checkpoints: dict[str, str] | None = None
     forbidden_values: Iterable[str] = field(default=(), repr=False)
 
 
@@ -208,6 +211,11 @@ def render_user_data(params: NodeUserData) -> str:
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,
             provision_minutes=PROVISION_MINUTES,
+            checkpoints_json=(
+                None
+                if params.checkpoints is None
+                else json.dumps(params.checkpoints, sort_keys=True) + "\n"
+            ),
         ),
     )
     # The scripts go in compressed: check them as text, too.

@@ -78,6 +78,8 @@ class AwsClusterParams:
     staging: tuple[str, str] | None = None
     # A capacity reservation the nodes launch into: (id, is a Capacity Block), or None.
     capacity_reservation: tuple[str, bool] | None = None
+    # Checkpoints (issue 25): the (bucket, prefix) the nodes' role may read and write.
+    checkpoints: tuple[str, str] | None = None
 
 
 def node_names(node_count: int) -> list[str]:
@@ -233,6 +235,11 @@ def render_root_module(
             None
             if params.staging is None
             else {"bucket": params.staging[0], "prefix": params.staging[1]}
+        ),
+        "checkpoints": (
+            None
+            if params.checkpoints is None
+            else {"bucket": params.checkpoints[0], "prefix": params.checkpoints[1]}
         ),
         "user_data": {name: encode_user_data(user_data[name]) for name in expected},
     }

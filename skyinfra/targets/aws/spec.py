@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from skyinfra_runtime.s3 import URL_EXPECTED, url_problem
+
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
 from skyinfra.spec import Problems, read_bool, read_int, read_str, reject_unknown
@@ -63,6 +65,8 @@ AWS_KEYS = (
     "zones",
     "capacity_reservation_id",
     "max_lifetime_hours",
+    # Checkpoints (issue 25): the S3 prefix the nodes' checkpoint directories are kept under.
+    "checkpoints_url",
 )
 # The longest max_lifetime_hours: 30 days.
 MAX_LIFETIME_HOURS = 30 * 24
@@ -101,6 +105,9 @@ class AwsSpec:
     # Hours after launch when a node ends itself, busy or not (idle-check.sh); None: no limit.
     # `skyinfra plan` prices the cluster's lifetime from it.
     max_lifetime_hours: float | None = None
+    # s3://bucket/prefix where every job's checkpoint set is kept (<prefix>/<NAME>/); None:
+    # the account's checkpoint bucket, under <cluster>/checkpoints (checkpoint_store.py).
+    checkpoints_url: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The table as the spec file holds it (absent optional values left out)."""
@@ -153,6 +160,15 @@ def check_ssh_cidrs(value: Any, *, allow_anywhere: bool) -> tuple[str, ...]:
             "set aws.allow_ssh_from_anywhere = true to open SSH to everyone on purpose",
         )
     return tuple(value)
+
+
+def check_checkpoints_url(value: Any) -> str:
+    """``aws.checkpoints_url``: ``s3://bucket/prefix`` by the nodes' own rule (the runtime's
+    s3.url_problem, which the nodes apply again)."""
+    problem = url_problem(value)
+    if problem:
+        raise SpecError("aws.checkpoints_url", value, f"{URL_EXPECTED} ({problem})")
+    return str(value)
 
 
 def check_jax_extra(value: Any) -> str:
@@ -299,6 +315,12 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         )
         if region is not None
         else (),
+        checkpoints_url=problems.check(
+            lambda: (
+                check_checkpoints_url(raw["checkpoints_url"]) if "checkpoints_url" in raw else None
+            ),
+            None,
+        ),
         capacity_reservation_id=problems.check(
             lambda: read_str(
                 raw,

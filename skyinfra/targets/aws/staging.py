@@ -38,6 +38,7 @@ from skyinfra.errors import PreflightError
 # e.g. by an `up` after an idle shutdown, re-uploads first).
 STAGED_WHEEL_EXPIRY_DAYS = 7
 LIFECYCLE_RULE_ID = "skyinfra-expire-staged-wheels"
+ABORT_UPLOADS_RULE_ID = "skyinfra-abort-incomplete-uploads"
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,13 @@ def _error_code(err: ClientError) -> str:
 
 
 def ensure_bucket(
-    s3: Any, bucket: str, region: str, owner: str, *, tls_only: bool | None = None
+    s3: Any,
+    bucket: str,
+    region: str,
+    owner: str,
+    *,
+    tls_only: bool | None = None,
+    expiry_days: int | None = STAGED_WHEEL_EXPIRY_DAYS,
 ) -> None:
     """Create the staging bucket when it is missing, then (created or found) make it private:
     public access block, default encryption, TLS-only policy, expiry of staged wheels. Every
@@ -105,7 +112,9 @@ def ensure_bucket(
 
     ``tls_only`` (default: whether the client reaches S3 over https, as it always does on
     AWS) sets the policy that denies requests without TLS; an emulator served over plain
-    http (moto enforces the policy) could not be used with it."""
+    http (moto enforces the policy) could not be used with it. ``expiry_days=None``: objects
+    never expire (the checkpoint bucket, checkpoint_store.py); only incomplete multipart
+    uploads are cleaned up."""
     if tls_only is None:
         tls_only = urlsplit(str(s3.meta.endpoint_url)).scheme == "https"
     mine = {"Bucket": bucket, "ExpectedBucketOwner": owner}
@@ -150,10 +159,10 @@ def ensure_bucket(
         LifecycleConfiguration={
             "Rules": [
                 {
-                    "ID": LIFECYCLE_RULE_ID,
+                    "ID": LIFECYCLE_RULE_ID if expiry_days else ABORT_UPLOADS_RULE_ID,
                     "Filter": {"Prefix": ""},
                     "Status": "Enabled",
-                    "Expiration": {"Days": STAGED_WHEEL_EXPIRY_DAYS},
+                    **({"Expiration": {"Days": expiry_days}} if expiry_days else {}),
                     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
                 }
             ]

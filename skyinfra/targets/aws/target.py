@@ -32,7 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from skyinfra import timeline
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws import failover
+from skyinfra.targets.aws import checkpoint_store, failover
 from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
@@ -119,6 +119,7 @@ def cluster_params(
     ws_id: str | None = None,
     staging: tuple[str, str] | None = None,
     capacity_reservation: tuple[str, bool] | None = None,
+    checkpoints: tuple[str, str] | None = None,
 ) -> AwsClusterParams:
     """The root module's parameters; with ``resolved=None`` placeholders for a early check.
     ``ws_id``: the workspace's id, tagged on every resource beside the cluster's name;
@@ -152,6 +153,7 @@ def cluster_params(
         tags=tags,
         staging=staging,
         capacity_reservation=capacity_reservation,
+        checkpoints=checkpoints,
         **extra,
     )
 
@@ -185,6 +187,7 @@ def _user_data(
     staged: StagedWheel,
     topology: Topology,
     forbidden: list[str],
+    checkpoints: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Every node's cloud-init document: node name -> text."""
     spec_aws = _aws_of(spec)
@@ -214,6 +217,7 @@ def _user_data(
                 ssh_user=resolved.ssh_user,
                 node_dir=NODE_DIR,
                 efa=spec_aws.efa,
+                checkpoints=checkpoints,
                 forbidden_values=forbidden,
             )
         )
@@ -229,7 +233,13 @@ def operator_uv_version() -> str:
         return ""
 
 
-def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel, ws_id: str) -> str:
+def _target_settings(
+    spec_aws: AwsSpec,
+    resolved: Resolved,
+    staged: StagedWheel,
+    ws_id: str,
+    store: checkpoint_store.CheckpointStore,
+) -> str:
     """The text of TARGET_FILE: what `up` looked up that later commands read."""
     settings = {
         "workspace_id": ws_id,
@@ -244,6 +254,8 @@ def _target_settings(spec_aws: AwsSpec, resolved: Resolved, staged: StagedWheel,
         "wheel_sha256": staged.sha256,
         # What the nodes install (status shows it): the spec's or the operator's jax.
         "jax": jax_requirement(spec_aws),
+        # Where the nodes keep checkpoints (checkpoint_store.py); `down` keeps it.
+        "checkpoints_url": store.url,
     }
     return json.dumps(settings, indent=2) + "\n"
 
@@ -274,6 +286,9 @@ def render_files(
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
     prefix = staging_prefix(spec.name, ws_id)
+    store = checkpoint_store.store_for(
+        spec.name, spec_aws.checkpoints_url, resolved.account_id, spec_aws.region
+    )
     params = cluster_params(
         spec,
         resolved,
@@ -281,12 +296,15 @@ def render_files(
         ws_id=ws_id,
         staging=(bucket, prefix),
         capacity_reservation=capacity_reservation,
+        checkpoints=(store.bucket, store.prefix),
     )
     validate_params(params)
+    s3 = clients.client("s3")
+    checkpoint_store.prepare(s3, store, spec_aws.region, resolved.account_id)
 
     wheel = build_runtime_wheel()
     staged = stage_wheel(
-        clients.client("s3"),
+        s3,
         wheel.path,
         bucket=bucket,
         region=spec_aws.region,
@@ -297,10 +315,12 @@ def render_files(
         f"[skyinfra] runtime wheel staged at s3://{staged.bucket}/{staged.key} "
         "(readable by the nodes' role only)"
     )
+    say(f"[skyinfra] checkpoints kept under {store.url}/ (the nodes' role may write there only)")
     timeline.lap("wheel build and staging")
 
     topology = preboot_topology(spec, params)
-    user_data = _user_data(spec, resolved, staged, topology, clients.secret_values())
+    to_nodes = store.node_settings(s3, spec_aws.region, clients.emulator)
+    user_data = _user_data(spec, resolved, staged, topology, clients.secret_values(), to_nodes)
     files = render_root_module(
         params,
         modules_source=module_source("aws"),
@@ -308,7 +328,7 @@ def render_files(
         emulator=clients.emulator,
     )
     files.update(module_files(*AWS_MODULES))
-    files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged, ws_id)
+    files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged, ws_id, store)
     files.update(workspace_id_file(ws_id))
     timeline.lap("render")
     return files
@@ -427,6 +447,8 @@ class AwsTarget(AwsDeclaration):
             echo(f"[skyinfra] forgot the destroyed nodes' host keys ({known_hosts.name})")
         settings_file = ws.path / TARGET_FILE
         settings = ws.read_json(settings_file) if settings_file.is_file() else {}
+        if settings.get("checkpoints_url"):
+            echo(checkpoint_store.kept_line(str(settings["checkpoints_url"])))
         bucket, prefix = settings.get("staging_bucket"), settings.get("staging_prefix")
         owner = settings.get("account_id")
         if not (bucket and prefix and owner):

@@ -399,6 +399,26 @@ def test_skip_preflight_bypasses_the_checks(
     # The wheel's URL is presigned against the emulator and serves the staged object.
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=Emulator(url=aws_env).url)
     assert s3.list_objects_v2(Bucket=f"skyinfra-staging-{DEFAULT_ACCOUNT_ID}-{REGION}")["KeyCount"]
+    # Checkpoints (issue 25): the default store, a private bucket of its own whose objects
+    # never expire; the nodes' role gets its prefix, the nodes its address.
+    ckpt_bucket = f"skyinfra-checkpoints-{DEFAULT_ACCOUNT_ID}-{REGION}"
+    assert tfvars["checkpoints"] == {"bucket": ckpt_bucket, "prefix": "skip/checkpoints"}
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=ckpt_bucket)["Rules"]
+    assert [r.get("Expiration") for r in rules] == [None]
+    assert s3.get_public_access_block(Bucket=ckpt_bucket)["PublicAccessBlockConfiguration"][
+        "BlockPublicPolicy"
+    ]
+    node_doc = yaml.safe_load(user_data_text(tfvars["user_data"]["node-1"]))
+    settings = {f["path"]: f["content"] for f in node_doc["write_files"]}
+    assert json.loads(settings["/opt/skyinfra/node/checkpoints.json"]) == {
+        "url": f"s3://{ckpt_bucket}/skip/checkpoints",
+        "region": REGION,
+        "bucket_url": f"{aws_env}/{ckpt_bucket}",
+        # Emulator mode only: its conventional dummy keys (the stand-in nodes have no role).
+        "emulator_access_key": "test",
+        "emulator_secret_key": "test",
+    }
+    assert any("checkpoints kept under s3://" in line for line in lines)
 
 
 def aws_workspace(

@@ -14,8 +14,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
+from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.errors import ConfigError
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
@@ -121,6 +123,8 @@ def test_run_over_ssh_on_emulated_aws_nodes(
     (project / "where_am_i.py").write_text(
         "import dataclasses, hashlib, os\n\nfrom skyinfra_runtime import instance_info\n\n\n"
         "def main():\n"
+        "    ckpt = os.path.join(os.environ['SKYINFRA_CHECKPOINT_DIR'], 'node.txt')\n"
+        "    open(ckpt, 'w').write(str(instance_info().node))\n"
         "    secret = os.environ['PLANTED_SECRET']\n"
         "    print('secret:', secret, flush=True)\n"
         "    return {**dataclasses.asdict(instance_info()), 'from_cli': os.environ['FROM_CLI'],\n"
@@ -189,9 +193,18 @@ def test_run_over_ssh_on_emulated_aws_nodes(
             assert (run_dir / "result.json").is_file(), i
             assert not (node_dir / "work" / "where_am_i.py").exists(), i  # the old shared copy
             assert (node_dir / "shared").is_dir(), i
+        # Checkpoints (issue 25): each node uploaded its file to the default store (moto),
+        # signed with the emulator's dummy keys from its checkpoints.json (no role here).
+        s3 = boto3.client("s3", region_name=REGION, endpoint_url=env[ENDPOINT_ENV_VAR])
+        ckpt_bucket = f"skyinfra-checkpoints-{DEFAULT_ACCOUNT_ID}-{REGION}"
+        prefix = f"ssh-run/checkpoints/{summary['run_id']}/nodes/"
+        listed = s3.list_objects_v2(Bucket=ckpt_bucket, Prefix=prefix).get("Contents", [])
+        manifests = sorted(o["Key"][len(prefix) :] for o in listed if o["Key"].endswith(".json"))
+        assert manifests == ["node-0/manifest.json", "node-1/manifest.json"]
     finally:
         down = skyinfra("down", "--yes", cwd=project, env=env)
     assert down.returncode == 0, down.stdout + down.stderr
+    assert f"kept the checkpoints under s3://{ckpt_bucket}/ssh-run/checkpoints/" in down.stdout
     assert count_cluster_resources(ec2, "ssh-run") == NO_SPACE
 
 

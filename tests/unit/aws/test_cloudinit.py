@@ -73,6 +73,13 @@ VARIANTS = {
     "cuda13-head-node": params(node_index=0, jax_extra="cuda13", idle_shutdown_minutes=15),
     "no-jax": params(jax_extra=None, python_packages=["numpy==2.1.0"]),
     "efa": params(efa=True, python_packages=["keras==3.6.0", "torch==2.13.0"]),
+    "checkpoints": params(
+        checkpoints={
+            "url": "s3://team-ckpts/train",
+            "region": "us-east-1",
+            "bucket_url": "https://team-ckpts.s3.amazonaws.com",
+        }
+    ),
 }
 
 

@@ -4,6 +4,8 @@ give its golden plan.md. The local cases run end to end in tests/e2e/local."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from skyinfra.review import markdown
@@ -13,7 +15,7 @@ from skyinfra.spec import ClusterSpec
 from tests.support.golden_plans import check_golden, recorded
 
 CASES = {
-    "aws-create": (True, "Plan: 18 to add, 0 to change, 0 to destroy."),
+    "aws-create": (True, "Plan: 19 to add, 0 to change, 0 to destroy."),
     "aws-no-changes": (True, "Plan: 0 to add, 0 to change, 0 to destroy."),
     "aws-scale-2-to-4": (True, "| per hour | $2.01 | $4.02 | **+$2.01** |"),
     "aws-replace-ami": (True, "2 GPU node(s) will be REPLACED"),
@@ -45,3 +47,33 @@ def test_recorded_aws_plan_gives_its_golden_plan_md(name: str) -> None:
     expect_pass, line = CASES[name]
     assert passed is expect_pass
     assert line in text
+
+
+def test_plan_md_says_which_prefix_the_nodes_may_write() -> None:
+    """Issue 25: the checkpoint prefix is the only place the nodes' role may write."""
+    text, _ = replay("aws-create")
+    section = text.split("### What the nodes' role may do in S3", 1)[1].split("<details>", 1)[0]
+    writes = [line for line in section.splitlines() if "s3:PutObject" in line]
+    assert writes == [
+        "- list, read, write and delete (s3:ListBucket under the prefix, s3:GetObject, "
+        "s3:PutObject, s3:DeleteObject) "
+        "`s3://skyinfra-checkpoints-123456789012-us-east-1/gpu-review/checkpoints/*`: "
+        "checkpoints, kept after `down`"
+    ]
+    plan, _ = recorded("aws-create")
+    policies = [
+        r
+        for r in plan["resource_changes"]
+        if r["address"].endswith("aws_iam_role_policy.checkpoints[0]")
+    ]
+    assert len(policies) == 1 and policies[0]["change"]["actions"] == ["create"]
+    # The policy document Terraform rendered (real Terraform against moto, recorded): the
+    # prefix and nothing else of the bucket.
+    bucket = "arn:aws:s3:::skyinfra-checkpoints-123456789012-us-east-1"
+    statements = json.loads(policies[0]["change"]["after"]["policy"])["Statement"]
+    assert [(s["Effect"], s["Resource"], s.get("Condition")) for s in statements] == [
+        ("Allow", bucket, {"StringLike": {"s3:prefix": "gpu-review/checkpoints/*"}}),
+        ("Allow", f"{bucket}/gpu-review/checkpoints/*", None),
+    ]
+    assert statements[0]["Action"] == "s3:ListBucket"
+    assert sorted(statements[1]["Action"]) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]

@@ -103,6 +103,39 @@ resource "aws_iam_role_policy" "staged_read" {
   policy = data.aws_iam_policy_document.staged_read[0].json
 }
 
+# Checkpoints (issue 25): read and write under one S3 prefix, nothing else of the bucket. The
+# nodes list their prefix to restore a checkpoint set (ListBucket, with the prefix as a
+# condition) and put, get and delete the objects under it (skyinfra_runtime/ckptsync.py).
+data "aws_iam_policy_document" "checkpoints" {
+  count = var.checkpoints == null ? 0 : 1
+
+  statement {
+    sid       = "ListTheCheckpointPrefix"
+    actions   = ["s3:ListBucket"]
+    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.checkpoints.bucket}"]
+
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${var.checkpoints.prefix}/*"]
+    }
+  }
+
+  statement {
+    sid       = "ReadWriteTheCheckpointPrefix"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.checkpoints.bucket}/${var.checkpoints.prefix}/*"]
+  }
+}
+
+resource "aws_iam_role_policy" "checkpoints" {
+  count = var.checkpoints == null ? 0 : 1
+
+  name   = "${var.name}-checkpoints"
+  role   = aws_iam_role.this.id
+  policy = data.aws_iam_policy_document.checkpoints[0].json
+}
+
 resource "aws_iam_instance_profile" "this" {
   name = "${var.name}-node"
   role = aws_iam_role.this.name

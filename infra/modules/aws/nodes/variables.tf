@@ -182,6 +182,30 @@ variable "staged_read" {
   default = null
 }
 
+variable "checkpoints" {
+  description = "The S3 prefix the nodes keep checkpoints under (s3:ListBucket on the bucket for keys under prefix/, s3:GetObject, s3:PutObject and s3:DeleteObject on bucket/prefix/*). The prefix has no leading or trailing '/' and no wildcard. null: none."
+  type = object({
+    bucket = string
+    prefix = string
+  })
+  default = null
+
+  validation {
+    condition     = var.checkpoints == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.checkpoints.bucket))
+    error_message = "checkpoints.bucket must be an S3 bucket name: 3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit."
+  }
+
+  validation {
+    condition     = var.checkpoints == null || can(regex("^[A-Za-z0-9_.=+-]+(/[A-Za-z0-9_.=+-]+)*$", var.checkpoints.prefix))
+    error_message = "checkpoints.prefix must be path segments of letters, digits and _.=+- joined by '/', without a leading or trailing '/' or a wildcard (* or ?), which would widen the nodes' access."
+  }
+
+  validation {
+    condition     = var.checkpoints == null || !contains(split("/", var.checkpoints.prefix), "..")
+    error_message = "checkpoints.prefix must not have a '..' segment."
+  }
+}
+
 variable "tags" {
   description = "Tags for every resource (lowest precedence)."
   type        = map(string)

@@ -9,11 +9,14 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
 from skyinfra_runtime.jobs.records import (
     END_GRACE_S,
@@ -48,10 +51,21 @@ class Agent:
     )
     tail_at_end: list[str] | None = None  # the last lines when the job ended this node
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Runs just before the launcher starts (the checkpoint restore, ckptsync.py); a string it
+    # returns is an error: the launcher is not started and the node's part fails with it.
+    before_start: Callable[[], str | None] | None = None
+    # Runs once the launcher has ended, before the node's exit is reported (the final
+    # checkpoint upload): the job counts as ended only once every node's has been made.
+    after_end: Callable[[], None] | None = None
 
     def start(self) -> None:
+        argv = self.argv
+        problem = self.before_start() if self.before_start is not None else None
+        if problem:
+            code = f"import sys; print({problem!r}, file=sys.stderr); sys.exit({SETUP_FAILED})"
+            argv = [sys.executable, "-c", code]
         self.proc = subprocess.Popen(
-            self.argv,
+            argv,
             env={**os.environ, **self.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -167,6 +181,8 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
             said = agent.last_output
             report({"event": "output", "t": said})
         time.sleep(min(OUTPUT_EVERY_S, 0.2))
+    if agent.after_end is not None:
+        agent.after_end()
     report({"event": "exit", "code": code, "tail": agent.tail_at_end})
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)

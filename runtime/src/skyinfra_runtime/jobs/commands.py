@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import checkpoints, exitcodes, jobenv
+from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     FINAL_STATES,
@@ -140,6 +140,7 @@ def supervise(ns: argparse.Namespace) -> int:
         with os.fdopen(fd, "w") as f:
             f.write(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n")
         os.replace(pid_tmp, paths.pid_file)
+        _checkpoints(agent, paths)
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
             sup = Supervisor(agent, ns.nodes, meta, ns.timeout, token=private["token"])
@@ -151,11 +152,50 @@ def supervise(ns: argparse.Namespace) -> int:
         else:
             _ready({"pid": os.getpid()})
             report_to_head(agent, ns.head, private["token"])
+        if agent.after_end is not None:  # not made above when the head could not be reached
+            agent.after_end()
     finally:
         paths.pid_file.unlink(missing_ok=True)
         # Last: a follower that sees "ended" finds nothing of the node's part left.
         agent.save("ended")
     return exitcodes.OK
+
+
+def _checkpoints(agent: Agent, paths: Paths) -> None:
+    """On a node with a checkpoint store (AWS: ``checkpoints.json`` in the node dir, written
+    by cloud-init) and a job with a checkpoint directory: restore it before the launcher
+    starts, upload every POLL_S while it runs (ckptsync.py), and once more when it ended,
+    whichever way (SIGTERM included), before the node reports its exit."""
+    stop, restored = threading.Event(), threading.Event()
+    # The agent's own addition to its launcher's environment (checkpoints.job_env).
+    directory = agent.env.get(checkpoints.CHECKPOINT_DIR_ENV, "")
+    try:
+        sync = ckptsync.from_settings(paths.node_dir, directory, agent.node)
+    except (OSError, ValueError, KeyError) as err:
+        problem = f"skyinfra: the node's checkpoint settings are unusable: {err}"
+        agent.before_start = lambda: problem
+        return
+    if sync is None:
+        return
+
+    def restore() -> str | None:
+        try:
+            sync.restore()
+        except (OSError, ValueError) as err:
+            return f"skyinfra: could not restore the checkpoints into {directory}: {err}"
+        restored.set()
+        threading.Thread(target=sync.run_until, args=(stop,), daemon=True).start()
+        return None
+
+    def final() -> None:
+        # Once, and only after a whole restore: a node that could not restore uploads nothing
+        # (its directory would hold other nodes' files it cannot tell from its own).
+        if restored.is_set() and not stop.is_set():
+            stop.set()
+            sync.final()
+
+    agent.before_start = restore
+    agent.after_end = final
 
 
 # ----------------------------------------------------------------- the operator's asks

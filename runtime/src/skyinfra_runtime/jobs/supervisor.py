@@ -159,6 +159,8 @@ class Supervisor:
             if changed or now() - last_save >= OUTPUT_EVERY_S:
                 self.save()
                 last_save = now()
+        if self.agent.after_end is not None:
+            self.agent.after_end()  # the head's final checkpoint upload, before the record ends
         self.ended_at = now()
         self.state = self._final_state()
         self.save()

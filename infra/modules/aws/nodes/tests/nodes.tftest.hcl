@@ -240,3 +240,76 @@ run "refuses_a_malformed_reservation_id" {
 
   expect_failures = [var.capacity_reservation]
 }
+
+# Checkpoints (issue 25): the nodes' role gets exactly the checkpoint prefix.
+run "no_checkpoint_access_by_default" {
+  command = plan
+
+  assert {
+    condition     = length(aws_iam_role_policy.checkpoints) == 0
+    error_message = "Without a checkpoint prefix the nodes' role gets no S3 write access."
+  }
+}
+
+run "checkpoint_access_is_the_prefix_only" {
+  command = plan
+
+  variables {
+    checkpoints = { bucket = "ckpt-bucket", prefix = "team/ckpts" }
+  }
+
+  assert {
+    condition     = aws_iam_role_policy.checkpoints[0].name == "unit-checkpoints"
+    error_message = "The checkpoint policy is the cluster's own inline policy."
+  }
+
+  assert {
+    condition = (
+      toset(data.aws_iam_policy_document.checkpoints[0].statement[0].actions) == toset(["s3:ListBucket"])
+      && endswith(one(data.aws_iam_policy_document.checkpoints[0].statement[0].resources), ":s3:::ckpt-bucket")
+      && one(data.aws_iam_policy_document.checkpoints[0].statement[0].condition).test == "StringLike"
+      && one(data.aws_iam_policy_document.checkpoints[0].statement[0].condition).variable == "s3:prefix"
+      && toset(one(data.aws_iam_policy_document.checkpoints[0].statement[0].condition).values) == toset(["team/ckpts/*"])
+    )
+    error_message = "Listing is allowed on the bucket only for keys under the prefix."
+  }
+
+  assert {
+    condition = (
+      toset(data.aws_iam_policy_document.checkpoints[0].statement[1].actions) == toset(["s3:GetObject", "s3:PutObject", "s3:DeleteObject"])
+      && length(data.aws_iam_policy_document.checkpoints[0].statement[1].resources) == 1
+      && endswith(one(data.aws_iam_policy_document.checkpoints[0].statement[1].resources), ":s3:::ckpt-bucket/team/ckpts/*")
+    )
+    error_message = "Get, put and delete are allowed on bucket/prefix/* and nothing else."
+  }
+}
+
+run "refuses_a_wildcard_checkpoint_prefix" {
+  command = plan
+
+  variables {
+    checkpoints = { bucket = "ckpt-bucket", prefix = "team/*" }
+  }
+
+  expect_failures = [var.checkpoints]
+}
+
+run "refuses_a_checkpoint_prefix_with_a_trailing_slash" {
+  command = plan
+
+  variables {
+    checkpoints = { bucket = "ckpt-bucket", prefix = "team/" }
+  }
+
+  expect_failures = [var.checkpoints]
+}
+
+run "refuses_a_bad_checkpoint_bucket" {
+  command = plan
+
+  variables {
+    checkpoints = { bucket = "Ckpt_Bucket", prefix = "team" }
+  }
+
+  expect_failures = [var.checkpoints]
+}

@@ -1,0 +1,312 @@
+"""Checkpoints on AWS, the node side, against moto over loopback with real processes: every
+node uploads its files, a fresh (replacement) node dir gets the union back, a node killed in
+the middle of an upload leaves nothing half restored, and a job's agent restores before its
+entry starts and uploads at its end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.support.aws import REGION
+
+BUCKET = "ckpt-bucket"
+RUNTIME_SRC = REPO_ROOT / "runtime" / "src"
+
+
+@pytest.fixture
+def s3(aws_env: str) -> Any:
+    client = boto3.client("s3", region_name=REGION, endpoint_url=aws_env)
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        for item in page.get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def node_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(RUNTIME_SRC), **extra}
+    env.pop("AWS_SESSION_TOKEN", None)
+    return env
+
+
+def sync_cmd(moto: str, folder: Path, node: int, name: str, *more: str) -> list[str]:
+    return [
+        sys.executable, "-m", "skyinfra_runtime", "checkpoint-sync",
+        "--dir", str(folder), "--url", f"s3://{BUCKET}/team/ckpts/{name}",
+        "--bucket-url", f"{moto}/{BUCKET}", "--region", REGION, "--node", str(node), *more,
+    ]  # fmt: skip
+
+
+def run_once(moto: str, folder: Path, node: int, name: str = "job1") -> dict[str, Any]:
+    out = subprocess.run(
+        sync_cmd(moto, folder, node, name, "--once"),
+        env=node_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return dict(json.loads(out.stdout.splitlines()[-1]))
+
+
+def keys(s3: Any, prefix: str = "") -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+def manifest(s3: Any, name: str, node: int) -> dict[str, Any]:
+    key = f"team/ckpts/{name}/nodes/node-{node}/manifest.json"
+    return dict(json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()))
+
+
+def write(folder: Path, rel: str, data: bytes) -> None:
+    path = folder / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_every_node_uploads_and_a_replacement_node_gets_the_union(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    node0, node1 = tmp_path / "node-0", tmp_path / "node-1"
+    write(node0, "step_1/model.bin", os.urandom(200_000))
+    write(node0, "step_1/COMMIT", b"ok")
+    write(node1, "step_1/shard-1.bin", os.urandom(50_000))
+    procs = [
+        subprocess.Popen(sync_cmd(aws_env, d, i, "job1", "--once"), env=node_env())
+        for i, d in enumerate((node0, node1))
+    ]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    assert sorted(manifest(s3, "job1", 0)["files"]) == ["step_1/COMMIT", "step_1/model.bin"]
+    assert sorted(manifest(s3, "job1", 1)["files"]) == ["step_1/shard-1.bin"]
+    assert len(keys(s3, "team/ckpts/job1/nodes/node-0/objects/")) == 2
+
+    # Node 1 is lost; its replacement starts from an empty directory.
+    fresh = tmp_path / "node-1-replacement"
+    done = run_once(aws_env, fresh, 1)
+    assert files_of(fresh) == {**files_of(node0), **files_of(node1)}
+    mtime = (node0 / "step_1/model.bin").stat().st_mtime_ns
+    assert (fresh / "step_1/model.bin").stat().st_mtime_ns == mtime
+    # Nothing new was written: no upload, and node 0's files stay node 0's.
+    assert done["rounds"] == []
+    assert sorted(manifest(s3, "job1", 1)["files"]) == ["step_1/shard-1.bin"]
+
+    # Another set name is another prefix: nothing of job1 there.
+    run_once(aws_env, tmp_path / "other", 0, "job2")
+    assert files_of(tmp_path / "other") == {}
+
+
+@pytest.mark.slow
+def test_a_node_killed_midway_through_an_upload_is_not_restored_half(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    node0 = tmp_path / "node-0"
+    write(node0, "step_1/weights.bin", b"one" * 1000)
+    write(node0, "step_1/COMMIT", b"1")
+    run_once(aws_env, node0, 0)
+    committed = manifest(s3, "job1", 0)
+    for i in range(3):
+        write(node0, f"step_2/part-{i}.bin", os.urandom(10_000))
+    write(node0, "step_2/COMMIT", b"2")
+    proc = subprocess.Popen(
+        sync_cmd(aws_env, node0, 0, "job1", "--once"),
+        env=node_env(SKYINFRA_CHECKPOINT_UPLOAD_DELAY_S="60"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "uploaded object 1" in line:
+            break
+    proc.send_signal(signal.SIGKILL)  # the node dies between two objects
+    proc.wait(30)
+    objects = keys(s3, "team/ckpts/job1/nodes/node-0/objects/")
+    assert len(objects) == 3  # step 1's two files and one of step 2's
+    assert manifest(s3, "job1", 0)["files"] == committed["files"]
+
+    fresh = tmp_path / "replacement"
+    run_once(aws_env, fresh, 0)
+    assert sorted(files_of(fresh)) == ["step_1/COMMIT", "step_1/weights.bin"]
+    # The replacement's restore deleted what the cut upload left (no manifest named it).
+    assert len(keys(s3, "team/ckpts/job1/nodes/node-0/objects/")) == 2
+
+    # The node comes back (its directory kept): the next round uploads step 2 whole.
+    run_once(aws_env, node0, 0)
+    assert len(manifest(s3, "job1", 0)["files"]) == 6
+
+
+@pytest.mark.slow
+def test_only_settled_files_go_up_while_running_and_everything_on_sigterm(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    node0 = tmp_path / "node-0"
+    node0.mkdir()
+    proc = subprocess.Popen(
+        sync_cmd(aws_env, node0, 0, "job1", "--poll", "0.3"), env=node_env(), text=True,
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert "restored" in proc.stdout.readline()
+    write(node0, "epoch-1.ckpt", b"a" * 1000)
+    until = time.monotonic() + 30
+    while not keys(s3, "team/ckpts/job1/nodes/node-0/manifest.json"):
+        assert time.monotonic() < until, "the settled file was never uploaded"
+        time.sleep(0.1)
+    assert list(manifest(s3, "job1", 0)["files"]) == ["epoch-1.ckpt"]
+    write(node0, "epoch-2.ckpt", b"b" * 1000)  # just written: only the final round takes it
+    write(node0, "epoch-3.ckpt", b"c" * 1000)
+    # A file deleted on the node (a framework keeping its last N) leaves the set, object too.
+    (node0 / "epoch-1.ckpt").unlink()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert sorted(manifest(s3, "job1", 0)["files"]) == ["epoch-2.ckpt", "epoch-3.ckpt"]
+    assert len(keys(s3, "team/ckpts/job1/nodes/node-0/objects/")) == 2
+
+
+@pytest.mark.slow
+def test_a_jobs_agent_restores_before_the_entry_and_uploads_at_its_end(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    earlier = tmp_path / "earlier"
+    write(earlier, "step-1/state.bin", b"from an earlier attempt")
+    run_once(aws_env, earlier, 0, "run-a")
+
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    (node_dir / "checkpoints.json").write_text(
+        json.dumps(
+            {
+                "url": f"s3://{BUCKET}/team/ckpts",
+                "region": REGION,
+                "bucket_url": f"{aws_env}/{BUCKET}",
+            }
+        )
+    )
+    entry = (
+        "import os, pathlib\n"
+        "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
+        "print('restored:', (d / 'step-1/state.bin').read_text(), flush=True)\n"
+        "(d / 'step-2').mkdir()\n"
+        "(d / 'step-2/state.bin').write_text('written by this attempt')\n"
+    )
+    argv = [
+        sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-1",
+        "--node-dir", str(node_dir), "--node", "0", "--nodes", "1", "--checkpoints", "run-a",
+        "--", sys.executable, "-c", entry,
+    ]  # fmt: skip
+    out = subprocess.run(
+        argv,
+        env=node_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    state = node_dir / "runs" / "job-1" / "node.json"
+    until = time.monotonic() + 60
+    while json.loads(state.read_text() if state.is_file() else "{}").get("state") != "ended":
+        assert time.monotonic() < until, "the agent did not end"
+        time.sleep(0.2)
+    log = (node_dir / "runs" / "job-1" / "output.log").read_text()
+    assert "restored: from an earlier attempt" in log
+    assert sorted(manifest(s3, "run-a", 0)["files"]) == ["step-1/state.bin", "step-2/state.bin"]
+
+
+@pytest.mark.slow
+def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    """SIGTERM (here `cancel`, later a Spot notice) ends the launchers; each node's agent
+    then makes its final upload, of a file written a moment before (so no poll took it),
+    before it reports its exit: once the head's record is final, every node's files are in."""
+    settings = {"url": f"s3://{BUCKET}/team/ckpts", "region": REGION}
+    settings["bucket_url"] = f"{aws_env}/{BUCKET}"
+    entry = (
+        "import os, pathlib, sys, time\n"
+        "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
+        "(d / f\"rank-{os.environ['NODE']}.bin\").write_bytes(os.urandom(4096))\n"
+        "print('written', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    dirs = [tmp_path / f"node-{i}" for i in range(2)]
+    head = ""
+    for i, node_dir in enumerate(dirs):
+        node_dir.mkdir()
+        (node_dir / "checkpoints.json").write_text(json.dumps(settings))
+        where = ["--nodes", "2", "--listen", "127.0.0.1"] if i == 0 else ["--head", head]
+        argv = [
+            sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-2",
+            "--node-dir", str(node_dir), "--node", str(i), *where,
+            "--", sys.executable, "-c", entry,
+        ]  # fmt: skip
+        env = node_env(NODE=str(i))  # the set: the job's own (its id), as the agent names it
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        if i == 0:
+            said = json.loads(out.stdout.strip().splitlines()[-1])
+            head = f"{said['host']}:{said['port']}"
+    logs = [d / "runs" / "job-2" / "output.log" for d in dirs]
+    until = time.monotonic() + 60
+    while not all(log.is_file() and "written" in log.read_text() for log in logs):
+        assert time.monotonic() < until, "the entries did not start"
+        time.sleep(0.2)
+    cancel = [sys.executable, "-m", "skyinfra_runtime", "cancel", "--job", "job-2"]
+    out = subprocess.run(
+        [*cancel, "--node-dir", str(dirs[0])], env=node_env(), capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    record = json.loads((dirs[0] / "jobs" / "job-2.json").read_text())
+    assert record["state"] == "cancelled"
+    for i in range(2):
+        assert list(manifest(s3, "job-2", i)["files"]) == [f"rank-{i}.bin"]
+
+
+@pytest.mark.slow
+def test_a_restore_that_fails_fails_the_node_instead_of_starting_from_scratch(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    settings = {"url": "s3://no-such-bucket/team", "region": REGION}
+    settings["bucket_url"] = f"{aws_env}/no-such-bucket"
+    (node_dir / "checkpoints.json").write_text(json.dumps(settings))
+    argv = [
+        sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-3",
+        "--node-dir", str(node_dir), "--node", "0", "--nodes", "1",
+        "--", sys.executable, "-c", "print('the entry ran')",
+    ]  # fmt: skip
+    env = node_env()
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=60).returncode == 0
+    record = node_dir / "jobs" / "job-3.json"
+    until = time.monotonic() + 60
+    while json.loads(record.read_text() if record.is_file() else "{}").get("state") in (
+        None,
+        "starting",
+        "running",
+    ):
+        assert time.monotonic() < until, "the job did not end"
+        time.sleep(0.2)
+    job = json.loads(record.read_text())
+    assert job["state"] == "failed" and job["nodes"][0]["exit_code"] == 3
+    log = (node_dir / "runs" / "job-3" / "output.log").read_text()
+    assert "could not restore the checkpoints" in log and "NoSuchBucket" in log
+    assert "the entry ran" not in log
