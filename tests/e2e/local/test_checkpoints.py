@@ -8,9 +8,7 @@ bit-identical (sha256) to the uninterrupted run's; a half-written step is ignore
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, skyinfra_argv
-from tests.support.workers import wait_for_line, worker_pid
+from tests.conftest import REPO_ROOT
+from tests.support.local_jobs import cli, module_env
+from tests.support.resume_proof import kill_node_1_in_epoch_3
+from tests.support.resume_proof import results as run_results
 
 pytestmark = pytest.mark.slow
 
@@ -65,21 +65,9 @@ def where():
 STEP_EPOCH_2 = "step-00000016"  # 128 samples per node, batches of 16: 8 steps an epoch
 
 
-def cli(
-    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("ckpt-cache")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_CACHE"] = str(cache / "cache")
-    env["SKYINFRA_TF_PLUGIN_CACHE"] = str(cache / "tf-plugins")
-    return env
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    return module_env(tmp_path_factory, tf_plugin_cache, "ckpt")
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +96,7 @@ def sets_dir(project: Path) -> Path:
 
 
 def results(project: Path, run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
-    assert run.returncode == 0, run.stdout + run.stderr
-    run_dir = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+    return run_results(project / ".skyinfra" / "clusters" / NAME, run)
 
 
 def test_every_worker_gets_the_jobs_own_directory_by_default(
@@ -150,21 +135,8 @@ def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
     uninterrupted_s = time.monotonic() - started
 
     # The second run: node 1's worker stops in the middle of epoch 3 and is SIGKILLed there.
-    res = cli(
-        ["run", "-d", "--checkpoints", "resume", "--env", "PAUSE_AT=1:3:4", "train.py:main"],
-        project,
-        env,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    job = res.stdout.split("job ", 1)[1].split()[0]
-    node1_log = project / ".skyinfra" / "clusters" / NAME / "nodes" / "node-1" / "runs" / job
-    wait_for_line(node1_log / "output.log", "paused at epoch 3 batch 4")
-    pid = worker_pid(job, 1)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    ended = cli(["logs", job, "--follow", "--all", "--tail", "5"], project, env)
-    assert ended.returncode == 4, ended.stdout + ended.stderr  # the job failed on node 1
-    assert "killed by signal SIGKILL" in ended.stdout
+    ws = project / ".skyinfra" / "clusters" / NAME
+    kill_node_1_in_epoch_3(project, env, ws, "resume", ["train.py:main"])
     steps = sets_dir(project) / "resume"
     committed = sorted(p.parent.name for p in steps.glob("step-*/COMMITTED"))
     assert committed == ["step-00000008", STEP_EPOCH_2], committed

@@ -1,0 +1,90 @@
+"""What the resume proofs share (tests/e2e/local/test_checkpoints*.py): an entry that pauses a
+node's worker at a batch for the test to kill it there, a job on a checkpoint set whose
+node-1 worker is SIGKILLed in the middle of epoch 3, and the workers' results of a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.support.local_jobs import cli
+from tests.support.workers import wait_for_line, worker_pid
+
+# Where the test kills: node 1, in the middle of epoch 3 (after its 4th batch).
+PAUSE_AT = "1:3:4"
+
+
+def pausing_entry(module: str) -> str:
+    """``train.py`` around an example whose ``main`` prints "epoch E batch B ..." lines: with
+    PAUSE_AT=NODE:EPOCH:BATCH that node's worker stops once it printed that batch's line (the
+    step ran) and says so."""
+    return f"""\
+import builtins, os, time
+
+import {module}
+
+
+def _pausing_print(*args, **kwargs):
+    builtins.print(*args, **kwargs)
+    pause = os.environ.get("PAUSE_AT", "")
+    if pause:
+        node, epoch, batch = pause.split(":")
+        line = " ".join(str(a) for a in args)
+        here = node == os.environ["SKYINFRA_NODE"]
+        if here and line.startswith(f"epoch {{epoch}} batch {{batch}} "):
+            builtins.print(f"paused at epoch {{epoch}} batch {{batch}}", flush=True)
+            time.sleep(300)
+
+
+def main():
+    {module}.print = _pausing_print
+    return {module}.main()
+"""
+
+
+def results(workspace: Path, run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    """The first worker's return value on each node, from the newest run's summary."""
+    assert run.returncode == 0, run.stdout + run.stderr
+    run_dir = max((workspace / "runs").iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+
+
+def kill_node_1_in_epoch_3(
+    project: Path,
+    env: dict[str, str],
+    workspace: Path,
+    name: str,
+    entry_args: list[str],
+    before_kill: Callable[[], None] = lambda: None,
+) -> str:
+    """Start a detached job on checkpoint set ``name``, SIGKILL node 1's worker where it
+    paused (``before_kill`` first), and follow the job to its end (it fails on node 1); the
+    job's id."""
+    argv = ["run", "-d", "--checkpoints", name, "--env", f"PAUSE_AT={PAUSE_AT}", *entry_args]
+    res = cli(argv, project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    _, epoch, batch = PAUSE_AT.split(":")
+    log = workspace / "nodes" / "node-1" / "runs" / job / "output.log"
+    wait_for_line(log, f"paused at epoch {epoch} batch {batch}")
+    before_kill()
+    pid = worker_pid(job, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    ended = cli(["logs", job, "--follow", "--all", "--tail", "5"], project, env)
+    assert ended.returncode == 4, ended.stdout + ended.stderr  # the job failed on node 1
+    assert "killed by signal SIGKILL" in ended.stdout
+    return job
+
+
+def wait_for_path(path: Path, timeout_s: float = 60) -> None:
+    end = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} did not appear within {timeout_s} s"
+        time.sleep(0.1)
