@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,15 @@ def node_processes(nodes_dir: Path, job: str | None = None) -> list[str]:
         if job is None or f"SKYINFRA_RUN_ID={job}".encode() in environ or job in cmd:
             found.append(f"{entry.name} {cmd}")
     return found
+
+
+@contextmanager
+def cluster_up(project: Path, env: dict[str, str], name: str) -> Iterator[Path]:
+    """`up` of ``project``'s spec; at the end `down --yes`, which must succeed."""
+    up = cli(["up"], project, env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield project
+    finally:
+        down = cli(["down", "--yes", "--cluster", name], project, env)
+        assert down.returncode == 0, down.stdout + down.stderr

@@ -55,6 +55,16 @@ def results(workspace: Path, run: subprocess.CompletedProcess[str]) -> list[dict
     return [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
 
 
+def reference_sha256(project: Path, env: dict[str, str], workspace: Path) -> str:
+    """The final weights' sha256 of an uninterrupted run (checkpoint set "ref"), the same on
+    every node."""
+    run = cli(["run", "--checkpoints", "ref", "train.py:main"], project, env)
+    values = results(workspace, run)
+    shas = {v["weights_sha256"] for v in values}
+    assert len(shas) == 1 and {v["resumed_epoch"] for v in values} == {None}
+    return str(shas.pop())
+
+
 def kill_node_1_in_epoch_3(
     project: Path,
     env: dict[str, str],

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.support.local_jobs import cli, module_env
+from tests.support.local_jobs import cli, cluster_up, module_env
 from tests.support.resume_proof import (
     kill_node_1_in_epoch_3,
     pausing_entry,
+    reference_sha256,
     results,
 )
 
@@ -43,13 +44,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     (proj / "skyinfra.toml").write_text(SPEC)
     (proj / "train.py").write_text(pausing_entry("torch_resume"))
     shutil.copy(REPO_ROOT / "examples" / "torch_resume.py", proj / "torch_resume.py")
-    up = cli(["up"], proj, env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with cluster_up(proj, env, NAME):
         yield proj
-    finally:
-        down = cli(["down", "--yes", "--cluster", NAME], proj, env)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def workspace(project: Path) -> Path:
@@ -59,12 +55,7 @@ def workspace(project: Path) -> Path:
 @pytest.fixture(scope="module")
 def reference(project: Path, env: dict[str, str]) -> str:
     """The uninterrupted run's final weights (how it checkpoints does not change them)."""
-    values = results(
-        workspace(project), cli(["run", "--checkpoints", "ref", "train.py:main"], project, env)
-    )
-    shas = {v["weights_sha256"] for v in values}
-    assert len(shas) == 1 and {v["resumed_epoch"] for v in values} == {None}
-    return str(shas.pop())
+    return reference_sha256(project, env, workspace(project))
 
 
 @pytest.mark.parametrize(

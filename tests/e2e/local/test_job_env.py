@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.local_jobs import cli as run_cli
-from tests.support.local_jobs import module_env
+from tests.support.local_jobs import cluster_up, module_env
 
 pytestmark = pytest.mark.slow
 
@@ -79,13 +79,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     proj = tmp_path_factory.mktemp("jobenv-project")
     (proj / "skyinfra.toml").write_text(SPEC)
     (proj / "probe.py").write_text(PROBE)
-    up = cli(["up"], proj, env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with cluster_up(proj, env, NAME):
         yield proj
-    finally:
-        down = cli(["down", "--yes", "--cluster", NAME], proj, env)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def workspace(project: Path) -> Path:
