@@ -58,7 +58,12 @@ wheels: $(STAMP)
 TEST_WORKERS ?= 4
 WORKERS = --dist loadfile \
 	--tx '$(TEST_WORKERS)*popen//python=$(CURDIR)/tests/loopback-only.sh $(CURDIR)/$(BIN)/python'
-SUITE = SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
+# Terraform and its providers are Go programs that live for one command: about a fifth of their
+# CPU went to garbage collection (measured on the AWS plan-review test: 126 -> 99 CPU seconds).
+# The suite turns the collector off under a 1 GiB soft limit per process (GOMEMLIMIT: Go still
+# collects before that); a command's processes then peak near 1.3 GB instead of 0.9 GB.
+TF_GC = GOGC=off GOMEMLIMIT=1GiB
+SUITE = $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
 	$(BIN)/python -m pytest --durations=25 $(WORKERS)
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	$(SUITE) -p no:randomly
@@ -77,7 +82,7 @@ test-fast: $(STAMP)
 # A tool, not a test: re-plan the AWS review cases against moto with real Terraform and rewrite
 # their golden plan.md and the plan JSON tests/unit/review replays (`make test` checks them).
 record-plans: $(STAMP)
-	SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q -p no:randomly \
+	$(TF_GC) SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q -p no:randomly \
 		tests/e2e/aws/test_plan_review.py
 
 lint: $(STAMP)
