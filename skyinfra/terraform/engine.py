@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from skyinfra.errors import StateLockedError, TerraformError
+from skyinfra.terraform import local_state
 from skyinfra.terraform.backend import has_backend, parse_lock_error
 from skyinfra.terraform.config import PLUGIN_CACHE_ENV, terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
@@ -351,7 +352,14 @@ class EmbeddedTerraform:
             on_event,
         )
 
+    def _local_state(self) -> dict[str, Any] | None:
+        env = os.environ if self._base_env is None else self._base_env
+        return local_state.read(self.workdir, env)
+
     def output(self) -> dict[str, Any]:
+        state = self._local_state()
+        if state is not None:
+            return local_state.output_values(state)
         out = self._checked(["output", "-json", "-no-color"], "output")
         raw: dict[str, Any] = json.loads(out or "{}")
         return {name: entry["value"] for name, entry in raw.items()}
@@ -362,6 +370,9 @@ class EmbeddedTerraform:
         return plan
 
     def state_list(self) -> list[str]:
+        state = self._local_state()
+        if state is not None:
+            return local_state.addresses(state)
         code, out, err = self.command(["state", "list", "-no-color"])
         if code != 0 and "No state file was found" in err + out:
             return []  # a backend that holds no state for this cluster yet
