@@ -1,8 +1,9 @@
 """The engine answers `state list` and `output` from a workspace's local state file without
 starting Terraform (skyinfra/terraform/local_state.py): the answers must be Terraform's own,
 checked here against real `terraform state list` / `output -json` on a real applied state
-with count (11 module instances: [10] after [2]), for_each (keys that need quoting), a data source and nested module instances;
-and wherever only Terraform knows (a backend, another Terraform workspace), it is asked."""
+with count (11 module instances: [10] after [2]), for_each keys that need quoting, a data
+source and nested module instances; where only Terraform knows (a backend, another Terraform
+workspace), it is asked."""
 
 from __future__ import annotations
 
