@@ -124,7 +124,25 @@ def topology(before: Shape, after: Shape) -> list[str]:
         ),
         _row("EFA interfaces per node", efa(before), efa(after)),
         _row("coordinator", keep(before, before.coordinator), keep(after, after.coordinator)),
+        *_spot_row(before, after),
     ]
+
+
+def _spot_row(before: Shape, after: Shape) -> list[str]:
+    """Which nodes are Spot (issue 26); no row when neither side has any."""
+    if not before.spot_nodes and not after.spot_nodes:
+        return []
+
+    def spot(shape: Shape) -> str:
+        if shape.nodes == 0:
+            return "-"
+        if not shape.spot_nodes:
+            return "none (all On-Demand)"
+        on_demand = [n for n in shape.node_names if n not in shape.spot_nodes]
+        rest = f"; On-Demand: {', '.join(on_demand)}" if on_demand else ""
+        return ", ".join(shape.spot_nodes) + rest
+
+    return [_row("Spot nodes", spot(before), spot(after))]
 
 
 def cost(c: Cost) -> list[str]:

@@ -57,6 +57,8 @@ class Shape:
     efa_per_node: int = 0
     coordinator: str = "-"
     node_names: tuple[str, ...] = ()
+    # Spot (issue 26): the nodes launched on the Spot market (instance_market_options).
+    spot_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ def _diffs(
             if name in forced:
                 out.append(Diff(top, _text(old), UNKNOWN))
             continue
-        if old == new or {old, new} <= {None, ""}:
+        # (Not a set: a block such as instance_market_options is a list, unhashable.)
+        if old == new or (old in (None, "") and new in (None, "")):
             continue
         out.append(Diff(top, _text(old), _text(new)))
     return tuple(out)
@@ -307,6 +310,14 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
         if e.get("type") == "aws_network_interface"
         and (_side(e, side) or {}).get("interface_type") == "efa"
     ]
+    spot = tuple(
+        name
+        for name in names
+        if any(
+            isinstance(m, dict) and m.get("market_type") == "spot"
+            for m in nodes[name][1].get("instance_market_options") or []
+        )
+    )
     return Shape(
         nodes=len(names),
         instance_type=_first(types),
@@ -316,6 +327,7 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
         efa_per_node=len(efa) // len(names),
         coordinator=coordinator,
         node_names=names,
+        spot_nodes=spot,
     )
 
 

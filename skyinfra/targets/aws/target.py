@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import boto3
@@ -69,6 +69,7 @@ from skyinfra.targets.aws.spec import (
     AwsDeclaration,
     AwsSpec,
     jax_requirement,
+    node_markets,
     operator_jax_version,
 )
 from skyinfra.targets.aws.ssh import SshTransport
@@ -120,10 +121,12 @@ def cluster_params(
     staging: tuple[str, str] | None = None,
     capacity_reservation: tuple[str, bool] | None = None,
     checkpoints: tuple[str, str] | None = None,
+    markets: Mapping[str, str] | None = None,
 ) -> AwsClusterParams:
     """The root module's parameters; with ``resolved=None`` placeholders for a early check.
     ``ws_id``: the workspace's id, tagged on every resource beside the cluster's name;
-    ``staging``: the wheel's (bucket, prefix), which the nodes' role may read."""
+    ``staging``: the wheel's (bucket, prefix), which the nodes' role may read; ``markets``:
+    each node's market (default: the spec's, aws.market and aws.head_market)."""
     spec_aws = _aws_of(spec)
     extra: dict[str, Any] = {}
     tags = {CLUSTER_TAG: spec.name}
@@ -154,6 +157,8 @@ def cluster_params(
         staging=staging,
         capacity_reservation=capacity_reservation,
         checkpoints=checkpoints,
+        node_markets=dict(markets if markets is not None else node_markets(spec_aws, spec.nodes)),
+        spot_max_price=spec_aws.spot_max_price,
         **extra,
     )
 
@@ -269,19 +274,30 @@ def render_files(
     session: boto3.session.Session | None = None,
     zone: str | None = None,
     capacity_reservation: tuple[str, bool] | None = None,
+    markets: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Preflight, stage the wheel, render user data and the root module: file name -> text.
-    ``zone`` and ``capacity_reservation``: chosen by capacity failover (failover.py)."""
+    ``zone``, ``capacity_reservation`` and ``markets`` (each node's market; default the
+    spec's): chosen by capacity failover (failover.py)."""
     say: Echo = echo or (lambda _line: None)
     spec_aws = _aws_of(spec)
     _, public_key = ssh_key_paths(spec_aws)
-    validate_params(cluster_params(spec, None, public_key))  # pure checks before any AWS call
+    early = cluster_params(spec, None, public_key, markets=markets)
+    validate_params(early)  # pure checks before any AWS call
 
     clients = AwsClients(session or boto3.session.Session(), spec_aws.region, emulator_from_env())
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
     timeline.lap("validate")
-    resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight, zone=zone)
+    resolved = resolve(
+        spec,
+        ws,
+        clients,
+        echo=say,
+        skip_preflight=skip_preflight,
+        zone=zone,
+        spot_nodes=len(early.spot_nodes()),
+    )
     timeline.lap("preflight and lookups")
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
@@ -297,6 +313,7 @@ def render_files(
         staging=(bucket, prefix),
         capacity_reservation=capacity_reservation,
         checkpoints=(store.bucket, store.prefix),
+        markets=markets,
     )
     validate_params(params)
     s3 = clients.client("s3")

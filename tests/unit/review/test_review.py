@@ -188,3 +188,23 @@ def test_the_comment_stays_under_githubs_limit_cutting_the_full_plan_first() -> 
     )
     assert "truncated" not in small and "short" in small
     assert len(markdown.render(review, limit=20_000)) <= 20_000
+
+
+def test_topology_names_the_spot_nodes_and_only_when_there_are_some() -> None:
+    """Issue 26: a row saying which nodes are Spot, from each node's instance_market_options;
+    an On-Demand plan has no such row (its plan.md is as before)."""
+    spot = [{"market_type": "spot", "spot_options": [{"spot_instance_type": "one-time"}]}]
+    plan = replaced_plan()
+    plan["resource_changes"][2] = instance(
+        1,
+        ["delete", "create"],
+        node("ami-0aaaaaaaaaaaaaaaa"),
+        node("ami-0aaaaaaaaaaaaaaaa") | {"instance_market_options": spot},
+        replace_paths=[["instance_market_options"]],
+    )
+    summary = summarize(plan, target="aws")
+    assert (summary.before.spot_nodes, summary.after.spot_nodes) == ((), ("node-1",))
+    rows = markdown.topology(summary.before, summary.after)
+    assert "| Spot nodes | none (all On-Demand) | node-1; On-Demand: node-0 ⚠️ |" in rows
+    plain = summarize(replaced_plan(), target="aws")
+    assert not any("Spot" in row for row in markdown.topology(plain.before, plain.after))
