@@ -384,13 +384,14 @@ class AwsTarget(AwsDeclaration):
             ws,
             echo=echo,
             clients=clients_for(spec),
-            render=lambda zone, reservation: render_files(
+            render=lambda zone, reservation, markets: render_files(
                 spec,
                 ws,
                 echo=echo,
                 skip_preflight=skip,
                 zone=zone,
                 capacity_reservation=reservation,
+                markets=markets,
             ),
             apply=apply,
             engine_factory=engine_factory,
@@ -400,18 +401,24 @@ class AwsTarget(AwsDeclaration):
         )
 
     def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
-        """The zone and, after a failover, why it is not the first choice (capacity.json)."""
+        """The zone and, after a failover, why it is not the first choice (capacity.json);
+        each node's market and the nodes a Spot fallback launched On-Demand (issue 26)."""
         path = ws.path / CAPACITY_LOG
         if not path.is_file():
             settings = ws.path / TARGET_FILE
             zone = ws.read_json(settings).get("availability_zone") if settings.is_file() else None
             return {"zone": zone, "zone_reason": None}
         log = CapacityLog.from_dict(ws.read_json(path))
+        fallback = log.spot_fallback
         return {
             "zone": log.zone,
             "zone_reason": log.reason,
             "capacity_reservation_id": log.reservation,
             "attempts": len(log.attempts),
+            "markets": log.markets,
+            "spot_fallback": (
+                None if fallback is None else {"nodes": fallback.nodes, "reason": fallback.reason}
+            ),
         }
 
     def transport(
