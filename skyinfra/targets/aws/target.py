@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra import timeline
 from skyinfra.render import module_files, module_source
+from skyinfra.review.cost import SpotPrices
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import checkpoint_store, failover
 from skyinfra.targets.aws import shell as aws_shell
@@ -65,6 +66,7 @@ from skyinfra.targets.aws.spec import (
     NO_JAX,
     RETRY_FOR,
     SKIP_PREFLIGHT,
+    SPOT,
     ZONES,
     AwsDeclaration,
     AwsSpec,
@@ -72,6 +74,7 @@ from skyinfra.targets.aws.spec import (
     node_markets,
     operator_jax_version,
 )
+from skyinfra.targets.aws.spot_prices import spot_price_history
 from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.aws.staging import (
     StagedWheel,
@@ -399,6 +402,19 @@ class AwsTarget(AwsDeclaration):
             retry_for=options.get(RETRY_FOR.name),
             checks=not skip,
         )
+
+    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+        """The Spot price history of the spec's type at plan time, when some node is Spot
+        (issue 26); None without Spot nodes, or (with a warning) when EC2 does not answer."""
+        spec_aws = _aws_of(spec)
+        if SPOT not in node_markets(spec_aws, spec.nodes).values():
+            return None
+        clients = clients_for(spec)
+        try:
+            return spot_price_history(clients.client("ec2"), spec_aws.instance_type)
+        except (ClientError, BotoCoreError) as err:
+            echo(f"[skyinfra] warning: no Spot price history for {spec_aws.instance_type}: {err}")
+            return None
 
     def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
         """The zone and, after a failover, why it is not the first choice (capacity.json);
