@@ -258,17 +258,18 @@ def _give_up(
     return "nothing of it is left (checked with AWS by tag)"
 
 
-def _markets(spec: ClusterSpec, ws: Workspace, existing_nodes: int) -> dict[str, str]:
-    """Each node's market: the spec's, except that the nodes of a running cluster keep the
-    market they were launched with (capacity.json), so a node that went On-Demand for want of
-    Spot capacity is not replaced by the next `up`."""
+def launched_markets(spec: ClusterSpec, ws: Workspace, existing_nodes: int) -> dict[str, str]:
+    """Each node's market: the spec's, except that the running nodes a Spot fallback launched
+    On-Demand (capacity.json's spot_fallback) stay On-Demand, so the next `up` or `plan` does
+    not replace them. A market the spec changes is the spec's (a replacement the plan shows)."""
     markets = node_markets(spec.section_as(AwsSpec), spec.nodes)
     path = ws.path / LOG_FILE
     if existing_nodes and path.is_file():
-        launched = CapacityLog.from_dict(ws.read_json(path)).markets
-        for name in list(markets)[:existing_nodes]:
-            if launched.get(name) in (ON_DEMAND, SPOT):
-                markets[name] = launched[name]
+        fallback = CapacityLog.from_dict(ws.read_json(path)).spot_fallback
+        running = set(list(markets)[:existing_nodes])
+        for name in fallback.nodes if fallback is not None else []:
+            if name in running and markets[name] == SPOT:
+                markets[name] = ON_DEMAND
     return markets
 
 
@@ -297,7 +298,7 @@ def launch(
     plan = plan_zones(
         spec, ws, clients, echo=echo, wanted=wanted, existing_nodes=existing, checks=checks
     )
-    markets = _markets(spec, ws, existing)
+    markets = launched_markets(spec, ws, existing)
     spot = [name for name, market in markets.items() if market == SPOT]
     # The second pass (aws.spot_fallback = "on-demand"): the same zones with every node
     # On-Demand, after every zone refused the Spot nodes.

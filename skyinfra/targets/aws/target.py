@@ -268,6 +268,14 @@ def _target_settings(
     return json.dumps(settings, indent=2) + "\n"
 
 
+def _running_nodes(ws: Workspace) -> int:
+    """How many nodes the workspace's topology.json lists (0: none up; `down` removes it)."""
+    if not ws.topology_file.is_file():
+        return 0
+    nodes = ws.read_json(ws.topology_file).get("nodes")
+    return len(nodes) if isinstance(nodes, list | dict) else 0
+
+
 def render_files(
     spec: ClusterSpec,
     ws: Workspace,
@@ -284,6 +292,8 @@ def render_files(
     spec's): chosen by capacity failover (failover.py)."""
     say: Echo = echo or (lambda _line: None)
     spec_aws = _aws_of(spec)
+    if markets is None:  # `plan`, `render`: a running cluster's nodes keep their market
+        markets = failover.launched_markets(spec, ws, _running_nodes(ws))
     _, public_key = ssh_key_paths(spec_aws)
     early = cluster_params(spec, None, public_key, markets=markets)
     validate_params(early)  # pure checks before any AWS call

@@ -5,11 +5,12 @@ reservation check; and the render of a reservation into the root module."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from skyinfra.errors import PreflightError, SpecError
-from skyinfra.spec import validate_spec
+from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.capacity import (
     Attempt,
     CapacityLog,
@@ -338,3 +339,52 @@ def test_spot_markets_and_the_fallback_round_trip_in_the_log() -> None:
         "3 x g5.xlarge (1 on Spot)"
     )
     assert asked_text(3, "g5.xlarge", {}) == "3 x g5.xlarge"
+
+
+def test_a_running_clusters_nodes_keep_the_market_they_were_launched_with(tmp_path: Path) -> None:
+    """Issue 26: after a Spot fallback, `up`, `plan` and `render` of the running cluster keep
+    the fallback nodes On-Demand (no replacement); new nodes and a new cluster take the spec's."""
+    from skyinfra.targets.aws.capacity import LOG_FILE
+    from skyinfra.targets.aws.failover import launched_markets
+    from skyinfra.workspace import Workspace
+
+    def spec(nodes: int) -> ClusterSpec:
+        return validate_spec(
+            {
+                "name": "c",
+                "provider": "aws",
+                "nodes": nodes,
+                "aws": {
+                    "region": "us-east-1",
+                    "instance_type": "g5.xlarge",
+                    "ssh_cidrs": ["10.0.0.0/8"],
+                    "market": "spot",
+                    "spot_fallback": "on-demand",
+                },
+            }
+        )
+
+    ws = Workspace(tmp_path / "c")
+    ws.ensure()
+    launched = {"node-0": "on-demand", "node-1": "on-demand", "node-2": "spot"}
+    log = CapacityLog(
+        "us-east-1a", "us-east-1a", None, None, [], launched, SpotFallback(["node-1"], "x")
+    )
+    ws.write_json(ws.path / LOG_FILE, log.to_dict())
+    assert launched_markets(spec(3), ws, 0) == {
+        "node-0": "on-demand",
+        "node-1": "spot",
+        "node-2": "spot",
+    }
+    assert launched_markets(spec(3), ws, 3) == launched
+    assert launched_markets(spec(4), ws, 3) == {**launched, "node-3": "spot"}
+    # Without a fallback the spec decides, also for running nodes (a change the plan shows).
+    log = CapacityLog(
+        "us-east-1a", "us-east-1a", None, None, [], dict.fromkeys(launched, "on-demand")
+    )
+    ws.write_json(ws.path / LOG_FILE, log.to_dict())
+    assert launched_markets(spec(3), ws, 3) == {
+        "node-0": "on-demand",
+        "node-1": "spot",
+        "node-2": "spot",
+    }
