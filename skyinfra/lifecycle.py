@@ -22,6 +22,7 @@ from skyinfra.errors import (
     WorkspaceError,
 )
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
+from skyinfra.review.cost import SpotPrices
 from skyinfra.review.markdown import terminal as terminal_warning
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import ClusterSpec
@@ -278,6 +279,13 @@ def _apply(
     return summary, topology
 
 
+def spot_prices(spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+    """The Spot prices the review judges Spot nodes by (a target's ``spot_prices``, issue 26);
+    None on a target without them or without Spot nodes."""
+    found = getattr(target_of(spec), "spot_prices", None)
+    return found(spec, echo) if callable(found) else None
+
+
 def _check_plan(
     spec: ClusterSpec,
     engine: TerraformEngine,
@@ -288,7 +296,12 @@ def _check_plan(
 ) -> None:
     """The saved plan's review: refuse it when a guardrail fails, then show what it destroys
     or replaces (the warning block plan.md shows) and go on only with the user's yes."""
-    review = build_review(engine.show_plan(PLAN_FILE), facts_of(spec), planfile_sha256="")
+    review = build_review(
+        engine.show_plan(PLAN_FILE),
+        facts_of(spec),
+        planfile_sha256="",
+        spot_prices=spot_prices(spec, echo),
+    )
     refuse_failed_guardrails(review)
     confirm_review_losses(spec, review, echo, confirm, repairs=repairs)
 

@@ -25,6 +25,7 @@ from skyinfra.digests import sha256_of
 from skyinfra.errors import StalePlanError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
+from skyinfra.review.cost import SpotPrices
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import JOB_ONLY_KEYS, ClusterSpec
 from skyinfra.targets.base import TargetOptions
@@ -213,12 +214,14 @@ def plan(
         if created:
             shutil.rmtree(ws.path, ignore_errors=True)
         raise
+    spot = lifecycle.spot_prices(spec, echo)
     review = build_review(
         plan_json,
         facts_of(spec),
         planfile_sha256=sha256_of(planfile),
         providers=providers,
         full_plan=text,
+        spot_prices=spot,
     )
     hint = f"Apply exactly this plan: `skyinfra apply {PLANFILE}` (sha256 checked)."
     document = markdown.render(review, apply_hint=hint)
@@ -240,6 +243,8 @@ def plan(
                     "passed": review.passed,
                     "no_changes": review.summary.counts.no_changes,
                     "summary": review.to_dict(),
+                    # The Spot prices it was reviewed with (issue 26): `apply` judges the same.
+                    **({"spot_prices": spot.to_dict()} if spot is not None else {}),
                 },
                 indent=2,
             )
@@ -362,8 +367,12 @@ def apply_planfile(
             if spec_now is not None:  # the jobs' own fields as they are now (not reviewed)
                 spec = dataclasses.replace(spec, **{k: getattr(spec_now, k) for k in JOB_ONLY_KEYS})
             plan_json = engine.show_plan(str(planfile))
+            reviewed = meta.get("spot_prices")
             review = build_review(
-                plan_json, facts_of(spec), planfile_sha256=meta["planfile_sha256"]
+                plan_json,
+                facts_of(spec),
+                planfile_sha256=meta["planfile_sha256"],
+                spot_prices=SpotPrices.from_dict(reviewed) if reviewed else None,
             )
             refuse_failed_guardrails(review)
             counts = review.summary.counts

@@ -209,6 +209,16 @@ def status(
         echo(f"  zone: {info['zone']}{why}")
     elif info.get("zone_reason"):
         echo(f"  zone: none ({info['zone_reason']})")
+    markets = info.get("markets") or {}
+    fallback = info.get("spot_fallback")
+    if "spot" in markets.values() or fallback:
+        spot = [name for name, market in markets.items() if market == "spot"]
+        echo(f"  Spot nodes: {', '.join(spot) or 'none'}")
+    if fallback:
+        echo(
+            f"  Spot fallback: {', '.join(fallback['nodes'])} launched On-Demand "
+            f"({fallback['reason']})"
+        )
     words = {
         "ready": "ready",
         "pending": "bootstrapping",

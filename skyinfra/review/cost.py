@@ -64,6 +64,59 @@ def table_from_dict(raw: Mapping[str, Any]) -> PriceTable:
 
 
 @dataclass(frozen=True)
+class SpotPrices:
+    """Spot prices of one instance type per zone, in USD per instance-hour, as EC2's price
+    history gave them at plan time (issue 26): ``zones`` maps a zone to its price and the
+    price's own timestamp (ISO 8601, UTC). Fetched by the AWS target; kept in plan-meta.json
+    so that `apply PLANFILE` judges the plan on the prices it was reviewed with."""
+
+    instance_type: str
+    source: str
+    zones: Mapping[str, tuple[float, str]]
+
+    def price(self, zone: str) -> float | None:
+        found = self.zones.get(zone)
+        return None if found is None else found[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_type": self.instance_type,
+            "source": self.source,
+            "zones": {z: {"usd": p, "as_of": d} for z, (p, d) in sorted(self.zones.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> SpotPrices:
+        return cls(
+            instance_type=str(raw["instance_type"]),
+            source=str(raw["source"]),
+            zones={str(z): (float(v["usd"]), str(v["as_of"])) for z, v in raw["zones"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class SpotCost:
+    """How the plan's Spot nodes are priced: ``nodes`` of them (before, after) in ``zone`` at
+    ``spot_usd`` each (None: no Spot price for the zone, so priced at ``on_demand_usd``, the
+    most a Spot node costs without aws.spot_max_price)."""
+
+    instance_type: str
+    zone: str
+    nodes_before: int
+    nodes_after: int
+    spot_usd: float | None
+    on_demand_usd: float | None
+    prices: SpotPrices
+
+    @property
+    def saving(self) -> float | None:
+        """The Spot price's saving against On-Demand, as a fraction (0.7: 70 % less)."""
+        if self.spot_usd is None or not self.on_demand_usd:
+            return None
+        return 1 - self.spot_usd / self.on_demand_usd
+
+
+@dataclass(frozen=True)
 class Cost:
     """Costs in USD; None where the table has no price for the instance type."""
 
@@ -76,6 +129,8 @@ class Cost:
     date: str
     free: bool = False  # the local target
     missing: tuple[str, ...] = ()  # instance types with no price in the table
+    # Spot nodes (issue 26), priced at the Spot price instead of the table's; None: none.
+    spot: SpotCost | None = None
 
     @property
     def delta_hourly(self) -> float | None:
@@ -107,15 +162,23 @@ class Cost:
 
 
 def _hourly(
-    table: PriceTable, region: str, nodes: int, instance_type: str, missing: list[str]
+    table: PriceTable,
+    region: str,
+    nodes: int,
+    instance_type: str,
+    missing: list[str],
+    spot: tuple[int, float | None] = (0, None),
 ) -> float | None:
+    """``spot``: (how many of the nodes are Spot, the Spot price of one; None: unknown, so
+    priced at the On-Demand price, AWS's default cap)."""
     if nodes == 0:
         return 0.0
     price = table.hourly(region, instance_type)
     if price is None:
         missing.append(instance_type)
         return None
-    return price * nodes
+    spot_nodes, spot_price = spot
+    return price * (nodes - spot_nodes) + (price if spot_price is None else spot_price) * spot_nodes
 
 
 def estimate(
@@ -127,26 +190,48 @@ def estimate(
     lifetime_hours: float | None,
     idle_shutdown_minutes: int | None,
     table: PriceTable | None = None,
+    spot_nodes: tuple[int, int] = (0, 0),
+    zone: str | None = None,
+    spot_prices: SpotPrices | None = None,
 ) -> Cost:
-    """``before``/``after``: (node count, instance type) on each side of the plan."""
+    """``before``/``after``: (node count, instance type) on each side of the plan;
+    ``spot_nodes``: how many of them are Spot on each side, priced at ``spot_prices``' price
+    for ``zone`` (the after side's zone)."""
     table = table or price_table()
     if not declaration(target).plan_traits.priced or region is None:
         return Cost(0.0, 0.0, lifetime_hours, None, table.source, table.date, free=True)
     missing: list[str] = []
+    spot: SpotCost | None = None
+    if any(spot_nodes):
+        kind = after[1] if after[0] else before[1]
+        prices = spot_prices or SpotPrices(kind, "no Spot price history at plan time", {})
+        spot = SpotCost(
+            instance_type=kind,
+            zone=zone or "-",
+            nodes_before=spot_nodes[0],
+            nodes_after=spot_nodes[1],
+            spot_usd=prices.price(zone or "") if prices.instance_type == kind else None,
+            on_demand_usd=table.hourly(region, kind),
+            prices=prices,
+        )
+    each = None if spot is None else spot.spot_usd
     return Cost(
-        before_hourly=_hourly(table, region, *before, missing),
-        after_hourly=_hourly(table, region, *after, missing),
+        before_hourly=_hourly(table, region, *before, missing, (spot_nodes[0], each)),
+        after_hourly=_hourly(table, region, *after, missing, (spot_nodes[1], each)),
         lifetime_hours=lifetime_hours,
         idle_shutdown_minutes=idle_shutdown_minutes,
         source=table.source,
         date=table.date,
         missing=tuple(sorted(set(missing))),
+        spot=spot,
     )
 
 
 def usd(value: float | None) -> str:
     if value is None:
         return "n/a"
+    if value != 0 and abs(value) < 0.0001:  # a Spot price this low still shows a digit
+        return f"${value:.8f}".rstrip("0")
     if value != 0 and abs(value) < 1:
         return f"${value:,.4f}"
     return f"${value:,.2f}"

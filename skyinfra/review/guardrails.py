@@ -176,11 +176,20 @@ def policy_checks(
             )
         else:
             ok = cost.after_hourly <= rails.max_hourly_usd
+            spot = cost.spot
+            how = ""
+            if spot is not None and spot.nodes_after:
+                at = (
+                    f"the Spot price in {spot.zone}"
+                    if spot.spot_usd is not None
+                    else "the On-Demand price (no Spot price known)"
+                )
+                how = f" ({spot.nodes_after} Spot node(s) at {at})"
             checks.append(
                 Check(
                     "max_hourly_usd",
                     ok,
-                    f"{usd(cost.after_hourly)}/h {'≤' if ok else '>'} {limit}/h",
+                    f"{usd(cost.after_hourly)}/h {'≤' if ok else '>'} {limit}/h{how}",
                 )
             )
     if rails.require_idle_shutdown:

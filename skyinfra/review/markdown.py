@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from skyinfra.review.cost import Cost, signed_usd, usd
+from skyinfra.review.cost import Cost, SpotCost, signed_usd, usd
 from skyinfra.review.guardrails import failed
 from skyinfra.review.mermaid import diagram
 from skyinfra.review.report import Review
@@ -124,7 +124,25 @@ def topology(before: Shape, after: Shape) -> list[str]:
         ),
         _row("EFA interfaces per node", efa(before), efa(after)),
         _row("coordinator", keep(before, before.coordinator), keep(after, after.coordinator)),
+        *_spot_row(before, after),
     ]
+
+
+def _spot_row(before: Shape, after: Shape) -> list[str]:
+    """Which nodes are Spot (issue 26); no row when neither side has any."""
+    if not before.spot_nodes and not after.spot_nodes:
+        return []
+
+    def spot(shape: Shape) -> str:
+        if shape.nodes == 0:
+            return "-"
+        if not shape.spot_nodes:
+            return "none (all On-Demand)"
+        on_demand = [n for n in shape.node_names if n not in shape.spot_nodes]
+        rest = f"; On-Demand: {', '.join(on_demand)}" if on_demand else ""
+        return ", ".join(shape.spot_nodes) + rest
+
+    return [_row("Spot nodes", spot(before), spot(after))]
 
 
 def cost(c: Cost) -> list[str]:
@@ -166,6 +184,39 @@ def cost(c: Cost) -> list[str]:
     if c.missing:
         lines.append(f"No price in the table for {', '.join(_code(t) for t in c.missing)}.")
     lines.append(f"<sub>On-demand list prices; source: {c.source}; as of {c.date}.</sub>")
+    if c.spot is not None:
+        lines += ["", *spot_prices(c.spot)]
+    return lines
+
+
+def _percent(fraction: float | None) -> str:
+    return "n/a" if fraction is None else f"{fraction * 100:.0f}% less"
+
+
+def spot_prices(spot: SpotCost) -> list[str]:
+    """Issue 26: what the Spot nodes are priced at, and the Spot price per zone."""
+    kind = _code(spot.instance_type)
+    if spot.spot_usd is None:
+        first = (
+            f"**Spot nodes: {spot.nodes_after}** ({kind}), priced at the On-Demand price "
+            f"{usd(spot.on_demand_usd)}/h each: no Spot price for {spot.zone} at plan time."
+        )
+    else:
+        first = (
+            f"**Spot nodes: {spot.nodes_after}** ({kind}), priced at the Spot price in "
+            f"{spot.zone}: {usd(spot.spot_usd)}/h each against {usd(spot.on_demand_usd)}/h "
+            f"On-Demand ({_percent(spot.saving)})."
+        )
+    lines = [first]
+    if spot.prices.zones:
+        lines += ["", "| zone | Spot price | as of | against On-Demand |", "|---|---|---|---|"]
+        for zone, (price, as_of) in sorted(spot.prices.zones.items()):
+            saving = 1 - price / spot.on_demand_usd if spot.on_demand_usd else None
+            lines.append(f"| {zone} | {usd(price)}/h | {as_of} | {_percent(saving)} |")
+    lines.append(
+        f"<sub>Spot prices: {spot.prices.source}. They move with demand, and EC2 may interrupt "
+        "a Spot node with two minutes' notice.</sub>"
+    )
     return lines
 
 

@@ -126,7 +126,10 @@ def build_review(
     providers: Mapping[str, str] | None = None,
     full_plan: str = "",
     table: cost_mod.PriceTable | None = None,
+    spot_prices: cost_mod.SpotPrices | None = None,
 ) -> Review:
+    """``spot_prices``: the Spot price history of the nodes' type at plan time (issue 26);
+    the plan's Spot nodes are priced (and ``max_hourly_usd`` judged) at its price."""
     summary = summarize(plan, target=facts.target)
     cost = cost_mod.estimate(
         target=facts.target,
@@ -136,6 +139,9 @@ def build_review(
         lifetime_hours=facts.max_lifetime_hours,
         idle_shutdown_minutes=facts.idle_shutdown_minutes,
         table=table,
+        spot_nodes=(len(summary.before.spot_nodes), len(summary.after.spot_nodes)),
+        zone=summary.after.zone if summary.after.nodes else summary.before.zone,
+        spot_prices=spot_prices,
     )
     checks = [
         *policy_checks(

@@ -57,6 +57,8 @@ class Shape:
     efa_per_node: int = 0
     coordinator: str = "-"
     node_names: tuple[str, ...] = ()
+    # Spot (issue 26): the nodes launched on the Spot market (instance_market_options).
+    spot_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,26 @@ def _text(value: Any) -> str:
     return text
 
 
+def _market(value: Any) -> str:
+    """An aws_instance's instance_market_options in words: "on-demand" (no block), or the
+    market type with its Spot options ("spot (one-time, terminate, max_price 0.5000)")."""
+    if not value:
+        return "on-demand"
+    if not isinstance(value, list) or not isinstance(value[0], dict):
+        return _text(value)
+    block = value[0]
+    spot = (block.get("spot_options") or [{}])[0] or {}
+    details = [
+        str(spot[key])
+        for key in ("spot_instance_type", "instance_interruption_behavior")
+        if spot.get(key)
+    ]
+    if spot.get("max_price"):
+        details.append(f"max_price {spot['max_price']}")
+    market = str(block.get("market_type") or "?")
+    return market + (f" ({', '.join(details)})" if details else "")
+
+
 def action_of(actions: Sequence[str]) -> str:
     acts = list(actions)
     if "delete" in acts and "create" in acts:
@@ -171,18 +193,24 @@ def _diffs(
     after = change.get("after") or {}
     unknown = change.get("after_unknown") or {}
     out = []
+    seen: set[str] = set()
     for name in dict.fromkeys([*forced, *extra]):
         top = name.split(".")[0]
-        if top not in before and top not in after:
+        # A block forces its replacement through several paths (instance_market_options,
+        # instance_market_options.0.market_type, ...): its value is shown once.
+        if top in seen or (top not in before and top not in after):
             continue
+        seen.add(top)
         old, new = before.get(top), after.get(top)
         if unknown.get(top) is True:
             if name in forced:
                 out.append(Diff(top, _text(old), UNKNOWN))
             continue
-        if old == new or {old, new} <= {None, ""}:
+        # (Not a set: a block such as instance_market_options is a list, unhashable.)
+        if old == new or (old in (None, "") and new in (None, "")):
             continue
-        out.append(Diff(top, _text(old), _text(new)))
+        shown = _market if top == "instance_market_options" else _text
+        out.append(Diff(top, shown(old), shown(new)))
     return tuple(out)
 
 
@@ -307,6 +335,14 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
         if e.get("type") == "aws_network_interface"
         and (_side(e, side) or {}).get("interface_type") == "efa"
     ]
+    spot = tuple(
+        name
+        for name in names
+        if any(
+            isinstance(m, dict) and m.get("market_type") == "spot"
+            for m in nodes[name][1].get("instance_market_options") or []
+        )
+    )
     return Shape(
         nodes=len(names),
         instance_type=_first(types),
@@ -316,6 +352,7 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
         efa_per_node=len(efa) // len(names),
         coordinator=coordinator,
         node_names=names,
+        spot_nodes=spot,
     )
 
 

@@ -3,7 +3,9 @@
 Terraform (the real AWS provider) and boto3 talk to the proxy as if it were the AWS API. It
 passes every request through to moto, except:
 
-- ``RunInstances`` into a zone given a :class:`Refusal`: answered with the error AWS returns
+- ``RunInstances`` into a zone given a :class:`Refusal` (one with ``market = "spot"``: only
+  the launches with Spot market options, ``InstanceMarketOptions.MarketType=spot``, as EC2
+  refuses Spot alone when the zone has no Spot capacity): answered with the error AWS returns
   (its XML error body and HTTP status), so the provider meets the failure exactly as it would
   meet it from EC2. The zone comes from the request (``Placement.AvailabilityZone``) or from
   the subnet it names (``SubnetId``, ``NetworkInterface.N.SubnetId``), looked up in moto.
@@ -43,6 +45,8 @@ class Refusal:
     message: str
     status: int
     times: int | None = None
+    # "spot": only Spot launches are refused (On-Demand ones pass); None: every launch.
+    market: str | None = None
 
 
 def insufficient_capacity(times: int | None = None) -> Refusal:
@@ -55,6 +59,18 @@ def insufficient_capacity(times: int | None = None) -> Refusal:
         "request or choosing us-east-1b, us-east-1c.",
         500,
         times,
+    )
+
+
+def no_spot_capacity(times: int | None = None) -> Refusal:
+    # EC2's answer to a Spot launch the zone has no Spot capacity for (HTTP 500, the same code
+    # as On-Demand's); On-Demand launches into the zone still pass.
+    return Refusal(
+        "InsufficientInstanceCapacity",
+        "There is no Spot capacity available that matches your request.",
+        500,
+        times,
+        market="spot",
     )
 
 
@@ -181,6 +197,9 @@ class FaultProxy:
             self.run_instances[zone] += 1
             refusal = self.refuse.get(zone)
             if refusal is None:
+                return None
+            market = (form.get("InstanceMarketOptions.MarketType") or [""])[0]
+            if refusal.market is not None and market != refusal.market:
                 return None
             if call not in self._refused_calls:
                 if refusal.times is not None and self.refused[zone] >= refusal.times:

@@ -87,6 +87,8 @@ def record_plan(name: str, out: Path) -> None:
         "planfile_sha256": meta["planfile_sha256"],
         "providers": meta["summary"]["providers"],
     }
+    if meta.get("spot_prices"):  # issue 26: the Spot prices the plan was reviewed with
+        kept["spot_prices"] = meta["spot_prices"]
     (GOLDEN_DIR / f"{name}.meta.json").write_text(json.dumps(kept, indent=2) + "\n")
 
 

@@ -261,6 +261,15 @@ BAD_SPECS = [
     (_aws(idle_shutdown_minutes=-5), [], "'aws.idle_shutdown_minutes'"),
     (_aws(idle_shutdown_minutes=2), [], "'aws.idle_shutdown_minutes'"),
     (_aws(key_name="my-key"), [], "'aws.key_name'"),  # replaced by aws.ssh_key (a path)
+    # Spot (issue 26)
+    (_aws(market="spto"), [], "'aws.market'"),
+    (_aws(head_market="SPOT"), [], "'aws.head_market'"),
+    (_aws(market="spot", spot_max_price=-0.5), [], "'aws.spot_max_price'"),
+    (_aws(market="spot", spot_max_price=0), [], "'aws.spot_max_price'"),
+    (_aws(market="spot", spot_max_price="cheap"), [], "'aws.spot_max_price'"),
+    (_aws(spot_max_price=1.5), [], "'aws.spot_max_price'"),  # no Spot node to cap
+    (_aws(market="spot", spot_fallback="always"), [], "'aws.spot_fallback'"),
+    (_aws(market="spot", capacity_reservation_id="cr-0123456789abcdef0"), [], "'aws.market'"),
     ("name = [\n", [], "'--spec'"),  # not TOML
 ]
 
@@ -323,3 +332,50 @@ def test_aws_nodes_pin_the_spec_jax_else_the_operators() -> None:
     assert jax_requirement(parse_aws_section(AWS_OK), "0.10.2") == "jax[cuda12]==0.10.2"
     assert jax_requirement(parse_aws_section({**AWS_OK, "jax_extra": "none"}), "0.10.2") is None
     assert pinned.to_dict()["jax_version"] == "0.9.1"
+
+
+def test_spot_markets_default_to_on_demand_and_the_head_stays_on_demand() -> None:
+    from skyinfra.targets.aws.spec import node_markets
+
+    plain = validate_spec({"name": "gpu", "provider": "aws", "nodes": 3, "aws": AWS_OK})
+    aws = plain.section_as(AwsSpec)
+    assert (aws.market, aws.head_market, aws.spot_max_price, aws.spot_fallback) == (
+        "on-demand",
+        "on-demand",
+        None,
+        "none",
+    )
+    # A spec without Spot reads as before issue 26 (plan-meta.json, the reviewed fields).
+    assert not {"market", "head_market", "spot_max_price", "spot_fallback"} & set(aws.to_dict())
+    assert set(node_markets(aws, 3).values()) == {"on-demand"}
+
+    spot = validate_spec(
+        {
+            "name": "gpu",
+            "provider": "aws",
+            "nodes": 3,
+            "aws": {**AWS_OK, "market": "spot", "spot_max_price": 2, "spot_fallback": "on-demand"},
+        }
+    ).section_as(AwsSpec)
+    assert node_markets(spot, 3) == {"node-0": "on-demand", "node-1": "spot", "node-2": "spot"}
+    assert spot.spot_max_price == 2.0
+    assert spot.to_dict()["market"] == "spot" and spot.to_dict()["spot_fallback"] == "on-demand"
+    head = validate_spec(
+        {"name": "gpu", "provider": "aws", "nodes": 2, "aws": {**AWS_OK, "head_market": "spot"}}
+    ).section_as(AwsSpec)
+    assert node_markets(head, 2) == {"node-0": "spot", "node-1": "on-demand"}
+
+
+def test_spot_problems_are_named_together() -> None:
+    with pytest.raises(SpecProblems) as caught:
+        validate_spec(
+            {
+                "name": "gpu",
+                "provider": "aws",
+                "aws": {**AWS_OK, "market": "spto", "spot_max_price": -1, "spot_fallback": 1},
+            }
+        )
+    text = str(caught.value)
+    for field in ("'aws.market'", "'aws.spot_max_price'", "'aws.spot_fallback'"):
+        assert field in text, text
+    assert "'spto'" in text and "['on-demand', 'spot']" in text

@@ -198,3 +198,30 @@ def test_a_bad_checkpoints_url_exits_2_naming_it_in_validate_and_up(
         assert why in proc.stderr and "s3://BUCKET/PREFIX" in proc.stderr
         assert "Traceback" not in proc.stderr
     assert listing(root) == before
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "value"),
+    [
+        ('market = "spto"', "'aws.market'", "'spto'"),
+        ('market = "spot"\nspot_max_price = -0.3', "'aws.spot_max_price'", "-0.3"),
+        (
+            'market = "spot"\ncapacity_reservation_id = "cr-0123456789abcdef0"',
+            "'aws.market'",
+            "'spot'",
+        ),
+    ],
+)
+def test_bad_spot_settings_exit_2_naming_the_field_in_validate_and_up(
+    tmp_path: Path, no_credentials: dict[str, str], line: str, field: str, value: str
+) -> None:
+    """Offline: `validate` and `up` refuse them before any AWS call, and write nothing."""
+    text = AWS_SPEC.replace('ssh_key = "keys/missing"', line)
+    root = project(tmp_path, text)
+    before = listing(root)
+    for args in (["validate"], ["up", "--yes"]):
+        proc = skyinfra(args, root, no_credentials)
+        assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+        assert field in proc.stderr and value in proc.stderr, proc.stderr
+        assert "expected" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(root) == before

@@ -21,6 +21,13 @@ from skyinfra.errors import SpecError
 
 # The zone has no room for the type right now, or does not offer it at all: another zone can.
 # InsufficientHostCapacity is the older name of InsufficientCapacityOnHost (Dedicated Hosts).
+# Spot (issue 26): a RunInstances with Spot market options that finds no Spot capacity in the
+# zone is refused with the same InsufficientInstanceCapacity ("There is no Spot capacity
+# available that matches your request."), so it moves to the next zone the same way; a Spot
+# price is per zone, but a price cap below it (SpotMaxPriceTooLow) is the user's setting, and
+# the Spot vCPU quota (MaxSpotInstanceCountExceeded) is the region's: both stop at once.
+# https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html
 CAPACITY_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -36,6 +43,7 @@ FATAL_CODES = frozenset(
         "VcpuLimitExceeded",
         "InstanceLimitExceeded",
         "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
         "InvalidAMIID.NotFound",
         "InvalidAMIID.Malformed",
         "InvalidAMIID.Unavailable",
@@ -54,7 +62,11 @@ FATAL_HINTS: Mapping[str, str] = {
     "VcpuLimitExceeded": "request a higher On-Demand vCPU quota in the Service Quotas console "
     "(or ask for fewer or smaller nodes)",
     "InstanceLimitExceeded": "request a higher instance limit in the Service Quotas console",
-    "MaxSpotInstanceCountExceeded": "request a higher Spot instance quota",
+    "MaxSpotInstanceCountExceeded": "request a higher Spot vCPU quota in the Service Quotas "
+    'console ("All <class> Spot Instance Requests", e.g. L-3819A6DF for G), or set '
+    'aws.market = "on-demand"',
+    "SpotMaxPriceTooLow": "raise aws.spot_max_price above the Spot price AWS names, or remove "
+    "it (the cap is then the On-Demand price)",
     "InvalidAMIID.NotFound": "check aws.ami: the image does not exist in this region",
     "InvalidAMIID.Malformed": "check aws.ami",
     "InvalidAMIID.Unavailable": "check aws.ami: the image is not available",
@@ -211,6 +223,11 @@ class CapacityLog:
     reason: str | None = None
     reservation: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
+    # Spot (issue 26): each node's market as launched ({}: not known), and, when Spot could
+    # not place some nodes in any zone and aws.spot_fallback = "on-demand" launched them
+    # On-Demand, which nodes and why (None: no fallback).
+    markets: dict[str, str] = field(default_factory=dict)
+    spot_fallback: SpotFallback | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -219,19 +236,59 @@ class CapacityLog:
             "first_choice": self.first_choice,
             "reason": self.reason,
             "capacity_reservation_id": self.reservation,
+            "markets": dict(self.markets),
+            "spot_fallback": None if self.spot_fallback is None else asdict(self.spot_fallback),
             "attempts": [asdict(a) for a in self.attempts[-KEEP_ATTEMPTS:]],
         }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CapacityLog:
         attempts = [Attempt(**a) for a in raw.get("attempts") or [] if isinstance(a, dict)]
+        fallback = raw.get("spot_fallback")
+        markets = raw.get("markets")
         return cls(
             zone=raw.get("zone"),
             first_choice=raw.get("first_choice"),
             reason=raw.get("reason"),
             reservation=raw.get("capacity_reservation_id"),
             attempts=attempts,
+            markets=(
+                {str(k): str(v) for k, v in markets.items()} if isinstance(markets, dict) else {}
+            ),
+            spot_fallback=(
+                SpotFallback(
+                    nodes=[str(n) for n in fallback.get("nodes") or []],
+                    reason=str(fallback.get("reason") or ""),
+                )
+                if isinstance(fallback, dict)
+                else None
+            ),
         )
+
+
+@dataclass(frozen=True)
+class SpotFallback:
+    """Nodes meant for Spot that were launched On-Demand (aws.spot_fallback), and why."""
+
+    nodes: list[str]
+    reason: str
+
+
+def asked_text(nodes: int, instance_type: str, markets: Mapping[str, str]) -> str:
+    """What an attempt asks EC2 for: "2 x p4d.24xlarge", "(1 on Spot)" added when some are."""
+    spot = sum(1 for market in markets.values() if market == "spot")
+    return f"{nodes} x {instance_type}" + (f" ({spot} on Spot)" if spot else "")
+
+
+def spot_fallback_reason(attempts: Iterable[Attempt], zones: Sequence[str]) -> str:
+    """Why Spot could not place the nodes: the zones tried and the last refusal."""
+    refusals = [a for a in attempts if a.outcome == "capacity"]
+    last = (
+        f"; last: {refusals[-1].zone} {refusals[-1].code} ({refusals[-1].message})"
+        if refusals
+        else ""
+    )
+    return f"no Spot capacity in any zone tried ({', '.join(zones)}){last}"
 
 
 def failover_reason(attempts: Iterable[Attempt], first_choice: str, zone: str) -> str | None:

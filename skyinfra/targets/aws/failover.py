@@ -11,6 +11,12 @@ capacity.py's CapacityLog).
 
 A cluster that already has nodes stays in its zone: growing it where there is no capacity is
 reported, and nothing running is moved or destroyed.
+
+Spot (issue 26): a Spot node's refusals are classified the same way (no Spot capacity in the
+zone is InsufficientInstanceCapacity: the next zone). When every zone and round refused the
+cluster and ``aws.spot_fallback = "on-demand"``, its Spot nodes are launched On-Demand
+instead (the zones tried again in the same order); `up` says so, and capacity.json and
+`status` keep which nodes and why. A running cluster keeps each node's market.
 """
 
 from __future__ import annotations
@@ -36,19 +42,22 @@ from skyinfra.targets.aws.capacity import (
     Attempt,
     CapacityLog,
     Failure,
+    SpotFallback,
+    asked_text,
     attempt_table,
     backoff_s,
     classify,
     failover_reason,
     parse_duration,
     parse_zones,
+    spot_fallback_reason,
     zone_order,
 )
 from skyinfra.targets.aws.preflight import aws_errors, offering_zones
 from skyinfra.targets.aws.reservation import check_reservation, describe_reservation
 from skyinfra.targets.aws.resolve import _existing_network, previous_settings
 from skyinfra.targets.aws.session import AwsClients
-from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.spec import ON_DEMAND, SPOT, AwsSpec, node_markets
 from skyinfra.targets.aws.tagged import count_tagged
 from skyinfra.targets.identity import CLUSTER_TAG, WORKSPACE_TAG, read_workspace_id
 from skyinfra.terraform import EngineFactory
@@ -249,13 +258,28 @@ def _give_up(
     return "nothing of it is left (checked with AWS by tag)"
 
 
+def launched_markets(spec: ClusterSpec, ws: Workspace, existing_nodes: int) -> dict[str, str]:
+    """Each node's market: the spec's, except that the running nodes a Spot fallback launched
+    On-Demand (capacity.json's spot_fallback) stay On-Demand, so the next `up` or `plan` does
+    not replace them. A market the spec changes is the spec's (a replacement the plan shows)."""
+    markets = node_markets(spec.section_as(AwsSpec), spec.nodes)
+    path = ws.path / LOG_FILE
+    if existing_nodes and path.is_file():
+        fallback = CapacityLog.from_dict(ws.read_json(path)).spot_fallback
+        running = set(list(markets)[:existing_nodes])
+        for name in fallback.nodes if fallback is not None else []:
+            if name in running and markets[name] == SPOT:
+                markets[name] = ON_DEMAND
+    return markets
+
+
 def launch(
     spec: ClusterSpec,
     ws: Workspace,
     *,
     echo: Echo,
     clients: AwsClients,
-    render: Callable[[str, tuple[str, bool] | None], dict[str, str]],
+    render: Callable[[str, tuple[str, bool] | None, dict[str, str]], dict[str, str]],
     apply: Callable[[dict[str, str]], T],
     engine_factory: EngineFactory,
     zones_flag: str | None = None,
@@ -264,7 +288,8 @@ def launch(
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Render and ``apply`` the cluster zone by zone until one has room (see the module
-    docstring). ``render(zone, reservation)`` runs the preflight and returns the files."""
+    docstring). ``render(zone, reservation, markets)`` runs the preflight and returns the
+    files; ``markets``: each node's market ("on-demand" or "spot") by name."""
     spec_aws = spec.section_as(AwsSpec)
     wanted = parse_zones(zones_flag, "--zones", spec_aws.region) if zones_flag else spec_aws.zones
     window_s = parse_duration(retry_for, "--retry-for") if retry_for else 0.0
@@ -273,19 +298,103 @@ def launch(
     plan = plan_zones(
         spec, ws, clients, echo=echo, wanted=wanted, existing_nodes=existing, checks=checks
     )
-    asked = f"{spec.nodes} x {spec_aws.instance_type}"
+    markets = launched_markets(spec, ws, existing)
+    spot = [name for name, market in markets.items() if market == SPOT]
+    # The second pass (aws.spot_fallback = "on-demand"): the same zones with every node
+    # On-Demand, after every zone refused the Spot nodes.
+    passes = [markets]
+    if spot and spec_aws.spot_fallback == ON_DEMAND:
+        passes.append(dict.fromkeys(markets, ON_DEMAND))
+    log: _Log | None = None
+    up_started = _now()
+    for pass_index, pass_markets in enumerate(passes):
+        if pass_index:
+            assert log is not None
+            why = spot_fallback_reason(log.this_up, plan.zones)
+            echo(
+                f"[skyinfra] Spot could not place {', '.join(spot)}: {why}. "
+                f'aws.spot_fallback = "on-demand": launching {"them" if len(spot) > 1 else "it"} '
+                "On-Demand"
+            )
+            log.doc.spot_fallback = SpotFallback(nodes=spot, reason=why)
+        result, log = _zone_rounds(
+            spec,
+            ws,
+            plan,
+            pass_markets,
+            log,
+            echo=echo,
+            clients=clients,
+            render=render,
+            apply=apply,
+            engine_factory=engine_factory,
+            up_started=up_started,
+            window_s=window_s,
+            base_s=base_s,
+            retry_for=retry_for,
+            sleep=sleep,
+        )
+        if result is not None:
+            return result[0]
+    assert log is not None  # every zone was attempted at least once
+    log.doc.zone, log.doc.first_choice = None, plan.zones[0]
+    log.doc.reason = "every zone tried refused the nodes"
+    log.doc.reservation = plan.reservation[0] if plan.reservation else None
+    log.doc.markets = {}
+    log.save()
+    left = _give_up(spec, ws, clients, engine_factory, echo)
+    hint = (
+        "try again later, with --retry-for (e.g. --retry-for 30m), with more zones "
+        "(aws.zones / --zones), another instance type or region, or a capacity reservation "
+        "(aws.capacity_reservation_id)"
+    )
+    if plan.fixed is not None:
+        hint = f"the zone is fixed ({plan.fixed}): try again later, e.g. with --retry-for 30m"
+    if spot and len(passes) == 1:
+        hint += (
+            f"; or let the Spot nodes ({', '.join(spot)}) go On-Demand when Spot has no room: "
+            'aws.spot_fallback = "on-demand" (or aws.market = "on-demand")'
+        )
+    asked = asked_text(spec.nodes, spec_aws.instance_type, passes[-1])
+    raise CapacityError(
+        f"no zone had capacity for {asked} of cluster {spec.name!r}; attempts:\n"
+        f"{attempt_table(log.this_up)}\n{left}. What to do: {hint}",
+        attempts=log.this_up,
+    )
+
+
+def _zone_rounds(
+    spec: ClusterSpec,
+    ws: Workspace,
+    plan: Plan,
+    markets: dict[str, str],
+    log: _Log | None,
+    *,
+    echo: Echo,
+    clients: AwsClients,
+    render: Callable[[str, tuple[str, bool] | None, dict[str, str]], dict[str, str]],
+    apply: Callable[[dict[str, str]], T],
+    engine_factory: EngineFactory,
+    up_started: str,
+    window_s: float,
+    base_s: float,
+    retry_for: str | None,
+    sleep: Callable[[float], None],
+) -> tuple[tuple[T] | None, _Log | None]:
+    """The zones in order, in rounds until one has room or ``window_s`` has passed: ((the
+    apply's result,), log), or (None, log) when every zone refused every round."""
+    spec_aws = spec.section_as(AwsSpec)
+    asked = asked_text(spec.nodes, spec_aws.instance_type, markets)
     if plan.fixed is None:
         more = f", for up to {retry_for}" if window_s else ""
         echo(f"[skyinfra] zones to try for {asked}: {', '.join(plan.zones)}{more}")
     deadline = time.monotonic() + window_s
-    log: _Log | None = None
     files: dict[str, dict[str, str]] = {}
-    up_started = _now()
     round_index = 0
     while True:
         for zone in plan.zones:
             if zone not in files:
-                files[zone] = render(zone, plan.reservation)
+                files[zone] = render(zone, plan.reservation, markets)
             number = len(log.this_up) + 1 if log else 1
             echo(f"[skyinfra] attempt {number} (round {round_index + 1}): {asked} in {zone}")
             started_at, started = _now(), time.monotonic()
@@ -331,11 +440,11 @@ def launch(
                     round(time.monotonic() - started, 1),
                 )
             )
-            _settled(log, plan, zone)
-            return result
+            _settled(log, plan, zone, markets)
+            return (result,), log
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            break
+            return None, log
         wait = min(backoff_s(round_index, base_s=base_s, cap_s=BACKOFF_CAP_S), remaining)
         echo(
             f"[skyinfra] no zone had room in round {round_index + 1}; next round in "
@@ -343,24 +452,6 @@ def launch(
         )
         sleep(wait)
         round_index += 1
-    assert log is not None  # every zone was attempted at least once
-    log.doc.zone, log.doc.first_choice = None, plan.zones[0]
-    log.doc.reason = "every zone tried refused the nodes"
-    log.doc.reservation = plan.reservation[0] if plan.reservation else None
-    log.save()
-    left = _give_up(spec, ws, clients, engine_factory, echo)
-    hint = (
-        "try again later, with --retry-for (e.g. --retry-for 30m), with more zones "
-        "(aws.zones / --zones), another instance type or region, or a capacity reservation "
-        "(aws.capacity_reservation_id)"
-    )
-    if plan.fixed is not None:
-        hint = f"the zone is fixed ({plan.fixed}): try again later, e.g. with --retry-for 30m"
-    raise CapacityError(
-        f"no zone had capacity for {asked} of cluster {spec.name!r}; attempts:\n"
-        f"{attempt_table(log.this_up)}\n{left}. What to do: {hint}",
-        attempts=log.this_up,
-    )
 
 
 def _after_refusal(
@@ -406,12 +497,18 @@ def _after_refusal(
         )
 
 
-def _settled(log: _Log, plan: Plan, zone: str) -> None:
-    """Record where the cluster is and, after a failover, why it is not in the first zone."""
+def _settled(log: _Log, plan: Plan, zone: str, markets: dict[str, str]) -> None:
+    """Record where the cluster is and, after a failover, why it is not in the first zone;
+    and each node's market (a Spot fallback of an earlier `up` stays recorded while its
+    nodes run On-Demand)."""
     doc = log.doc
     if doc.zone != zone or doc.first_choice is None:
         doc.first_choice = plan.zones[0]
         doc.reason = failover_reason(log.this_up, plan.zones[0], zone)
     doc.zone = zone
     doc.reservation = plan.reservation[0] if plan.reservation else None
+    doc.markets = dict(markets)
+    if doc.spot_fallback is not None:
+        still = [n for n in doc.spot_fallback.nodes if markets.get(n) == ON_DEMAND]
+        doc.spot_fallback = SpotFallback(still, doc.spot_fallback.reason) if still else None
     log.save()

@@ -56,6 +56,22 @@ ON_DEMAND_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     "dl": ("L-6E869C2A", "Running On-Demand DL instances"),
     "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
 }
+# Service Quotas codes of the EC2 "All <class> Spot Instance Requests" quotas (issue 26): vCPUs
+# of the running Spot instances and open Spot requests of the class in the region, apart from
+# the On-Demand ones above; most are 0 in a new account (Standard: 5). The codes are the ones
+# AWS's Spot quota page links to:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html
+SPOT_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
+    "standard": ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
+    "p": ("L-7212CCBC", "All P Spot Instance Requests"),
+    "g": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    "vt": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    "x": ("L-E3A00192", "All X Spot Instance Requests"),
+    "f": ("L-88CF9481", "All F Spot Instance Requests"),
+    "inf": ("L-B5D1601B", "All Inf Spot Instance Requests"),
+    "dl": ("L-85EED4F7", "All DL Spot Instance Requests"),
+    "trn": ("L-6B0D517C", "All Trn Spot Instance Requests"),
+}
 _STANDARD_LETTERS = set("acdhimrtz")
 
 _BAD_CREDENTIAL_CODES = {
@@ -152,6 +168,8 @@ class PreflightResult:
     warnings: list[str] = field(default_factory=list)
     # The type's ProcessorInfo.SupportedArchitectures; empty when it was not described.
     architectures: tuple[str, ...] = ()
+    # The Spot vCPU quota of the type's class, when Spot nodes were checked against it.
+    spot_quota_vcpus: float | None = None
 
     @property
     def accelerator(self) -> tuple[str, int] | None:
@@ -275,14 +293,20 @@ def resolve_ami(ssm: Any, parameter: str) -> str:
     return value
 
 
-def running_vcpus(ec2: Any, klass: str, vcpus_of: Callable[[str], int]) -> int:
-    """vCPUs of the running/pending instances in the region that count against ``klass``'s quota."""
+def running_vcpus(
+    ec2: Any, klass: str, vcpus_of: Callable[[str], int], *, spot: bool = False
+) -> int:
+    """vCPUs of the running/pending instances in the region that count against ``klass``'s
+    quota: the On-Demand one, or with ``spot`` the Spot one (InstanceLifecycle "spot"; an
+    On-Demand instance has none)."""
     total = 0
     paginator = ec2.get_paginator("describe_instances")
     states = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
     for page in paginator.paginate(Filters=states):
         for reservation in page["Reservations"]:
             for instance in reservation["Instances"]:
+                if (instance.get("InstanceLifecycle") == "spot") != spot:
+                    continue
                 if quota_class(instance["InstanceType"]) == klass:
                     cpu = instance.get("CpuOptions") or {}
                     count = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 0)
@@ -337,14 +361,16 @@ def _check_quota(
     node_count: int,
     vcpus: int,
     warnings: list[str],
+    spot: bool = False,
 ) -> tuple[float | None, int]:
-    """(quota, vCPUs running) of the type's on-demand class; PreflightError when the nodes
-    would not fit, a warning when there is no quota to check against."""
+    """(quota, vCPUs running) of the type's On-Demand class (with ``spot``, its Spot class);
+    PreflightError when the nodes would not fit, a warning when there is no quota to check
+    against."""
     klass = quota_class(instance_type)
     if klass is None:
         warnings.append(f"no known vCPU quota for {instance_type!r}; quota not checked")
         return None, 0
-    code, title = ON_DEMAND_VCPU_QUOTAS[klass]
+    code, title = (SPOT_VCPU_QUOTAS if spot else ON_DEMAND_VCPU_QUOTAS)[klass]
     quota = quota_vcpus(clients.client("service-quotas"), code)
     if quota is None:
         warnings.append(
@@ -359,14 +385,16 @@ def _check_quota(
             cache[name] = InstanceTypeFacts.of(describe_type(ec2, name)).vcpus
         return cache[name]
 
-    running = running_vcpus(ec2, klass, vcpus_of)
+    running = running_vcpus(ec2, klass, vcpus_of, spot=spot)
     requested = vcpus * node_count
     if running + requested > quota:
+        on_spot = " on Spot" if spot else ""
+        other = ', or aws.market = "on-demand"' if spot else ""
         raise PreflightError(
-            f"not enough vCPU quota for {node_count} x {instance_type}: {title} "
+            f"not enough vCPU quota for {node_count} x {instance_type}{on_spot}: {title} "
             f"({code}) is {quota:g} vCPUs in {clients.region}, {running} are in use and "
             f"{requested} are requested. Request an increase in the Service Quotas "
-            f"console (quota {code}) or ask for fewer/smaller nodes."
+            f"console (quota {code}) or ask for fewer/smaller nodes{other}."
         )
     return quota, running
 
@@ -419,6 +447,7 @@ def run_preflight(
     ami_id: str | None = None,
     ami_parameter: str | None = None,
     efa: bool = False,
+    spot_nodes: int = 0,
     session: boto3.session.Session | None = None,
     emulator: Emulator | None = None,
     clients: AwsClients | None = None,
@@ -430,6 +459,8 @@ def run_preflight(
     ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
     behind ``ami_parameter``, else the DLAMI for the type's architecture. ``efa``:
     the nodes get EFA interfaces and Elastic IPs, checked against the region's quotas.
+    ``spot_nodes``: how many of the ``node_count`` nodes are Spot; they are checked against
+    the class's Spot vCPU quota, the others against its On-Demand one.
     ``clients`` (else made from ``session`` and ``emulator``) lets
     the caller share its boto3 clients.
 
@@ -457,12 +488,24 @@ def run_preflight(
             _check_quota(
                 clients,
                 instance_type=instance_type,
-                node_count=node_count,
+                node_count=node_count - spot_nodes,
                 vcpus=facts.vcpus,
                 warnings=warnings,
             )
             if checks
             else (None, 0)
+        )
+        spot_quota = (
+            _check_quota(
+                clients,
+                instance_type=instance_type,
+                node_count=spot_nodes,
+                vcpus=facts.vcpus,
+                warnings=warnings,
+                spot=True,
+            )[0]
+            if checks and spot_nodes
+            else None
         )
     return PreflightResult(
         account_id=account,
@@ -476,6 +519,7 @@ def run_preflight(
         efa_interface_count=facts.efa_interface_count,
         quota_vcpus=quota,
         running_vcpus=running,
+        spot_quota_vcpus=spot_quota,
         warnings=warnings,
         architectures=() if facts is UNDESCRIBED else facts.architectures,
     )

@@ -24,7 +24,14 @@ from skyinfra.targets.aws.addressing import (
     max_nodes,
 )
 from skyinfra.targets.aws.endpoints import Emulator
-from skyinfra.targets.aws.spec import AMI_EXPECTED, AMI_RE, MAX_AWS_NODES, check_ssh_cidrs
+from skyinfra.targets.aws.spec import (
+    AMI_EXPECTED,
+    AMI_RE,
+    MARKETS,
+    MAX_AWS_NODES,
+    SPOT,
+    check_ssh_cidrs,
+)
 
 # The root module's values (the settings of the last `up`, which the next one pins from).
 TFVARS_FILE = "terraform.tfvars.json"
@@ -80,6 +87,14 @@ class AwsClusterParams:
     capacity_reservation: tuple[str, bool] | None = None
     # Checkpoints (issue 25): the (bucket, prefix) the nodes' role may read and write.
     checkpoints: tuple[str, str] | None = None
+    # Spot (issue 26): each node's market by name ("on-demand" or "spot"; a node not named
+    # is On-Demand), and the Spot nodes' price cap in USD per hour (None: the On-Demand price).
+    node_markets: Mapping[str, str] = field(default_factory=dict)
+    spot_max_price: float | None = None
+
+    def spot_nodes(self) -> list[str]:
+        """The nodes bought on Spot, in node order."""
+        return [n for n in node_names(self.node_count) if self.node_markets.get(n) == SPOT]
 
 
 def node_names(node_count: int) -> list[str]:
@@ -165,6 +180,18 @@ def validate_params(params: AwsClusterParams) -> None:
     _check_network(params)
     if params.efa_interface_count < 0:
         raise SpecError("aws.efa", params.efa_interface_count, "0 (off) or the type's EFA count")
+    names = node_names(params.node_count)
+    for node, market in params.node_markets.items():
+        if node not in names or market not in MARKETS:
+            raise InternalError(f"node_markets[{node!r}] = {market!r}: not a node or a market")
+    if params.spot_nodes() and params.capacity_reservation is not None:
+        raise SpecError(
+            "aws.market",
+            SPOT,
+            "On-Demand nodes with a capacity reservation (Spot nodes cannot use one)",
+        )
+    if params.spot_max_price is not None and not params.spot_max_price > 0:
+        raise SpecError("aws.spot_max_price", params.spot_max_price, "a price above 0")
 
 
 def render_root_module(
@@ -230,6 +257,9 @@ def render_root_module(
                     "capacity_block": params.capacity_reservation[1],
                 }
             ),
+            # Every node's market, so the committed tfvars say which nodes are Spot.
+            "node_markets": {name: params.node_markets.get(name, "on-demand") for name in expected},
+            "spot_max_price": params.spot_max_price,
         },
         "staging": (
             None

@@ -125,9 +125,11 @@ def resolve(
     echo: Echo,
     skip_preflight: bool,
     zone: str | None = None,
+    spot_nodes: int = 0,
 ) -> Resolved:
     """Run the preflight (or only its lookups when skipped) and pin the values. ``zone``:
-    the zone capacity failover chose (failover.py); else the subnet's, else the pinned one."""
+    the zone capacity failover chose (failover.py); else the subnet's, else the pinned one.
+    ``spot_nodes``: how many nodes are Spot (checked against the Spot vCPU quota)."""
     spec_aws = spec.section_as(AwsSpec)
     previous = previous_settings(ws, spec_aws.region)
 
@@ -152,6 +154,7 @@ def resolve(
         checks=not skip_preflight,
         # EFA nodes: an Elastic IP each, an interface per card (infra/modules/aws/nodes).
         efa=spec_aws.efa,
+        spot_nodes=spot_nodes,
     )
     for message in found.warnings:
         warn(message)

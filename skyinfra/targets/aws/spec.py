@@ -67,7 +67,24 @@ AWS_KEYS = (
     "max_lifetime_hours",
     # Checkpoints (issue 25): the S3 prefix the nodes' checkpoint directories are kept under.
     "checkpoints_url",
+    # Spot (issue 26): the workers' market, the head's, a price cap, and what to do when Spot
+    # has no capacity in any zone.
+    "market",
+    "head_market",
+    "spot_max_price",
+    "spot_fallback",
 )
+# Spot (issue 26). The head (node 0) runs the coordinator: it stays On-Demand unless asked.
+ON_DEMAND = "on-demand"
+SPOT = "spot"
+MARKETS = (ON_DEMAND, SPOT)
+# What `up` does with nodes Spot could not place in any zone: launch them On-Demand, or fail.
+SPOT_FALLBACKS = (ON_DEMAND, "none")
+# A cap on spot_max_price: far above any EC2 On-Demand price (a p5en.48xlarge is under
+# $100/h), so a typo such as 4500 for 4.5 is caught.
+MAX_SPOT_PRICE_USD = 1000.0
+# Left out of to_dict() at these values: a spec without Spot reads as it did before issue 26.
+_QUIET_DEFAULTS = {"market": ON_DEMAND, "head_market": ON_DEMAND, "spot_fallback": "none"}
 # The longest max_lifetime_hours: 30 days.
 MAX_LIFETIME_HOURS = 30 * 24
 
@@ -108,15 +125,33 @@ class AwsSpec:
     # s3://bucket/prefix where every job's checkpoint set is kept (<prefix>/<NAME>/); None:
     # the account's checkpoint bucket, under <cluster>/checkpoints (checkpoint_store.py).
     checkpoints_url: str | None = None
+    # Spot (issue 26): the market of the workers (nodes 1..n-1) and of the head (node 0);
+    # the highest price per node-hour in USD (None: AWS's default cap, the On-Demand price);
+    # "on-demand": nodes Spot could not place in any zone are launched On-Demand instead.
+    market: str = ON_DEMAND
+    head_market: str = ON_DEMAND
+    spot_max_price: float | None = None
+    spot_fallback: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         """The table as the spec file holds it (absent optional values left out)."""
         table: dict[str, Any] = {}
         for key in AWS_KEYS:
             value = getattr(self, key)
-            if value is not None and value != ():
+            if value is not None and value != () and _QUIET_DEFAULTS.get(key) != value:
                 table[key] = list(value) if isinstance(value, tuple) else value
         return table
+
+    @property
+    def uses_spot(self) -> bool:
+        return SPOT in (self.market, self.head_market)
+
+
+def node_markets(aws: AwsSpec, nodes: int) -> dict[str, str]:
+    """Every node's market by name: node-0 (the head) ``head_market``, the workers ``market``."""
+    return {
+        f"node-{index}": aws.head_market if index == 0 else aws.market for index in range(nodes)
+    }
 
 
 def check_ssh_cidrs(value: Any, *, allow_anywhere: bool) -> tuple[str, ...]:
@@ -181,6 +216,78 @@ def check_jax_extra(value: Any) -> str:
             f"one of {list(JAX_EXTRAS)} (cuda12/cuda13: NVIDIA GPUs; cpu; none: no jax)",
         )
     return str(value)
+
+
+def _market(raw: Mapping[str, Any], key: str) -> str:
+    value = raw.get(key, ON_DEMAND)
+    if value not in MARKETS:
+        who = "node 0 (the head) is" if key == "head_market" else "the workers (nodes 1..) are"
+        raise SpecError(
+            f"aws.{key}",
+            value,
+            f'one of {list(MARKETS)}: how {who} bought (default "{ON_DEMAND}")',
+        )
+    return str(value)
+
+
+def _spot_max_price(raw: Mapping[str, Any]) -> float | None:
+    value = raw.get("spot_max_price")
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_SPOT_PRICE_USD
+    ):
+        raise SpecError(
+            "aws.spot_max_price",
+            value,
+            f"a price in USD per node-hour above 0 and at most {MAX_SPOT_PRICE_USD:g}, e.g. "
+            "1.25 (absent: AWS caps Spot at the On-Demand price)",
+        )
+    return float(value)
+
+
+def _spot_fallback(raw: Mapping[str, Any]) -> str:
+    value = raw.get("spot_fallback", "none")
+    if value not in SPOT_FALLBACKS:
+        raise SpecError(
+            "aws.spot_fallback",
+            value,
+            f"one of {list(SPOT_FALLBACKS)}: launch the nodes Spot could not place in any zone "
+            'On-Demand ("on-demand"), or fail ("none", the default)',
+        )
+    return str(value)
+
+
+def _spot_problems(table: AwsSpec) -> list[SpecError]:
+    """What the Spot fields refuse together with the rest of the table."""
+    found: list[SpecError] = []
+    spot_key = "market" if table.market == SPOT else "head_market"
+    if table.uses_spot and table.capacity_reservation_id is not None:
+        # A capacity reservation (ODCR) is On-Demand capacity, and a Capacity Block has its
+        # own market type (capacity-block): a Spot node can use neither.
+        # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html
+        found.append(
+            SpecError(
+                f"aws.{spot_key}",
+                SPOT,
+                f'"{ON_DEMAND}" with aws.capacity_reservation_id '
+                f"({table.capacity_reservation_id}): a capacity reservation holds On-Demand "
+                "capacity (a Capacity Block its own market), which Spot nodes cannot use; "
+                "drop one of the two",
+            )
+        )
+    if table.spot_max_price is not None and not table.uses_spot:
+        found.append(
+            SpecError(
+                "aws.spot_max_price",
+                table.spot_max_price,
+                'absent, or aws.market = "spot" (or aws.head_market = "spot"): it caps the '
+                "price of Spot nodes, and this spec has none",
+            )
+        )
+    return found
 
 
 def _idle_minutes(raw: Mapping[str, Any]) -> int:
@@ -331,7 +438,12 @@ def parse_aws_section(raw: Any) -> AwsSpec:
             ),
             None,
         ),
+        market=problems.check(lambda: _market(raw, "market"), ON_DEMAND),
+        head_market=problems.check(lambda: _market(raw, "head_market"), ON_DEMAND),
+        spot_max_price=problems.check(lambda: _spot_max_price(raw), None),
+        spot_fallback=problems.check(lambda: _spot_fallback(raw), "none"),
     )
+    problems.found.extend(_spot_problems(table))
     problems.raise_any()
     return table
 

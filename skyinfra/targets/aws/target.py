@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import boto3
@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra import timeline
 from skyinfra.render import module_files, module_source
+from skyinfra.review.cost import SpotPrices
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import checkpoint_store, failover
 from skyinfra.targets.aws import shell as aws_shell
@@ -65,12 +66,15 @@ from skyinfra.targets.aws.spec import (
     NO_JAX,
     RETRY_FOR,
     SKIP_PREFLIGHT,
+    SPOT,
     ZONES,
     AwsDeclaration,
     AwsSpec,
     jax_requirement,
+    node_markets,
     operator_jax_version,
 )
+from skyinfra.targets.aws.spot_prices import spot_price_history
 from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.aws.staging import (
     StagedWheel,
@@ -120,10 +124,12 @@ def cluster_params(
     staging: tuple[str, str] | None = None,
     capacity_reservation: tuple[str, bool] | None = None,
     checkpoints: tuple[str, str] | None = None,
+    markets: Mapping[str, str] | None = None,
 ) -> AwsClusterParams:
     """The root module's parameters; with ``resolved=None`` placeholders for a early check.
     ``ws_id``: the workspace's id, tagged on every resource beside the cluster's name;
-    ``staging``: the wheel's (bucket, prefix), which the nodes' role may read."""
+    ``staging``: the wheel's (bucket, prefix), which the nodes' role may read; ``markets``:
+    each node's market (default: the spec's, aws.market and aws.head_market)."""
     spec_aws = _aws_of(spec)
     extra: dict[str, Any] = {}
     tags = {CLUSTER_TAG: spec.name}
@@ -154,6 +160,8 @@ def cluster_params(
         staging=staging,
         capacity_reservation=capacity_reservation,
         checkpoints=checkpoints,
+        node_markets=dict(markets if markets is not None else node_markets(spec_aws, spec.nodes)),
+        spot_max_price=spec_aws.spot_max_price,
         **extra,
     )
 
@@ -260,6 +268,14 @@ def _target_settings(
     return json.dumps(settings, indent=2) + "\n"
 
 
+def _running_nodes(ws: Workspace) -> int:
+    """How many nodes the workspace's topology.json lists (0: none up; `down` removes it)."""
+    if not ws.topology_file.is_file():
+        return 0
+    nodes = ws.read_json(ws.topology_file).get("nodes")
+    return len(nodes) if isinstance(nodes, list | dict) else 0
+
+
 def render_files(
     spec: ClusterSpec,
     ws: Workspace,
@@ -269,19 +285,32 @@ def render_files(
     session: boto3.session.Session | None = None,
     zone: str | None = None,
     capacity_reservation: tuple[str, bool] | None = None,
+    markets: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Preflight, stage the wheel, render user data and the root module: file name -> text.
-    ``zone`` and ``capacity_reservation``: chosen by capacity failover (failover.py)."""
+    ``zone``, ``capacity_reservation`` and ``markets`` (each node's market; default the
+    spec's): chosen by capacity failover (failover.py)."""
     say: Echo = echo or (lambda _line: None)
     spec_aws = _aws_of(spec)
+    if markets is None:  # `plan`, `render`: a running cluster's nodes keep their market
+        markets = failover.launched_markets(spec, ws, _running_nodes(ws))
     _, public_key = ssh_key_paths(spec_aws)
-    validate_params(cluster_params(spec, None, public_key))  # pure checks before any AWS call
+    early = cluster_params(spec, None, public_key, markets=markets)
+    validate_params(early)  # pure checks before any AWS call
 
     clients = AwsClients(session or boto3.session.Session(), spec_aws.region, emulator_from_env())
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
     timeline.lap("validate")
-    resolved = resolve(spec, ws, clients, echo=say, skip_preflight=skip_preflight, zone=zone)
+    resolved = resolve(
+        spec,
+        ws,
+        clients,
+        echo=say,
+        skip_preflight=skip_preflight,
+        zone=zone,
+        spot_nodes=len(early.spot_nodes()),
+    )
     timeline.lap("preflight and lookups")
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
@@ -297,6 +326,7 @@ def render_files(
         staging=(bucket, prefix),
         capacity_reservation=capacity_reservation,
         checkpoints=(store.bucket, store.prefix),
+        markets=markets,
     )
     validate_params(params)
     s3 = clients.client("s3")
@@ -367,13 +397,14 @@ class AwsTarget(AwsDeclaration):
             ws,
             echo=echo,
             clients=clients_for(spec),
-            render=lambda zone, reservation: render_files(
+            render=lambda zone, reservation, markets: render_files(
                 spec,
                 ws,
                 echo=echo,
                 skip_preflight=skip,
                 zone=zone,
                 capacity_reservation=reservation,
+                markets=markets,
             ),
             apply=apply,
             engine_factory=engine_factory,
@@ -382,19 +413,38 @@ class AwsTarget(AwsDeclaration):
             checks=not skip,
         )
 
+    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+        """The Spot price history of the spec's type at plan time, when some node is Spot
+        (issue 26); None without Spot nodes, or (with a warning) when EC2 does not answer."""
+        spec_aws = _aws_of(spec)
+        if SPOT not in node_markets(spec_aws, spec.nodes).values():
+            return None
+        clients = clients_for(spec)
+        try:
+            return spot_price_history(clients.client("ec2"), spec_aws.instance_type)
+        except (ClientError, BotoCoreError) as err:
+            echo(f"[skyinfra] warning: no Spot price history for {spec_aws.instance_type}: {err}")
+            return None
+
     def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
-        """The zone and, after a failover, why it is not the first choice (capacity.json)."""
+        """The zone and, after a failover, why it is not the first choice (capacity.json);
+        each node's market and the nodes a Spot fallback launched On-Demand (issue 26)."""
         path = ws.path / CAPACITY_LOG
         if not path.is_file():
             settings = ws.path / TARGET_FILE
             zone = ws.read_json(settings).get("availability_zone") if settings.is_file() else None
             return {"zone": zone, "zone_reason": None}
         log = CapacityLog.from_dict(ws.read_json(path))
+        fallback = log.spot_fallback
         return {
             "zone": log.zone,
             "zone_reason": log.reason,
             "capacity_reservation_id": log.reservation,
             "attempts": len(log.attempts),
+            "markets": log.markets,
+            "spot_fallback": (
+                None if fallback is None else {"nodes": fallback.nodes, "reason": fallback.reason}
+            ),
         }
 
     def transport(

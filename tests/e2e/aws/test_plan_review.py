@@ -1,7 +1,8 @@
 """`skyinfra plan` and `apply PLANFILE` on AWS against moto's server (real Terraform, the real
 AWS provider): golden plan.md for create, no changes, scale 2 -> 4 (cost doubles), a GPU node
 replaced for a new AMI (with Terraform's reason and the AMI before -> after), nodes destroyed,
-world-open SSH (❌, exit 8) and no idle shutdown under require_idle_shutdown (❌, exit 8).
+world-open SSH (❌, exit 8), the worker moved to Spot (issue 26: replaced, named in the
+topology, priced at the Spot price) and no idle shutdown under require_idle_shutdown (❌, exit 8).
 One cluster for the whole module: each case is a plan of a changed spec against it."""
 
 from __future__ import annotations
@@ -121,6 +122,14 @@ def cases(project: Path, env: dict[str, str], key: Path) -> None:
     assert "0.0.0.0/0 in aws.ssh_cidrs" in refused.stderr
     assert "terraform plan" not in refused.stdout
     assert "terraform apply" not in refused.stdout
+
+    # Issue 26: the worker goes Spot (the head stays On-Demand), capped at $0.50/h: node-1 is
+    # replaced for its market, the topology names it, the cost prices it at moto's Spot price.
+    spot = spec(key, market='"spot"', spot_max_price="0.5")
+    code, text, out = plan(project, env, spot, "p-spot")
+    assert code == exitcodes.PLAN_CHANGES
+    golden("aws-spot-workers", project, "p-spot", text)
+    assert "instance_market_options" in out  # the terminal names what forces the replacement
 
     code, text, _ = plan(project, env, spec(key, idle_shutdown_minutes="0"), "p-idle")
     assert code == exitcodes.GUARDRAIL

@@ -27,7 +27,7 @@ from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.workspace import Workspace
 from tests.support.aws import REGION
-from tests.unit.aws.test_capacity_core import PROVIDER_ICE, VCPU
+from tests.unit.aws.test_capacity_core import PROVIDER_ICE, SPOT_ICE, SPOT_PRICE, VCPU
 
 A, B, C = f"{REGION}a", f"{REGION}b", f"{REGION}c"
 
@@ -78,12 +78,15 @@ def run(
     lines: list[str] = []
     waits: list[float] = []
 
-    def render(zone: str, reservation: tuple[str, bool] | None) -> dict[str, str]:
-        return {"zone": zone}
+    def render(
+        zone: str, reservation: tuple[str, bool] | None, markets: dict[str, str]
+    ) -> dict[str, str]:
+        spot = ",".join(name for name, market in markets.items() if market == "spot")
+        return {"zone": zone, "spot": spot}
 
     def apply(files: dict[str, str]) -> str:
         ws.ensure()
-        calls.append(f"apply {files['zone']}")
+        calls.append(f"apply {files['zone']}" + (f" spot={files['spot']}" if files["spot"] else ""))
         answer = answers.pop(0)
         if answer is not None:
             raise TerraformError(f"terraform apply failed in {ws.path}:\n{answer}")
@@ -204,3 +207,81 @@ def test_zones_that_do_not_offer_the_type(aws_env: str, tmp_path: Path) -> None:
     assert f"[skyinfra] warning: {REGION}e does not offer t3.micro; not tried" in lines
     with pytest.raises(PreflightError, match=rf"none of the zones asked for \({REGION}e\) offers"):
         run(cluster(), ws, [], calls, url=aws_env, zones_flag="e")
+
+
+# Spot (issue 26)
+SPOT = "spot=node-1,node-2"
+
+
+def test_spot_without_capacity_anywhere_goes_on_demand_with_the_fallback(
+    aws_env: str, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    spec = cluster(nodes=3, market="spot", spot_fallback="on-demand")
+    zone, lines, _ = run(spec, ws, [SPOT_ICE, SPOT_ICE, None], calls, url=aws_env, zones_flag="a,b")
+    assert zone == A
+    zone_bound = "destroy " + " ".join(f"-target={t}" for t in failover.ZONE_BOUND)
+    # The head (node-0) is On-Demand throughout; the workers go On-Demand in the second pass.
+    assert calls == [f"apply {A} {SPOT}", zone_bound, f"apply {B} {SPOT}", zone_bound, f"apply {A}"]
+    assert f"[skyinfra] zones to try for 3 x t3.micro (2 on Spot): {A}, {B}" in lines
+    said = next(line for line in lines if "Spot could not place" in line)
+    assert said == (
+        "[skyinfra] Spot could not place node-1, node-2: no Spot capacity in any zone tried "
+        f"({A}, {B}); last: {B} InsufficientInstanceCapacity (There is no Spot capacity "
+        'available that matches your request.). aws.spot_fallback = "on-demand": launching '
+        "them On-Demand"
+    )
+    log = ws.read_json(ws.path / LOG_FILE)
+    assert log["zone"] == A and log["spot_fallback"]["nodes"] == ["node-1", "node-2"]
+    assert log["markets"] == {f"node-{i}": "on-demand" for i in range(3)}
+    assert [(a["asked"], a["outcome"]) for a in log["attempts"]] == [
+        ("3 x t3.micro (2 on Spot)", "capacity"),
+        ("3 x t3.micro (2 on Spot)", "capacity"),
+        ("3 x t3.micro", "ok"),
+    ]
+
+    # The next `up` of the running cluster keeps them On-Demand (no replacement), and says so.
+    (ws.path / ".terraform").mkdir()
+    ws.write_json(ws.path / "terraform.tfvars.json", {"cluster": {"availability_zone": A}})
+    again: list[str] = []
+    run(spec, ws, [None], again, running=3, url=aws_env)
+    assert again == [f"apply {A}"]
+    log = ws.read_json(ws.path / LOG_FILE)
+    assert log["spot_fallback"]["nodes"] == ["node-1", "node-2"]
+
+
+def test_spot_without_the_fallback_ends_like_any_full_region_and_names_it(
+    aws_env: str, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    with pytest.raises(CapacityError) as err:
+        run(
+            cluster(nodes=3, market="spot"),
+            ws,
+            [SPOT_ICE] * 2,
+            calls,
+            url=aws_env,
+            zones_flag="a,b",
+        )
+    assert calls[-1] == "destroy all"
+    assert [c for c in calls if c.startswith("apply")] == [f"apply {A} {SPOT}", f"apply {B} {SPOT}"]
+    message = str(err.value)
+    assert "no zone had capacity for 3 x t3.micro (2 on Spot)" in message
+    assert 'aws.spot_fallback = "on-demand"' in message
+    assert ws.read_json(ws.path / LOG_FILE)["spot_fallback"] is None
+
+
+def test_a_spot_price_cap_below_the_price_stops_at_once_naming_it(
+    aws_env: str, tmp_path: Path
+) -> None:
+    """Not another zone, and not the fallback: the cap is the user's setting."""
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    spec = cluster(nodes=3, market="spot", spot_max_price=0.1, spot_fallback="on-demand")
+    with pytest.raises(LaunchRefusedError) as err:
+        run(spec, ws, [SPOT_PRICE], calls, url=aws_env, zones_flag="a,b")
+    assert calls == [f"apply {A} {SPOT}", "destroy all"]
+    assert err.value.code == "SpotMaxPriceTooLow"
+    assert "raise aws.spot_max_price" in str(err.value)

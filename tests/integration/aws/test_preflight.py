@@ -285,3 +285,38 @@ def test_no_credentials(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_quota_class(instance_type: str, klass: str | None) -> None:
     assert quota_class(instance_type) == klass
+
+
+P_SPOT_QUOTA = "L-7212CCBC"  # All P Spot Instance Requests
+
+
+def test_spot_nodes_are_checked_against_the_spot_quota_apart_from_on_demand(
+    seeded: dict[str, float], aws_env: str
+) -> None:
+    """Issue 26: Spot nodes count against the class's Spot vCPU quota, On-Demand ones against
+    the On-Demand quota; a running Spot instance counts against the Spot one only."""
+    seeded[P_QUOTA] = 96  # one p4d.24xlarge On-Demand
+    seeded[P_SPOT_QUOTA] = 192  # two on Spot
+    found = preflight(aws_env, node_count=3, spot_nodes=2)
+    assert (found.quota_vcpus, found.spot_quota_vcpus) == (96, 192)
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+    running = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType="p4de.24xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
+    )["Instances"][0]["InstanceId"]  # 96 Spot vCPUs of the same "P" class
+    try:
+        assert preflight(aws_env, node_count=2, spot_nodes=1).running_vcpus == 0  # On-Demand
+        with pytest.raises(PreflightError) as err:
+            preflight(aws_env, node_count=3, spot_nodes=2)
+        message = str(err.value)
+        assert "2 x p4d.24xlarge on Spot" in message
+        assert f"All P Spot Instance Requests ({P_SPOT_QUOTA}) is 192 vCPUs" in message
+        assert "96 are in use and 192 are requested" in message
+        assert 'aws.market = "on-demand"' in message
+    finally:
+        ec2.terminate_instances(InstanceIds=[running])
+    with pytest.raises(PreflightError, match=P_QUOTA):  # 2 On-Demand nodes do not fit
+        preflight(aws_env, node_count=3, spot_nodes=1)

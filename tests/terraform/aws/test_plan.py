@@ -73,3 +73,59 @@ def test_plan_with_placement_group_and_efa(
     )
     assert cards == [(0, 0), (1, 1), (2, 1), (3, 1)]
     assert instance["instance_type"] == "p4d.24xlarge"
+
+
+def test_spot_workers_apply_with_market_options_and_the_head_on_demand(
+    terraform: TerraformFactory, aws_env: str, tmp_path: Path
+) -> None:
+    """Issue 26: the workers Spot (one-time, terminate, capped), the head On-Demand, through
+    the real provider; moto records each launch's market (InstanceLifecycle "spot").
+
+    No second plan here: moto gives a Spot instance no SpotInstanceRequestId, which is where
+    the provider reads the market options back from, so against moto a re-plan would replace
+    the Spot node (seen with provider 5.100.0); EC2 records the request."""
+    import boto3
+
+    params = AwsClusterParams(
+        cluster_name="moto-spot",
+        region=REGION,
+        availability_zone=f"{REGION}a",
+        instance_type="t3.micro",
+        ami_id="ami-12c6146b",
+        node_count=2,
+        ssh_public_key=SSH_KEY,
+        ssh_ingress_cidrs=["203.0.113.7/32"],
+        node_markets={"node-0": "on-demand", "node-1": "spot"},
+        spot_max_price=0.5,
+    )
+    root = write_root(tmp_path, params, Emulator(url=aws_env))
+    engine = terraform(root)
+    engine.init()
+    engine.plan(out="tfplan")
+    plan = engine.show_plan("tfplan")
+    after = {c["address"]: c["change"]["after"] for c in plan["resource_changes"]}
+    head = after['module.nodes.aws_instance.this["node-0"]']
+    worker = after['module.nodes.aws_instance.this["node-1"]']
+    # The head sets none (the provider computes the attribute, so the plan leaves it out).
+    assert not head.get("instance_market_options")
+    assert [m["market_type"] for m in worker["instance_market_options"]] == ["spot"]
+    options = worker["instance_market_options"][0]["spot_options"][0]
+    assert options["spot_instance_type"] == "one-time"
+    assert options["instance_interruption_behavior"] == "terminate"
+    assert options["max_price"] == "0.5000"
+    engine.apply("tfplan")
+    try:
+        ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
+        found = ec2.describe_instances(
+            Filters=[{"Name": "tag:skyinfra:cluster", "Values": ["moto-spot"]}]
+        )
+        lifecycle = {
+            next(t["Value"] for t in i["Tags"] if t["Key"] == "skyinfra:node"): i.get(
+                "InstanceLifecycle", "on-demand"
+            )
+            for r in found["Reservations"]
+            for i in r["Instances"]
+        }
+        assert lifecycle == {"node-0": "on-demand", "node-1": "spot"}
+    finally:
+        engine.destroy()

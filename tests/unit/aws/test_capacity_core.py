@@ -5,20 +5,24 @@ reservation check; and the render of a reservation into the root module."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from skyinfra.errors import PreflightError, SpecError
-from skyinfra.spec import validate_spec
+from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.capacity import (
     Attempt,
     CapacityLog,
+    SpotFallback,
+    asked_text,
     attempt_table,
     backoff_s,
     classify,
     failover_reason,
     parse_duration,
     parse_zones,
+    spot_fallback_reason,
     zone_order,
 )
 from skyinfra.targets.aws.render import EMULATOR_MAX_RETRIES, PROVIDER_MAX_RETRIES
@@ -81,6 +85,24 @@ AUTH = (
     "StatusCode: 403, RequestID: 7, api error UnauthorizedOperation: You are not authorized to "
     "perform this operation. Encoded authorization failure message: abc"
 )
+# Spot (issue 26): the messages EC2 gives a RunInstances with Spot market options, in the
+# provider's wording (no Spot capacity in the zone; a price cap below the zone's Spot price;
+# the region's Spot vCPU quota).
+SPOT_ICE = (
+    "  creating EC2 Instance: operation error EC2: RunInstances, https response error "
+    "StatusCode: 500, RequestID: 9, api error InsufficientInstanceCapacity: There is no Spot "
+    "capacity available that matches your request."
+)
+SPOT_PRICE = (
+    "  creating EC2 Instance: operation error EC2: RunInstances, https response error "
+    "StatusCode: 400, RequestID: 10, api error SpotMaxPriceTooLow: Your Spot request price of "
+    "0.1 is lower than the minimum required Spot request fulfillment price of 0.3012."
+)
+SPOT_COUNT = (
+    "  creating EC2 Instance: operation error EC2: RunInstances, https response error "
+    "StatusCode: 400, RequestID: 11, api error MaxSpotInstanceCountExceeded: Max spot instance "
+    "count exceeded"
+)
 OTHER = (
     "  creating EC2 Subnet: operation error EC2: CreateSubnet, https response error StatusCode: "
     "400, RequestID: 8, api error InvalidSubnet.Conflict: The CIDR '10.42.0.0/24' conflicts "
@@ -99,6 +121,9 @@ OTHER = (
         (INSTANCE_LIMIT, "fatal", "InstanceLimitExceeded", "Your quota allows for 0"),
         (BAD_AMI, "fatal", "InvalidAMIID.NotFound", "The image id"),
         (AUTH, "fatal", "UnauthorizedOperation", "You are not authorized"),
+        (SPOT_ICE, "capacity", "InsufficientInstanceCapacity", "There is no Spot capacity"),
+        (SPOT_PRICE, "fatal", "SpotMaxPriceTooLow", "Your Spot request price of 0.1"),
+        (SPOT_COUNT, "fatal", "MaxSpotInstanceCountExceeded", "Max spot instance count"),
         (OTHER, "error", "InvalidSubnet.Conflict", "The CIDR"),
         ("terraform apply failed: context deadline exceeded", "error", "", "terraform apply"),
     ],
@@ -271,3 +296,95 @@ def test_reservation_and_retries_in_the_root_module() -> None:
 
     emulated = render(params(), Emulator(url="http://127.0.0.1:4566"))["main.tf"]
     assert f"max_retries = {EMULATOR_MAX_RETRIES}" in emulated
+
+
+def test_spot_refusals_say_what_to_do() -> None:
+    """Issue 26: a price cap below the Spot price names aws.spot_max_price; the Spot quota
+    names its Service Quotas console entry and the On-Demand way out."""
+    assert "aws.spot_max_price" in classify(SPOT_PRICE).hint()
+    assert "Spot vCPU quota" in classify(SPOT_COUNT).hint()
+    assert 'aws.market = "on-demand"' in classify(SPOT_COUNT).hint()
+
+
+def test_spot_markets_and_the_fallback_round_trip_in_the_log() -> None:
+    rows = [
+        attempt("us-east-1a", "capacity", "InsufficientInstanceCapacity"),
+        attempt("us-east-1b", "capacity", "InsufficientInstanceCapacity"),
+    ]
+    why = spot_fallback_reason(rows, ["us-east-1a", "us-east-1b"])
+    assert why == (
+        "no Spot capacity in any zone tried (us-east-1a, us-east-1b); last: us-east-1b "
+        "InsufficientInstanceCapacity (We currently do not have sufficient capacity)"
+    )
+    log = CapacityLog(
+        "us-east-1a",
+        "us-east-1a",
+        None,
+        None,
+        rows,
+        markets={"node-0": "on-demand", "node-1": "on-demand"},
+        spot_fallback=SpotFallback(["node-1"], why),
+    )
+    doc = json.loads(json.dumps(log.to_dict()))
+    assert doc["spot_fallback"] == {"nodes": ["node-1"], "reason": why}
+    assert doc["markets"] == {"node-0": "on-demand", "node-1": "on-demand"}
+    assert CapacityLog.from_dict(doc) == log
+    # A log written before issue 26 reads as no markets and no fallback.
+    old = {k: v for k, v in doc.items() if k not in ("markets", "spot_fallback")}
+    assert (CapacityLog.from_dict(old).markets, CapacityLog.from_dict(old).spot_fallback) == (
+        {},
+        None,
+    )
+    assert asked_text(3, "g5.xlarge", {"node-0": "on-demand", "node-1": "spot"}) == (
+        "3 x g5.xlarge (1 on Spot)"
+    )
+    assert asked_text(3, "g5.xlarge", {}) == "3 x g5.xlarge"
+
+
+def test_a_running_clusters_nodes_keep_the_market_they_were_launched_with(tmp_path: Path) -> None:
+    """Issue 26: after a Spot fallback, `up`, `plan` and `render` of the running cluster keep
+    the fallback nodes On-Demand (no replacement); new nodes and a new cluster take the spec's."""
+    from skyinfra.targets.aws.capacity import LOG_FILE
+    from skyinfra.targets.aws.failover import launched_markets
+    from skyinfra.workspace import Workspace
+
+    def spec(nodes: int) -> ClusterSpec:
+        return validate_spec(
+            {
+                "name": "c",
+                "provider": "aws",
+                "nodes": nodes,
+                "aws": {
+                    "region": "us-east-1",
+                    "instance_type": "g5.xlarge",
+                    "ssh_cidrs": ["10.0.0.0/8"],
+                    "market": "spot",
+                    "spot_fallback": "on-demand",
+                },
+            }
+        )
+
+    ws = Workspace(tmp_path / "c")
+    ws.ensure()
+    launched = {"node-0": "on-demand", "node-1": "on-demand", "node-2": "spot"}
+    log = CapacityLog(
+        "us-east-1a", "us-east-1a", None, None, [], launched, SpotFallback(["node-1"], "x")
+    )
+    ws.write_json(ws.path / LOG_FILE, log.to_dict())
+    assert launched_markets(spec(3), ws, 0) == {
+        "node-0": "on-demand",
+        "node-1": "spot",
+        "node-2": "spot",
+    }
+    assert launched_markets(spec(3), ws, 3) == launched
+    assert launched_markets(spec(4), ws, 3) == {**launched, "node-3": "spot"}
+    # Without a fallback the spec decides, also for running nodes (a change the plan shows).
+    log = CapacityLog(
+        "us-east-1a", "us-east-1a", None, None, [], dict.fromkeys(launched, "on-demand")
+    )
+    ws.write_json(ws.path / LOG_FILE, log.to_dict())
+    assert launched_markets(spec(3), ws, 3) == {
+        "node-0": "on-demand",
+        "node-1": "spot",
+        "node-2": "spot",
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,37 @@ def test_own_subnet_is_sized_for_the_cluster(nodes: int, subnet: str) -> None:
     render(params(node_count=nodes, subnet_cidr_block=subnet))  # and the renderer agrees
     assert max_nodes(subnet, 10) >= nodes
     assert MAX_AWS_NODES == 65525
+
+
+# Spot (issue 26): the rendered root module of a cluster whose workers are Spot, against its
+# golden files (SKYINFRA_UPDATE_GOLDEN=1 rewrites them).
+GOLDEN_SPOT = Path(__file__).resolve().parents[1] / "golden" / "aws-spot"
+SPOT_WORKERS = {"node-0": "on-demand", "node-1": "spot", "node-2": "spot"}
+
+
+def test_spot_root_module_matches_golden_files() -> None:
+    files = render(params(node_markets=SPOT_WORKERS, spot_max_price=1.25))
+    for name in ("main.tf", "terraform.tfvars.json"):
+        path = GOLDEN_SPOT / name
+        if os.environ.get("SKYINFRA_UPDATE_GOLDEN") == "1":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(files[name])
+        assert files[name] == path.read_text(), f"{name} differs from its golden file"
+    cluster = json.loads(files["terraform.tfvars.json"])["cluster"]
+    assert cluster["node_markets"] == SPOT_WORKERS and cluster["spot_max_price"] == 1.25
+    assert "node_markets         = var.cluster.node_markets" in files["main.tf"]
+
+
+def test_on_demand_tfvars_name_every_node_on_demand() -> None:
+    cluster = json.loads(render(params())["terraform.tfvars.json"])["cluster"]
+    assert cluster["node_markets"] == {f"node-{i}": "on-demand" for i in range(3)}
+    assert cluster["spot_max_price"] is None
+    assert params(node_markets=SPOT_WORKERS).spot_nodes() == ["node-1", "node-2"]
+
+
+def test_spot_nodes_with_a_reservation_are_refused_before_rendering() -> None:
+    with pytest.raises(SpecError) as err:
+        render(
+            params(node_markets=SPOT_WORKERS, capacity_reservation=("cr-0123456789abcdef0", False))
+        )
+    assert err.value.field == "aws.market" and "capacity reservation" in err.value.expected

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from skyinfra.review import markdown
-from skyinfra.review.cost import shipped_table
+from skyinfra.review.cost import SpotPrices, shipped_table
 from skyinfra.review.report import build_review, facts_of
 from skyinfra.spec import ClusterSpec
 from tests.support.golden_plans import check_golden, recorded
@@ -22,6 +22,11 @@ CASES = {
     "aws-destroy": (True, "1 GPU node(s) will be DESTROYED"),
     "aws-world-ssh": (False, "| SSH from 0.0.0.0/0 | ❌ |"),
     "aws-no-idle-shutdown": (False, "| require_idle_shutdown | ❌ |"),
+    # Issue 26: the worker goes Spot (replaced), priced at moto's Spot price for its zone.
+    "aws-spot-workers": (
+        True,
+        "| Spot nodes | none (all On-Demand) | node-1; On-Demand: node-0 ⚠️ |",
+    ),
 }
 
 
@@ -35,6 +40,11 @@ def replay(name: str) -> tuple[str, bool]:
         providers=meta["providers"],  # type: ignore[arg-type]
         full_plan="(the full plan text)",
         table=shipped_table(),
+        spot_prices=(
+            SpotPrices.from_dict(meta["spot_prices"])  # type: ignore[arg-type]
+            if meta.get("spot_prices")
+            else None
+        ),
     )
     hint = "Apply exactly this plan: `skyinfra apply skyinfra.tfplan` (sha256 checked)."
     return markdown.render(review, apply_hint=hint), review.passed

@@ -9,8 +9,8 @@ import pytest
 
 from skyinfra.errors import SpecError
 from skyinfra.review import markdown
-from skyinfra.review.cost import PriceTable, estimate
-from skyinfra.review.guardrails import Guardrails, fixed_checks, parse_guardrails
+from skyinfra.review.cost import PriceTable, SpotPrices, estimate
+from skyinfra.review.guardrails import Guardrails, fixed_checks, parse_guardrails, policy_checks
 from skyinfra.review.mermaid import diagram
 from skyinfra.review.report import ClusterFacts, build_review
 from skyinfra.review.summary import count_changes, losses, summarize
@@ -188,3 +188,101 @@ def test_the_comment_stays_under_githubs_limit_cutting_the_full_plan_first() -> 
     )
     assert "truncated" not in small and "short" in small
     assert len(markdown.render(review, limit=20_000)) <= 20_000
+
+
+def test_topology_names_the_spot_nodes_and_only_when_there_are_some() -> None:
+    """Issue 26: a row saying which nodes are Spot, from each node's instance_market_options;
+    an On-Demand plan has no such row (its plan.md is as before)."""
+    spot = [{"market_type": "spot", "spot_options": [{"spot_instance_type": "one-time"}]}]
+    plan = replaced_plan()
+    plan["resource_changes"][2] = instance(
+        1,
+        ["delete", "create"],
+        node("ami-0aaaaaaaaaaaaaaaa"),
+        node("ami-0aaaaaaaaaaaaaaaa") | {"instance_market_options": spot},
+        replace_paths=[["instance_market_options"]],
+    )
+    summary = summarize(plan, target="aws")
+    assert (summary.before.spot_nodes, summary.after.spot_nodes) == ((), ("node-1",))
+    rows = markdown.topology(summary.before, summary.after)
+    assert "| Spot nodes | none (all On-Demand) | node-1; On-Demand: node-0 ⚠️ |" in rows
+    plain = summarize(replaced_plan(), target="aws")
+    assert not any("Spot" in row for row in markdown.topology(plain.before, plain.after))
+    # The replaced node's market in words, once (its block forces it through several paths).
+    worker = next(loss for loss in summary.losses if loss.address == NODE.format(1))
+    market = [d for d in worker.diffs if d.path == "instance_market_options"]
+    assert [(d.before, d.after) for d in market] == [("on-demand", "spot (one-time)")]
+
+
+SPOT_PRICES = SpotPrices(
+    "p5.48xlarge",
+    "test history",
+    {
+        "us-east-1a": (16.512, "2026-11-25T09:00:00Z"),
+        "us-east-1b": (22.016, "2026-11-25T08:00:00Z"),
+    },
+)
+
+
+def test_spot_nodes_are_priced_at_the_zones_spot_price_and_judged_on_it() -> None:
+    """Issue 26: 3 of 4 nodes Spot in us-east-1a: 55.04 + 3 x 16.512 per hour; the guardrail
+    is judged on that, and plan.md shows the price per zone, dated, and the saving."""
+    cost = estimate(
+        target="aws",
+        region="us-east-1",
+        before=(0, "-"),
+        after=(4, "p5.48xlarge"),
+        lifetime_hours=8,
+        idle_shutdown_minutes=30,
+        table=TABLE,
+        spot_nodes=(0, 3),
+        zone="us-east-1a",
+        spot_prices=SPOT_PRICES,
+    )
+    assert cost.after_hourly == pytest.approx(55.04 + 3 * 16.512)
+    assert cost.spot is not None and cost.spot.saving == pytest.approx(0.7)
+    checks = policy_checks(
+        Guardrails(max_hourly_usd=120),
+        cost,
+        idle_shutdown_minutes=30,
+        max_lifetime_hours=8,
+        target="aws",
+    )
+    assert [(c.ok, c.reason) for c in checks] == [
+        (True, "$104.58/h ≤ $120.00/h (3 Spot node(s) at the Spot price in us-east-1a)")
+    ]
+    lines = markdown.cost(cost)
+    assert (
+        "**Spot nodes: 3** (`p5.48xlarge`), priced at the Spot price in us-east-1a: "
+        "$16.51/h each against $55.04/h On-Demand (70% less)." in lines
+    )
+    assert "| us-east-1b | $22.02/h | 2026-11-25T08:00:00Z | 60% less |" in lines
+    assert "<sub>Spot prices: test history." in lines[-1]
+    # Without a Spot price for the zone: the On-Demand price, the most a node costs uncapped.
+    unknown = estimate(
+        target="aws",
+        region="us-east-1",
+        before=(0, "-"),
+        after=(4, "p5.48xlarge"),
+        lifetime_hours=8,
+        idle_shutdown_minutes=30,
+        table=TABLE,
+        spot_nodes=(0, 3),
+        zone="us-east-1c",
+        spot_prices=SPOT_PRICES,
+    )
+    assert unknown.after_hourly == pytest.approx(4 * 55.04)
+    assert "no Spot price for us-east-1c at plan time" in "\n".join(markdown.cost(unknown))
+    assert SpotPrices.from_dict(SPOT_PRICES.to_dict()) == SPOT_PRICES
+    # On-Demand only: no Spot section, as before issue 26.
+    plain = estimate(
+        target="aws",
+        region="us-east-1",
+        before=(0, "-"),
+        after=(4, "p5.48xlarge"),
+        lifetime_hours=8,
+        idle_shutdown_minutes=30,
+        table=TABLE,
+        spot_prices=SPOT_PRICES,
+    )
+    assert plain.spot is None and "Spot" not in "\n".join(markdown.cost(plain))

@@ -242,10 +242,28 @@ resource "aws_instance" "this" {
     }
   }
 
+  # The market: a Capacity Block's own type, else Spot for the nodes node_markets names so
+  # (On-Demand has no block). Spot requests are one-time with interruption behaviour
+  # terminate: RunInstances supports persistent requests only with stop or hibernate, which
+  # would leave a stopped node (and its disk) waiting for EC2 to restart it outside
+  # Terraform; a terminated node stops costing, and skyinfra replaces it like any lost node.
+  # https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SpotMarketOptions.html
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/interruption-behavior.html
+  # Without max_price the cap is the On-Demand price; with one, AWS warns that Spot nodes
+  # are interrupted more often when the Spot price passes it.
   dynamic "instance_market_options" {
-    for_each = try(var.capacity_reservation.capacity_block, false) ? ["capacity-block"] : []
+    for_each = try(var.capacity_reservation.capacity_block, false) ? ["capacity-block"] : lookup(var.node_markets, each.key, "on-demand") == "spot" ? ["spot"] : []
     content {
       market_type = instance_market_options.value
+
+      dynamic "spot_options" {
+        for_each = instance_market_options.value == "spot" ? [var.spot_max_price] : []
+        content {
+          spot_instance_type             = "one-time"
+          instance_interruption_behavior = "terminate"
+          max_price                      = spot_options.value == null ? null : format("%.4f", spot_options.value)
+        }
+      }
     }
   }
 

@@ -241,3 +241,40 @@ variable "capacity_reservation" {
     error_message = "The capacity_reservation id must look like cr-0123456789abcdef0."
   }
 }
+
+# Spot (issue 26)
+variable "node_markets" {
+  description = "How each node is bought, keyed by node name (node-0, node-1, ...): \"on-demand\" or \"spot\". A node not named is On-Demand."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for market in values(var.node_markets) : contains(["on-demand", "spot"], market)])
+    error_message = "Each node_markets value must be \"on-demand\" or \"spot\"."
+  }
+
+  validation {
+    condition     = alltrue([for node in keys(var.node_markets) : can(regex("^node-[0-9]+$", node)) && tonumber(trimprefix(node, "node-")) < var.node_count])
+    error_message = "Each node_markets key must be the name of one of the nodes: node-0 .. node-<node_count - 1>."
+  }
+
+  # A capacity reservation holds On-Demand capacity, and a Capacity Block has its own market
+  # type (capacity-block): a Spot instance can use neither.
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html
+  validation {
+    condition     = var.capacity_reservation == null || !contains(values(var.node_markets), "spot")
+    error_message = "Spot nodes cannot launch into a capacity reservation: make every node \"on-demand\", or drop capacity_reservation."
+  }
+}
+
+variable "spot_max_price" {
+  description = "The highest price per instance-hour, in USD, the Spot nodes may cost; null: AWS's default cap, the On-Demand price."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.spot_max_price == null || try(var.spot_max_price > 0, false)
+    error_message = "The spot_max_price must be above 0 (USD per instance-hour), or null for the On-Demand price."
+  }
+}

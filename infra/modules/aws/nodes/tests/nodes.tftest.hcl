@@ -241,6 +241,97 @@ run "refuses_a_malformed_reservation_id" {
   expect_failures = [var.capacity_reservation]
 }
 
+# Spot (issue 26): only the nodes node_markets names "spot" get Spot market options.
+run "on_demand_by_default" {
+  command = plan
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : length(i.instance_market_options) == 0])
+    error_message = "Without node_markets every node is On-Demand (no market options)."
+  }
+}
+
+run "spot_workers" {
+  command = plan
+
+  variables {
+    node_count     = 3
+    node_markets   = { "node-0" = "on-demand", "node-1" = "spot", "node-2" = "spot" }
+    spot_max_price = 1.25
+  }
+
+  assert {
+    condition     = length(aws_instance.this["node-0"].instance_market_options) == 0
+    error_message = "An On-Demand node (the head here) must have no market options."
+  }
+
+  assert {
+    condition = alltrue([
+      for node in ["node-1", "node-2"] :
+      aws_instance.this[node].instance_market_options[0].market_type == "spot" &&
+      aws_instance.this[node].instance_market_options[0].spot_options[0].spot_instance_type == "one-time" &&
+      aws_instance.this[node].instance_market_options[0].spot_options[0].instance_interruption_behavior == "terminate" &&
+      aws_instance.this[node].instance_market_options[0].spot_options[0].max_price == "1.2500"
+    ])
+    error_message = "A Spot node must be a one-time request, terminated when interrupted, capped at spot_max_price."
+  }
+}
+
+run "spot_without_a_max_price" {
+  command = plan
+
+  variables {
+    node_markets = { "node-1" = "spot" }
+  }
+
+  assert {
+    condition     = aws_instance.this["node-1"].instance_market_options[0].market_type == "spot" && length(aws_instance.this["node-0"].instance_market_options) == 0
+    error_message = "A node left out of node_markets is On-Demand; a named one is Spot."
+  }
+}
+
+run "refuses_an_unknown_market" {
+  command = plan
+
+  variables {
+    node_markets = { "node-1" = "spto" }
+  }
+
+  expect_failures = [var.node_markets]
+}
+
+run "refuses_a_market_for_a_node_that_does_not_exist" {
+  command = plan
+
+  variables {
+    node_markets = { "node-2" = "spot" }
+  }
+
+  expect_failures = [var.node_markets]
+}
+
+run "refuses_spot_in_a_capacity_reservation" {
+  command = plan
+
+  variables {
+    node_markets         = { "node-1" = "spot" }
+    capacity_reservation = { id = "cr-0123456789abcdef0", capacity_block = false }
+  }
+
+  expect_failures = [var.node_markets]
+}
+
+run "refuses_a_max_price_of_zero" {
+  command = plan
+
+  variables {
+    node_markets   = { "node-1" = "spot" }
+    spot_max_price = 0
+  }
+
+  expect_failures = [var.spot_max_price]
+}
+
 # Checkpoints (issue 25): the nodes' role gets exactly the checkpoint prefix.
 run "no_checkpoint_access_by_default" {
   command = plan
