@@ -68,7 +68,10 @@ def _age(seconds: Any) -> str:
 
 
 def _state(job: dict[str, Any]) -> str:
-    return f"{job.get('state')} (STALLED)" if job.get("stalled") else str(job.get("state"))
+    state = str(job.get("state"))
+    if int(job.get("attempt") or 1) > 1:
+        state += f" (attempt {job.get('attempt')})"
+    return f"{state} (STALLED)" if job.get("stalled") else state
 
 
 @click.command("jobs")
@@ -160,6 +163,15 @@ def _show_job(job: dict[str, Any]) -> None:
         echo(f"  timeout:    {job.get('timeout_s'):g} s")
     if job.get("checkpoints"):
         echo(f"  checkpoints: {job.get('checkpoints')} ($SKYINFRA_CHECKPOINT_DIR)")
+    if job.get("max_restarts"):
+        echo(
+            f"  restarts:   up to {job.get('max_restarts')} on the same nodes, after a "
+            + ("signal or an error exit" if job.get("retry_on") == "error" else "signal")
+        )
+    from skyinfra.run.report import attempt_lines
+
+    for line in attempt_lines(job.get("attempts") or []):
+        echo(f"  {line}")
     from skyinfra.run.jobenv import shown
 
     variables = shown(job)

@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,15 @@ STATE_EXIT = {
     "cancelled": exitcodes.INTERRUPTED,
     "lost": exitcodes.ERROR,
 }
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """How often the head's supervisor restarts a failed job on the same nodes, and after
+    which failures (skyinfra_runtime.restarts)."""
+
+    max_restarts: int = 0
+    retry_on: str = "signal"
 
 
 def follow_hint(cluster: str, job_id: str) -> str:
@@ -100,6 +110,7 @@ def start_job(
     timeout_s: float | None,
     job_env: JobEnv | None = None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory.
@@ -120,7 +131,16 @@ def start_job(
             signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
     try:
         _start_agents(
-            transport, topology, job_id, launch, entry, args, timeout_s, job_env, checkpoints
+            transport,
+            topology,
+            job_id,
+            launch,
+            entry,
+            args,
+            timeout_s,
+            job_env,
+            checkpoints,
+            restarts or Restarts(),
         )
     finally:
         if old is not None:
@@ -138,7 +158,8 @@ def _start_agents(
     args: Sequence[str],
     timeout_s: float | None,
     job_env: JobEnv | None,
-    checkpoints: str | None = None,
+    checkpoints: str | None,
+    restarts: Restarts,
 ) -> None:
     token = secrets.token_hex(16)
     job_env = job_env or JobEnv()
@@ -182,6 +203,7 @@ def _start_agents(
     role = ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
     if timeout_s is not None:
         role += ["--timeout", f"{timeout_s:g}"]
+    role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
     # The peers start together: each start is a process (or an SSH channel) of its own, and
@@ -280,6 +302,9 @@ class JobNodeProcess:
         n = self.client.node(self.node)
         if n.get("state") != "ended":
             return None
+        rec = self.client.record() or {}
+        if rec.get("restarts_left") and rec.get("state") not in FINAL_STATES:
+            return None  # the supervisor may start it again as the next attempt
         code = n.get("exit_code")
         return int(code) if code is not None else 255  # an agent that vanished: unknown
 

@@ -39,7 +39,7 @@ from skyinfra.errors import Detached, InternalError, UsageError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
-from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
+from skyinfra.run.job import JobClient, JobNodeProcess, Restarts, start_job, wait_started
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
@@ -110,6 +110,7 @@ def run_on_cluster(
     job_env: JobEnv | None = None,
     run_files: Mapping[str, Path] | None = None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -124,10 +125,13 @@ def run_on_cluster(
     agents' stdin). ``run_files``: name -> local file, put in every node's run directory
     (beside work/) after the copy: the Python API's pickled call (ENTRY ``../call.pkl``,
     skyinfra_runtime.call). ``checkpoints``: the job's checkpoint set's name (None: the job
-    id)."""
+    id). ``restarts``: how often the head's supervisor restarts the job after a failure
+    (a job only; None: never)."""
     job_env = job_env or JobEnv()
     if (job_env.env or job_env.secrets) and not (as_job or detach):
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
+    if restarts is not None and restarts.max_restarts and not (as_job or detach):
+        raise InternalError("restarts need the run to be a job (as_job)")
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
@@ -156,7 +160,9 @@ def run_on_cluster(
     if detach:
         started = False
         try:
-            _start_job(transport, topology, report, entry, args, keep_runs, job_env, checkpoints)
+            _start_job(
+                transport, topology, report, entry, args, keep_runs, job_env, checkpoints, restarts
+            )
             started = True
             wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         except Detached as hup:
@@ -174,6 +180,7 @@ def run_on_cluster(
         topology=topology if as_job else None,
         job_env=job_env,
         checkpoints=checkpoints,
+        restarts=restarts,
     )
     said = startup.summary()
     if said:
@@ -245,6 +252,7 @@ def _run_all(
     topology: Topology | None = None,
     job_env: JobEnv | None = None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -264,15 +272,25 @@ def _run_all(
                 )
             else:
                 _start_job(
-                    transport, topology, report, entry, args, keep_runs, job_env, checkpoints
+                    transport,
+                    topology,
+                    report,
+                    entry,
+                    args,
+                    keep_runs,
+                    job_env,
+                    checkpoints,
+                    restarts,
                 )
                 started = True
-                _follow_job(transport, report, live)
+                client = _follow_job(transport, report, live)
             # The job's supervisor enforces the timeout itself; this one only reports it.
             pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
+            if topology is not None:
+                _take_attempts(report, client)
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
@@ -342,6 +360,7 @@ def _start_job(
     keep_runs: int,
     job_env: JobEnv | None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
 ) -> None:
     from skyinfra.checkpoints import record_use
 
@@ -360,10 +379,19 @@ def _start_job(
         timeout_s=report.timeout_s,
         job_env=job_env,
         checkpoints=checkpoints,
+        restarts=restarts,
     )
 
 
-def _follow_job(transport: NodeTransport, report: RunReport, live: Live) -> None:
+def _take_attempts(report: RunReport, client: JobClient) -> None:
+    """The job's attempts (each one's cause, lost and recovery time) from its final record."""
+    rec = client.record(fresh=True) or {}
+    report.attempts = [a for a in rec.get("attempts", []) if isinstance(a, dict)]
+    report.max_restarts = int(rec.get("max_restarts") or 0)
+    report.retry_on = str(rec.get("retry_on") or "signal")
+
+
+def _follow_job(transport: NodeTransport, report: RunReport, live: Live) -> JobClient:
     """Each node of the job as a process whose output is its log, followed."""
     client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
     for i in report.outcomes:
@@ -373,6 +401,7 @@ def _follow_job(transport: NodeTransport, report: RunReport, live: Live) -> None
         live.streaming.add(i)
         live.tails[i] = collections.deque(maxlen=TAIL_LINES)
         threading.Thread(target=pump, args=(i, proc, live.events), daemon=True).start()
+    return client
 
 
 def _collect_results(transport: NodeTransport, report: RunReport) -> None:

@@ -26,6 +26,7 @@ from skyinfra_runtime.jobs.records import (
     write_json,
 )
 from skyinfra_runtime.jobs.supervisor import Supervisor
+from skyinfra_runtime.restarts import RETRY_ON
 
 
 def _daemonize(paths: Paths) -> int | None:
@@ -95,6 +96,19 @@ def supervise(ns: argparse.Namespace) -> int:
             # Never the input itself: it holds secrets.
             print(f"skyinfra-runtime supervise: stdin: {err}", file=sys.stderr)
             return exitcodes.USAGE
+    if ns.max_restarts < 0:
+        print(
+            f"skyinfra-runtime supervise: --max-restarts {ns.max_restarts}: expected 0 or more",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
+    if ns.retry_on not in RETRY_ON:
+        print(
+            f"skyinfra-runtime supervise: --retry-on {ns.retry_on!r}: expected one of "
+            f"{', '.join(RETRY_ON)}",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
     if ns.node != 0 and not ns.head:
         print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
         return exitcodes.USAGE
@@ -143,7 +157,15 @@ def supervise(ns: argparse.Namespace) -> int:
         _checkpoints(agent, paths)
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
-            sup = Supervisor(agent, ns.nodes, meta, ns.timeout, token=private["token"])
+            sup = Supervisor(
+                agent,
+                ns.nodes,
+                meta,
+                ns.timeout,
+                token=private["token"],
+                max_restarts=ns.max_restarts,
+                retry_on=ns.retry_on,
+            )
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
             _ready({"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]})
@@ -166,7 +188,9 @@ def _checkpoints(agent: Agent, paths: Paths) -> None:
     by cloud-init) and a job with a checkpoint directory: restore it before the launcher
     starts, upload every POLL_S while it runs (ckptsync.py), and once more when it ended,
     whichever way (SIGTERM included), before the node reports its exit."""
-    stop, restored = threading.Event(), threading.Event()
+    # Each attempt of the job restores, syncs while it runs, and uploads once when it ended
+    # (the next attempt's restore then reads what this one wrote).
+    syncing: list[threading.Event] = []
     # The agent's own addition to its launcher's environment (checkpoints.job_env).
     directory = agent.env.get(checkpoints.CHECKPOINT_DIR_ENV, "")
     try:
@@ -183,15 +207,17 @@ def _checkpoints(agent: Agent, paths: Paths) -> None:
             sync.restore()
         except (OSError, ValueError) as err:
             return f"skyinfra: could not restore the checkpoints into {directory}: {err}"
-        restored.set()
+        stop = threading.Event()
+        syncing.append(stop)
         threading.Thread(target=sync.run_until, args=(stop,), daemon=True).start()
         return None
 
     def final() -> None:
-        # Once, and only after a whole restore: a node that could not restore uploads nothing
-        # (its directory would hold other nodes' files it cannot tell from its own).
-        if restored.is_set() and not stop.is_set():
-            stop.set()
+        # Once an attempt, and only after a whole restore: a node that could not restore
+        # uploads nothing (its directory would hold other nodes' files it cannot tell from
+        # its own).
+        if syncing:
+            syncing.pop().set()
             sync.final()
 
     agent.before_start = restore
@@ -286,6 +312,20 @@ def main(argv: list[str]) -> int:
     sup.add_argument("--head", help="HOST:PORT of the job's supervisor (peers)")
     sup.add_argument("--timeout", type=float, default=None)
     sup.add_argument("--meta", help="JSON recorded with the job (head only)")
+    sup.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="restart the job on the same nodes up to N times after a failure (head only)",
+    )
+    sup.add_argument(
+        "--retry-on",
+        default="signal",
+        metavar="|".join(RETRY_ON),
+        help="which failures restart it: signal (a worker or launcher killed by a signal; the "
+        "default), error (also a non-zero exit of the user's code) (head only)",
+    )
     sup.add_argument(
         "--checkpoints",
         metavar="NAME",
