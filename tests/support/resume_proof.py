@@ -1,6 +1,7 @@
 """What the resume proofs share (tests/e2e/local/test_checkpoints*.py): an entry that pauses a
-node's worker at a batch for the test to kill it there, a job on a checkpoint set whose
-node-1 worker is SIGKILLed in the middle of epoch 3, and the workers' results of a run."""
+node's worker at a batch for the test to kill it there (in the job's first attempt only), a
+job on a checkpoint set whose node-1 worker is SIGKILLed in the middle of epoch 3 (ending the
+job, or restarting it by itself with --max-restarts), and the workers' results of a run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
 from tests.support.workers import wait_for_line, worker_pid
 
@@ -32,7 +34,7 @@ import {module}
 def _pausing_print(*args, **kwargs):
     builtins.print(*args, **kwargs)
     pause = os.environ.get("PAUSE_AT", "")
-    if pause:
+    if pause and os.environ.get("SKYINFRA_ATTEMPT", "1") == "1":  # a restarted job runs on
         node, epoch, batch = pause.split(":")
         line = " ".join(str(a) for a in args)
         here = node == os.environ["SKYINFRA_NODE"]
@@ -98,3 +100,40 @@ def wait_for_path(path: Path, timeout_s: float = 60) -> None:
     while not path.exists():
         assert time.monotonic() < end, f"{path} did not appear within {timeout_s} s"
         time.sleep(0.1)
+
+
+def restarted_after_kill(
+    project: Path, env: dict[str, str], workspace: Path, name: str, entry_args: list[str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    """One attached `run --max-restarts 1` on checkpoint set ``name`` whose node-1 worker is
+    SIGKILLed where it paused in attempt 1: the job restarts by itself; the run (its output)
+    and its summary.json."""
+    runs = workspace / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    argv = ["run", "--max-restarts", "1", "--checkpoints", name]
+    argv += ["--env", f"PAUSE_AT={PAUSE_AT}", *entry_args]
+    out_file = project / f"restarted-{name}.out"
+    with out_file.open("w") as out:
+        proc = subprocess.Popen(
+            [*skyinfra_argv(), *argv], cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            end = time.monotonic() + 120
+            while not (set(runs.iterdir()) if runs.is_dir() else set()) - before:
+                assert proc.poll() is None and time.monotonic() < end, out_file.read_text()
+                time.sleep(0.1)
+            job = max(set(runs.iterdir()) - before).name
+            _, epoch, batch = PAUSE_AT.split(":")
+            log = workspace / "nodes" / "node-1" / "runs" / job / "output.log"
+            wait_for_line(log, f"paused at epoch {epoch} batch {batch}")
+            pid = worker_pid(job, 1)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            code = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = out_file.read_text()
+    summary = json.loads((runs / job / "summary.json").read_text())
+    return subprocess.CompletedProcess(proc.args, code, said, ""), summary
