@@ -13,7 +13,13 @@ from skyinfra_runtime.restarts import RETRY_ON
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
-from skyinfra.cli.resolve import checked, echo, refresh_shared_topology, workspace
+from skyinfra.cli.resolve import (
+    checked,
+    echo,
+    refresh_shared_topology,
+    replace_lost_nodes,
+    workspace,
+)
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
@@ -219,6 +225,7 @@ def run(
                 job_env=job_env,
                 checkpoints=checkpoints,
                 restarts=restarts,
+                replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.

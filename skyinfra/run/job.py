@@ -35,7 +35,8 @@ from skyinfra.transport.base import NodeProcess, NodeTransport
 RECORD_EVERY_S = 0.3
 # How long `run --detach` waits for every node to report in.
 STARTED_WAIT_S = 60.0
-FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost")
+# needs_nodes: a node of the job was lost; `run` (attached) or `jobs recover` replaces it.
+FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
 # `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
 # without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
 # pass that prints only at its end: each can take 10-20 minutes), shorter than the idle
@@ -49,6 +50,7 @@ STATE_EXIT = {
     "timed_out": exitcodes.RUN_TIMEOUT,
     "cancelled": exitcodes.INTERRUPTED,
     "lost": exitcodes.ERROR,
+    "needs_nodes": exitcodes.NODE_FAILED,
 }
 
 
@@ -111,6 +113,7 @@ def start_job(
     job_env: JobEnv | None = None,
     checkpoints: str | None = None,
     restarts: Restarts | None = None,
+    attempts_before: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory.
@@ -141,6 +144,7 @@ def start_job(
             job_env,
             checkpoints,
             restarts or Restarts(),
+            attempts_before,
         )
     finally:
         if old is not None:
@@ -160,7 +164,10 @@ def _start_agents(
     job_env: JobEnv | None,
     checkpoints: str | None,
     restarts: Restarts,
+    attempts_before: Sequence[Mapping[str, Any]] = (),
 ) -> None:
+    """``attempts_before``: a job started again after a lost node was replaced goes on as the
+    next attempt (its record keeps the earlier ones)."""
     token = secrets.token_hex(16)
     job_env = job_env or JobEnv()
     private = json.dumps({"token": token, **job_env.private()}).encode()
@@ -172,6 +179,7 @@ def _start_agents(
         "nodes_total": len(launch),
         "checkpoints": checkpoints or job_id,
         **job_env.record(),
+        **({"attempts_before": [dict(a) for a in attempts_before]} if attempts_before else {}),
     }
 
     def start(i: int, role: list[str]) -> NodeProcess:
@@ -183,6 +191,7 @@ def _start_agents(
             "--node", str(i),
             "--private-stdin",
             "--checkpoints", checkpoints or job_id,
+            "--attempt", str(len(attempts_before) + 1),
             *role,
         ]  # fmt: skip
         return transport.start(
@@ -424,8 +433,8 @@ def job_results(transport: NodeTransport, job: dict[str, Any], into: Path) -> di
     for n in job.get("nodes", []):
         i = int(n.get("node"))
         local = into / f"node-{i}.result.json"
-        remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
-        try:
+        try:  # a lost node (its folder gone) has none: the others' are still shown
+            remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
             found = transport.fetch(i, remote, local)
         except (SkyinfraError, OSError):
             found = False

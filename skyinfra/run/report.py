@@ -45,6 +45,8 @@ class RunReport:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     max_restarts: int = 0
     retry_on: str = "signal"
+    job_state: str = ""  # the job's final state in its record ("" when not a job)
+    needs_nodes: list[int] = field(default_factory=list)  # lost nodes (state needs_nodes)
 
     @property
     def exit_code(self) -> int:
@@ -132,7 +134,9 @@ def attempt_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
     for a in attempts:
         said = f"attempt {a.get('attempt')}: {a.get('outcome') or 'running'}"
         cause = a.get("cause")
-        if isinstance(cause, Mapping):
+        if isinstance(cause, Mapping) and cause.get("kind") == "lost":
+            said += f" (node-{cause.get('node')} lost: its agent went away)"
+        elif isinstance(cause, Mapping):
             said += (
                 f" (node-{cause.get('node')} exit {cause.get('exit_code')}: {cause.get('meaning')})"
             )
@@ -142,6 +146,8 @@ def attempt_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
             said += f"; started {a['recovery_s']:.1f} s after the failure (recovery)"
         if a.get("not_restarted"):
             said += f"; not restarted: {a['not_restarted']}"
+        if a.get("restarted_by"):
+            said += f"; restarted by {a['restarted_by']}"
         lines.append(said)
     return lines
 

@@ -5,8 +5,10 @@ job, or restarting it by itself with --max-restarts), and the workers' results o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -102,12 +104,40 @@ def wait_for_path(path: Path, timeout_s: float = 60) -> None:
         time.sleep(0.1)
 
 
+def kill_worker(workspace: Path, job: str) -> None:
+    """SIGKILL node 1's worker of ``job`` (as the OOM killer does)."""
+    pid = worker_pid(job, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+
+def lose_node_1(workspace: Path, job: str) -> None:
+    """Node 1 lost, as a machine is: every process of it SIGKILLed (its agent, launcher and
+    worker: their environment names its folder), then its folder deleted."""
+    node_dir = workspace / "nodes" / "node-1"
+    mark = f"SKYINFRA_LOCAL_NODE_DIR={node_dir}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark in environ and int(pid) != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    shutil.rmtree(node_dir)
+
+
 def restarted_after_kill(
-    project: Path, env: dict[str, str], workspace: Path, name: str, entry_args: list[str]
+    project: Path,
+    env: dict[str, str],
+    workspace: Path,
+    name: str,
+    entry_args: list[str],
+    lose: Callable[[Path, str], None] = kill_worker,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
-    """One attached `run --max-restarts 1` on checkpoint set ``name`` whose node-1 worker is
-    SIGKILLed where it paused in attempt 1: the job restarts by itself; the run (its output)
-    and its summary.json."""
+    """One attached `run --max-restarts 1` on checkpoint set ``name`` whose node 1 is hit
+    where its worker paused in attempt 1 (``lose``: its worker SIGKILLed, or the whole node
+    lost): the job restarts by itself; the run (its output) and its summary.json."""
     runs = workspace / "runs"
     before = set(runs.iterdir()) if runs.is_dir() else set()
     argv = ["run", "--max-restarts", "1", "--checkpoints", name]
@@ -126,9 +156,7 @@ def restarted_after_kill(
             _, epoch, batch = PAUSE_AT.split(":")
             log = workspace / "nodes" / "node-1" / "runs" / job / "output.log"
             wait_for_line(log, f"paused at epoch {epoch} batch {batch}")
-            pid = worker_pid(job, 1)
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
+            lose(workspace, job)
             code = proc.wait(timeout=300)
         finally:
             if proc.poll() is None:

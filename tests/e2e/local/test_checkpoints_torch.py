@@ -19,6 +19,7 @@ from tests.conftest import REPO_ROOT
 from tests.support.local_jobs import cli, cluster_up, module_env
 from tests.support.resume_proof import (
     kill_node_1_in_epoch_3,
+    lose_node_1,
     pausing_entry,
     reference_sha256,
     restarted_after_kill,
@@ -98,6 +99,33 @@ def test_a_killed_ddp_job_restarts_by_itself_and_ends_bit_identical(
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[0]["cause"]["kind"] == "signal", attempts
     assert "killed by signal SIGKILL" in attempts[0]["cause"]["meaning"], attempts
+    assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    steps = workspace(project) / "checkpoints" / name
+    assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_epoch"] for v in values} == {2}
+    assert {v["weights_sha256"] for v in values} == {reference}
+    print(f"attempts: {attempts}")
+
+
+def test_a_lost_node_is_replaced_by_the_attached_run_and_the_job_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: str
+) -> None:
+    name = "lost-node"
+    run, summary = restarted_after_kill(
+        project,
+        env,
+        workspace(project),
+        name,
+        ["train.py:main", "--", "--saver", "dcp"],
+        lose=lose_node_1,
+    )
+    assert run.returncode == 0, run.stdout
+    assert "node-1 lost: replacing it" in run.stdout, run.stdout
+    assert 'replacing broken node(s): module.nodes.terraform_data.node["node-1"]' in run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2], attempts
+    assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
     assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
     steps = workspace(project) / "checkpoints" / name
     assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in run.stdout, run.stdout

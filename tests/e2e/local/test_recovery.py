@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
+from tests.support.resume_proof import lose_node_1
+from tests.support.workers import wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +48,14 @@ def killed_once():
         "greeting": os.environ.get("GREETING"),
         "secret_sha256": hashlib.sha256(os.environ.get("TOKEN", "").encode()).hexdigest(),
     }
+
+
+def waits_in_attempt_1():
+    attempt, node = _where()
+    if attempt == 1:
+        time.sleep(120)  # until node 1 is lost and the job ends node 0
+    secret_sha256 = hashlib.sha256(os.environ["TOKEN"].encode()).hexdigest()
+    return {"attempt": attempt, "secret_sha256": secret_sha256}
 
 
 def raises():
@@ -201,3 +211,53 @@ def test_bad_restart_flags_start_nothing(
     assert named in bad.stderr, bad.stderr
     now = sorted((ws(project) / "runs").iterdir()) if (ws(project) / "runs").is_dir() else []
     assert now == runs
+
+
+def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    wait_for_line(ws(project) / "nodes" / "node-1" / "runs" / job / "output.log", "attempt 1 on")
+    lose_node_1(ws(project), job)
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        shown_json = cli(["jobs", job, "--json"], project, env)
+        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
+        record = json.loads(shown_json.stdout)
+    assert record["state"] == "needs_nodes" and record["needs_nodes"] == [1], record
+    listed = cli(["jobs"], project, env).stdout
+    assert f"run `skyinfra jobs recover {job}`" in listed, listed
+    shown = cli(["jobs", job], project, env).stdout
+    assert (
+        f"needs nodes: node-1 lost; from the project's folder run: skyinfra jobs recover {job}"
+        in shown
+    )
+
+    # A secret's value comes from the environment again: without it, exit 2, nothing started.
+    no_secret = cli(
+        ["jobs", "recover", job], project, {k: v for k, v in env.items() if k != "TOKEN"}
+    )
+    assert no_secret.returncode == 2, no_secret.stdout + no_secret.stderr
+    assert "TOKEN" in no_secret.stderr
+    assert not (ws(project) / "nodes" / "node-1").exists()
+
+    recovered = cli(["jobs", "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "node-1 lost: replacing it" in recovered.stdout
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    attempts = record["attempts"]
+    assert isinstance(attempts, list) and attempts[0]["cause"]["kind"] == "lost"
+    assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
+    assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]  # type: ignore[index]
+    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    again = cli(["jobs", "recover", job], project, env)
+    assert again.returncode == 2 and "only a job that lost a node" in again.stderr

@@ -146,6 +146,7 @@ def supervise(ns: argparse.Namespace) -> int:
             argv,
             env={**private["env"], **private["secrets"], **ckpt_env},
             hidden=jobenv.masks(private["secrets"].values()),
+            attempt=ns.attempt,
         )
         paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
         write_json(paths.node_state, {"node": ns.node, "state": "starting"})
@@ -318,6 +319,13 @@ def main(argv: list[str]) -> int:
         default=0,
         metavar="N",
         help="restart the job on the same nodes up to N times after a failure (head only)",
+    )
+    sup.add_argument(
+        "--attempt",
+        type=int,
+        default=1,
+        metavar="K",
+        help="the job's attempt this start is (the operator's, after it replaced a lost node)",
     )
     sup.add_argument(
         "--retry-on",

@@ -75,10 +75,16 @@ class Supervisor:
         self.token = token
         self.max_restarts = max_restarts
         self.retry_on = retry_on
-        self.attempt = 1
-        # One entry per attempt: when it started and ended, its cause, lost and recovery time.
-        self.attempts: list[dict[str, Any]] = [{"attempt": 1}]
+        # One entry per attempt: when it started and ended, its cause, lost and recovery time;
+        # a job the operator started again after a node was lost goes on from its attempts.
+        before = [a for a in meta.pop("attempts_before", None) or [] if isinstance(a, dict)]
+        if before and before[-1].pop("not_restarted", None):
+            before[-1]["restarted_by"] = "the operator, after replacing the lost node(s)"
+        self.attempt = len(before) + 1
+        self.agent.attempt = self.attempt
+        self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
         self.failed_at: float | None = None  # when the head saw the attempt's first failure
+        self.needs_nodes: list[int] = []  # lost nodes, for the operator to replace
 
     def record(self) -> dict[str, Any]:
         return {
@@ -98,6 +104,7 @@ class Supervisor:
             "retry_on": self.retry_on,
             "restarts_left": self.max_restarts - (self.attempt - 1),
             "attempts": self.attempts,
+            "needs_nodes": self.needs_nodes,
             "nodes": [
                 {
                     "node": v.node,
@@ -168,6 +175,16 @@ class Supervisor:
             if why_not is not None:
                 if cause is not None:
                     current["not_restarted"] = why_not
+                break
+            if cause is not None and cause["kind"] == "lost":
+                # The head cannot start processes on another node, nor replace one: the
+                # operator does (Terraform), then starts the next attempt.
+                current["failed_at"] = self.failed_at
+                self.needs_nodes = self._lost_nodes()
+                current["not_restarted"] = (
+                    f"{', '.join(f'node-{i}' for i in self.needs_nodes)} lost: waiting for the "
+                    "operator to replace it and start the next attempt"
+                )
                 break
             self._restart(cause or {})
         for v in self.view.values():  # the peers' agents may go
@@ -254,13 +271,10 @@ class Supervisor:
         if self.attempt > self.max_restarts:
             return f"no restart left (--max-restarts {self.max_restarts})"
         kind = cause["kind"]
-        if kind == "lost":
-            return f"node-{cause['node']}'s agent is gone: the head cannot start it again"
         if kind == "error" and self.retry_on != "error":
             return "an error exit is not retried without --retry-on error"
-        gone = [v.node for v in self.view.values() if v.node != 0 and v.conn is None]
-        if gone:
-            return f"node-{gone[0]}'s agent is gone: the head cannot start it again"
+        if kind != "lost" and self._lost_nodes():
+            cause["kind"] = "lost"  # an agent that went after its node failed: the same
         return None
 
     def _restart(self, cause: dict[str, Any]) -> None:
@@ -338,7 +352,13 @@ class Supervisor:
                 with contextlib.suppress(OSError):
                     send(v.conn, {"cmd": "end", "reason": reason, "attempt": self.attempt})
 
+    def _lost_nodes(self) -> list[int]:
+        """Peers whose agent is gone (or never came): only the operator can start them."""
+        return sorted(v.node for v in self.view.values() if v.node != 0 and v.conn is None)
+
     def _final_state(self) -> str:
+        if self.needs_nodes:
+            return "needs_nodes"
         if self.first_failure is not None:
             return "failed"
         if self.timed_out:
