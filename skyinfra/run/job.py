@@ -283,12 +283,13 @@ class JobClient:
                 self._cancelled.set()
         self._cancelled.wait(120)
 
-    def follow(self, node: int) -> NodeProcess:
+    def follow(self, node: int, skip_lines: int = 0) -> NodeProcess:
+        """The node's log from its start (after ``skip_lines`` lines already shown)."""
         root = self.transport.node_root(node)
         return self.transport.start(
             node,
             [runtime_bin(self.transport, node), "logs", "--job", self.job_id,
-             "--node-dir", root, "--follow"],
+             "--node-dir", root, "--follow", "--skip-lines", str(skip_lines)],
             env={},
             cwd=root,
             tag=f"{self.job_id}-follow-{secrets.token_hex(3)}",
@@ -299,10 +300,10 @@ class JobNodeProcess:
     """One node of a job as a NodeProcess: its output from the node's log, its exit code from
     the head's record, and kill() asks the job to end (the supervisor ends every node)."""
 
-    def __init__(self, node: int, client: JobClient) -> None:
+    def __init__(self, node: int, client: JobClient, skip_lines: int = 0) -> None:
         self.node = node
         self.client = client
-        self.follower = client.follow(node)
+        self.follower = client.follow(node, skip_lines)
 
     def lines(self) -> Iterator[str]:
         return self.follower.lines()

@@ -248,6 +248,8 @@ def restart_on_replaced_nodes(
         report.first_failure, report.timed_out = None, []
         for outcome in report.outcomes.values():
             outcome.exit_code, outcome.ended_by_us, outcome.ended_reason = None, False, ""
+        # A surviving node's log goes on where it was; a replaced node's starts anew.
+        shown = {i: _lines_in(report.run_dir / f"node-{i}.log") for i in report.outcomes}
         _run_all(
             transport,
             report,
@@ -261,8 +263,17 @@ def restart_on_replaced_nodes(
             checkpoints=checkpoints,
             restarts=restarts,
             attempts_before=report.attempts,
+            skip_lines={i: n for i, n in shown.items() if i not in lost},
         )
     return transport
+
+
+def _lines_in(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
 
 
 def scan_project(
@@ -347,6 +358,7 @@ def _run_all(
     checkpoints: str | None = None,
     restarts: Restarts | None = None,
     attempts_before: Sequence[Mapping[str, object]] = (),
+    skip_lines: Mapping[int, int] | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -379,7 +391,7 @@ def _run_all(
                     attempts_before,
                 )
                 started = True
-                client = _follow_job(transport, report, live)
+                client = _follow_job(transport, report, live, skip_lines or {})
             # The job's supervisor enforces the timeout itself; this one only reports it.
             pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
             for proc in live.procs.values():
@@ -491,11 +503,14 @@ def _take_attempts(report: RunReport, client: JobClient) -> None:
     report.needs_nodes = [int(i) for i in rec.get("needs_nodes") or []]
 
 
-def _follow_job(transport: NodeTransport, report: RunReport, live: Live) -> JobClient:
-    """Each node of the job as a process whose output is its log, followed."""
+def _follow_job(
+    transport: NodeTransport, report: RunReport, live: Live, skip: Mapping[int, int]
+) -> JobClient:
+    """Each node of the job as a process whose output is its log, followed (``skip``: the
+    lines of each node's log already shown, by an earlier pass of this run)."""
     client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
     for i in report.outcomes:
-        proc = JobNodeProcess(i, client)
+        proc = JobNodeProcess(i, client, skip.get(i, 0))
         live.procs[i] = proc
         live.running.add(i)
         live.streaming.add(i)

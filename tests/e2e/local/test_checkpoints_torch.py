@@ -122,6 +122,8 @@ def test_a_lost_node_is_replaced_by_the_attached_run_and_the_job_ends_bit_identi
     )
     assert run.returncode == 0, run.stdout
     assert "node-1 lost: replacing it" in run.stdout, run.stdout
+    # Node 0's log goes on where it was: attempt 1's lines are not shown twice.
+    assert run.stdout.count("[node-0] epoch 1 batch 1 ") == 1, run.stdout
     assert 'replacing broken node(s): module.nodes.terraform_data.node["node-1"]' in run.stdout
     attempts = summary["attempts"]
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2], attempts

@@ -238,6 +238,10 @@ def logs(ns: argparse.Namespace) -> int:
         if ns.tail is not None and log.is_file():
             lines = log.read_bytes().splitlines(keepends=True)
             start = sum(len(line) for line in lines[: max(0, len(lines) - ns.tail)])
+        elif ns.skip_lines and log.is_file():
+            # What a follower already showed (a job started again after a lost node).
+            lines = log.read_bytes().splitlines(keepends=True)
+            start = sum(len(line) for line in lines[: ns.skip_lines])
         else:
             start = 0
         pos = start
@@ -350,6 +354,7 @@ def main(argv: list[str]) -> int:
     lg.add_argument("--node-dir", required=True)
     lg.add_argument("--follow", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
+    lg.add_argument("--skip-lines", type=int, default=0, help="start after the first N lines")
     ca = sub.add_parser("cancel", help="end a job (on the head)")
     ca.add_argument("--job", required=True)
     ca.add_argument("--node-dir", required=True)
