@@ -3,7 +3,8 @@ JAX, CPU, shared by the module): $SKYINFRA_CHECKPOINT_DIR on every worker, an un
 run, a run whose node-1 worker is SIGKILLed in the middle of epoch 3, and a fresh job on the
 same `--checkpoints` set that resumes from the end of epoch 2 and ends with weights
 bit-identical (sha256) to the uninterrupted run's; a half-written step is ignored; with
-`run --max-restarts 1` the killed job resumes by itself (attempt 2), bit-identical too;
+`run --max-restarts 1` the killed job resumes by itself (attempt 2), bit-identical too, and
+so does one whose node 1 is lost (its folder deleted, its processes gone: `run` replaces it);
 `skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.support.local_jobs import cli, module_env
-from tests.support.resume_proof import kill_node_1_in_epoch_3, restarted_after_kill
+from tests.support.resume_proof import kill_node_1_in_epoch_3, lose_node_1, restarted_after_kill
 from tests.support.resume_proof import results as run_results
 
 pytestmark = pytest.mark.slow
@@ -191,5 +192,25 @@ def test_a_killed_job_restarts_by_itself_and_ends_bit_identical(
     values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
     assert {v["resumed_step"] for v in values} == {16}
     assert {v["epochs_run"] for v in values} == {3}  # epochs 3, 4 and 5, in attempt 2
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    print(f"attempts: {attempts}")
+
+
+def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    ws = project / ".skyinfra" / "clusters" / NAME
+    run, summary = restarted_after_kill(
+        project, env, ws, "lost-node", ["train.py:main"], lose=lose_node_1
+    )
+    assert run.returncode == 0, run.stdout
+    assert "node-1 lost: replacing it" in run.stdout, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
+    steps = sets_dir(project) / "lost-node"
+    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
     assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
     print(f"attempts: {attempts}")
