@@ -366,7 +366,8 @@ class Cluster:
                     as_job=True,
                     detach=detach,
                     run_files=call.files,
-                    restarts=Restarts(spec.max_restarts, spec.retry_on),
+                    # The job-only fields as this object says (as `run` reads ./skyinfra.toml).
+                    restarts=Restarts(self.spec.max_restarts, self.spec.retry_on),
                 )
             except BaseException:
                 with contextlib.suppress(Exception):  # a call on some nodes: theirs back
