@@ -359,7 +359,8 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
     job = find_job(transport, job_id)
-    if job.get("state") in FINAL_STATES:
+    # A job that waits for its lost nodes runs nothing; cancelling it means no recovery.
+    if job.get("state") in FINAL_STATES and job.get("state") != "needs_nodes":
         echo(f"job {job_id} already ended: {job.get('state')}; nothing to cancel")
         return
     if not yes:

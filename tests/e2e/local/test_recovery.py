@@ -261,3 +261,27 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
     assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
     again = cli(["jobs", "recover", job], project, env)
     assert again.returncode == 2 and "only a job that lost a node" in again.stderr
+
+
+def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    wait_for_line(ws(project) / "nodes" / "node-1" / "runs" / job / "output.log", "attempt 1 on")
+    lose_node_1(ws(project), job)
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") != "needs_nodes":
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        record = json.loads(cli(["jobs", job, "--json"], project, env).stdout or "{}")
+    cancelled = cli(["cancel", job, "--yes"], project, env)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert f"job {job}: cancelled" in cancelled.stdout, cancelled.stdout
+    refused = cli(["jobs", "recover", job], project, env)
+    assert refused.returncode == 2 and "is cancelled" in refused.stderr, refused.stderr
+    # `up` puts node 1 back for the module's other tests.
+    assert cli(["up"], project, env).returncode == 0

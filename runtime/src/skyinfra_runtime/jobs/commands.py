@@ -279,6 +279,11 @@ def cancel(ns: argparse.Namespace) -> int:
             print(f"skyinfra-runtime: the job's supervisor {pid} still runs", file=sys.stderr)
             return exitcodes.USER_FAILED
     record = read_json(paths.record) or {}
+    if record.get("state") == "needs_nodes":
+        # Nothing runs while a job waits for its lost nodes: cancelling it is saying it will
+        # not be recovered.
+        record["state"] = "cancelled"
+        write_json(paths.record, record)
     print(json.dumps({"was_running": pid is not None, "state": record.get("state")}))
     return exitcodes.OK
 
