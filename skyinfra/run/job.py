@@ -278,7 +278,10 @@ class JobClient:
             self._cancelling = True
         if first:
             try:
-                cancel_job(self.transport, self.job_id)
+                # A job that already ended has nothing to end, and one that waits for its lost
+                # nodes must stay so (a cancel would say it is not to be recovered).
+                if (self.record(fresh=True) or {}).get("state") not in FINAL_STATES:
+                    cancel_job(self.transport, self.job_id)
             finally:
                 self._cancelled.set()
         self._cancelled.wait(120)

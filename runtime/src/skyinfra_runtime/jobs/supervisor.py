@@ -142,7 +142,7 @@ class Supervisor:
                     node = int(i)
                     self.view[node].conn = conn
                     if self.ending:  # joined after the job began to end
-                        send(conn, {"cmd": "end", "reason": self.ending, "attempt": 1})
+                        send(conn, {"cmd": "end", "reason": self.ending, "attempt": self.attempt})
                     continue
                 self.events.put((str(msg.get("event")), node, msg))
         except OSError:
@@ -176,7 +176,7 @@ class Supervisor:
                 if cause is not None:
                     current["not_restarted"] = why_not
                 break
-            if cause is not None and cause["kind"] == "lost":
+            if self._lost_nodes():
                 # The head cannot start processes on another node, nor replace one: the
                 # operator does (Terraform), then starts the next attempt.
                 current["failed_at"] = self.failed_at
@@ -248,20 +248,22 @@ class Supervisor:
             )
 
     def _cause(self) -> dict[str, Any] | None:
-        """What ended the attempt: a worker killed by a signal if any node's was (the other
-        nodes' collectives then fail with errors of their own), else the first failure."""
+        """What ended the attempt: a worker killed by a signal if any node's was, else a node
+        that was lost (its agent gone), else the first failure. The others' collectives
+        often fail first, with errors of their own, and are not the cause."""
         if self.first_failure is None:
             return None
         killed = sorted(
             (v for v in self.view.values() if worker_killed(v.exit_code)),
             key=lambda v: v.ended_at or 0.0,
         )
-        v = killed[0] if killed else self.view[self.first_failure]
+        lost = self._lost_nodes()
+        v = killed[0] if killed else self.view[lost[0]] if lost else self.view[self.first_failure]
         return {
             "node": v.node,
             "exit_code": v.exit_code,
             "meaning": exitcodes.describe(v.exit_code),
-            "kind": failure_kind(v.exit_code) if v.ended_reason != "never reported in" else "lost",
+            "kind": "lost" if v.node in lost and not killed else failure_kind(v.exit_code),
         }
 
     def _why_not_restart(self, cause: dict[str, Any] | None) -> str | None:
@@ -273,8 +275,6 @@ class Supervisor:
         kind = cause["kind"]
         if kind == "error" and self.retry_on != "error":
             return "an error exit is not retried without --retry-on error"
-        if kind != "lost" and self._lost_nodes():
-            cause["kind"] = "lost"  # an agent that went after its node failed: the same
         return None
 
     def _restart(self, cause: dict[str, Any]) -> None:
