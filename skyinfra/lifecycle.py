@@ -7,6 +7,7 @@ an engine factory; nothing here knows which target or engine it drives.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -110,13 +111,15 @@ def up(
     spec_file: Path | None = None,
     adopt: bool = False,
     confirm: Confirm | None = None,
+    lock_held: bool = False,
 ) -> tuple[PlanSummary, Topology]:
     """Render, init, plan, apply when there are changes, write topology.json.
 
     ``options``: the target's own flags (such as aws's skip_preflight). ``spec_file``: the
     file the spec came from; a cluster made from another file is refused unless ``adopt``.
     A plan that destroys or replaces resources is shown and applied only if ``confirm`` says
-    yes. One operation at a time holds the workspace.
+    yes. One operation at a time holds the workspace (``lock_held``: the caller holds it
+    already: `run` replacing a lost node of its job).
     """
     options = dict(options or {})
     check_target_options(spec, options)
@@ -125,7 +128,8 @@ def up(
     # Each stage is printed as it ends; timeline.json keeps them all (skyinfra/timeline.py).
     timeline = Timeline("up", echo)
     try:
-        with ws.lock("up"), active(timeline):
+        held = contextlib.nullcontext() if lock_held else ws.lock("up")
+        with held, active(timeline):
             _check_same_cluster(spec, ws, spec_file, adopt=adopt)
             shared_state.check_backend_kept(ws, spec)
             target = target_of(spec)

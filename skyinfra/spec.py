@@ -25,6 +25,7 @@ from skyinfra_runtime import jobenv
 from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
 from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
 from skyinfra_runtime.plugins import validate_plugins
+from skyinfra_runtime.restarts import RETRY_ON as RUNTIME_RETRY_ON
 from skyinfra_runtime.topology import PluginRef
 
 from skyinfra.errors import InternalError, SpecError, spec_problems
@@ -60,10 +61,16 @@ COMMON_KEYS = (
     "env",
     "secrets",
     "checkpoints",
+    "max_restarts",
+    "retry_on",
 )
 # Fields only jobs read (`run` takes them when a job starts): changing one changes no
 # infrastructure, so a reviewed plan stays the plan to apply (planning.check_not_stale).
-JOB_ONLY_KEYS = ("env", "secrets")
+JOB_ONLY_KEYS = ("env", "secrets", "max_restarts", "retry_on")
+# The most restarts a job may ask for (`max_restarts`, `run --max-restarts`).
+MAX_RESTARTS = 1000
+# What `retry_on` / `run --retry-on` may say (the runtime's supervisor decides by it).
+RETRY_ON = RUNTIME_RETRY_ON
 # The longest `run_timeout` (seconds): a week.
 MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 
@@ -128,6 +135,10 @@ class ClusterSpec:
     # `checkpoints = "NAME"`: every job's checkpoint set ($SKYINFRA_CHECKPOINT_DIR), shared
     # across jobs (None: each job its own, named by its id). See skyinfra_runtime.checkpoints.
     checkpoints: str | None = None
+    # `max_restarts = N`: `run --max-restarts`'s default (restarts of a failed job on the same
+    # nodes); `retry_on = "error"`: `run --retry-on`'s (see skyinfra_runtime.jobs.supervisor).
+    max_restarts: int = 0
+    retry_on: str = "signal"
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -147,6 +158,8 @@ class ClusterSpec:
             **({"env": dict(self.env)} if self.env else {}),
             **({"secrets": list(self.secrets)} if self.secrets else {}),
             **({"checkpoints": self.checkpoints} if self.checkpoints is not None else {}),
+            **({"max_restarts": self.max_restarts} if self.max_restarts else {}),
+            **({"retry_on": self.retry_on} if self.retry_on != "signal" else {}),
             self.provider: self.section.to_dict(),
         }
 
@@ -425,6 +438,13 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
     no_secrets: tuple[str, ...] = ()
     secrets = problems.check(lambda: _secrets(raw.get("secrets", []), env), no_secrets)
     ckpts = problems.check(lambda: checkpoints_name(raw.get("checkpoints"), "checkpoints"), None)
+    max_restarts = problems.check(
+        lambda: read_int(raw, "max_restarts", "max_restarts", 0, 0, MAX_RESTARTS), 0
+    )
+    retry_on = raw.get("retry_on", "signal")
+    if retry_on not in RETRY_ON:
+        problems.found.append(SpecError("retry_on", retry_on, f"one of {list(RETRY_ON)}"))
+        retry_on = "signal"
     # Another target's table is allowed (`--provider` picks), and checked all the same.
     for other in targets:
         if other != provider and other in raw:
@@ -450,6 +470,8 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         env=env,
         secrets=secrets,
         checkpoints=ckpts,
+        max_restarts=max_restarts,
+        retry_on=retry_on,
     )
 
 

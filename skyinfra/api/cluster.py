@@ -297,6 +297,7 @@ class Cluster:
         from skyinfra.errors import ClusterDownError
         from skyinfra.run import DEFAULT_KEEP_RUNS
         from skyinfra.run.ignore import topology_path_inside
+        from skyinfra.run.job import Restarts
         from skyinfra.run.session import run_on_cluster
         from skyinfra.terraform.backend import has_backend
         from skyinfra.topology import read_topology
@@ -365,6 +366,8 @@ class Cluster:
                     as_job=True,
                     detach=detach,
                     run_files=call.files,
+                    # The job-only fields as this object says (as `run` reads ./skyinfra.toml).
+                    restarts=Restarts(self.spec.max_restarts, self.spec.retry_on),
                 )
             except BaseException:
                 with contextlib.suppress(Exception):  # a call on some nodes: theirs back

@@ -12,6 +12,7 @@ import click
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option, json_option
 from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
+from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
     from skyinfra.transport.base import NodeTransport
@@ -68,7 +69,10 @@ def _age(seconds: Any) -> str:
 
 
 def _state(job: dict[str, Any]) -> str:
-    return f"{job.get('state')} (STALLED)" if job.get("stalled") else str(job.get("state"))
+    state = str(job.get("state"))
+    if int(job.get("attempt") or 1) > 1:
+        state += f" (attempt {job.get('attempt')})"
+    return f"{state} (STALLED)" if job.get("stalled") else state
 
 
 @click.command("jobs")
@@ -85,19 +89,34 @@ def _state(job: dict[str, Any]) -> str:
     "(default 30: longer than a compile, a checkpoint or an evaluation pass that prints "
     "nothing, shorter than the 60-minute idle shutdown).",
 )
-@click.argument("job_id", metavar="[JOB]", required=False)
+@click.argument("words", metavar="[JOB | recover JOB]", nargs=-1)
 def jobs(
     cluster_name: str | None,
     clusters_root: Path | None,
     as_json: bool,
     stall_after: float | None,
-    job_id: str | None,
+    words: tuple[str, ...],
 ) -> None:
     """The cluster's jobs, newest first (id, entry, state, started, duration, the last
     output's age, each node's exit code; a running job whose every node has been silent for
     --stall-after minutes is marked stalled); JOB: that one in full, with each node's
-    result when the entry is a function."""
+    result when the entry is a function, and each attempt of a restarted job.
+
+    `jobs recover JOB`: a job that lost a node while nobody followed it (state needs_nodes):
+    replace the node as `up` does, copy the current directory to it (run it from the
+    project's folder, as `run` was), start the job again as its next attempt and follow it."""
     import tempfile
+
+    from skyinfra.errors import UsageError
+
+    if len(words) == 2 and words[0] == "recover":
+        _recover(clusters_root, cluster_name, words[1])
+        return
+    if len(words) > 1:
+        raise UsageError(
+            f"jobs {' '.join(words)}: expected JOB, or `recover JOB` (got {len(words)} words)"
+        )
+    job_id = words[0] if words else None
 
     from skyinfra.run.job import (
         DEFAULT_STALL_AFTER_MIN,
@@ -147,10 +166,83 @@ def jobs(
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    for j in found:
+        if j.get("state") == "needs_nodes":
+            echo(
+                f"job {j.get('id')} lost a node and waits for it: from the project's folder "
+                f"run `skyinfra jobs recover {j.get('id')}`"
+            )
+
+
+def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) -> None:
+    """`jobs recover JOB`: replace the job's lost nodes, start its next attempt, follow it."""
+    import os
+
+    from skyinfra.cli.resolve import replace_lost_nodes
+    from skyinfra.errors import UsageError
+    from skyinfra.run.job import Restarts, find_job
+    from skyinfra.run.jobenv import resolve
+    from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
+    from skyinfra.run.session import (
+        collect_and_summarise,
+        restart_on_replaced_nodes,
+        scan_project,
+    )
+
+    ws, transport, total = _cluster(clusters_root, cluster_name)
+    job = find_job(transport, job_id)
+    if job.get("state") != "needs_nodes":
+        raise UsageError(
+            f"job {job_id} is {job.get('state')}: only a job that lost a node and waits for it "
+            "(needs_nodes) is recovered; `skyinfra run` starts a new one"
+        )
+    env = job.get("env")
+    names = job.get("secrets")
+    # The env from the record, the secrets' values from this environment (as `run` took them).
+    job_env = resolve(
+        spec_env=sorted(env.items()) if isinstance(env, dict) else [],
+        spec_secrets=[str(n) for n in names] if isinstance(names, list) else [],
+        cli_env=(),
+        cli_secrets=(),
+        environ=os.environ,
+    )
+    run_dir = ws.runs_dir / job_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    report = RunReport(job_id, run_dir, {i: NodeOutcome(i) for i in range(total)})
+    report.attempts = [a for a in job.get("attempts") or [] if isinstance(a, dict)]
+    report.job_state = "needs_nodes"
+    report.needs_nodes = [int(i) for i in job.get("needs_nodes") or []]
+    entry, args = str(job.get("entry")), [str(a) for a in job.get("args") or []]
+    with ws.lock(f"jobs recover {job_id}"):
+        replaced = restart_on_replaced_nodes(
+            report,
+            lambda lost: replace_lost_nodes(ws, lost),
+            src=Path.cwd(),
+            topology_file=ws.topology_file,
+            wanted=scan_project(Path.cwd(), copy_cache=ws.copy_cache_file),
+            entry=entry,
+            args=args,
+            all_logs=False,
+            echo=echo,
+            keep_runs=DEFAULT_KEEP_RUNS,
+            job_env=job_env,
+            checkpoints=str(job.get("checkpoints") or job_id),
+            restarts=Restarts(int(job.get("max_restarts") or 0), str(job.get("retry_on"))),
+            run_files={},
+        )
+        collect_and_summarise(replaced or transport, report, entry, args)
+    print_report(report, echo)
+    raise_for_failure(report)
 
 
 def _show_job(job: dict[str, Any]) -> None:
     echo(f"job {job.get('id')}: {_state(job)}")
+    if job.get("state") == "needs_nodes":
+        lost = ", ".join(f"node-{i}" for i in job.get("needs_nodes") or [])
+        echo(
+            f"  needs nodes: {lost} lost; from the project's folder run: "
+            f"skyinfra jobs recover {job.get('id')}"
+        )
     echo(f"  entry:      {' '.join([str(job.get('entry')), *map(str, job.get('args', []))])}")
     echo(f"  started by: {job.get('started_by')}")
     echo(f"  started:    {_when(job.get('created_at'))}   ended: {_when(job.get('ended_at'))}")
@@ -160,6 +252,15 @@ def _show_job(job: dict[str, Any]) -> None:
         echo(f"  timeout:    {job.get('timeout_s'):g} s")
     if job.get("checkpoints"):
         echo(f"  checkpoints: {job.get('checkpoints')} ($SKYINFRA_CHECKPOINT_DIR)")
+    if job.get("max_restarts"):
+        echo(
+            f"  restarts:   up to {job.get('max_restarts')} on the same nodes, after a "
+            + ("signal or an error exit" if job.get("retry_on") == "error" else "signal")
+        )
+    from skyinfra.run.report import attempt_lines
+
+    for line in attempt_lines(job.get("attempts") or []):
+        echo(f"  {line}")
     from skyinfra.run.jobenv import shown
 
     variables = shown(job)
@@ -258,7 +359,8 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
     job = find_job(transport, job_id)
-    if job.get("state") in FINAL_STATES:
+    # A job that waits for its lost nodes runs nothing; cancelling it means no recovery.
+    if job.get("state") in FINAL_STATES and job.get("state") != "needs_nodes":
         echo(f"job {job_id} already ended: {job.get('state')}; nothing to cancel")
         return
     if not yes:

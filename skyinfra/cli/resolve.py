@@ -17,10 +17,13 @@ import click
 from skyinfra.cli.options import DEFAULT_SPEC
 
 if TYPE_CHECKING:
+    from skyinfra_runtime.topology import Topology
+
     from skyinfra.lifecycle import Confirm
     from skyinfra.spec import ClusterSpec
     from skyinfra.terraform import EngineFactory
     from skyinfra.terraform.plan import ResourceChange
+    from skyinfra.transport.base import NodeTransport
     from skyinfra.workspace import Workspace
 
 
@@ -118,3 +121,27 @@ def refresh_shared_topology(ws: Workspace) -> None:
     engine = engine_factory(None, spec)(ws.path)
     shared_state.ensure_init(ws, engine)
     shared_state.refresh_topology(ws, spec, engine)
+
+
+def replace_lost_nodes(ws: Workspace, lost: list[int]) -> tuple[NodeTransport, Topology]:
+    """A job's lost nodes replaced as `up` replaces them (the workspace's spec; Terraform
+    recreates what is missing, the topology keeps its shape and ranks; a plan that would
+    destroy anything else is refused off a terminal), under the lock the caller holds; the
+    transport and topology to start the job's next attempt with, once every node is ready."""
+    from skyinfra import lifecycle
+    from skyinfra.topology import read_topology
+    from skyinfra.transport.readiness import wait_until_ready
+
+    spec = ws.spec()
+    lifecycle.up(
+        spec,
+        ws,
+        echo,
+        engine_factory=engine_factory(None, spec),
+        confirm=confirmer(False),
+        lock_held=True,
+    )
+    topology = read_topology(ws.topology_file)
+    transport = lifecycle.transport_for(ws, topology, spec=spec)
+    wait_until_ready(transport, topology, timeout_s=lifecycle.default_wait_ready_s(spec), echo=echo)
+    return transport, topology

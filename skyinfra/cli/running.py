@@ -9,13 +9,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from skyinfra_runtime.restarts import RETRY_ON
 
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
-from skyinfra.cli.resolve import checked, echo, refresh_shared_topology, workspace
+from skyinfra.cli.resolve import (
+    checked,
+    echo,
+    refresh_shared_topology,
+    replace_lost_nodes,
+    workspace,
+)
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
+    from skyinfra.run.job import Restarts
     from skyinfra.run.jobenv import JobEnv
     from skyinfra.spec import ClusterSpec
     from skyinfra.workspace import Workspace
@@ -96,6 +104,26 @@ if TYPE_CHECKING:
     "lists them.",
 )
 @click.option(
+    "--max-restarts",
+    "max_restarts",
+    type=click.IntRange(min=0, max=1000),
+    default=None,
+    metavar="N",
+    help="Restart the job up to N times on the same nodes after a failure, attached or not: "
+    "every node is ended and the same job starts again as the next attempt, with the same "
+    "$SKYINFRA_CHECKPOINT_DIR, env and secrets (resume from your last checkpoint). Default: "
+    "the spec's max_restarts, else 0 (a failure ends the job).",
+)
+@click.option(
+    "--retry-on",
+    "retry_on",
+    type=click.Choice(RETRY_ON),
+    default=None,
+    help="Which failures restart the job: signal (a worker or launcher killed by a signal, "
+    "e.g. SIGKILL from the OOM killer; the default) or error (also a non-zero exit of your "
+    "code, an exception). Default: the spec's retry_on, else signal.",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -116,6 +144,8 @@ def run(
     cli_env: tuple[str, ...],
     cli_secrets: tuple[str, ...],
     checkpoints: str | None,
+    max_restarts: int | None,
+    retry_on: str | None,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -152,6 +182,7 @@ def run(
     # Bad names and missing values: exit 2 before anything is read, copied or started.
     job_env = _job_env(ws, cli_env, cli_secrets)
     checkpoints = _checkpoints_name(ws, checkpoints)
+    restarts = _restarts(ws, max_restarts, retry_on)
     refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
@@ -193,6 +224,8 @@ def run(
                 copy_cache=ws.copy_cache_file,
                 job_env=job_env,
                 checkpoints=checkpoints,
+                restarts=restarts,
+                replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.
@@ -209,6 +242,18 @@ def run(
         return
     print_report(report, echo)
     raise_for_failure(report)
+
+
+def _restarts(ws: Workspace, flag: int | None, retry_on: str | None) -> Restarts:
+    """--max-restarts and --retry-on, else the spec's (./skyinfra.toml when it names this
+    cluster), else no restart."""
+    from skyinfra.run.job import Restarts
+
+    spec = _current_spec(ws)
+    return Restarts(
+        max_restarts=spec.max_restarts if flag is None else flag,
+        retry_on=retry_on or spec.retry_on,
+    )
 
 
 def _checkpoints_name(ws: Workspace, flag: str | None) -> str | None:

@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ from skyinfra.transport.base import NodeProcess, NodeTransport
 RECORD_EVERY_S = 0.3
 # How long `run --detach` waits for every node to report in.
 STARTED_WAIT_S = 60.0
-FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost")
+# needs_nodes: a node of the job was lost; `run` (attached) or `jobs recover` replaces it.
+FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
 # `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
 # without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
 # pass that prints only at its end: each can take 10-20 minutes), shorter than the idle
@@ -48,7 +50,17 @@ STATE_EXIT = {
     "timed_out": exitcodes.RUN_TIMEOUT,
     "cancelled": exitcodes.INTERRUPTED,
     "lost": exitcodes.ERROR,
+    "needs_nodes": exitcodes.NODE_FAILED,
 }
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """How often the head's supervisor restarts a failed job on the same nodes, and after
+    which failures (skyinfra_runtime.restarts)."""
+
+    max_restarts: int = 0
+    retry_on: str = "signal"
 
 
 def follow_hint(cluster: str, job_id: str) -> str:
@@ -100,6 +112,8 @@ def start_job(
     timeout_s: float | None,
     job_env: JobEnv | None = None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
+    attempts_before: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory.
@@ -120,7 +134,17 @@ def start_job(
             signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
     try:
         _start_agents(
-            transport, topology, job_id, launch, entry, args, timeout_s, job_env, checkpoints
+            transport,
+            topology,
+            job_id,
+            launch,
+            entry,
+            args,
+            timeout_s,
+            job_env,
+            checkpoints,
+            restarts or Restarts(),
+            attempts_before,
         )
     finally:
         if old is not None:
@@ -138,8 +162,12 @@ def _start_agents(
     args: Sequence[str],
     timeout_s: float | None,
     job_env: JobEnv | None,
-    checkpoints: str | None = None,
+    checkpoints: str | None,
+    restarts: Restarts,
+    attempts_before: Sequence[Mapping[str, Any]] = (),
 ) -> None:
+    """``attempts_before``: a job started again after a lost node was replaced goes on as the
+    next attempt (its record keeps the earlier ones)."""
     token = secrets.token_hex(16)
     job_env = job_env or JobEnv()
     private = json.dumps({"token": token, **job_env.private()}).encode()
@@ -151,6 +179,7 @@ def _start_agents(
         "nodes_total": len(launch),
         "checkpoints": checkpoints or job_id,
         **job_env.record(),
+        **({"attempts_before": [dict(a) for a in attempts_before]} if attempts_before else {}),
     }
 
     def start(i: int, role: list[str]) -> NodeProcess:
@@ -162,6 +191,7 @@ def _start_agents(
             "--node", str(i),
             "--private-stdin",
             "--checkpoints", checkpoints or job_id,
+            "--attempt", str(len(attempts_before) + 1),
             *role,
         ]  # fmt: skip
         return transport.start(
@@ -182,6 +212,7 @@ def _start_agents(
     role = ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
     if timeout_s is not None:
         role += ["--timeout", f"{timeout_s:g}"]
+    role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
     # The peers start together: each start is a process (or an SSH channel) of its own, and
@@ -247,17 +278,21 @@ class JobClient:
             self._cancelling = True
         if first:
             try:
-                cancel_job(self.transport, self.job_id)
+                # A job that already ended has nothing to end, and one that waits for its lost
+                # nodes must stay so (a cancel would say it is not to be recovered).
+                if (self.record(fresh=True) or {}).get("state") not in FINAL_STATES:
+                    cancel_job(self.transport, self.job_id)
             finally:
                 self._cancelled.set()
         self._cancelled.wait(120)
 
-    def follow(self, node: int) -> NodeProcess:
+    def follow(self, node: int, skip_lines: int = 0) -> NodeProcess:
+        """The node's log from its start (after ``skip_lines`` lines already shown)."""
         root = self.transport.node_root(node)
         return self.transport.start(
             node,
             [runtime_bin(self.transport, node), "logs", "--job", self.job_id,
-             "--node-dir", root, "--follow"],
+             "--node-dir", root, "--follow", "--skip-lines", str(skip_lines)],
             env={},
             cwd=root,
             tag=f"{self.job_id}-follow-{secrets.token_hex(3)}",
@@ -268,10 +303,10 @@ class JobNodeProcess:
     """One node of a job as a NodeProcess: its output from the node's log, its exit code from
     the head's record, and kill() asks the job to end (the supervisor ends every node)."""
 
-    def __init__(self, node: int, client: JobClient) -> None:
+    def __init__(self, node: int, client: JobClient, skip_lines: int = 0) -> None:
         self.node = node
         self.client = client
-        self.follower = client.follow(node)
+        self.follower = client.follow(node, skip_lines)
 
     def lines(self) -> Iterator[str]:
         return self.follower.lines()
@@ -280,6 +315,9 @@ class JobNodeProcess:
         n = self.client.node(self.node)
         if n.get("state") != "ended":
             return None
+        rec = self.client.record() or {}
+        if rec.get("restarts_left") and rec.get("state") not in FINAL_STATES:
+            return None  # the supervisor may start it again as the next attempt
         code = n.get("exit_code")
         return int(code) if code is not None else 255  # an agent that vanished: unknown
 
@@ -399,8 +437,8 @@ def job_results(transport: NodeTransport, job: dict[str, Any], into: Path) -> di
     for n in job.get("nodes", []):
         i = int(n.get("node"))
         local = into / f"node-{i}.result.json"
-        remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
-        try:
+        try:  # a lost node (its folder gone) has none: the others' are still shown
+            remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
             found = transport.fetch(i, remote, local)
         except (SkyinfraError, OSError):
             found = False

@@ -40,6 +40,13 @@ class RunReport:
     first_failure: int | None = None
     timeout_s: float | None = None
     timed_out: list[int] = field(default_factory=list)  # nodes still running at the timeout
+    # A job's attempts, from its record (skyinfra_runtime.jobs.supervisor): one when it was
+    # never restarted; each with its cause, lost_s and recovery_s.
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    max_restarts: int = 0
+    retry_on: str = "signal"
+    job_state: str = ""  # the job's final state in its record ("" when not a job)
+    needs_nodes: list[int] = field(default_factory=list)  # lost nodes (state needs_nodes)
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +86,9 @@ def summary(report: RunReport, *, entry: str, args: Sequence[str]) -> dict[str, 
         "first_failure": report.first_failure,
         "timeout_s": report.timeout_s,
         "timed_out": list(report.timed_out),
+        "max_restarts": report.max_restarts,
+        "retry_on": report.retry_on,
+        "attempts": report.attempts,
         "nodes": [
             {
                 "node": o.node,
@@ -106,6 +116,9 @@ def print_report(
 ) -> None:
     """Each node's outcome, each worker's returned value, and where results and logs are."""
     echo(f"{prefix} run {report.run_id}:")
+    if len(report.attempts) > 1 or report.max_restarts:
+        for line in attempt_lines(report.attempts):
+            echo(f"  {line}")
     for outcome in report.outcomes.values():
         echo(f"  node-{outcome.node}: {describe_exit(outcome)}")
     for outcome in report.outcomes.values():
@@ -113,6 +126,30 @@ def print_report(
             value = json.dumps(worker.get("value"), sort_keys=True)
             echo(f"  node-{outcome.node} worker {worker.get('worker')}: {value}")
     echo(f"{prefix} results and logs: {report.run_dir}")
+
+
+def attempt_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each attempt of a job in words: how it ended, its cause, lost and recovery time."""
+    lines = []
+    for a in attempts:
+        said = f"attempt {a.get('attempt')}: {a.get('outcome') or 'running'}"
+        cause = a.get("cause")
+        if isinstance(cause, Mapping) and cause.get("kind") == "lost":
+            said += f" (node-{cause.get('node')} lost: its agent went away)"
+        elif isinstance(cause, Mapping):
+            said += (
+                f" (node-{cause.get('node')} exit {cause.get('exit_code')}: {cause.get('meaning')})"
+            )
+        if a.get("lost_s") is not None:
+            said += f"; lost up to {a['lost_s']:.1f} s (its run time until the failure)"
+        if a.get("recovery_s") is not None:
+            said += f"; started {a['recovery_s']:.1f} s after the failure (recovery)"
+        if a.get("not_restarted"):
+            said += f"; not restarted: {a['not_restarted']}"
+        if a.get("restarted_by"):
+            said += f"; restarted by {a['restarted_by']}"
+        lines.append(said)
+    return lines
 
 
 def _size(n: int) -> str:

@@ -18,7 +18,7 @@ import collections
 import json
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,7 +39,7 @@ from skyinfra.errors import Detached, InternalError, UsageError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
-from skyinfra.run.job import JobClient, JobNodeProcess, start_job, wait_started
+from skyinfra.run.job import JobClient, JobNodeProcess, Restarts, start_job, wait_started
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
@@ -51,6 +51,8 @@ from skyinfra.transport.tree import scan
 
 # The copy of the job's record (from the head) in runs/<id>/.
 JOB_COPY = "job.json"
+# Replaces a job's lost nodes (their indexes): the transport and topology to go on with.
+ReplaceNodes = Callable[[list[int]], tuple[NodeTransport, Topology]]
 
 
 def new_run_id() -> str:
@@ -110,6 +112,8 @@ def run_on_cluster(
     job_env: JobEnv | None = None,
     run_files: Mapping[str, Path] | None = None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
+    replace_nodes: ReplaceNodes | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -124,10 +128,16 @@ def run_on_cluster(
     agents' stdin). ``run_files``: name -> local file, put in every node's run directory
     (beside work/) after the copy: the Python API's pickled call (ENTRY ``../call.pkl``,
     skyinfra_runtime.call). ``checkpoints``: the job's checkpoint set's name (None: the job
-    id)."""
+    id). ``restarts``: how often the head's supervisor restarts the job after a failure
+    (a job only; None: never). ``replace_nodes``: when the job lost a node and restarts are
+    left (state needs_nodes), called with the lost nodes; it replaces them (Terraform, as
+    `up`) and gives the transport and topology to go on with: the project is copied again and
+    the job started as its next attempt, followed here (None: the job ends needs_nodes)."""
     job_env = job_env or JobEnv()
     if (job_env.env or job_env.secrets) and not (as_job or detach):
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
+    if restarts is not None and restarts.max_restarts and not (as_job or detach):
+        raise InternalError("restarts need the run to be a job (as_job)")
     startup = HeadStartup()
     patterns = read_ignore_patterns(src)
     ignore = make_ignore(patterns, extra_ignores)
@@ -156,7 +166,9 @@ def run_on_cluster(
     if detach:
         started = False
         try:
-            _start_job(transport, topology, report, entry, args, keep_runs, job_env, checkpoints)
+            _start_job(
+                transport, topology, report, entry, args, keep_runs, job_env, checkpoints, restarts
+            )
             started = True
             wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
         except Detached as hup:
@@ -174,13 +186,109 @@ def run_on_cluster(
         topology=topology if as_job else None,
         job_env=job_env,
         checkpoints=checkpoints,
+        restarts=restarts,
     )
+    if as_job and replace_nodes is not None:
+        replaced = restart_on_replaced_nodes(
+            report,
+            replace_nodes,
+            src=src,
+            topology_file=topology_file,
+            wanted=wanted,
+            entry=entry,
+            args=args,
+            all_logs=all_logs,
+            echo=echo,
+            keep_runs=keep_runs,
+            job_env=job_env,
+            checkpoints=checkpoints,
+            restarts=restarts,
+            run_files=run_files or {},
+        )
+        transport = replaced or transport
     said = startup.summary()
     if said:
         echo(said)
     _collect_results(transport, report)
     write_summary(report, entry=entry, args=args)
     return report
+
+
+def restart_on_replaced_nodes(
+    report: RunReport,
+    replace_nodes: ReplaceNodes,
+    *,
+    src: Path,
+    topology_file: Path,
+    wanted: Entries,
+    entry: str,
+    args: Sequence[str],
+    all_logs: bool,
+    echo: Echo,
+    keep_runs: int,
+    job_env: JobEnv | None,
+    checkpoints: str | None,
+    restarts: Restarts | None,
+    run_files: Mapping[str, Path],
+) -> NodeTransport | None:
+    """While the job ended needing nodes (a node lost, restarts left): replace them, copy the
+    project to them, start the job again as its next attempt and follow it; the transport of
+    the replaced cluster (None when nothing was replaced)."""
+    transport = None
+    while report.job_state == "needs_nodes":
+        lost = report.needs_nodes
+        echo(
+            f"[skyinfra] {', '.join(f'node-{i}' for i in lost)} lost: replacing "
+            f"{'it' if len(lost) == 1 else 'them'} (Terraform recreates what is missing, as "
+            f"`up`; ranks kept), then starting the job again as attempt "
+            f"{len(report.attempts) + 1}"
+        )
+        transport, topology = replace_nodes(lost)
+        _copy_to_nodes(transport, report, src, topology_file, wanted, echo, run_files, only=lost)
+        report.first_failure, report.timed_out = None, []
+        for outcome in report.outcomes.values():
+            outcome.exit_code, outcome.ended_by_us, outcome.ended_reason = None, False, ""
+        # A surviving node's log goes on where it was; a replaced node's starts anew.
+        shown = {i: _lines_in(report.run_dir / f"node-{i}.log") for i in report.outcomes}
+        _run_all(
+            transport,
+            report,
+            entry,
+            args,
+            all_logs=all_logs,
+            echo=echo,
+            keep_runs=keep_runs,
+            topology=topology,
+            job_env=job_env,
+            checkpoints=checkpoints,
+            restarts=restarts,
+            attempts_before=report.attempts,
+            skip_lines={i: n for i, n in shown.items() if i not in lost},
+        )
+    return transport
+
+
+def _lines_in(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def scan_project(
+    src: Path, extra_ignores: Sequence[str] = (), copy_cache: Path | None = None
+) -> Entries:
+    """What a copy of ``src`` to the nodes holds (its ignore patterns and ``extra_ignores``)."""
+    return _scan(src, make_ignore(read_ignore_patterns(src), extra_ignores), copy_cache)
+
+
+def collect_and_summarise(
+    transport: NodeTransport, report: RunReport, entry: str, args: Sequence[str]
+) -> None:
+    """Each node's result.json into the run's directory, then summary.json."""
+    _collect_results(transport, report)
+    write_summary(report, entry=entry, args=args)
 
 
 def _new_report(runs_dir: Path, nodes: Sequence[int]) -> RunReport:
@@ -214,11 +322,14 @@ def _copy_to_nodes(
     wanted: Entries,
     echo: Echo,
     run_files: Mapping[str, Path],
+    only: Sequence[int] | None = None,
 ) -> None:
     """Each node gets the project in the run's directory, built from its newest copy: only
     new and changed files travel (skyinfra.transport.nodesync); runs/<id>/copy.json and
-    summary.json say what travelled to each node."""
+    summary.json say what travelled to each node. ``only``: these nodes (replaced ones)."""
     for i, outcome in report.outcomes.items():
+        if only is not None and i not in only:
+            continue
         dirs = _dirs(transport, i, report.run_id)
         outcome.copy = transport.copy_tree(i, src, wanted, report.run_id)
         transport.put_file(i, topology_file, dirs.topology)
@@ -245,6 +356,9 @@ def _run_all(
     topology: Topology | None = None,
     job_env: JobEnv | None = None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
+    attempts_before: Sequence[Mapping[str, object]] = (),
+    skip_lines: Mapping[int, int] | None = None,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
@@ -253,7 +367,8 @@ def _run_all(
     live.shown = set(report.outcomes) if all_logs else {0}
     with ExitStack() as stack:
         logs = {
-            i: stack.enter_context((report.run_dir / f"node-{i}.log").open("w", encoding="utf-8"))
+            # Appended: a job started again after a lost node follows on in the same files.
+            i: stack.enter_context((report.run_dir / f"node-{i}.log").open("a", encoding="utf-8"))
             for i in report.outcomes
         }
         started = False
@@ -264,15 +379,26 @@ def _run_all(
                 )
             else:
                 _start_job(
-                    transport, topology, report, entry, args, keep_runs, job_env, checkpoints
+                    transport,
+                    topology,
+                    report,
+                    entry,
+                    args,
+                    keep_runs,
+                    job_env,
+                    checkpoints,
+                    restarts,
+                    attempts_before,
                 )
                 started = True
-                _follow_job(transport, report, live)
+                client = _follow_job(transport, report, live, skip_lines or {})
             # The job's supervisor enforces the timeout itself; this one only reports it.
             pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
+            if topology is not None:
+                _take_attempts(report, client)
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
@@ -342,6 +468,8 @@ def _start_job(
     keep_runs: int,
     job_env: JobEnv | None,
     checkpoints: str | None = None,
+    restarts: Restarts | None = None,
+    attempts_before: Sequence[Mapping[str, object]] = (),
 ) -> None:
     from skyinfra.checkpoints import record_use
 
@@ -360,19 +488,35 @@ def _start_job(
         timeout_s=report.timeout_s,
         job_env=job_env,
         checkpoints=checkpoints,
+        restarts=restarts,
+        attempts_before=attempts_before,
     )
 
 
-def _follow_job(transport: NodeTransport, report: RunReport, live: Live) -> None:
-    """Each node of the job as a process whose output is its log, followed."""
+def _take_attempts(report: RunReport, client: JobClient) -> None:
+    """The job's attempts (each one's cause, lost and recovery time) from its final record."""
+    rec = client.record(fresh=True) or {}
+    report.attempts = [a for a in rec.get("attempts", []) if isinstance(a, dict)]
+    report.max_restarts = int(rec.get("max_restarts") or 0)
+    report.retry_on = str(rec.get("retry_on") or "signal")
+    report.job_state = str(rec.get("state") or "")
+    report.needs_nodes = [int(i) for i in rec.get("needs_nodes") or []]
+
+
+def _follow_job(
+    transport: NodeTransport, report: RunReport, live: Live, skip: Mapping[int, int]
+) -> JobClient:
+    """Each node of the job as a process whose output is its log, followed (``skip``: the
+    lines of each node's log already shown, by an earlier pass of this run)."""
     client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
     for i in report.outcomes:
-        proc = JobNodeProcess(i, client)
+        proc = JobNodeProcess(i, client, skip.get(i, 0))
         live.procs[i] = proc
         live.running.add(i)
         live.streaming.add(i)
         live.tails[i] = collections.deque(maxlen=TAIL_LINES)
         threading.Thread(target=pump, args=(i, proc, live.events), daemon=True).start()
+    return client
 
 
 def _collect_results(transport: NodeTransport, report: RunReport) -> None:

@@ -1,17 +1,21 @@
 """What the resume proofs share (tests/e2e/local/test_checkpoints*.py): an entry that pauses a
-node's worker at a batch for the test to kill it there, a job on a checkpoint set whose
-node-1 worker is SIGKILLed in the middle of epoch 3, and the workers' results of a run."""
+node's worker at a batch for the test to kill it there (in the job's first attempt only), a
+job on a checkpoint set whose node-1 worker is SIGKILLed in the middle of epoch 3 (ending the
+job, or restarting it by itself with --max-restarts), and the workers' results of a run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
 from tests.support.workers import wait_for_line, worker_pid
 
@@ -32,7 +36,7 @@ import {module}
 def _pausing_print(*args, **kwargs):
     builtins.print(*args, **kwargs)
     pause = os.environ.get("PAUSE_AT", "")
-    if pause:
+    if pause and os.environ.get("SKYINFRA_ATTEMPT", "1") == "1":  # a restarted job runs on
         node, epoch, batch = pause.split(":")
         line = " ".join(str(a) for a in args)
         here = node == os.environ["SKYINFRA_NODE"]
@@ -98,3 +102,66 @@ def wait_for_path(path: Path, timeout_s: float = 60) -> None:
     while not path.exists():
         assert time.monotonic() < end, f"{path} did not appear within {timeout_s} s"
         time.sleep(0.1)
+
+
+def kill_worker(workspace: Path, job: str) -> None:
+    """SIGKILL node 1's worker of ``job`` (as the OOM killer does)."""
+    pid = worker_pid(job, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+
+def lose_node_1(workspace: Path, job: str) -> None:
+    """Node 1 lost, as a machine is: every process of it SIGKILLed (its agent, launcher and
+    worker: their environment names its folder), then its folder deleted."""
+    node_dir = workspace / "nodes" / "node-1"
+    mark = f"SKYINFRA_LOCAL_NODE_DIR={node_dir}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark in environ and int(pid) != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    shutil.rmtree(node_dir)
+
+
+def restarted_after_kill(
+    project: Path,
+    env: dict[str, str],
+    workspace: Path,
+    name: str,
+    entry_args: list[str],
+    lose: Callable[[Path, str], None] = kill_worker,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    """One attached `run --max-restarts 1` on checkpoint set ``name`` whose node 1 is hit
+    where its worker paused in attempt 1 (``lose``: its worker SIGKILLed, or the whole node
+    lost): the job restarts by itself; the run (its output) and its summary.json."""
+    runs = workspace / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    argv = ["run", "--max-restarts", "1", "--checkpoints", name]
+    argv += ["--env", f"PAUSE_AT={PAUSE_AT}", *entry_args]
+    out_file = project / f"restarted-{name}.out"
+    with out_file.open("w") as out:
+        proc = subprocess.Popen(
+            [*skyinfra_argv(), *argv], cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            end = time.monotonic() + 120
+            while not (set(runs.iterdir()) if runs.is_dir() else set()) - before:
+                assert proc.poll() is None and time.monotonic() < end, out_file.read_text()
+                time.sleep(0.1)
+            job = max(set(runs.iterdir()) - before).name
+            _, epoch, batch = PAUSE_AT.split(":")
+            log = workspace / "nodes" / "node-1" / "runs" / job / "output.log"
+            wait_for_line(log, f"paused at epoch {epoch} batch {batch}")
+            lose(workspace, job)
+            code = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = out_file.read_text()
+    summary = json.loads((runs / job / "summary.json").read_text())
+    return subprocess.CompletedProcess(proc.args, code, said, ""), summary

@@ -49,6 +49,8 @@ def test_only_the_cluster_and_errors_are_public() -> None:
         ({"name": "api", "provider": "gcp"}, "provider", "['local', 'aws']"),
         ({"name": "api", "plugins": ["jaxx"]}, "plugins[0].name", "jaxx"),
         ({"name": "api", "local": {"python": "/no/such/python"}}, "local.python", "existing"),
+        ({"name": "api", "max_restarts": -1}, "max_restarts", "an integer from 0 to 1000"),
+        ({"name": "api", "retry_on": "oom"}, "retry_on", "['signal', 'error']"),
     ],
 )
 def test_bad_keyword_arguments_raise_naming_the_field_and_write_nothing(

@@ -243,6 +243,9 @@ BAD_SPECS = [
     ('name = "c"\nhead_port = 80\n', [], "'head_port'"),
     ('name = "c"\nrun_timeout = 0\n', [], "'run_timeout'"),
     ('name = "c"\nrun_timeout = "1h"\n', [], "'run_timeout'"),
+    ('name = "c"\nmax_restarts = -1\n', [], "'max_restarts'"),
+    ('name = "c"\nmax_restarts = "twice"\n', [], "'max_restarts'"),
+    ('name = "c"\nretry_on = "oom"\n', [], "'retry_on'"),
     ('name = "c"\nprocs_per_node = "many"\n', [], "'procs_per_node'"),
     ('name = "c"\ncolour = "blue"\n', [], "'colour'"),
     ('name = "c"\n[local]\nbase_address = "10.0.0.1"\n', [], "'local.base_address'"),
@@ -295,6 +298,30 @@ def test_bad_spec_exits_2_names_field_writes_nothing(
     assert "expected" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .skyinfra, no cache
+
+
+def test_validate_names_bad_restart_fields_offline(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    (tmp_path / "skyinfra.toml").write_text('name = "c"\nmax_restarts = -1\nretry_on = "oom"\n')
+    proc = subprocess.run(
+        [*skyinfra_argv(), "validate"],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "'max_restarts': got -1; expected an integer from 0 to 1000" in said, said
+    assert "'retry_on': got 'oom'; expected one of ['signal', 'error']" in said, said
+    good = 'name = "c"\nmax_restarts = 3\nretry_on = "error"\n'
+    (tmp_path / "skyinfra.toml").write_text(good)
+    ok = subprocess.run(
+        [*skyinfra_argv(), "validate"], cwd=tmp_path, env=clean_env, capture_output=True
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
 def test_usage_error_exits_2(tmp_path: Path, clean_env: dict[str, str]) -> None:

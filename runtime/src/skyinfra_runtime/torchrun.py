@@ -53,7 +53,8 @@ def torchrun_env(
         "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
-        "TORCHELASTIC_RESTART_COUNT": "0",
+        # Restarts so far: the job's attempt (SKYINFRA_ATTEMPT, set by the node's agent) - 1.
+        "TORCHELASTIC_RESTART_COUNT": _restarts_so_far(inherited),
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": run_id or DEFAULT_RUN_ID,
         "TORCHELASTIC_USE_AGENT_STORE": str(False),
@@ -69,3 +70,8 @@ def torchrun_env(
     elif procs_per_node > 1:
         env["OMP_NUM_THREADS"] = "1"  # torchrun's default, so N processes do not oversubscribe
     return env
+
+
+def _restarts_so_far(inherited: Mapping[str, str]) -> str:
+    attempt = inherited.get("SKYINFRA_ATTEMPT", "1")
+    return str(int(attempt) - 1) if attempt.isdigit() and int(attempt) >= 1 else "0"

@@ -125,6 +125,26 @@ def test_an_exception_on_node_1_raises_with_its_traceback(cluster: skyinfra.Clus
     assert (err.run_dir / "node-1.log").is_file()
 
 
+def test_max_restarts_restarts_a_call_whose_worker_was_killed(cluster: skyinfra.Cluster) -> None:
+    """`max_restarts` on the Cluster object (a spec field): the call's job restarts by
+    itself after node 1's worker is SIGKILLed, and returns attempt 2's values."""
+    restarting = skyinfra.Cluster(name=NAME, provider="local", nodes=2, max_restarts=1)
+
+    def killed_once() -> int:
+        import os
+        import signal
+        import time
+
+        attempt = int(os.environ["SKYINFRA_ATTEMPT"])
+        if attempt == 1:
+            if os.environ["SKYINFRA_NODE"] == "1":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(120)  # node 0, until the job ends it
+        return attempt
+
+    assert restarting.run(killed_once) == [2, 2]
+
+
 def test_nodes_runs_on_some_nodes_numbered_from_0(cluster: skyinfra.Cluster) -> None:
     def where() -> tuple[int, int, str]:
         from skyinfra_runtime import instance_info

@@ -2,7 +2,9 @@
 JAX, CPU, shared by the module): $SKYINFRA_CHECKPOINT_DIR on every worker, an uninterrupted
 run, a run whose node-1 worker is SIGKILLed in the middle of epoch 3, and a fresh job on the
 same `--checkpoints` set that resumes from the end of epoch 2 and ends with weights
-bit-identical (sha256) to the uninterrupted run's; a half-written step is ignored;
+bit-identical (sha256) to the uninterrupted run's; a half-written step is ignored; with
+`run --max-restarts 1` the killed job resumes by itself (attempt 2), bit-identical too, and
+so does one whose node 1 is lost (its folder deleted, its processes gone: `run` replaces it);
 `skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.support.local_jobs import cli, module_env
-from tests.support.resume_proof import kill_node_1_in_epoch_3
+from tests.support.resume_proof import kill_node_1_in_epoch_3, lose_node_1, restarted_after_kill
 from tests.support.resume_proof import results as run_results
 
 pytestmark = pytest.mark.slow
@@ -40,7 +42,9 @@ def main():
     import keras_resume
 
     pause = os.environ.get("PAUSE_AT")
-    if pause and int(pause.split(":")[0]) == int(os.environ["SKYINFRA_NODE"]):
+    node = int(os.environ["SKYINFRA_NODE"])
+    # Attempt 1 only: a job restarted by itself (--max-restarts) runs on.
+    if pause and int(pause.split(":")[0]) == node and os.environ["SKYINFRA_ATTEMPT"] == "1":
         _, epoch_at, batch_at = (int(p) for p in pause.split(":"))
 
         class Pause(keras.callbacks.Callback):
@@ -123,17 +127,20 @@ def test_every_worker_gets_the_jobs_own_directory_by_default(
     assert values == [str(sets_dir(project) / "from-spec")] * 2
 
 
-def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
-    project: Path, env: dict[str, str]
-) -> None:
+@pytest.fixture(scope="module")
+def reference(project: Path, env: dict[str, str]) -> list[dict[str, object]]:
+    """The uninterrupted run's results (checkpoint set "ref")."""
     started = time.monotonic()
-    reference = results(
-        project, cli(["run", "--checkpoints", "ref", "train.py:main"], project, env)
-    )
-    assert {v["epochs_run"] for v in reference} == {5}
-    assert len({v["weights_sha256"] for v in reference}) == 1
-    uninterrupted_s = time.monotonic() - started
+    values = results(project, cli(["run", "--checkpoints", "ref", "train.py:main"], project, env))
+    print(f"uninterrupted run: {time.monotonic() - started:.1f} s")
+    assert {v["epochs_run"] for v in values} == {5}
+    assert len({v["weights_sha256"] for v in values}) == 1
+    return values
 
+
+def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
     # The second run: node 1's worker stops in the middle of epoch 3 and is SIGKILLed there.
     ws = project / ".skyinfra" / "clusters" / NAME
     kill_node_1_in_epoch_3(project, env, ws, "resume", ["train.py:main"])
@@ -153,7 +160,6 @@ def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
     assert {v["resumed_step"] for v in resumed} == {16}
     assert {v["epochs_run"] for v in resumed} == {3}  # epochs 3, 4 and 5
     assert {v["weights_sha256"] for v in resumed} == {reference[0]["weights_sha256"]}
-    print(f"uninterrupted run: {uninterrupted_s:.1f} s")
 
     # `skyinfra checkpoints` lists both sets, and deletes one only when told so
     listed = cli(["checkpoints", "--json"], project, env)
@@ -168,3 +174,43 @@ def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
     gone = cli(["checkpoints", "delete", "ref", "--yes"], project, env)
     assert gone.returncode == 0, gone.stderr
     assert not (sets_dir(project) / "ref").exists()
+
+
+def test_a_killed_job_restarts_by_itself_and_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    ws = project / ".skyinfra" / "clusters" / NAME
+    run, summary = restarted_after_kill(project, env, ws, "restart", ["train.py:main"])
+    assert run.returncode == 0, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "signal", attempts
+    assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    assert "restarting the job as attempt 2 on the same nodes" in run.stdout, run.stdout
+    steps = sets_dir(project) / "restart"
+    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["epochs_run"] for v in values} == {3}  # epochs 3, 4 and 5, in attempt 2
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    print(f"attempts: {attempts}")
+
+
+def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    ws = project / ".skyinfra" / "clusters" / NAME
+    run, summary = restarted_after_kill(
+        project, env, ws, "lost-node", ["train.py:main"], lose=lose_node_1
+    )
+    assert run.returncode == 0, run.stdout
+    assert "node-1 lost: replacing it" in run.stdout, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
+    steps = sets_dir(project) / "lost-node"
+    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    print(f"attempts: {attempts}")

@@ -4,7 +4,8 @@
 node 1's worker is SIGKILLed in the middle of epoch 3, a fresh job on the same `--checkpoints`
 set resumes from the end of epoch 2 and ends with weights bit-identical (sha256) to an
 uninterrupted run's; a half-written checkpoint (DCP without `.metadata`, torch.save without
-its COMMITTED mark) is ignored. Real processes only."""
+its COMMITTED mark) is ignored; with `run --max-restarts 1` the same job resumes by itself
+(attempt 2), bit-identical too. Real processes only."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from tests.conftest import REPO_ROOT
 from tests.support.local_jobs import cli, cluster_up, module_env
 from tests.support.resume_proof import (
     kill_node_1_in_epoch_3,
+    lose_node_1,
     pausing_entry,
     reference_sha256,
+    restarted_after_kill,
     results,
 )
 
@@ -82,3 +85,53 @@ def test_a_killed_ddp_run_resumes_from_its_last_epoch_bit_identical(
     assert "epoch 2 begins" not in run.stdout and "epoch 3 begins" in run.stdout
     assert {v["resumed_epoch"] for v in values} == {2}
     assert {v["weights_sha256"] for v in values} == {reference}
+
+
+def test_a_killed_ddp_job_restarts_by_itself_and_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: str
+) -> None:
+    name = "restart-dcp"
+    run, summary = restarted_after_kill(
+        project, env, workspace(project), name, ["train.py:main", "--", "--saver", "dcp"]
+    )
+    assert run.returncode == 0, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "signal", attempts
+    assert "killed by signal SIGKILL" in attempts[0]["cause"]["meaning"], attempts
+    assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    steps = workspace(project) / "checkpoints" / name
+    assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_epoch"] for v in values} == {2}
+    assert {v["weights_sha256"] for v in values} == {reference}
+    print(f"attempts: {attempts}")
+
+
+def test_a_lost_node_is_replaced_by_the_attached_run_and_the_job_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: str
+) -> None:
+    name = "lost-node"
+    run, summary = restarted_after_kill(
+        project,
+        env,
+        workspace(project),
+        name,
+        ["train.py:main", "--", "--saver", "dcp"],
+        lose=lose_node_1,
+    )
+    assert run.returncode == 0, run.stdout
+    assert "node-1 lost: replacing it" in run.stdout, run.stdout
+    # Node 0's log goes on where it was: attempt 1's lines are not shown twice.
+    assert run.stdout.count("[node-0] epoch 1 batch 1 ") == 1, run.stdout
+    assert 'replacing broken node(s): module.nodes.terraform_data.node["node-1"]' in run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2], attempts
+    assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
+    assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    steps = workspace(project) / "checkpoints" / name
+    assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_epoch"] for v in values} == {2}
+    assert {v["weights_sha256"] for v in values} == {reference}
+    print(f"attempts: {attempts}")

@@ -56,6 +56,12 @@ def test_one_process_per_node_leaves_omp_alone_and_the_users_values_win() -> Non
     assert env(run_id=None)["TORCHELASTIC_RUN_ID"] == "none"  # torchrun's default id
 
 
+def test_the_restart_count_is_the_jobs_attempt_less_one() -> None:
+    assert env()["TORCHELASTIC_RESTART_COUNT"] == "0"
+    assert env(inherited={"SKYINFRA_ATTEMPT": "3"})["TORCHELASTIC_RESTART_COUNT"] == "2"
+    assert env(inherited={"SKYINFRA_ATTEMPT": "x"})["TORCHELASTIC_RESTART_COUNT"] == "0"
+
+
 @pytest.mark.parametrize("gpus", [4, 8])
 @pytest.mark.parametrize("procs", [1, 2, 4, 8])
 def test_torch_ranks_get_distinct_gpus(gpus: int, procs: int) -> None:

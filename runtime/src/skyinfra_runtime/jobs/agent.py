@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -28,6 +29,10 @@ from skyinfra_runtime.jobs.records import (
     write_json,
 )
 from skyinfra_runtime.jobs.wire import messages, send
+
+# The attempt a worker belongs to (1, then 2, ... after each restart of the job: as torchrun's
+# TORCHELASTIC_RESTART_COUNT), in every worker's environment.
+ATTEMPT_ENV = "SKYINFRA_ATTEMPT"
 
 
 @dataclass
@@ -57,6 +62,24 @@ class Agent:
     # Runs once the launcher has ended, before the node's exit is reported (the final
     # checkpoint upload): the job counts as ended only once every node's has been made.
     after_end: Callable[[], None] | None = None
+    attempt: int = 1
+
+    def reset(self, attempt: int) -> None:
+        """Ready for the job's next attempt: the same argv, env and secrets (kept in this
+        agent's memory only), a fresh launcher."""
+        with self._lock:
+            self.attempt = attempt
+            self.proc = None
+            self.exit_code = None
+            self.ended_reason = ""
+            self.tail_at_end = None
+            self.tail.clear()
+
+    def note(self, line: str) -> None:
+        """A line of skyinfra's own in the node's log (whoever follows it sees it)."""
+        fd = os.open(self.paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "wb", buffering=0) as log:
+            log.write(f"[skyinfra] {line}\n".encode())
 
     def start(self) -> None:
         argv = self.argv
@@ -66,7 +89,7 @@ class Agent:
             argv = [sys.executable, "-c", code]
         self.proc = subprocess.Popen(
             argv,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, ATTEMPT_ENV: str(self.attempt)},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -138,7 +161,9 @@ def _end_with_parent() -> None:
 
 
 def report_to_head(agent: Agent, head: str, token: str) -> None:
-    """A peer's agent: report to the head, end the launcher when told or when the head goes."""
+    """A peer's agent: report to the head, end the launcher when told or when the head goes;
+    when the head restarts the job, run the launcher again as the attempt it names (the env
+    and secrets are those this agent read on its stdin: they never travel again)."""
     host, _, port = head.rpartition(":")
     sock = None
     until = now() + 30
@@ -151,6 +176,8 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
             time.sleep(0.2)
     sock.settimeout(None)
     lock = threading.Lock()
+    # The head's "start" of a next attempt (its number), or None: the job is over.
+    starts: queue.Queue[int | None] = queue.Queue()
 
     def report(msg: dict[str, Any]) -> None:
         with lock, contextlib.suppress(OSError):
@@ -162,30 +189,42 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
         reason = "the job's supervisor on the head went away"
         with contextlib.suppress(OSError):
             for msg in messages(sock):
-                if msg.get("cmd") == "end":
-                    reason = str(msg.get("reason") or "ended by the job")
-                    break
+                cmd = msg.get("cmd")
+                # One connection, in order: an attempt's "end" always comes before the next
+                # attempt's "start", so it never reaches the next launcher.
+                if cmd == "end" and msg.get("attempt", agent.attempt) == agent.attempt:
+                    agent.end(str(msg.get("reason") or "ended by the job"))
+                elif cmd == "start":
+                    starts.put(int(msg.get("attempt", agent.attempt + 1)))
+                elif cmd == "done":
+                    starts.put(None)
+                    return
         agent.end(reason)
+        starts.put(None)
 
     def on_term(signum: int, frame: object) -> None:
         threading.Thread(target=agent.end, args=("SIGTERM to its agent",), daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    agent.start()
-    report({"event": "started"})
     threading.Thread(target=listen, daemon=True).start()
-    said = None
-    while (code := agent.poll()) is None:
-        if agent.last_output != said:
-            said = agent.last_output
-            report({"event": "output", "t": said})
-        time.sleep(min(OUTPUT_EVERY_S, 0.2))
-    if agent.after_end is not None:
-        agent.after_end()
-    report({"event": "exit", "code": code, "tail": agent.tail_at_end})
+    while True:
+        agent.start()
+        report({"event": "started", "attempt": agent.attempt})
+        said = None
+        while (code := agent.poll()) is None:
+            if agent.last_output != said:
+                said = agent.last_output
+                report({"event": "output", "t": said})
+            time.sleep(min(OUTPUT_EVERY_S, 0.2))
+        if agent.after_end is not None:
+            agent.after_end()
+        report({"event": "exit", "code": code, "tail": agent.tail_at_end, "attempt": agent.attempt})
+        attempt = starts.get()
+        if attempt is None or agent.ended_reason == "SIGTERM to its agent":
+            break
+        agent.reset(attempt)
+        agent.note(f"attempt {attempt} starts on this node (the job was restarted)")
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(5)
-        sock.recv(1)  # the head closes once it has read the exit
     sock.close()

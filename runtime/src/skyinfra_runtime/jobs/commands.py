@@ -26,6 +26,7 @@ from skyinfra_runtime.jobs.records import (
     write_json,
 )
 from skyinfra_runtime.jobs.supervisor import Supervisor
+from skyinfra_runtime.restarts import RETRY_ON
 
 
 def _daemonize(paths: Paths) -> int | None:
@@ -95,6 +96,19 @@ def supervise(ns: argparse.Namespace) -> int:
             # Never the input itself: it holds secrets.
             print(f"skyinfra-runtime supervise: stdin: {err}", file=sys.stderr)
             return exitcodes.USAGE
+    if ns.max_restarts < 0:
+        print(
+            f"skyinfra-runtime supervise: --max-restarts {ns.max_restarts}: expected 0 or more",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
+    if ns.retry_on not in RETRY_ON:
+        print(
+            f"skyinfra-runtime supervise: --retry-on {ns.retry_on!r}: expected one of "
+            f"{', '.join(RETRY_ON)}",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
     if ns.node != 0 and not ns.head:
         print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
         return exitcodes.USAGE
@@ -132,6 +146,7 @@ def supervise(ns: argparse.Namespace) -> int:
             argv,
             env={**private["env"], **private["secrets"], **ckpt_env},
             hidden=jobenv.masks(private["secrets"].values()),
+            attempt=ns.attempt,
         )
         paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
         write_json(paths.node_state, {"node": ns.node, "state": "starting"})
@@ -143,7 +158,15 @@ def supervise(ns: argparse.Namespace) -> int:
         _checkpoints(agent, paths)
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
-            sup = Supervisor(agent, ns.nodes, meta, ns.timeout, token=private["token"])
+            sup = Supervisor(
+                agent,
+                ns.nodes,
+                meta,
+                ns.timeout,
+                token=private["token"],
+                max_restarts=ns.max_restarts,
+                retry_on=ns.retry_on,
+            )
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
             _ready({"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]})
@@ -166,7 +189,9 @@ def _checkpoints(agent: Agent, paths: Paths) -> None:
     by cloud-init) and a job with a checkpoint directory: restore it before the launcher
     starts, upload every POLL_S while it runs (ckptsync.py), and once more when it ended,
     whichever way (SIGTERM included), before the node reports its exit."""
-    stop, restored = threading.Event(), threading.Event()
+    # Each attempt of the job restores, syncs while it runs, and uploads once when it ended
+    # (the next attempt's restore then reads what this one wrote).
+    syncing: list[threading.Event] = []
     # The agent's own addition to its launcher's environment (checkpoints.job_env).
     directory = agent.env.get(checkpoints.CHECKPOINT_DIR_ENV, "")
     try:
@@ -183,15 +208,17 @@ def _checkpoints(agent: Agent, paths: Paths) -> None:
             sync.restore()
         except (OSError, ValueError) as err:
             return f"skyinfra: could not restore the checkpoints into {directory}: {err}"
-        restored.set()
+        stop = threading.Event()
+        syncing.append(stop)
         threading.Thread(target=sync.run_until, args=(stop,), daemon=True).start()
         return None
 
     def final() -> None:
-        # Once, and only after a whole restore: a node that could not restore uploads nothing
-        # (its directory would hold other nodes' files it cannot tell from its own).
-        if restored.is_set() and not stop.is_set():
-            stop.set()
+        # Once an attempt, and only after a whole restore: a node that could not restore
+        # uploads nothing (its directory would hold other nodes' files it cannot tell from
+        # its own).
+        if syncing:
+            syncing.pop().set()
             sync.final()
 
     agent.before_start = restore
@@ -211,6 +238,10 @@ def logs(ns: argparse.Namespace) -> int:
         if ns.tail is not None and log.is_file():
             lines = log.read_bytes().splitlines(keepends=True)
             start = sum(len(line) for line in lines[: max(0, len(lines) - ns.tail)])
+        elif ns.skip_lines and log.is_file():
+            # What a follower already showed (a job started again after a lost node).
+            lines = log.read_bytes().splitlines(keepends=True)
+            start = sum(len(line) for line in lines[: ns.skip_lines])
         else:
             start = 0
         pos = start
@@ -248,6 +279,11 @@ def cancel(ns: argparse.Namespace) -> int:
             print(f"skyinfra-runtime: the job's supervisor {pid} still runs", file=sys.stderr)
             return exitcodes.USER_FAILED
     record = read_json(paths.record) or {}
+    if record.get("state") == "needs_nodes":
+        # Nothing runs while a job waits for its lost nodes: cancelling it is saying it will
+        # not be recovered.
+        record["state"] = "cancelled"
+        write_json(paths.record, record)
     print(json.dumps({"was_running": pid is not None, "state": record.get("state")}))
     return exitcodes.OK
 
@@ -287,6 +323,27 @@ def main(argv: list[str]) -> int:
     sup.add_argument("--timeout", type=float, default=None)
     sup.add_argument("--meta", help="JSON recorded with the job (head only)")
     sup.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="restart the job on the same nodes up to N times after a failure (head only)",
+    )
+    sup.add_argument(
+        "--attempt",
+        type=int,
+        default=1,
+        metavar="K",
+        help="the job's attempt this start is (the operator's, after it replaced a lost node)",
+    )
+    sup.add_argument(
+        "--retry-on",
+        default="signal",
+        metavar="|".join(RETRY_ON),
+        help="which failures restart it: signal (a worker or launcher killed by a signal; the "
+        "default), error (also a non-zero exit of the user's code) (head only)",
+    )
+    sup.add_argument(
         "--checkpoints",
         metavar="NAME",
         help="the job's checkpoint set ($SKYINFRA_CHECKPOINT_DIR; default: the job id)",
@@ -302,6 +359,7 @@ def main(argv: list[str]) -> int:
     lg.add_argument("--node-dir", required=True)
     lg.add_argument("--follow", action="store_true")
     lg.add_argument("--tail", type=int, default=None)
+    lg.add_argument("--skip-lines", type=int, default=0, help="start after the first N lines")
     ca = sub.add_parser("cancel", help="end a job (on the head)")
     ca.add_argument("--job", required=True)
     ca.add_argument("--node-dir", required=True)

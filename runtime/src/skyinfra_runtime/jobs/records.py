@@ -23,7 +23,9 @@ JOIN_WAIT_S = 60.0
 TAIL_LINES = 20
 # How often a node's last-output time reaches the head and the record (at most).
 OUTPUT_EVERY_S = 1.0
-FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out")
+# needs_nodes: a node was lost and restarts are left; the operator replaces it (Terraform) and
+# starts the job again as the next attempt (`skyinfra jobs recover`): nothing runs meanwhile.
+FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "needs_nodes")
 
 
 def now() -> float:

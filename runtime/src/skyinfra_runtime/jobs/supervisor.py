@@ -1,4 +1,13 @@
-"""The head's agent: the job's supervisor (fail-fast, timeout, the record)."""
+"""The head's agent: the job's supervisor (fail-fast, timeout, restarts, the record).
+
+Restarts (``--max-restarts N``): once every node of an attempt has ended, a failure whose
+cause may pass (a worker or launcher killed by a signal: the OOM killer's SIGKILL, a kill -9;
+with ``--retry-on error`` also a non-zero exit of the user's code) starts the same job again
+as the next attempt on the same nodes: the head's launcher here, each peer's by a "start" on
+its connection (the peer's agent kept its argv, env and secrets in memory: nothing is written
+or sent again). A node whose agent is gone cannot be restarted from here (the head has no way
+to start processes on peers): the job ends.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ from skyinfra_runtime.jobs.records import (
     write_json,
 )
 from skyinfra_runtime.jobs.wire import messages, send
+from skyinfra_runtime.restarts import failure_kind, worker_killed
 
 
 @dataclass
@@ -46,6 +56,8 @@ class Supervisor:
         timeout_s: float | None,
         *,
         token: str,
+        max_restarts: int = 0,
+        retry_on: str = "signal",
     ):
         self.agent = agent
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
@@ -61,6 +73,18 @@ class Supervisor:
         self.ending = ""  # why the supervisor is ending every node ("" while it is not)
         self.cancel = threading.Event()
         self.token = token
+        self.max_restarts = max_restarts
+        self.retry_on = retry_on
+        # One entry per attempt: when it started and ended, its cause, lost and recovery time;
+        # a job the operator started again after a node was lost goes on from its attempts.
+        before = [a for a in meta.pop("attempts_before", None) or [] if isinstance(a, dict)]
+        if before and before[-1].pop("not_restarted", None):
+            before[-1]["restarted_by"] = "the operator, after replacing the lost node(s)"
+        self.attempt = len(before) + 1
+        self.agent.attempt = self.attempt
+        self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
+        self.failed_at: float | None = None  # when the head saw the attempt's first failure
+        self.needs_nodes: list[int] = []  # lost nodes, for the operator to replace
 
     def record(self) -> dict[str, Any]:
         return {
@@ -75,6 +99,12 @@ class Supervisor:
             "first_failure": self.first_failure,
             "timed_out": self.timed_out,
             "supervisor_pid": os.getpid(),
+            "attempt": self.attempt,
+            "max_restarts": self.max_restarts,
+            "retry_on": self.retry_on,
+            "restarts_left": self.max_restarts - (self.attempt - 1),
+            "attempts": self.attempts,
+            "needs_nodes": self.needs_nodes,
             "nodes": [
                 {
                     "node": v.node,
@@ -112,23 +142,66 @@ class Supervisor:
                     node = int(i)
                     self.view[node].conn = conn
                     if self.ending:  # joined after the job began to end
-                        send(conn, {"cmd": "end", "reason": self.ending})
+                        send(conn, {"cmd": "end", "reason": self.ending, "attempt": self.attempt})
                     continue
                 self.events.put((str(msg.get("event")), node, msg))
         except OSError:
             pass
         finally:
             if node is not None:
+                if self.view[node].conn is conn:
+                    self.view[node].conn = None  # gone: this node cannot be restarted
                 self.events.put(("lost", node, None))
             conn.close()
 
     def run(self) -> None:
-        self.agent.start()
-        self.view[0].state = "running"
-        self.save()
         signal.signal(signal.SIGTERM, lambda *_: self.cancel.set())
         signal.signal(signal.SIGINT, lambda *_: self.cancel.set())
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        while True:
+            self._run_attempt()
+            cause = self._cause()
+            current = self.attempts[-1]
+            current.update(
+                ended_at=now(),
+                outcome=self._final_state(),
+                cause=cause,
+                # From the attempt's start (every node's launcher started) to the failure the
+                # head saw: the most work the failure can have cost. What was really lost is
+                # the work since the job's last committed checkpoint, which only the job knows.
+                lost_s=_seconds(current.get("started_at"), self.failed_at),
+            )
+            why_not = self._why_not_restart(cause)
+            if why_not is not None:
+                if cause is not None:
+                    current["not_restarted"] = why_not
+                break
+            if self._lost_nodes():
+                # The head cannot start processes on another node, nor replace one: the
+                # operator does (Terraform), then starts the next attempt.
+                current["failed_at"] = self.failed_at
+                self.needs_nodes = self._lost_nodes()
+                current["not_restarted"] = (
+                    f"{', '.join(f'node-{i}' for i in self.needs_nodes)} lost: waiting for the "
+                    "operator to replace it and start the next attempt"
+                )
+                break
+            self._restart(cause or {})
+        for v in self.view.values():  # the peers' agents may go
+            if v.conn is not None:
+                with contextlib.suppress(OSError):
+                    send(v.conn, {"cmd": "done"})
+        if self.agent.after_end is not None:
+            self.agent.after_end()  # the head's final checkpoint upload, before the record ends
+        self.ended_at = now()
+        self.state = self._final_state()
+        self.save()
+
+    def _run_attempt(self) -> None:
+        """Every node's launcher of this attempt, until each has ended."""
+        self.agent.start()
+        self.view[0].state = "running"
+        self.save()
         join_by = now() + JOIN_WAIT_S
         last_save = 0.0
         while any(v.state != "ended" for v in self.view.values()):
@@ -140,7 +213,9 @@ class Supervisor:
                 changed = True
             head.last_output_at = self.agent.last_output
             if self.state == "starting" and all(v.state != "starting" for v in self.view.values()):
-                self.state, self.started_at, changed = "running", now(), True
+                self.state, changed = "running", True
+                self.started_at = self.started_at or now()
+                self._attempt_started()
             if self.cancel.is_set() and not self.ending:
                 self._end_all("cancelled")
                 changed = True
@@ -159,11 +234,74 @@ class Supervisor:
             if changed or now() - last_save >= OUTPUT_EVERY_S:
                 self.save()
                 last_save = now()
+
+    def _attempt_started(self) -> None:
+        current = self.attempts[-1]
+        current["started_at"] = now()
+        if len(self.attempts) > 1:
+            before = self.attempts[-2]
+            # From the failure the head saw to every node's launcher of this attempt started.
+            current["recovery_s"] = _seconds(before.get("failed_at"), current["started_at"])
+            self.agent.note(
+                f"attempt {self.attempt} started on every node "
+                f"(recovery {current['recovery_s']:.1f} s after the failure)"
+            )
+
+    def _cause(self) -> dict[str, Any] | None:
+        """What ended the attempt: a worker killed by a signal if any node's was, else a node
+        that was lost (its agent gone), else the first failure. The others' collectives
+        often fail first, with errors of their own, and are not the cause."""
+        if self.first_failure is None:
+            return None
+        killed = sorted(
+            (v for v in self.view.values() if worker_killed(v.exit_code)),
+            key=lambda v: v.ended_at or 0.0,
+        )
+        lost = self._lost_nodes()
+        v = killed[0] if killed else self.view[lost[0]] if lost else self.view[self.first_failure]
+        return {
+            "node": v.node,
+            "exit_code": v.exit_code,
+            "meaning": exitcodes.describe(v.exit_code),
+            "kind": "lost" if v.node in lost and not killed else failure_kind(v.exit_code),
+        }
+
+    def _why_not_restart(self, cause: dict[str, Any] | None) -> str | None:
+        """None when the job restarts; else why it does not (recorded with the attempt)."""
+        if cause is None or self.timed_out or self.ending == "cancelled":
+            return "it was not a failure" if cause is None else "it timed out or was cancelled"
+        if self.attempt > self.max_restarts:
+            return f"no restart left (--max-restarts {self.max_restarts})"
+        kind = cause["kind"]
+        if kind == "error" and self.retry_on != "error":
+            return "an error exit is not retried without --retry-on error"
+        return None
+
+    def _restart(self, cause: dict[str, Any]) -> None:
+        """The next attempt: every node's view reset, the head's launcher and every peer's
+        started again (the same argv, env, secrets and checkpoint directory)."""
+        self.attempts[-1]["failed_at"] = self.failed_at
         if self.agent.after_end is not None:
-            self.agent.after_end()  # the head's final checkpoint upload, before the record ends
-        self.ended_at = now()
-        self.state = self._final_state()
+            self.agent.after_end()  # the head's checkpoint upload of the attempt (AWS)
+        self.attempt += 1
+        left = self.max_restarts - (self.attempt - 1)
+        said = (
+            f"attempt {self.attempt - 1} ended: node-{cause.get('node')} exit "
+            f"{cause.get('exit_code')} ({cause.get('meaning')}); restarting the job as attempt "
+            f"{self.attempt} on the same nodes ({left} restart(s) left after this one)"
+        )
+        self.agent.note(said)
+        self.attempts.append({"attempt": self.attempt})
+        self.state, self.ending, self.first_failure, self.failed_at = "starting", "", None, None
+        for v in self.view.values():
+            conn = v.conn
+            self.view[v.node] = NodeView(v.node, conn=conn)
         self.save()
+        self.agent.reset(self.attempt)
+        for v in self.view.values():
+            if v.node != 0 and v.conn is not None:
+                with contextlib.suppress(OSError):
+                    send(v.conn, {"cmd": "start", "attempt": self.attempt})
 
     def _take_events(self) -> bool:
         changed = False
@@ -171,6 +309,8 @@ class Supervisor:
             while True:
                 event, node, msg = self.events.get(timeout=0.1)
                 v = self.view[node]
+                if msg is not None and msg.get("attempt", self.attempt) != self.attempt:
+                    continue  # a late word of an earlier attempt
                 if event == "started" and v.state == "starting":
                     v.state, changed = "running", True
                 elif event == "output":
@@ -196,7 +336,7 @@ class Supervisor:
         # A node that ended by itself (or whose agent was killed) is not one the job ended.
         v.ended_reason = ""
         if code != 0:
-            self.first_failure = node
+            self.first_failure, self.failed_at = node, now()
             self._end_all(f"after node-{node} failed")
 
     def _end_all(self, reason: str) -> None:
@@ -210,9 +350,15 @@ class Supervisor:
                 threading.Thread(target=self.agent.end, args=(reason,), daemon=True).start()
             elif v.conn is not None:
                 with contextlib.suppress(OSError):
-                    send(v.conn, {"cmd": "end", "reason": reason})
+                    send(v.conn, {"cmd": "end", "reason": reason, "attempt": self.attempt})
+
+    def _lost_nodes(self) -> list[int]:
+        """Peers whose agent is gone (or never came): only the operator can start them."""
+        return sorted(v.node for v in self.view.values() if v.node != 0 and v.conn is None)
 
     def _final_state(self) -> str:
+        if self.needs_nodes:
+            return "needs_nodes"
         if self.first_failure is not None:
             return "failed"
         if self.timed_out:
@@ -220,3 +366,7 @@ class Supervisor:
         if self.ending == "cancelled":
             return "cancelled"
         return "succeeded"
+
+
+def _seconds(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(end - start, 3)

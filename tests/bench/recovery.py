@@ -1,0 +1,90 @@
+"""Recovery time (issue 25): a 2-node Keras-on-JAX job whose node-1 worker is SIGKILLed after
+its second step, restarted by itself (`run --max-restarts 1`): from the worker's death to the
+first step of attempt 2 (the latest node's), against a fresh `run`'s start to its first step
+(the goal: at most 1.2x). Also the record's own recovery_s (failure seen by the head -> every
+node's launcher of attempt 2 started). Not part of `make test`; nothing here asserts a time.
+
+    python tests/bench/recovery.py [--reps N] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import HERE, base_env, cli, machine, project, stats
+
+KERAS = ("jax", "keras:backend=jax")
+
+
+def _summary(root: Path) -> dict[str, Any]:
+    runs = sorted((root / ".skyinfra" / "clusters" / "bench" / "runs").iterdir())
+    return dict(json.loads((runs[-1] / "summary.json").read_text()))
+
+
+def _first_steps(summary: dict[str, Any]) -> list[float]:
+    return [n["result"]["workers"][0]["value"]["first_step"] for n in summary["nodes"]]
+
+
+def measure(reps: int) -> dict[str, Any]:
+    env = base_env()
+    fresh, recovered, ratio, head_recovery = [], [], [], []
+    with project(2, KERAS) as root:
+        shutil.copy(HERE / "recovery_entry.py", root / "recovery_entry.py")
+        cli(["up", "--yes"], root, env)
+        try:
+            cli(["run", "--checkpoints", "warm", "recovery_entry.py:main"], root, env)  # caches
+            for rep in range(reps):
+                started = time.time()
+                cli(["run", "--checkpoints", f"fresh-{rep}", "recovery_entry.py:main"], root, env)
+                fresh_s = max(_first_steps(_summary(root))) - started
+                name = f"restart-{rep}"
+                argv = [
+                    "run",
+                    "--max-restarts",
+                    "1",
+                    "--checkpoints",
+                    name,
+                    "--env",
+                    "KILL_NODE_1=1",
+                ]
+                cli([*argv, "recovery_entry.py:main"], root, env)
+                summary = _summary(root)
+                died = float((root / ".skyinfra/clusters/bench/checkpoints" / name / "died_at")
+                             .read_text())  # fmt: skip
+                recovery_s = max(_first_steps(summary)) - died
+                fresh.append(fresh_s)
+                recovered.append(recovery_s)
+                ratio.append(recovery_s / fresh_s)
+                head_recovery.append(float(summary["attempts"][1]["recovery_s"]))
+        finally:
+            cli(["down", "--yes"], root, env)
+    return {
+        "fresh_run_to_first_step_s": stats(fresh),
+        "death_to_first_resumed_step_s": stats(recovered),
+        "ratio": stats(ratio),
+        "record_recovery_s": stats(head_recovery),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    ns = parser.parse_args()
+    result = {"machine": machine(), "recovery": measure(ns.reps)}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if ns.out:
+        ns.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""Restarts on the same nodes (`run --max-restarts N`, `--retry-on error`), end to end on one
+2-node local cluster (shared by the module): a worker SIGKILLed in attempt 1 restarts the job
+by itself as attempt 2 with the same env and secrets, attached or detached; an exception is
+not retried unless `--retry-on error`, and then fails with the last attempt's code; bad input
+starts nothing. Real processes only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
+from tests.support.resume_proof import lose_node_1
+from tests.support.workers import wait_for_line
+
+pytestmark = pytest.mark.slow
+
+NAME = "recovery"
+SPEC = f"""\
+name = "{NAME}"
+nodes = 2
+"""
+SECRET = "s3cret-recovery-value"
+ENTRY = """\
+import hashlib, os, signal, time
+
+
+def _where():
+    attempt = int(os.environ["SKYINFRA_ATTEMPT"])
+    node = os.environ["SKYINFRA_NODE"]
+    print(f"attempt {attempt} on node {node}", flush=True)
+    return attempt, node
+
+
+def killed_once():
+    attempt, node = _where()
+    if attempt == 1 and node == "1":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does
+    if attempt == 1:
+        time.sleep(120)  # node 0 waits in attempt 1 until the job ends it
+    return {
+        "attempt": attempt,
+        "greeting": os.environ.get("GREETING"),
+        "secret_sha256": hashlib.sha256(os.environ.get("TOKEN", "").encode()).hexdigest(),
+    }
+
+
+def waits_in_attempt_1():
+    attempt, node = _where()
+    if attempt == 1:
+        time.sleep(120)  # until node 1 is lost and the job ends node 0
+    secret_sha256 = hashlib.sha256(os.environ["TOKEN"].encode()).hexdigest()
+    return {"attempt": attempt, "secret_sha256": secret_sha256}
+
+
+def raises():
+    attempt, node = _where()
+    if node == "1":
+        raise RuntimeError(f"attempt {attempt} fails on purpose")
+    time.sleep(120)
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    return {**module_env(tmp_path_factory, tf_plugin_cache, "recovery"), "TOKEN": SECRET}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Path]:
+    proj = tmp_path_factory.mktemp("recovery-project")
+    (proj / "skyinfra.toml").write_text(SPEC)
+    (proj / "entry.py").write_text(ENTRY)
+    with cluster_up(proj, env, NAME):
+        yield proj
+    assert node_processes(proj / ".skyinfra" / "clusters" / NAME / "nodes") == []
+
+
+def ws(project: Path) -> Path:
+    return project / ".skyinfra" / "clusters" / NAME
+
+
+def newest_summary(project: Path) -> dict[str, object]:
+    run_dir = max((ws(project) / "runs").iterdir())
+    return dict(json.loads((run_dir / "summary.json").read_text()))
+
+
+# The job's env (GREETING) and a secret (TOKEN: its sha256 comes back, never the value).
+JOB_ENV = ["--env", "GREETING=hello", "--secret", "TOKEN"]
+
+
+def test_a_worker_killed_by_a_signal_restarts_the_job_on_the_same_nodes(
+    project: Path, env: dict[str, str]
+) -> None:
+    run = cli(["run", "--max-restarts", "1", *JOB_ENV, "entry.py:killed_once"], project, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    # On the terminal: the restart as the head's supervisor said it, and the attempts.
+    assert "attempt 1 ended: node-1 exit 137 (a worker was killed by signal SIGKILL)" in out, out
+    assert "restarting the job as attempt 2 on the same nodes" in out
+    assert "attempt 2 started on every node" in out
+    assert "attempt 1: failed (node-1 exit 137" in out and "attempt 2: succeeded" in out
+    summary = newest_summary(project)
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    first, second = attempts
+    assert first["cause"] == {
+        "node": 1,
+        "exit_code": 137,
+        "meaning": "a worker was killed by signal SIGKILL",
+        "kind": "signal",
+    }
+    assert first["outcome"] == "failed" and first["lost_s"] >= 0
+    assert second["outcome"] == "succeeded" and second["cause"] is None
+    assert second["recovery_s"] >= 0 and second["started_at"] >= first["failed_at"]
+    assert summary["max_restarts"] == 1 and summary["exit_code"] == 0
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert values == [{"attempt": 2, "greeting": "hello", "secret_sha256": secret_sha256}] * 2
+    # The secret reached attempt 2 from the agents' memory: no file holds it.
+    for path in ws(project).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_without_max_restarts_a_killed_worker_ends_the_job_as_before(
+    project: Path, env: dict[str, str]
+) -> None:
+    run = cli(["run", *JOB_ENV, "entry.py:killed_once"], project, env)
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "restarting" not in run.stdout
+    attempts = newest_summary(project)["attempts"]
+    assert isinstance(attempts, list) and len(attempts) == 1
+    assert attempts[0]["not_restarted"] == "no restart left (--max-restarts 0)"
+
+
+def test_an_exception_is_retried_only_with_retry_on_error(
+    project: Path, env: dict[str, str]
+) -> None:
+    run = cli(["run", "--max-restarts", "2", "entry.py:raises"], project, env)
+    assert run.returncode == 4, run.stdout + run.stderr
+    summary = newest_summary(project)
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and len(attempts) == 1
+    assert attempts[0]["cause"]["kind"] == "error" and attempts[0]["cause"]["exit_code"] == 1
+    assert "without --retry-on error" in attempts[0]["not_restarted"]
+
+    run = cli(
+        ["run", "--max-restarts", "2", "--retry-on", "error", "entry.py:raises"], project, env
+    )
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "attempt 3 fails on purpose" in run.stdout + run.stderr
+    summary = newest_summary(project)
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2, 3]
+    assert [a["cause"]["exit_code"] for a in attempts] == [1, 1, 1]
+    assert attempts[-1]["not_restarted"] == "no restart left (--max-restarts 2)"
+    # The job fails with the last attempt's exit code, on the node that failed.
+    assert summary["first_failure"] == 1
+    nodes = summary["nodes"]
+    assert isinstance(nodes, list) and nodes[1]["exit_code"] == 1
+
+
+def test_a_detached_job_restarts_with_nobody_attached(project: Path, env: dict[str, str]) -> None:
+    # The spec's max_restarts, with no flag (./skyinfra.toml names the cluster: no `up` needed).
+    spec = project / "skyinfra.toml"
+    spec.write_text(SPEC + "max_restarts = 1\n")
+    try:
+        started = cli(["run", "-d", *JOB_ENV, "entry.py:killed_once"], project, env)
+    finally:
+        spec.write_text(SPEC)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") not in ("succeeded", "failed", "lost"):
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        shown = cli(["jobs", job, "--json"], project, env)
+        assert shown.returncode == 0, shown.stderr
+        record = json.loads(shown.stdout)
+    assert record["state"] == "succeeded", record
+    assert record["attempt"] == 2
+    attempts = record["attempts"]
+    assert isinstance(attempts, list) and attempts[0]["cause"]["exit_code"] == 137
+    text = cli(["jobs", job], project, env).stdout
+    assert "succeeded (attempt 2)" in text, text
+    assert "restarts:   up to 1 on the same nodes" in text
+    assert "attempt 1: failed (node-1 exit 137: a worker was killed by signal SIGKILL)" in text
+    assert "attempt 2: succeeded" in text and "after the failure (recovery)" in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--max-restarts", "-1"], "'--max-restarts': -1 is not in the range 0<=x<=1000"),
+        (["--retry-on", "oom"], "'--retry-on': 'oom' is not one of 'signal', 'error'"),
+    ],
+)
+def test_bad_restart_flags_start_nothing(
+    project: Path, env: dict[str, str], flags: list[str], named: str
+) -> None:
+    runs = sorted((ws(project) / "runs").iterdir()) if (ws(project) / "runs").is_dir() else []
+    bad = cli(["run", *flags, "entry.py:raises"], project, env)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert named in bad.stderr, bad.stderr
+    now = sorted((ws(project) / "runs").iterdir()) if (ws(project) / "runs").is_dir() else []
+    assert now == runs
+
+
+def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    wait_for_line(ws(project) / "nodes" / "node-1" / "runs" / job / "output.log", "attempt 1 on")
+    lose_node_1(ws(project), job)
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        shown_json = cli(["jobs", job, "--json"], project, env)
+        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
+        record = json.loads(shown_json.stdout)
+    assert record["state"] == "needs_nodes" and record["needs_nodes"] == [1], record
+    listed = cli(["jobs"], project, env).stdout
+    assert f"run `skyinfra jobs recover {job}`" in listed, listed
+    shown = cli(["jobs", job], project, env).stdout
+    assert (
+        f"needs nodes: node-1 lost; from the project's folder run: skyinfra jobs recover {job}"
+        in shown
+    )
+
+    # A secret's value comes from the environment again: without it, exit 2, nothing started.
+    no_secret = cli(
+        ["jobs", "recover", job], project, {k: v for k, v in env.items() if k != "TOKEN"}
+    )
+    assert no_secret.returncode == 2, no_secret.stdout + no_secret.stderr
+    assert "TOKEN" in no_secret.stderr
+    assert not (ws(project) / "nodes" / "node-1").exists()
+
+    recovered = cli(["jobs", "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "node-1 lost: replacing it" in recovered.stdout
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    attempts = record["attempts"]
+    assert isinstance(attempts, list) and attempts[0]["cause"]["kind"] == "lost"
+    assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
+    assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]  # type: ignore[index]
+    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    again = cli(["jobs", "recover", job], project, env)
+    assert again.returncode == 2 and "only a job that lost a node" in again.stderr
+
+
+def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    wait_for_line(ws(project) / "nodes" / "node-1" / "runs" / job / "output.log", "attempt 1 on")
+    lose_node_1(ws(project), job)
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") != "needs_nodes":
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        record = json.loads(cli(["jobs", job, "--json"], project, env).stdout or "{}")
+    cancelled = cli(["cancel", job, "--yes"], project, env)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert f"job {job}: cancelled" in cancelled.stdout, cancelled.stdout
+    refused = cli(["jobs", "recover", job], project, env)
+    assert refused.returncode == 2 and "is cancelled" in refused.stderr, refused.stderr
+    # `up` puts node 1 back for the module's other tests.
+    assert cli(["up"], project, env).returncode == 0
