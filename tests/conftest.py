@@ -4,6 +4,7 @@ and the loopback guard every test runs under (tests/loopback_guard/loopback_guar
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +19,12 @@ from skyinfra.targets.local.target import local_context
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 LOOPBACK_GUARD_DIR = REPO_ROOT / "tests" / "loopback_guard"
+
+# A suite started in the background by a shell without job control (`make test &` in a script)
+# inherits SIGINT ignored, and so would every process a test starts: the tests that press
+# Ctrl-C (send SIGINT to a CLI they started) would then wait forever for it to end.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 sys.path.insert(0, str(LOOPBACK_GUARD_DIR))
 # The guard's hooks and autouse fixture, registered for the whole suite.
