@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ PROBE = ENTRIES / "torchrun_probe.py"
 MIXED = ENTRIES / "torchrun_mixed.py"
 # Variables of the launching shell that are not the launcher's to compare.
 OURS = ("SKYINFRA_", "PYTHONPATH")
+# How torch 2.13 says a rank died in its own teardown (see the reference run below).
+TORCH_EXIT_ABORT = "terminate called without an active exception"
 
 
 def _probes(out: Path) -> list[dict[str, object]]:
@@ -36,19 +39,28 @@ def test_a_torchrun_script_sees_what_torchrun_gives_it_on_2_nodes_by_2(tmp_path:
     # The reference: real torchrun, one machine, two processes.
     ref = tmp_path / "torchrun"
     ref.mkdir()
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
-        "--master-addr=127.0.0.1", f"--master-port={free_port_pair()}",
-        str(PROBE), "--out", str(ref),
-    ]  # fmt: skip
-    torchrun = subprocess.run(
-        argv,
-        cwd=tmp_path,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # Real torchrun with torch 2.13's gloo sometimes aborts a rank after the script ended (its
+    # destroy_process_group() returned: "terminate called without an active exception" while
+    # the interpreter shuts down; 1 to 4 runs in 8 on this 2-core VM, outside skyinfra). The
+    # reference is torchrun's, not ours: such a run is repeated, anything else fails the test.
+    for _ in range(3):
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+            "--master-addr=127.0.0.1", f"--master-port={free_port_pair()}",
+            str(PROBE), "--out", str(ref),
+        ]  # fmt: skip
+        torchrun = subprocess.run(
+            argv,
+            cwd=tmp_path,
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if not (torchrun.returncode != 0 and TORCH_EXIT_ABORT in torchrun.stderr):
+            break
+        shutil.rmtree(ref)
+        ref.mkdir()
     assert torchrun.returncode == 0, torchrun.stderr
     expected = _probes(ref)
     # The same script under the launcher: 2 nodes x 2 processes, the torch plugin.
