@@ -100,12 +100,20 @@ def test_a_killed_ddp_job_restarts_by_itself_and_ends_bit_identical(
     assert attempts[0]["cause"]["kind"] == "signal", attempts
     assert "killed by signal SIGKILL" in attempts[0]["cause"]["meaning"], attempts
     assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
+    resumed_from_epoch_2_bit_identical(project, name, run.stdout, summary, reference)
+    print(f"attempts: {attempts}")
+
+
+def resumed_from_epoch_2_bit_identical(
+    project: Path, name: str, stdout: str, summary: dict[str, object], reference: str
+) -> None:
+    """Attempt 2 resumed from the end of epoch 2 on every node and ended with the
+    uninterrupted run's weights."""
     steps = workspace(project) / "checkpoints" / name
-    assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in run.stdout, run.stdout
-    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in stdout, stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[attr-defined]
     assert {v["resumed_epoch"] for v in values} == {2}
     assert {v["weights_sha256"] for v in values} == {reference}
-    print(f"attempts: {attempts}")
 
 
 def test_a_lost_node_is_replaced_by_the_attached_run_and_the_job_ends_bit_identical(
@@ -129,9 +137,5 @@ def test_a_lost_node_is_replaced_by_the_attached_run_and_the_job_ends_bit_identi
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2], attempts
     assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
     assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
-    steps = workspace(project) / "checkpoints" / name
-    assert f"resumed from {steps / 'step-00000002'} (epoch 2)" in run.stdout, run.stdout
-    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
-    assert {v["resumed_epoch"] for v in values} == {2}
-    assert {v["weights_sha256"] for v in values} == {reference}
+    resumed_from_epoch_2_bit_identical(project, name, run.stdout, summary, reference)
     print(f"attempts: {attempts}")

@@ -213,9 +213,9 @@ def test_bad_restart_flags_start_nothing(
     assert now == runs
 
 
-def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
-    project: Path, env: dict[str, str]
-) -> None:
+def detached_job_that_lost_node_1(project: Path, env: dict[str, str]) -> str:
+    """A detached job (one restart allowed, a secret) whose node 1 is lost in attempt 1: its
+    id, once the job waits as needs_nodes for node 1."""
     argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
     started = cli(argv, project, env)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -231,6 +231,13 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
         assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
         record = json.loads(shown_json.stdout)
     assert record["state"] == "needs_nodes" and record["needs_nodes"] == [1], record
+    return job
+
+
+def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    job = detached_job_that_lost_node_1(project, env)
     listed = cli(["jobs"], project, env).stdout
     assert f"run `skyinfra jobs recover {job}`" in listed, listed
     shown = cli(["jobs", job], project, env).stdout
@@ -266,18 +273,7 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
 def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
     project: Path, env: dict[str, str]
 ) -> None:
-    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
-    started = cli(argv, project, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    job = started.stdout.split("job ", 1)[1].split()[0]
-    wait_for_line(ws(project) / "nodes" / "node-1" / "runs" / job / "output.log", "attempt 1 on")
-    lose_node_1(ws(project), job)
-    record: dict[str, object] = {}
-    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-    while record.get("state") != "needs_nodes":
-        assert time.monotonic() < until, record
-        time.sleep(0.5)
-        record = json.loads(cli(["jobs", job, "--json"], project, env).stdout or "{}")
+    job = detached_job_that_lost_node_1(project, env)
     cancelled = cli(["cancel", job, "--yes"], project, env)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     assert f"job {job}: cancelled" in cancelled.stdout, cancelled.stdout
