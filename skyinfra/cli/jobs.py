@@ -187,6 +187,7 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
         collect_and_summarise,
         restart_on_replaced_nodes,
         scan_project,
+        take_attempts,
     )
 
     ws, transport, total = _cluster(clusters_root, cluster_name)
@@ -209,9 +210,7 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
     run_dir = ws.runs_dir / job_id
     run_dir.mkdir(parents=True, exist_ok=True)
     report = RunReport(job_id, run_dir, {i: NodeOutcome(i) for i in range(total)})
-    report.attempts = [a for a in job.get("attempts") or [] if isinstance(a, dict)]
-    report.job_state = "needs_nodes"
-    report.needs_nodes = [int(i) for i in job.get("needs_nodes") or []]
+    take_attempts(report, job)
     entry, args = str(job.get("entry")), [str(a) for a in job.get("args") or []]
     with ws.lock(f"jobs recover {job_id}"):
         replaced = restart_on_replaced_nodes(
@@ -227,7 +226,7 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             keep_runs=DEFAULT_KEEP_RUNS,
             job_env=job_env,
             checkpoints=str(job.get("checkpoints") or job_id),
-            restarts=Restarts(int(job.get("max_restarts") or 0), str(job.get("retry_on"))),
+            restarts=Restarts(report.max_restarts, report.retry_on),
             run_files={},
         )
         collect_and_summarise(replaced or transport, report, entry, args)

@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.rundirs import (
@@ -398,7 +398,7 @@ def _run_all(
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
             if topology is not None:
-                _take_attempts(report, client)
+                take_attempts(report, client.record(fresh=True) or {})
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
@@ -493,10 +493,10 @@ def _start_job(
     )
 
 
-def _take_attempts(report: RunReport, client: JobClient) -> None:
-    """The job's attempts (each one's cause, lost and recovery time) from its final record."""
-    rec = client.record(fresh=True) or {}
-    report.attempts = [a for a in rec.get("attempts", []) if isinstance(a, dict)]
+def take_attempts(report: RunReport, rec: Mapping[str, Any]) -> None:
+    """The job's attempts (each one's cause, lost and recovery time), its restart settings,
+    state and lost nodes, from its record (the head's)."""
+    report.attempts = [a for a in rec.get("attempts") or [] if isinstance(a, dict)]
     report.max_restarts = int(rec.get("max_restarts") or 0)
     report.retry_on = str(rec.get("retry_on") or "signal")
     report.job_state = str(rec.get("state") or "")

@@ -86,6 +86,10 @@ class Supervisor:
         self.failed_at: float | None = None  # when the head saw the attempt's first failure
         self.needs_nodes: list[int] = []  # lost nodes, for the operator to replace
 
+    @property
+    def restarts_left(self) -> int:
+        return self.max_restarts - (self.attempt - 1)
+
     def record(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
@@ -102,7 +106,7 @@ class Supervisor:
             "attempt": self.attempt,
             "max_restarts": self.max_restarts,
             "retry_on": self.retry_on,
-            "restarts_left": self.max_restarts - (self.attempt - 1),
+            "restarts_left": self.restarts_left,
             "attempts": self.attempts,
             "needs_nodes": self.needs_nodes,
             "nodes": [
@@ -284,11 +288,11 @@ class Supervisor:
         if self.agent.after_end is not None:
             self.agent.after_end()  # the head's checkpoint upload of the attempt (AWS)
         self.attempt += 1
-        left = self.max_restarts - (self.attempt - 1)
         said = (
             f"attempt {self.attempt - 1} ended: node-{cause.get('node')} exit "
             f"{cause.get('exit_code')} ({cause.get('meaning')}); restarting the job as attempt "
-            f"{self.attempt} on the same nodes ({left} restart(s) left after this one)"
+            f"{self.attempt} on the same nodes ({self.restarts_left} restart(s) left after "
+            "this one)"
         )
         self.agent.note(said)
         self.attempts.append({"attempt": self.attempt})
