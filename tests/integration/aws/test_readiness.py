@@ -15,6 +15,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -327,7 +328,9 @@ def test_provision_script_marks_the_node_ready(
     # The wait shows the bootstrap phase the node reports over SSH (provision.sh and
     # bootstrap-node.sh append them to the phases file beside the markers).
     assert lines[0].startswith("[skyinfra] waiting for node-0 (")
-    assert lines[0].endswith("to finish bootstrap (0/1 ready, 0/120 s)")
+    # The seconds waited so far depend on the machine's load (the first SSH poll took over a
+    # second here under `make test`): the count and the limit are the facts, not the time.
+    assert re.search(r"to finish bootstrap \(0/1 ready, \d+/120 s\)$", lines[0]), lines[0]
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, output
     assert (node_root / "venv" / "bin" / "python").is_file()
