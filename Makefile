@@ -11,7 +11,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-random test-fast record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-durations test-random test-fast record-plans lint demo bench clean
 
 venv: $(STAMP)
 
@@ -50,7 +50,8 @@ wheels: $(STAMP)
 # that holds only loopback (tests/loopback-only.sh as the worker's interpreter): local clusters
 # on 127.0.0.2:29500 in two workers never meet, and no packet leaves the machine. --dist
 # loadfile keeps a test file on one worker, so a module's fixtures (a live cluster) are made
-# once. (loadgroup would share out the AWS e2e files test by test, but pytest-xdist 3.8 marks
+# once; files go out longest first, by the seconds in tests/durations.json
+# (tests/support/schedule.py; `make test-durations` records them anew). (loadgroup would share out the AWS e2e files test by test, but pytest-xdist 3.8 marks
 # groups by rewriting item._nodeid, which pytest 9.2 no longer reads: it groups nothing.)
 # 4 workers on 2 cores: a worker waiting on an AWS provider poll or a node's timeout leaves
 # its core to another (README, "Development"). Every run ends with the 25 slowest tests and the
@@ -67,6 +68,11 @@ SUITE = $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/lo
 	$(BIN)/python -m pytest --durations=25 $(WORKERS)
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	$(SUITE) -p no:randomly
+
+# The same suite, and each test file's seconds written to tests/durations.json (commit it when
+# files were added or their times moved: the order the workers get files in).
+test-durations: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
+	SKYINFRA_RECORD_DURATIONS=1 $(SUITE) -p no:randomly
 
 # The same suite in a random order (pytest-randomly prints its seed; `make test-random
 # RANDOM_SEED=N` repeats that order): proves no test depends on another having run first.

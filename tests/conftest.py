@@ -41,9 +41,13 @@ from tests.support.aws_fixtures import (  # noqa: E402, F401
     terraform,
 )
 
+# Test files go to the pytest-xdist workers longest first.
+from tests.support.schedule import pytest_xdist_make_scheduler  # noqa: E402, F401
+
 # After every run: seconds per tests/ folder, split into fixture set-up, calls and teardown.
 from tests.support.timings import (  # noqa: E402, F401
     pytest_runtest_logreport,
+    pytest_sessionfinish,
     pytest_terminal_summary,
 )
 from tests.support.tools import require_system_tool, skip_or_fail  # noqa: E402, F401

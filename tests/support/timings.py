@@ -1,17 +1,25 @@
 """Where the suite's time goes: after every run, the time of each tests/ folder (two levels:
 tests/e2e/aws, tests/unit, ...) split into set-up (fixtures: servers, Terraform init, wheels),
 the tests' own calls and teardown. With pytest-xdist the figures are summed over workers.
-Beside `--durations` (the slowest tests), this shows which folders and fixtures to speed up."""
+Beside `--durations` (the slowest tests), this shows which folders and fixtures to speed up.
+With SKYINFRA_RECORD_DURATIONS=1 (`make test-durations`) it also writes each test file's seconds
+to tests/durations.json, the order tests/support/schedule.py hands files out in."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 
 import pytest
 
+from tests.support.schedule import durations_file
+
 PHASES = ("setup", "call", "teardown")
 _seconds: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(PHASES, 0.0))
 _tests: dict[str, set[str]] = defaultdict(set)
+_file_seconds: dict[str, float] = defaultdict(float)
+RECORD_ENV = "SKYINFRA_RECORD_DURATIONS"
 
 
 def folder_of(nodeid: str) -> str:
@@ -24,6 +32,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     folder = folder_of(report.nodeid)
     _seconds[folder][report.when] += report.duration
     _tests[folder].add(report.nodeid)
+    _file_seconds[report.nodeid.split("::", 1)[0]] += report.duration
 
 
 def row(name: str, tests: int, seconds: list[float]) -> str:
@@ -45,3 +54,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("=", "seconds per folder (set-up is fixtures: servers, Terraform)")
     for line in table():
         terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The controller sees every worker's reports; a worker (workerinput) sees only its own.
+    if os.environ.get(RECORD_ENV) != "1" or hasattr(session.config, "workerinput"):
+        return
+    record = {file: round(seconds, 1) for file, seconds in sorted(_file_seconds.items())}
+    durations_file().write_text(json.dumps(record, indent=1) + "\n")
