@@ -64,7 +64,11 @@ WORKERS = --dist loadfile \
 # The suite turns the collector off under a 1 GiB soft limit per process (GOMEMLIMIT: Go still
 # collects before that); a command's processes then peak near 1.3 GB instead of 0.9 GB.
 TF_GC = GOGC=off GOMEMLIMIT=1GiB
-SUITE = $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
+# Python's bytecode cache on for the suite: with PYTHONDONTWRITEBYTECODE=1 in the environment
+# (this machine image sets it) every CLI a test starts compiled skyinfra's modules anew, and
+# every worker re-did pytest's assertion rewriting of all test modules (collection 7.3 s -> 4.4 s
+# of CPU per worker with the cache).
+SUITE = env -u PYTHONDONTWRITEBYTECODE $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
 	$(BIN)/python -m pytest --durations=25 $(WORKERS)
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	$(SUITE) -p no:randomly

@@ -34,7 +34,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from skyinfra.errors import StateLockedError, TerraformError
-from skyinfra.terraform import local_state
+from skyinfra.terraform import init_inputs, local_state
 from skyinfra.terraform.backend import has_backend, parse_lock_error
 from skyinfra.terraform.config import PLUGIN_CACHE_ENV, terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
@@ -291,7 +291,15 @@ class EmbeddedTerraform:
         return out
 
     def init(self, on_event: EventHandler | None = None) -> None:
+        """`terraform init`, unless nothing it acts on changed since its last run here
+        (init_inputs.py: the configuration, lock file, CLI config, engine version)."""
+        env = terraform_env(self.workdir, self._base_env)
+        engine = [*self._argv_prefix(), self.describe()]
+        if init_inputs.up_to_date(self.workdir, init_inputs.digest(self.workdir, env, engine)):
+            return
         self._json_command(["init", "-input=false", "-no-color"], "init", on_event)
+        # After init: it may have written the lock file, which is one of the inputs.
+        init_inputs.record(self.workdir, init_inputs.digest(self.workdir, env, engine))
 
     def validate(self) -> dict[str, Any]:
         code, out, err = self.command(["validate", "-json", "-no-color"])

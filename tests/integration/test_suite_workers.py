@@ -79,7 +79,7 @@ def test_files_go_to_the_workers_longest_first_each_whole_on_one_worker(tmp_path
             ],
             cwd=tmp_path,
             env={
-                **os.environ,
+                **{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
                 "ORDER_OUT": str(order),
                 "SKYINFRA_TEST_DURATIONS": str(record),
                 "PYTHONPATH": str(REPO_ROOT),
