@@ -525,15 +525,11 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "bootstrap_s": ready.bootstrap_s,
                 }
             )
-    ready = (
-        [node.index for node, n in zip(topology.nodes, nodes, strict=True) if n["ready"]]
-        if topology
-        else []
-    )
-    if topology is not None and ready:
-        noticed = _interruptions(ws, spec, topology, ready)
-        for node, n in zip(topology.nodes, nodes, strict=True):
-            n["interrupted"] = noticed.get(node.index)
+    answering = [int(n["index"]) for n in nodes if n["ready"]]
+    if topology is not None and answering:
+        noticed = _interruptions(ws, spec, topology, answering)
+        for n in nodes:
+            n["interrupted"] = noticed.get(int(n["index"]))
     jobs: list[dict[str, Any]] = []
     jobs_error = ""
     if topology is not None and nodes and nodes[0]["readiness"] == "ready":
