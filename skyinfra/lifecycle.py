@@ -505,7 +505,7 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         shared_state.refresh_topology(ws, spec, engine)
     resources = engine.state_list() if shared_state.has_state(ws) else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     if topology is not None:
         readiness = node_readiness(ws, spec, topology, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S)
         for node in topology.nodes:
