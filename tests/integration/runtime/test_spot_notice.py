@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from skyinfra_runtime import imds_standin, preemption_deadline, seconds_left, spot
 
 
@@ -131,7 +130,10 @@ def test_a_service_that_does_not_answer_is_said_once(tmp_path: Path) -> None:
     server.server_close()  # nothing listens there now
     errors: list[str] = []
     watcher = spot.NoticeWatcher(
-        spot.Imds(f"http://127.0.0.1:{port}", timeout_s=1), 0.01, lambda n: None, on_error=errors.append
+        spot.Imds(f"http://127.0.0.1:{port}", timeout_s=1),
+        0.01,
+        lambda n: None,
+        on_error=errors.append,
     )
     assert watcher.poll_once() is None and watcher.poll_once() is None
     assert len(errors) == 1
