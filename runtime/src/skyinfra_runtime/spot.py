@@ -47,6 +47,9 @@ REBALANCE = "/latest/meta-data/events/recommendations/rebalance"
 TOKEN_PATH = "/latest/api/token"
 TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
+# The metadata service is on the instance's own link: never through a proxy (HTTP_PROXY
+# would send the request, and its token, elsewhere), as the AWS SDKs do.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def preemption_deadline() -> float | None:
@@ -120,7 +123,7 @@ class Imds:
             req = urllib.request.Request(
                 self.base + TOKEN_PATH, method="PUT", headers={TOKEN_TTL_HEADER: str(TOKEN_TTL_S)}
             )
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with DIRECT.open(req, timeout=self.timeout_s) as resp:
                 self._token = resp.read().decode().strip()
         return self._token
 
@@ -131,7 +134,7 @@ class Imds:
                 self.base + path, headers={TOKEN_HEADER: self._token_now()}
             )
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                with DIRECT.open(req, timeout=self.timeout_s) as resp:
                     return str(resp.read().decode())
             except urllib.error.HTTPError as err:
                 if err.code == 404:
