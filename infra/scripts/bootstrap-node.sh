@@ -78,6 +78,9 @@ recorded_groups() {
         case "$pid" in '' | *[!0-9]*) continue ;; esac
         now="$(start_time "$pid")"
         [ -n "$now" ] && [ "$now" != "$start" ] && continue
+        # A leader that ended but that no one reaped yet (an orphan where init is slow to
+        # reap) is gone: kill -0 would still find its group; its children carry the mark.
+        [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ] && continue
         kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
     done
     return 0

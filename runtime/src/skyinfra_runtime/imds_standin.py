@@ -26,7 +26,6 @@ import json
 import os
 import secrets
 import signal
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +39,9 @@ INTERRUPT_PATH = "/skyinfra/interrupt"
 PID_FILE = "imds-standin.pid"
 POLL_S = 0.5  # what the stand-in tells the node's watcher (loopback: cheap)
 MAX_NOTICE_S = 3600
+# After a notice, how long no job's agent must have run on the node before it goes (the
+# operator's log followers end just after the agents).
+QUIET_S = 0.5
 
 
 class StandIn:
@@ -168,12 +170,17 @@ def terminate_when_due(node_dir: Path, state: StandIn, remove_script: str) -> No
             quiet_since = None
         elif quiet_since is None:
             quiet_since = time.time()
-        elif time.time() - quiet_since >= 1.0:  # nothing of a job has run for a second
+        elif time.time() - quiet_since >= QUIET_S:  # nothing of a job has run for a while
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
     print(f"terminating the node at {spot.format_time(time.time())}", flush=True)
     # Not a recorded group any more: --remove must not end the script it runs as.
     (node_dir / "pids" / PID_FILE).unlink(missing_ok=True)
+    # Nor wait 5 s on a group whose leader is gone but not yet reaped by the process that
+    # started it (the operator's log followers): kill -0 still finds a zombie's group.
+    for pid_file in (node_dir / "pids").glob("*.pid"):
+        if pid_alive(pid_file) is None:
+            pid_file.unlink(missing_ok=True)
     os.execv("/bin/bash", ["bash", remove_script, "--remove", "--node-dir", str(node_dir)])
 
 
@@ -191,7 +198,8 @@ def main(argv: list[str]) -> int:
     fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # At once: nothing to flush, and `down`'s --remove waits on every process of the node.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     # Last: a node whose notice.json exists has its stand-in listening.
     write_json(node_dir / spot.SETTINGS_FILE, {"imds": f"http://{host}:{port}", "poll_s": POLL_S})
     print(f"IMDS stand-in on http://{host}:{port}", flush=True)
