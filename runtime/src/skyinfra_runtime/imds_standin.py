@@ -36,6 +36,8 @@ from skyinfra_runtime import spot
 from skyinfra_runtime.jobs.records import pid_alive, process_start_time, write_json
 
 INTERRUPT_PATH = "/skyinfra/interrupt"
+# What marks every process of a local node (skyinfra.targets.local.processes.NODE_ENV).
+NODE_MARK_ENV = "SKYINFRA_LOCAL_NODE_DIR"
 PID_FILE = "imds-standin.pid"
 POLL_S = 0.5  # what the stand-in tells the node's watcher (loopback: cheap)
 MAX_NOTICE_S = 3600
@@ -181,7 +183,11 @@ def terminate_when_due(node_dir: Path, state: StandIn, remove_script: str) -> No
     for pid_file in (node_dir / "pids").glob("*.pid"):
         if pid_alive(pid_file) is None:
             pid_file.unlink(missing_ok=True)
-    os.execv("/bin/bash", ["bash", remove_script, "--remove", "--node-dir", str(node_dir)])
+    # Without the node's mark: --remove ends every process that carries it, and would find
+    # its own subshells (they carry this process's environment) until it gave up after 5 s.
+    env = {k: v for k, v in os.environ.items() if k != NODE_MARK_ENV}
+    argv = ["bash", remove_script, "--remove", "--node-dir", str(node_dir)]
+    os.execve("/bin/bash", argv, env)
 
 
 def main(argv: list[str]) -> int:
