@@ -1,5 +1,5 @@
 """Figure 14, the Spot notice (issue 26): a 2-node Keras-on-JAX job (`run --max-restarts 1`)
-gets `skyinfra drill interrupt 1 --notice-seconds 120` in the middle of its second epoch;
+gets `skyinfra drill interrupt 1 --notice-seconds 120` once its second epoch began;
 from the notice (the drill's start) to the checkpoint saved (node 0's backup of the epoch it
 stopped at, written before it leaves fit), and to the first step of attempt 2 on the replaced
 node (the later node's). Goal: the checkpoint saved within 30 s of the notice's 120 s. Not part

@@ -276,13 +276,13 @@ class Supervisor:
         that was lost (its agent gone), else the first failure. The others' collectives
         often fail first, with errors of their own, and are not the cause."""
         if self.interrupted:
-            node = min(self.interrupted, key=lambda i: self.interrupted[i]["noticed_at"])
+            node = min(self.interrupted, key=lambda i: self.interrupted[i].get("noticed_at", 0.0))
             notice = self.interrupted[node]
             return {
                 "node": node,
                 "exit_code": self.view[node].exit_code,
-                "meaning": f"a Spot interruption notice ({notice['action']} at "
-                f"{notice['time_utc']})",
+                "meaning": f"a Spot interruption notice ({notice.get('action')} at "
+                f"{notice.get('time_utc')})",
                 "kind": "interrupted",
             }
         if self.first_failure is None:
