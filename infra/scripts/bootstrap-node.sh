@@ -204,7 +204,11 @@ if [ -n "$check_topology" ]; then
     "$venv_python" "$(dirname "${BASH_SOURCE[0]}")/check-node.py" "$check_topology" "$node_index" ||
         die "node check failed (check-node.py above says why): the node cannot run this cluster's plugins"
 fi
-if [ -n "$imds_standin" ]; then
+if [ -n "$imds_standin" ] && ! "$venv_python" -c 'import skyinfra_runtime.imds_standin' 2>/dev/null; then
+    # A runtime without the stand-in (a stripped-down one, as the Terraform-layer tests
+    # install): the node works, but no Spot notice can be sent to it.
+    echo "bootstrap-node: this runtime has no IMDS stand-in; \`skyinfra drill\` cannot reach $node_dir"
+elif [ -n "$imds_standin" ]; then
     # Detached (its own session, no terminal, stdio to a file) so that Terraform's local-exec
     # does not wait for it; the node's mark in its environment lets --remove end it.
     rm -f "$node_dir/notice.json"
