@@ -1,18 +1,24 @@
 """`skyinfra drill interrupt` on AWS: the FIS experiment template and experiment, sent to moto's
 server on loopback (moto keeps templates and experiments as records: no instance is
-interrupted there, so what EC2 then does is not tested here), and the request as a pure
-function."""
+interrupted there, so what EC2 then does is not tested here), the request as a pure
+function, and what is refused before any AWS call (exit 2, nothing sent): a notice under FIS's
+two minutes, no role, an On-Demand node, no --yes off a terminal."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import boto3
 import pytest
 
-from skyinfra.cli.drill import node_index
+from skyinfra.cli.drill import _interrupt_on_aws, node_index
 from skyinfra.errors import UsageError
+from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.drill import ACTION_ID, instance_arn, send_interruption, template_request
-from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
 from skyinfra.targets.aws.session import AwsClients
+from skyinfra.topology import Node, Topology
+from skyinfra.workspace import Workspace
 from tests.support.aws import REGION
 
 ROLE = "arn:aws:iam::123456789012:role/fis-spot-drill"
@@ -76,3 +82,78 @@ def test_a_node_that_is_not_a_worker_is_refused(text: str, named: str) -> None:
 
 def test_a_worker_is_named_by_index_or_name() -> None:
     assert node_index("1", 3) == 1 and node_index("node-2", 3) == 2
+
+
+def aws_cluster(tmp_path: Path, market: str) -> tuple[Workspace, ClusterSpec, Topology]:
+    spec = validate_spec(
+        {
+            "name": "c",
+            "provider": "aws",
+            "nodes": 2,
+            "aws": {
+                "region": REGION,
+                "instance_type": "g5.xlarge",
+                "ssh_cidrs": ["10.0.0.0/8"],
+                "market": market,
+            },
+        }
+    )
+    ws = Workspace(tmp_path / "c")
+    ws.ensure()
+    nodes = tuple(
+        Node(i, f"node-{i}", f"10.0.0.{10 + i}", None, f"i-0{i}23456789abcdef") for i in range(2)
+    )
+    return ws, spec, Topology("c", "aws", "10.0.0.10", 29500, nodes)
+
+
+@pytest.mark.parametrize(
+    ("market", "seconds", "role", "named"),
+    [
+        ("spot", 60, ROLE, "--notice-seconds 60: expected 120 to 3600 on AWS"),
+        ("spot", 120, None, "--fis-role-arn None: expected the ARN of an IAM role"),
+        ("spot", 120, "fis-role", "--fis-role-arn 'fis-role'"),
+        ("on-demand", 120, ROLE, "NODE 1: node-1 runs on-demand, not Spot"),
+        ("spot", 120, ROLE, "pass --yes to interrupt off a terminal"),
+    ],
+)
+def test_a_refused_aws_drill_sends_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    market: str,
+    seconds: int,
+    role: str | None,
+    named: str,
+) -> None:
+    import skyinfra.targets.aws.drill as aws_drill
+
+    def never(*args: object, **kwargs: object) -> dict[str, str]:
+        raise AssertionError("an interruption was sent")
+
+    monkeypatch.setattr(aws_drill, "send_interruption", never)
+    ws, spec, topology = aws_cluster(tmp_path, market)
+    # Off a terminal (pytest's stdin is not one) and without --yes.
+    with pytest.raises(UsageError) as err:
+        _interrupt_on_aws(ws, spec, topology, 1, seconds, role, yes=False)
+    assert named in str(err.value) and err.value.exit_code == 2
+
+
+def test_a_confirmed_aws_drill_starts_the_experiment(
+    tmp_path: Path,
+    aws_env: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
+    ws, spec, topology = aws_cluster(tmp_path, "spot")
+    _interrupt_on_aws(ws, spec, topology, 1, 150, ROLE, yes=True)
+    said = capsys.readouterr().out
+    assert "a real Spot interruption of node-1 (i-0123456789abcdef)" in said
+    fis = boto3.client("fis", region_name=REGION, endpoint_url=aws_env)
+    templates = fis.list_experiment_templates()["experimentTemplates"]
+    mine = [t for t in templates if t.get("tags", {}).get("skyinfra:drill") == "node-1"]
+    assert mine, templates
+    template = fis.get_experiment_template(id=mine[-1]["id"])["experimentTemplate"]
+    assert template["actions"]["interrupt"]["parameters"] == {
+        "durationBeforeInterruption": "PT150S"
+    }
+    assert f"template {mine[-1]['id']}" in said
