@@ -106,7 +106,7 @@ demo: $(STAMP)
 
 # Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures).
 REPS ?= 3
-ONLY ?= 1,2,3,4,5,6,7,8,9,10,11
+ONLY ?= 1,2,3,4,5,6,7,8,9,10,11,14
 bench: $(STAMP)
 	$(BIN)/python tests/bench/run.py --reps $(REPS) --only $(ONLY)
 

@@ -8,6 +8,7 @@ an engine factory; nothing here knows which target or engine it drives.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -397,6 +398,42 @@ def _jobs_that_end(ws: Workspace, spec: ClusterSpec, echo: Echo) -> list[str]:
     return announce_running(_running_jobs(ws, spec, read_topology(ws.topology_file)), echo)
 
 
+def _interruptions(
+    ws: Workspace, spec: ClusterSpec, topology: Topology, ready: Sequence[int]
+) -> dict[int, dict[str, Any]]:
+    """The Spot interruption notice each ready node received (its ``interruption.json``,
+    written by the node: skyinfra_runtime.spot); a node without one is left out."""
+    import tempfile
+
+    from skyinfra_runtime.spot import INTERRUPTION_FILE
+
+    found: dict[int, dict[str, Any]] = {}
+    try:
+        transport = transport_for(
+            ws, topology, spec=spec, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S
+        )
+    except SkyinfraError:
+        return found
+    try:
+        with tempfile.TemporaryDirectory(prefix="skyinfra-status-") as tmp:
+            for i in ready:
+                local = Path(tmp) / f"{i}.json"
+                try:
+                    remote = f"{transport.node_root(i)}/{INTERRUPTION_FILE}"
+                    if not transport.fetch(i, remote, local):
+                        continue
+                    notice = json.loads(local.read_text(encoding="utf-8"))
+                except (SkyinfraError, OSError, ValueError):
+                    continue
+                if isinstance(notice, dict):
+                    found[i] = notice
+    finally:
+        close = getattr(transport, "close", None)
+        if callable(close):
+            close()
+    return found
+
+
 def _running_jobs(
     ws: Workspace, spec: ClusterSpec, topology: Topology
 ) -> tuple[list[dict[str, Any]], str]:
@@ -468,7 +505,7 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         shared_state.refresh_topology(ws, spec, engine)
     resources = engine.state_list() if shared_state.has_state(ws) else []
     topology = read_topology(ws.topology_file) if ws.topology_file.is_file() else None
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     if topology is not None:
         readiness = node_readiness(ws, spec, topology, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S)
         for node in topology.nodes:
@@ -488,6 +525,11 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "bootstrap_s": ready.bootstrap_s,
                 }
             )
+    answering = [int(n["index"]) for n in nodes if n["ready"]]
+    if topology is not None and answering:
+        noticed = _interruptions(ws, spec, topology, answering)
+        for n in nodes:
+            n["interrupted"] = noticed.get(int(n["index"]))
     jobs: list[dict[str, Any]] = []
     jobs_error = ""
     if topology is not None and nodes and nodes[0]["readiness"] == "ready":

@@ -7,8 +7,12 @@
 #   bootstrap-node.sh --node-dir DIR --python PYTHON --wheel PATH_OR_URL
 #                     [--inherit-site-packages] [--find-links URL]... [--package REQ]...
 #                     [--uv UV] [--cache-dir DIR] [--phase-file FILE]
-#                     [--check-topology FILE --node-index N]
+#                     [--check-topology FILE --node-index N] [--imds-standin ADDRESS]
 #   bootstrap-node.sh --remove --node-dir DIR
+#
+# --imds-standin (local target): start the node's stand-in for EC2's metadata service on
+# ADDRESS (skyinfra_runtime/imds_standin.py), which `skyinfra drill interrupt` sends a Spot
+# interruption notice to; it lives as long as the node and ends it as --remove does.
 #
 # Result: DIR/venv with skyinfra-runtime (and the packages) installed, DIR/work for the
 # user's code, DIR/pids for process ids the transport records, DIR/.skyinfra-node as marker.
@@ -28,7 +32,7 @@
 set -euo pipefail
 
 node_dir="" python="" wheel="" inherit=0 remove=0 uv="" cache_dir="" phase_file=""
-check_topology="" node_index=""
+check_topology="" node_index="" imds_standin=""
 packages=() find_links=()
 
 die() { echo "bootstrap-node: $*" >&2; exit 2; }
@@ -46,8 +50,9 @@ while [ "$#" -gt 0 ]; do
         --phase-file) phase_file="${2:?--phase-file needs a value}"; shift 2 ;;
         --check-topology) check_topology="${2:?--check-topology needs a value}"; shift 2 ;;
         --node-index) node_index="${2:?--node-index needs a value}"; shift 2 ;;
+        --imds-standin) imds_standin="${2:?--imds-standin needs a value}"; shift 2 ;;
         --remove) remove=1; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -73,6 +78,9 @@ recorded_groups() {
         case "$pid" in '' | *[!0-9]*) continue ;; esac
         now="$(start_time "$pid")"
         [ -n "$now" ] && [ "$now" != "$start" ] && continue
+        # A leader that ended but that no one reaped yet (an orphan where init is slow to
+        # reap) is gone: kill -0 would still find its group; its children carry the mark.
+        [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ] && continue
         kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
     done
     return 0
@@ -195,5 +203,22 @@ if [ -n "$check_topology" ]; then
     [ -n "$node_index" ] || die "--check-topology needs --node-index"
     "$venv_python" "$(dirname "${BASH_SOURCE[0]}")/check-node.py" "$check_topology" "$node_index" ||
         die "node check failed (check-node.py above says why): the node cannot run this cluster's plugins"
+fi
+if [ -n "$imds_standin" ] && ! "$venv_python" -c 'import skyinfra_runtime.imds_standin' 2>/dev/null; then
+    # A runtime without the stand-in (a stripped-down one, as the Terraform-layer tests
+    # install): the node works, but no Spot notice can be sent to it.
+    echo "bootstrap-node: this runtime has no IMDS stand-in; \`skyinfra drill\` cannot reach $node_dir"
+elif [ -n "$imds_standin" ]; then
+    # Detached (its own session, no terminal, stdio to a file) so that Terraform's local-exec
+    # does not wait for it; the node's mark in its environment lets --remove end it.
+    rm -f "$node_dir/notice.json"
+    setsid "$venv_python" -m skyinfra_runtime imds-standin --node-dir "$node_dir" \
+        --listen "$imds_standin" --remove-script "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")" \
+        < /dev/null >> "$node_dir/imds-standin.log" 2>&1 &
+    for _ in $(seq 1 100); do
+        [ -f "$node_dir/notice.json" ] && break
+        sleep 0.1
+    done
+    [ -f "$node_dir/notice.json" ] || die "the IMDS stand-in did not start (see $node_dir/imds-standin.log)"
 fi
 echo "bootstrap-node: ready $node_dir"

@@ -6,6 +6,7 @@ console script's `main` assembled in main.py.
 - review.py: render, plan, apply, prices (review before apply)
 - state.py: attach, unlock, state push, tf, gc (shared and raw Terraform state)
 - verify.py: verify
+- drill.py: drill interrupt (a Spot interruption notice, rehearsed)
 - options.py: the options several commands share; resolve.py: what a command resolves
   before it acts (workspace, engine, confirmation)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,14 @@ def status(
         )
         if state != "ready" and node.get("readiness_detail"):
             echo(f"    {node['readiness_detail']}")
+        notice = node.get("interrupted")
+        if notice:
+            noticed = time.strftime("%H:%M:%S", time.localtime(notice.get("noticed_at") or 0))
+            due = time.strftime("%H:%M:%S", time.localtime(notice.get("time") or 0))
+            echo(
+                f"    interrupted at {noticed} (Spot notice: {notice.get('action')} at {due}; "
+                "the job's recovery replaces it)"
+            )
     if info.get("jobs_error"):
         echo(f"  jobs: unknown ({info['jobs_error']})")
     elif info["nodes"] and info["nodes"][0].get("readiness") == "ready":

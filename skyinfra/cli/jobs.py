@@ -68,6 +68,14 @@ def _age(seconds: Any) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m ago"
 
 
+def interruption_words(item: dict[str, Any]) -> str:
+    """One Spot interruption notice of a job's record in words."""
+    return (
+        f"node-{item.get('node')} interrupted at {_when(item.get('noticed_at'))} (Spot notice: "
+        f"{item.get('action')} at {_when(item.get('time'))})"
+    )
+
+
 def _state(job: dict[str, Any]) -> str:
     state = str(job.get("state"))
     if int(job.get("attempt") or 1) > 1:
@@ -167,6 +175,8 @@ def jobs(
     for r in rows:
         echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     for j in found:
+        for item in j.get("interruptions") or []:
+            echo(f"job {j.get('id')}: {interruption_words(item)}")
         if j.get("state") == "needs_nodes":
             echo(
                 f"job {j.get('id')} lost a node and waits for it: from the project's folder "
@@ -228,6 +238,7 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             checkpoints=str(job.get("checkpoints") or job_id),
             restarts=Restarts(report.max_restarts, report.retry_on),
             run_files={},
+            transport=transport,
         )
         collect_and_summarise(replaced or transport, report, entry, args)
     print_report(report, echo)
@@ -236,6 +247,8 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
 
 def _show_job(job: dict[str, Any]) -> None:
     echo(f"job {job.get('id')}: {_state(job)}")
+    for item in job.get("interruptions") or []:
+        echo(f"  {interruption_words(item)}")
     if job.get("state") == "needs_nodes":
         lost = ", ".join(f"node-{i}" for i in job.get("needs_nodes") or [])
         echo(

@@ -12,7 +12,18 @@ import sys
 import click
 
 from skyinfra import __version__, exitcodes
-from skyinfra.cli import checkpoints, cluster, jobs, review, running, ssh, state, validate, verify
+from skyinfra.cli import (
+    checkpoints,
+    cluster,
+    drill,
+    jobs,
+    review,
+    running,
+    ssh,
+    state,
+    validate,
+    verify,
+)
 from skyinfra.errors import SkyinfraError
 
 
@@ -32,6 +43,7 @@ for command in (
     jobs.logs,
     jobs.cancel,
     checkpoints.checkpoints,
+    drill.drill,
     ssh.ssh,
     review.render,
     review.plan,

@@ -47,6 +47,8 @@ class RunReport:
     retry_on: str = "signal"
     job_state: str = ""  # the job's final state in its record ("" when not a job)
     needs_nodes: list[int] = field(default_factory=list)  # lost nodes (state needs_nodes)
+    # The Spot interruption notices of the job's last attempt (node, action, time, noticed_at).
+    interruptions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

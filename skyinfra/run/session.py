@@ -18,6 +18,7 @@ import collections
 import json
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -204,6 +205,7 @@ def run_on_cluster(
             checkpoints=checkpoints,
             restarts=restarts,
             run_files=run_files or {},
+            transport=transport,
         )
         transport = replaced or transport
     said = startup.summary()
@@ -230,20 +232,27 @@ def restart_on_replaced_nodes(
     checkpoints: str | None,
     restarts: Restarts | None,
     run_files: Mapping[str, Path],
+    transport: NodeTransport | None = None,
 ) -> NodeTransport | None:
     """While the job ended needing nodes (a node lost, restarts left): replace them, copy the
     project to them, start the job again as its next attempt and follow it; the transport of
-    the replaced cluster (None when nothing was replaced)."""
-    transport = None
+    the replaced cluster (None when nothing was replaced). ``transport``: the cluster's
+    before, to see an interrupted node go before it is replaced."""
+    replaced = None
     while report.job_state == "needs_nodes":
         lost = report.needs_nodes
+        if transport is not None:
+            wait_for_interrupted_nodes(transport, report, lost, echo)
+        noticed = {i.get("node") for i in report.interruptions}
+        how = "interrupted" if noticed >= set(lost) else "lost"
         echo(
-            f"[skyinfra] {', '.join(f'node-{i}' for i in lost)} lost: replacing "
+            f"[skyinfra] {', '.join(f'node-{i}' for i in lost)} {how}: replacing "
             f"{'it' if len(lost) == 1 else 'them'} (Terraform recreates what is missing, as "
             f"`up`; ranks kept), then starting the job again as attempt "
             f"{len(report.attempts) + 1}"
         )
         transport, topology = replace_nodes(lost)
+        replaced = transport
         _copy_to_nodes(transport, report, src, topology_file, wanted, echo, run_files, only=lost)
         report.first_failure, report.timed_out = None, []
         for outcome in report.outcomes.values():
@@ -265,7 +274,39 @@ def restart_on_replaced_nodes(
             attempts_before=report.attempts,
             skip_lines={i: n for i, n in shown.items() if i not in lost},
         )
-    return transport
+    return replaced
+
+
+# How long past its notice's time an interrupted node may still answer before it is replaced
+# all the same (EC2 terminates on time; a node that still answers is then Terraform's to see).
+GONE_GRACE_S = 30.0
+
+
+def wait_for_interrupted_nodes(
+    transport: NodeTransport,
+    report: RunReport,
+    lost: Sequence[int],
+    echo: Echo,
+    poll_s: float = 0.5,
+) -> None:
+    """A node with a Spot interruption notice is still there until its instance goes (at the
+    notice's time; a local node once its part of the job has ended): replacing it before
+    would find nothing to replace. Wait until it no longer answers, or its time is past."""
+    due = {
+        int(i["node"]): float(i["time"])
+        for i in report.interruptions
+        if i.get("node") in lost and isinstance(i.get("time"), (int, float))
+    }
+    for node, when in sorted(due.items()):
+        if not transport.readiness(node).ready:
+            continue
+        echo(
+            f"[skyinfra] node-{node} has a Spot interruption notice: waiting for it to go "
+            f"(by {time.strftime('%H:%M:%S', time.localtime(when))}) before replacing it"
+        )
+        until = when + GONE_GRACE_S
+        while transport.readiness(node).ready and time.time() < until:
+            time.sleep(poll_s)
 
 
 def _lines_in(path: Path) -> int:
@@ -501,6 +542,9 @@ def take_attempts(report: RunReport, rec: Mapping[str, Any]) -> None:
     report.retry_on = str(rec.get("retry_on") or "signal")
     report.job_state = str(rec.get("state") or "")
     report.needs_nodes = [int(i) for i in rec.get("needs_nodes") or []]
+    # The last attempt's notices: the nodes an earlier one lost have been replaced since.
+    last = report.attempts[-1] if report.attempts else {}
+    report.interruptions = [i for i in last.get("interruptions") or [] if isinstance(i, dict)]
 
 
 def _follow_job(

@@ -43,15 +43,18 @@ resource "terraform_data" "node" {
       [for p in var.python_packages : "--package '${p}'"],
       # uv and its cache: not triggers (how a node is installed does not change what it is).
       ["--uv \"$NODE_UV\""],
+      # The node's stand-in for EC2's metadata service (Spot notices, `skyinfra drill`).
+      ["--imds-standin \"$NODE_ADDRESS\""],
       var.uv_cache_dir == "" ? [] : ["--cache-dir \"$UV_CACHE\""],
     ))
     environment = {
-      BOOTSTRAP   = local.bootstrap_script
-      NODE_DIR    = each.value.dir
-      NODE_PYTHON = var.python
-      WHEEL       = var.wheel_path
-      NODE_UV     = var.uv
-      UV_CACHE    = var.uv_cache_dir
+      BOOTSTRAP    = local.bootstrap_script
+      NODE_DIR     = each.value.dir
+      NODE_PYTHON  = var.python
+      WHEEL        = var.wheel_path
+      NODE_UV      = var.uv
+      NODE_ADDRESS = each.value.address
+      UV_CACHE     = var.uv_cache_dir
     }
   }
 

@@ -10,6 +10,7 @@ from skyinfra_runtime.errors import EntrypointError, PluginError, RuntimeSetupEr
 from skyinfra_runtime.info import InstanceInfo, Peer, instance_info
 from skyinfra_runtime.output import silent, stderr, stdout
 from skyinfra_runtime.shard import shard, shard_indices
+from skyinfra_runtime.spot import preemption_deadline, seconds_left
 from skyinfra_runtime.topology import Topology, load_topology
 
 __version__ = "0.1.0"
@@ -25,6 +26,8 @@ __all__ = [
     "instance_info",
     "load_topology",
     "plugins",
+    "preemption_deadline",
+    "seconds_left",
     "shard",
     "shard_indices",
     "silent",

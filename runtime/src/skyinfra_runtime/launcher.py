@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         from skyinfra_runtime import jobs
 
         raise SystemExit(jobs.main(argv))
+    if argv[:1] == ["imds-standin"]:
+        from skyinfra_runtime import imds_standin
+
+        raise SystemExit(imds_standin.main(argv[1:]))
     if argv[:1] == ["checkpoint-sync"]:
         from skyinfra_runtime import ckptsync
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyinfra_runtime.spot import AWS_IMDS
+
 from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
@@ -58,6 +60,10 @@ _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
 _DIR_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
 # Values that must never reach user data (it is readable by every process on the node
 # through the instance metadata service, and shows in the console).
+# How often a Spot node's job agents ask the metadata service for a notice (AWS suggests
+# every 5 s; the notice gives about 120 s, and each second of it is time to save).
+NOTICE_POLL_S = 2.0
+
 _SECRET_PATTERNS = (
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     re.compile(r"(?<![A-Za-z0-9/+=])aws_secret_access_key\s*[=:]", re.IGNORECASE),
@@ -100,6 +106,9 @@ class NodeUserData:
     # Checkpoints (issue 25): the node's checkpoint store, {"url", "region", "bucket_url"}
     # (checkpoint_store.node_settings); None writes none.
     checkpoints: dict[str, str] | None = None
+    # A Spot node (issue 26): its job agents watch EC2's metadata service for an interruption
+    # notice (skyinfra_runtime/spot.py reads notice.json); an On-Demand node gets none.
+    spot: bool = False
     forbidden_values: Iterable[str] = field(default=(), repr=False)
 
 
@@ -211,6 +220,11 @@ def render_user_data(params: NodeUserData) -> str:
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,
             provision_minutes=PROVISION_MINUTES,
+            notice_json=(
+                json.dumps({"imds": AWS_IMDS, "poll_s": NOTICE_POLL_S}, sort_keys=True) + "\n"
+                if params.spot
+                else None
+            ),
             checkpoints_json=(
                 None
                 if params.checkpoints is None

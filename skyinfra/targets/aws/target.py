@@ -196,8 +196,10 @@ def _user_data(
     topology: Topology,
     forbidden: list[str],
     checkpoints: dict[str, str] | None = None,
+    spot_nodes: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Every node's cloud-init document: node name -> text."""
+    """Every node's cloud-init document: node name -> text (``spot_nodes``: those launched on
+    the Spot market, which watch for an interruption notice)."""
     spec_aws = _aws_of(spec)
     topology_json = json.dumps(topology.to_dict(), sort_keys=True)
     bootstrap = default_bootstrap_script()
@@ -226,6 +228,7 @@ def _user_data(
                 node_dir=NODE_DIR,
                 efa=spec_aws.efa,
                 checkpoints=checkpoints,
+                spot=name in spot_nodes,
                 forbidden_values=forbidden,
             )
         )
@@ -350,7 +353,15 @@ def render_files(
 
     topology = preboot_topology(spec, params)
     to_nodes = store.node_settings(s3, spec_aws.region, clients.emulator)
-    user_data = _user_data(spec, resolved, staged, topology, clients.secret_values(), to_nodes)
+    user_data = _user_data(
+        spec,
+        resolved,
+        staged,
+        topology,
+        clients.secret_values(),
+        to_nodes,
+        spot_nodes=params.spot_nodes(),
+    )
     files = render_root_module(
         params,
         modules_source=module_source("aws"),

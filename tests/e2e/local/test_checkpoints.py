@@ -4,7 +4,9 @@ run, a run whose node-1 worker is SIGKILLed in the middle of epoch 3, and a fres
 same `--checkpoints` set that resumes from the end of epoch 2 and ends with weights
 bit-identical (sha256) to the uninterrupted run's; a half-written step is ignored; with
 `run --max-restarts 1` the killed job resumes by itself (attempt 2), bit-identical too, and
-so does one whose node 1 is lost (its folder deleted, its processes gone: `run` replaces it);
+so does one whose node 1 is lost (its folder deleted, its processes gone: `run` replaces it),
+and one whose node 1 gets a Spot interruption notice from `skyinfra drill interrupt` (it saves
+within the notice, the node goes and is replaced, the job restarts);
 `skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
 
 from __future__ import annotations
@@ -65,8 +67,55 @@ def main():
 
 def where():
     return os.environ["SKYINFRA_CHECKPOINT_DIR"]
+
+
+def on_notice():
+    # The example as a Spot-aware loop: SIGTERM asks it to stop at the next epoch's end,
+    # once that epoch's backup is written. Node 1 waits after epoch 3 batch 4 in attempt 1
+    # until the notice's SIGTERM comes (a drill is sent meanwhile).
+    import signal
+
+    import keras
+    import keras_resume
+    from skyinfra_runtime import seconds_left
+
+    asked = []
+    signal.signal(signal.SIGTERM, lambda *_: asked.append(time.time()))
+    node, attempt = os.environ["SKYINFRA_NODE"], os.environ["SKYINFRA_ATTEMPT"]
+
+    class StopOnNotice(keras.callbacks.Callback):
+        resumed = attempt == "1"
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch + 1
+
+        def on_train_batch_end(self, batch, logs=None):
+            if not self.resumed:
+                self.resumed = True
+                print(f"first step of attempt {attempt} at {time.time():.3f}", flush=True)
+            if attempt == "1" and node == "1" and (self.epoch, batch + 1) == (3, 4):
+                print("paused at epoch 3 batch 4", flush=True)
+                while not asked:
+                    time.sleep(0.05)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if asked:  # after BackupAndRestore's on_epoch_end: this epoch is saved
+                print(
+                    f"saved epoch {epoch + 1} on the notice at {time.time():.3f}, "
+                    f"{seconds_left():.1f} s left",
+                    flush=True,
+                )
+                # Not stop_training: fit's end would run on_train_end, which deletes the backup.
+                raise SystemExit(130)
+
+    fit = keras.Model.fit
+    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
+        self, *a, callbacks=[*callbacks, StopOnNotice()], **k
+    )
+    return keras_resume.main()
 """
 STEP_EPOCH_2 = "step-00000016"  # 128 samples per node, batches of 16: 8 steps an epoch
+STEP_EPOCH_3 = "step-00000024"
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +263,70 @@ def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(
     assert {v["resumed_step"] for v in values} == {16}
     assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
     print(f"attempts: {attempts}")
+
+
+def test_a_drill_saves_within_the_notice_replaces_the_node_and_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    ws = project / ".skyinfra" / "clusters" / NAME
+    drills: list[subprocess.CompletedProcess[str]] = []
+
+    def drill(workspace: Path, job: str) -> None:
+        drills.append(cli(["drill", "interrupt", "node-1", "--notice-seconds", "60"], project, env))
+
+    run, summary = restarted_after_kill(
+        project, env, ws, "drill", ["train.py:on_notice"], lose=drill
+    )
+    said = drills[0]
+    assert said.returncode == 0, said.stdout + said.stderr
+    assert "Spot interruption notice sent to node-1: terminate at" in said.stdout
+    assert run.returncode == 0, run.stdout
+    out = run.stdout
+    assert "a Spot interruption notice on node-1: terminate at" in out, out  # the head's word
+    assert "node-1 interrupted: replacing it" in out, out
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    cause = attempts[0]["cause"]
+    assert cause["kind"] == "interrupted" and cause["node"] == 1, attempts
+    notice = attempts[0]["interruptions"][0]
+    assert notice["node"] == 1 and notice["action"] == "terminate"
+    # Saved within the notice: node 0's worker wrote epoch 3's backup (process 0 writes them)
+    # and then said when, with time left before the notice's time; the next attempt resumed
+    # from that very step (its COMMITTED mark; Keras deletes the backups when training ends).
+    steps = sets_dir(project) / "drill"
+    saved = [line for line in out.splitlines() if "saved epoch 3 on the notice" in line]
+    assert len(saved) == 1, out  # node 0's (run shows node 0)
+    saved_at = float(saved[0].split(" at ")[1].split(",")[0])
+    assert notice["noticed_at"] <= saved_at < notice["time"], (notice, saved)
+    assert float(saved[0].split(", ")[-1].split()[0]) > 0, saved
+    # The node was replaced (a new folder, its own stand-in), the job resumed after epoch 3.
+    assert f"resumed from {steps / STEP_EPOCH_3} (epoch 3, step 24)" in out, out
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {24}
+    assert {v["epochs_run"] for v in values} == {2}  # epochs 4 and 5, in attempt 2
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    assert (ws / "nodes" / "node-1" / "notice.json").is_file()
+    assert not (ws / "nodes" / "node-1" / "interruption.json").exists()
+    job = max((ws / "runs").iterdir()).name  # the newest run: this job
+    shown = cli(["jobs", job], project, env)
+    assert "node-1 interrupted at" in shown.stdout and "(Spot notice: terminate at" in shown.stdout
+    print(f"attempts: {attempts}")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["7"], "NODE '7': expected a worker node of the cluster (node-1 to node-1)"),
+        (["0"], "NODE '0': node-0 is the head"),
+        (["1", "--notice-seconds", "-5"], "'--notice-seconds': -5 is not in the range x>=0"),
+    ],
+)
+def test_a_bad_drill_changes_nothing(
+    project: Path, env: dict[str, str], args: list[str], named: str
+) -> None:
+    bad = cli(["drill", "interrupt", *args], project, env)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert named in bad.stderr, bad.stderr
+    nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
+    assert not list(nodes.glob("*/interruption.json"))
+    assert (nodes / "node-1" / "notice.json").is_file()

@@ -80,6 +80,7 @@ VARIANTS = {
             "bucket_url": "https://team-ckpts.s3.amazonaws.com",
         }
     ),
+    "spot": params(spot=True),
 }
 
 
@@ -333,3 +334,10 @@ def test_nodes_install_the_pinned_jax_and_uv_first() -> None:
     assert bootcmd[0][:3] == ["cloud-init-per", "once", "skyinfra-phase"]
     with pytest.raises(RenderError, match="jax_version"):
         render_user_data(params(jax_version="0.10; rm -rf /"))
+
+
+def test_only_a_spot_node_watches_for_an_interruption_notice() -> None:
+    spot = files_of(render_user_data(params(spot=True)))
+    notice = json.loads(spot["/opt/skyinfra/node/notice.json"])
+    assert notice == {"imds": "http://169.254.169.254", "poll_s": 2.0}
+    assert "/opt/skyinfra/node/notice.json" not in files_of(render_user_data(params()))

@@ -15,8 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime import spot
 from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
 from skyinfra_runtime.jobs.records import (
@@ -33,6 +35,10 @@ from skyinfra_runtime.jobs.wire import messages, send
 # The attempt a worker belongs to (1, then 2, ... after each restart of the job: as torchrun's
 # TORCHELASTIC_RESTART_COUNT), in every worker's environment.
 ATTEMPT_ENV = "SKYINFRA_ATTEMPT"
+# After a Spot interruption notice the job's processes get SIGTERM and until the deadline less
+# this to end by themselves (saving a checkpoint): what is left is for the final checkpoint
+# upload and the node's exit report before the instance goes.
+PREEMPT_MARGIN_S = 10.0
 
 
 @dataclass
@@ -63,6 +69,40 @@ class Agent:
     # checkpoint upload): the job counts as ended only once every node's has been made.
     after_end: Callable[[], None] | None = None
     attempt: int = 1
+    # The Spot interruption notice this node received (spot.py), and who is told of it (the
+    # head's supervisor, or a peer's report to the head): set once, kept for every attempt.
+    notice: spot.Notice | None = None
+    _notice_hook: Callable[[spot.Notice], None] | None = None
+
+    @property
+    def deadline_file(self) -> Path:
+        """$SKYINFRA_PREEMPT_DEADLINE of the node's workers: exists once a notice came."""
+        return self.paths.run / "preempt-deadline"
+
+    def noticed(self, notice: spot.Notice) -> None:
+        """A Spot interruption notice for this node (the watcher's thread): recorded on the
+        node (`skyinfra status` reads it), said in the log, and passed on to the head."""
+        with self._lock:
+            if self.notice is not None:
+                return
+            self.notice = notice
+            hook = self._notice_hook
+        write_json(self.paths.node_dir / spot.INTERRUPTION_FILE, notice.to_dict())
+        left = notice.time - now()
+        self.note(
+            f"Spot interruption notice: {notice.action} at {spot.format_time(notice.time)} "
+            f"({left:.0f} s from now)"
+        )
+        if hook is not None:
+            hook(notice)
+
+    def on_notice(self, hook: Callable[[spot.Notice], None]) -> None:
+        """Who hears of this node's notice (called at once when one already came)."""
+        with self._lock:
+            self._notice_hook = hook
+            pending = self.notice
+        if pending is not None:
+            hook(pending)
 
     def reset(self, attempt: int) -> None:
         """Ready for the job's next attempt: the same argv, env and secrets (kept in this
@@ -89,7 +129,12 @@ class Agent:
             argv = [sys.executable, "-c", code]
         self.proc = subprocess.Popen(
             argv,
-            env={**os.environ, **self.env, ATTEMPT_ENV: str(self.attempt)},
+            env={
+                **os.environ,
+                **self.env,
+                ATTEMPT_ENV: str(self.attempt),
+                spot.DEADLINE_ENV: str(self.deadline_file),
+            },
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -109,7 +154,14 @@ class Agent:
                 self.tail.append(line.decode(errors="replace").rstrip("\n"))
                 self.last_output = now()
 
-    def end(self, reason: str) -> None:
+    def preempt(self, deadline: float, reason: str) -> None:
+        """The node (or a peer of the job) is going away at ``deadline``: the workers find
+        the deadline in $SKYINFRA_PREEMPT_DEADLINE, then get SIGTERM and until shortly
+        before the deadline to save and end."""
+        spot.write_deadline(self.deadline_file, deadline)
+        self.end(reason, grace_s=max(END_GRACE_S, deadline - now() - PREEMPT_MARGIN_S))
+
+    def end(self, reason: str, grace_s: float = END_GRACE_S) -> None:
         """SIGTERM the launcher's group, SIGKILL after the grace; idempotent."""
         with self._lock:
             if self.proc is None or self.ended_reason:
@@ -120,7 +172,7 @@ class Agent:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(END_GRACE_S)
+            self.proc.wait(grace_s)
         # The leader may be gone while a worker of it lingers in the group.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
@@ -147,6 +199,7 @@ class Agent:
                 "ended_reason": self.ended_reason,
                 "last_output_at": self.last_output,
                 "agent_pid": os.getpid(),
+                "interrupted": self.notice.to_dict() if self.notice is not None else None,
             },
         )
 
@@ -184,6 +237,7 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
             send(sock, msg)
 
     report({"node": agent.node, "token": token})
+    agent.on_notice(lambda notice: report({"event": "notice", **notice.to_dict()}))
 
     def listen() -> None:
         reason = "the job's supervisor on the head went away"
@@ -193,7 +247,12 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
                 # One connection, in order: an attempt's "end" always comes before the next
                 # attempt's "start", so it never reaches the next launcher.
                 if cmd == "end" and msg.get("attempt", agent.attempt) == agent.attempt:
-                    agent.end(str(msg.get("reason") or "ended by the job"))
+                    reason = str(msg.get("reason") or "ended by the job")
+                    deadline = msg.get("deadline")
+                    if isinstance(deadline, (int, float)):  # a node of the job is going away
+                        agent.preempt(float(deadline), reason)
+                    else:
+                        agent.end(reason)
                 elif cmd == "start":
                     starts.put(int(msg.get("attempt", agent.attempt + 1)))
                 elif cmd == "done":

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv
+from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     FINAL_STATES,
@@ -156,6 +156,7 @@ def supervise(ns: argparse.Namespace) -> int:
             f.write(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n")
         os.replace(pid_tmp, paths.pid_file)
         _checkpoints(agent, paths)
+        _watch_notices(agent, Path(ns.node_dir))
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
             sup = Supervisor(
@@ -223,6 +224,25 @@ def _checkpoints(agent: Agent, paths: Paths) -> None:
 
     agent.before_start = restore
     agent.after_end = final
+
+
+def _watch_notices(agent: Agent, node_dir: Path) -> None:
+    """On a node that says where its metadata service is (``notice.json``: AWS Spot nodes, and
+    every local node with its stand-in), watch it for a Spot interruption notice while the
+    job runs; elsewhere nothing is polled."""
+    settings = spot.read_settings(node_dir)
+    if settings is None:
+        return
+    url, poll_s = settings
+    spot.NoticeWatcher(
+        spot.Imds(url),
+        poll_s,
+        on_notice=agent.noticed,
+        on_rebalance=lambda when: agent.note(
+            f"EC2 recommends a rebalance (noticed {when}): an interruption may follow"
+        ),
+        on_error=lambda err: agent.note(f"the metadata service did not answer: {err}"),
+    ).start()
 
 
 # ----------------------------------------------------------------- the operator's asks

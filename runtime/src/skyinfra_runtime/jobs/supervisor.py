@@ -7,6 +7,11 @@ as the next attempt on the same nodes: the head's launcher here, each peer's by 
 its connection (the peer's agent kept its argv, env and secrets in memory: nothing is written
 or sent again). A node whose agent is gone cannot be restarted from here (the head has no way
 to start processes on peers): the job ends.
+
+A Spot interruption notice on a node (its agent's watcher, spot.py) ends the attempt at once:
+every node's workers get SIGTERM and until shortly before the notice's time to save (the
+deadline in $SKYINFRA_PREEMPT_DEADLINE), then the interrupted node counts as lost (it is going
+away): the operator replaces it and starts the next attempt, as for any lost node.
 """
 
 from __future__ import annotations
@@ -85,6 +90,9 @@ class Supervisor:
         self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
         self.failed_at: float | None = None  # when the head saw the attempt's first failure
         self.needs_nodes: list[int] = []  # lost nodes, for the operator to replace
+        # Nodes with a Spot interruption notice: node -> the notice (action, time, ...).
+        self.interrupted: dict[int, dict[str, Any]] = {}
+        self.ending_deadline: float | None = None  # the notice's time while it ends the job
 
     @property
     def restarts_left(self) -> int:
@@ -109,6 +117,13 @@ class Supervisor:
             "restarts_left": self.restarts_left,
             "attempts": self.attempts,
             "needs_nodes": self.needs_nodes,
+            # Every notice of the job, earlier attempts' included.
+            "interruptions": [
+                i
+                for a in self.attempts
+                for i in a.get("interruptions") or []
+                if isinstance(i, dict)
+            ],
             "nodes": [
                 {
                     "node": v.node,
@@ -119,6 +134,7 @@ class Supervisor:
                     "last_output_at": v.last_output_at,
                     "ended_at": v.ended_at,
                     "tail_at_end": v.tail_at_end,
+                    "interrupted": self.interrupted.get(v.node),
                 }
                 for v in self.view.values()
             ],
@@ -146,7 +162,7 @@ class Supervisor:
                     node = int(i)
                     self.view[node].conn = conn
                     if self.ending:  # joined after the job began to end
-                        send(conn, {"cmd": "end", "reason": self.ending, "attempt": self.attempt})
+                        send(conn, self._end_message())
                     continue
                 self.events.put((str(msg.get("event")), node, msg))
         except OSError:
@@ -162,6 +178,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, lambda *_: self.cancel.set())
         signal.signal(signal.SIGINT, lambda *_: self.cancel.set())
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.agent.on_notice(lambda notice: self.events.put(("notice", 0, notice.to_dict())))
         while True:
             self._run_attempt()
             cause = self._cause()
@@ -185,9 +202,12 @@ class Supervisor:
                 # operator does (Terraform), then starts the next attempt.
                 current["failed_at"] = self.failed_at
                 self.needs_nodes = self._lost_nodes()
+                gone = ", ".join(
+                    f"node-{i} {'interrupted' if i in self.interrupted else 'lost'}"
+                    for i in self.needs_nodes
+                )
                 current["not_restarted"] = (
-                    f"{', '.join(f'node-{i}' for i in self.needs_nodes)} lost: waiting for the "
-                    "operator to replace it and start the next attempt"
+                    f"{gone}: waiting for the operator to replace it and start the next attempt"
                 )
                 break
             self._restart(cause or {})
@@ -255,6 +275,16 @@ class Supervisor:
         """What ended the attempt: a worker killed by a signal if any node's was, else a node
         that was lost (its agent gone), else the first failure. The others' collectives
         often fail first, with errors of their own, and are not the cause."""
+        if self.interrupted:
+            node = min(self.interrupted, key=lambda i: self.interrupted[i].get("noticed_at", 0.0))
+            notice = self.interrupted[node]
+            return {
+                "node": node,
+                "exit_code": self.view[node].exit_code,
+                "meaning": f"a Spot interruption notice ({notice.get('action')} at "
+                f"{notice.get('time_utc')})",
+                "kind": "interrupted",
+            }
         if self.first_failure is None:
             return None
         killed = sorted(
@@ -279,6 +309,11 @@ class Supervisor:
         kind = cause["kind"]
         if kind == "error" and self.retry_on != "error":
             return "an error exit is not retried without --retry-on error"
+        if 0 in self.interrupted:
+            return (
+                "the head (node-0) itself is interrupted: the job's record goes with it; "
+                "run the job again on the same --checkpoints set"
+            )
         return None
 
     def _restart(self, cause: dict[str, Any]) -> None:
@@ -297,6 +332,7 @@ class Supervisor:
         self.agent.note(said)
         self.attempts.append({"attempt": self.attempt})
         self.state, self.ending, self.first_failure, self.failed_at = "starting", "", None, None
+        self.ending_deadline = None
         for v in self.view.values():
             conn = v.conn
             self.view[v.node] = NodeView(v.node, conn=conn)
@@ -327,6 +363,8 @@ class Supervisor:
                 elif event == "lost" and v.state != "ended":
                     self._ended(node, None)
                     changed = True
+                elif event == "notice" and msg is not None:
+                    changed = self._noticed(node, msg) or changed
         except queue.Empty:
             return changed
 
@@ -343,22 +381,61 @@ class Supervisor:
             self.first_failure, self.failed_at = node, now()
             self._end_all(f"after node-{node} failed")
 
+    def _noticed(self, node: int, msg: dict[str, Any]) -> bool:
+        """A Spot interruption notice on ``node``: recorded, and the attempt ended with the
+        time left (every node's workers save what they can before the node goes)."""
+        if node in self.interrupted or not isinstance(msg.get("time"), (int, float)):
+            return False
+        keys = ("action", "time", "time_utc", "noticed_at")
+        notice: dict[str, Any] = {k: msg[k] for k in keys if k in msg}
+        notice.setdefault("noticed_at", now())
+        self.interrupted[node] = notice
+        listed: list[dict[str, Any]] = self.attempts[-1].setdefault("interruptions", [])
+        listed.append({"node": node, **notice})
+        said = (
+            f"a Spot interruption notice on node-{node}: {notice.get('action')} at "
+            f"{notice.get('time_utc')}"
+        )
+        self.agent.note(f"{said}; every node's workers get SIGTERM and the time left")
+        if self.ending or all(v.state == "ended" for v in self.view.values()):
+            return True
+        if self.first_failure is None:
+            self.first_failure, self.failed_at = node, now()
+        self.ending_deadline = float(msg["time"])
+        self._end_all(said)
+        return True
+
+    def _end_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"cmd": "end", "reason": self.ending, "attempt": self.attempt}
+        if self.ending_deadline is not None:
+            msg["deadline"] = self.ending_deadline
+        return msg
+
     def _end_all(self, reason: str) -> None:
         """Every node still running is ended at once: peers told, the head's own launcher in a
-        thread of its own (the grace runs in parallel)."""
+        thread of its own (the grace runs in parallel; until the notice's deadline when a node
+        is being interrupted)."""
         self.ending = reason
+        deadline = self.ending_deadline
         for v in self.view.values():
             if v.state == "ended":
                 continue
             if v.node == 0:
-                threading.Thread(target=self.agent.end, args=(reason,), daemon=True).start()
+                end = (
+                    (lambda: self.agent.preempt(deadline, reason))
+                    if deadline is not None
+                    else (lambda: self.agent.end(reason))
+                )
+                threading.Thread(target=end, daemon=True).start()
             elif v.conn is not None:
                 with contextlib.suppress(OSError):
-                    send(v.conn, {"cmd": "end", "reason": reason, "attempt": self.attempt})
+                    send(v.conn, self._end_message())
 
     def _lost_nodes(self) -> list[int]:
-        """Peers whose agent is gone (or never came): only the operator can start them."""
-        return sorted(v.node for v in self.view.values() if v.node != 0 and v.conn is None)
+        """Peers whose agent is gone (or never came), and peers being interrupted (they are
+        going away): only the operator can start them."""
+        gone = {v.node for v in self.view.values() if v.node != 0 and v.conn is None}
+        return sorted(gone | (set(self.interrupted) - {0}))
 
     def _final_state(self) -> str:
         if self.needs_nodes:

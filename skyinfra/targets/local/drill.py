@@ -1,0 +1,49 @@
+"""`skyinfra drill interrupt` on the local target: a Spot interruption notice delivered to a
+local node's IMDS stand-in (skyinfra_runtime/imds_standin.py, on the node's loopback address),
+which the node's watcher then reads as an AWS Spot node reads EC2's."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from skyinfra_runtime.imds_standin import INTERRUPT_PATH
+from skyinfra_runtime.spot import DIRECT, read_settings
+
+from skyinfra.errors import TransportError, UsageError
+from skyinfra.targets.local.transport import node_problem
+
+
+def send_notice(node_dir: Path, node: int, seconds: int) -> dict[str, Any]:
+    """POST the notice (``seconds`` until the node goes) to the node's stand-in; what it
+    answers (``{"action": ..., "time": ...}``, EC2's form)."""
+    problem = node_problem(node_dir)
+    if problem:
+        raise UsageError(f"NODE {node}: {problem}")
+    settings = read_settings(node_dir)
+    if settings is None:
+        raise UsageError(
+            f"NODE {node}: node-{node} has no IMDS stand-in ({node_dir}/notice.json is missing: "
+            "a node made before skyinfra had one); `skyinfra up` after `down` makes nodes with it"
+        )
+    url = settings[0] + INTERRUPT_PATH
+    body = json.dumps({"seconds": seconds, "action": "terminate"}).encode()
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with DIRECT.open(req, timeout=10) as resp:  # loopback: never through a proxy
+            answer = json.loads(resp.read())
+    except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors
+        detail = (
+            err.read().decode(errors="replace") if isinstance(err, urllib.error.HTTPError) else err
+        )
+        raise TransportError(
+            f"node {node}: the IMDS stand-in at {url} refused the notice: {detail}"
+        ) from err
+    if not isinstance(answer, dict):
+        raise TransportError(f"node {node}: the IMDS stand-in answered {answer!r}")
+    return answer

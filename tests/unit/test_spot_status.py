@@ -1,0 +1,27 @@
+"""`skyinfra status` reads each answering node's Spot interruption notice (the
+``interruption.json`` its watcher or IMDS stand-in wrote) through the node's transport."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from skyinfra.lifecycle import _interruptions
+from skyinfra.spec import validate_spec
+from skyinfra.workspace import Workspace
+from tests.support.topologies import local_topology
+
+
+def test_status_reads_the_notice_of_each_answering_node(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "c")
+    for i in range(3):
+        node = ws.nodes_dir / f"node-{i}"
+        node.mkdir(parents=True)
+        (node / ".skyinfra-node").touch()
+    notice = {"action": "terminate", "time": 1795508520.0, "noticed_at": 1795508400.0}
+    (ws.nodes_dir / "node-1" / "interruption.json").write_text(json.dumps(notice))
+    (ws.nodes_dir / "node-2" / "interruption.json").write_text("not json")
+    spec = validate_spec({"name": "c", "nodes": 3})
+    found = _interruptions(ws, spec, local_topology(3), [0, 1, 2])
+    assert found == {1: notice}  # node 0 has none; node 2's is unreadable, so left out
+    assert _interruptions(ws, spec, local_topology(3), [0]) == {}
