@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
 from tests.support.resume_proof import lose_node_1
@@ -116,6 +117,8 @@ def test_a_worker_killed_by_a_signal_restarts_the_job_on_the_same_nodes(
         "kind": "signal",
     }
     assert first["outcome"] == "failed" and first["lost_s"] >= 0
+    # Node 0 was blocked on a dead peer: ended at once, not after the clean-stop grace.
+    assert first["end_grace_s"] == DEAD_PEER_GRACE_S
     assert second["outcome"] == "succeeded" and second["cause"] is None
     assert second["recovery_s"] >= 0 and second["started_at"] >= first["failed_at"]
     assert summary["max_restarts"] == 1 and summary["exit_code"] == 0
@@ -148,6 +151,8 @@ def test_an_exception_is_retried_only_with_retry_on_error(
     attempts = summary["attempts"]
     assert isinstance(attempts, list) and len(attempts) == 1
     assert attempts[0]["cause"]["kind"] == "error" and attempts[0]["cause"]["exit_code"] == 1
+    # An exception leaves the others able to stop cleanly: they get the whole grace.
+    assert attempts[0]["end_grace_s"] == END_GRACE_S
     assert "without --retry-on error" in attempts[0]["not_restarted"]
 
     run = cli(

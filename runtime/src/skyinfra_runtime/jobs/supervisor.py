@@ -23,6 +23,8 @@ from typing import Any
 from skyinfra_runtime import exitcodes
 from skyinfra_runtime.jobs.agent import Agent
 from skyinfra_runtime.jobs.records import (
+    DEAD_PEER_GRACE_S,
+    END_GRACE_S,
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     SCHEMA,
@@ -71,6 +73,7 @@ class Supervisor:
         self.first_failure: int | None = None
         self.timed_out: list[int] = []
         self.ending = ""  # why the supervisor is ending every node ("" while it is not)
+        self.end_grace_s = END_GRACE_S  # the SIGTERM-to-SIGKILL grace of that ending
         self.cancel = threading.Event()
         self.token = token
         self.max_restarts = max_restarts
@@ -85,6 +88,7 @@ class Supervisor:
         self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
         self.failed_at: float | None = None  # when the head saw the attempt's first failure
         self.needs_nodes: list[int] = []  # lost nodes, for the operator to replace
+        self.start_peers = False  # a restart's peers are started after the head's launcher
 
     @property
     def restarts_left(self) -> int:
@@ -146,7 +150,7 @@ class Supervisor:
                     node = int(i)
                     self.view[node].conn = conn
                     if self.ending:  # joined after the job began to end
-                        send(conn, {"cmd": "end", "reason": self.ending, "attempt": self.attempt})
+                        send(conn, self._end_msg(self.ending))
                     continue
                 self.events.put((str(msg.get("event")), node, msg))
         except OSError:
@@ -204,6 +208,8 @@ class Supervisor:
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
         self.agent.start()
+        if self.start_peers:
+            self._start_peers()
         self.view[0].state = "running"
         self.save()
         join_by = now() + JOIN_WAIT_S
@@ -302,6 +308,12 @@ class Supervisor:
             self.view[v.node] = NodeView(v.node, conn=conn)
         self.save()
         self.agent.reset(self.attempt)
+        self.start_peers = True
+
+    def _start_peers(self) -> None:
+        """A restart's "start" to every peer, once the head's launcher runs: the peers' jax
+        clients then find its coordinator listening instead of backing off and retrying."""
+        self.start_peers = False
         for v in self.view.values():
             if v.node != 0 and v.conn is not None:
                 with contextlib.suppress(OSError):
@@ -341,20 +353,34 @@ class Supervisor:
         v.ended_reason = ""
         if code != 0:
             self.first_failure, self.failed_at = node, now()
-            self._end_all(f"after node-{node} failed")
+            # A dead peer (a worker killed by a signal, or its agent gone) leaves the others
+            # blocked in collectives that cannot complete: they get no grace worth waiting for.
+            # An exit of the user's code may leave the others able to stop cleanly: the grace.
+            dead = code is None or worker_killed(code)
+            grace = DEAD_PEER_GRACE_S if dead else END_GRACE_S
+            self._end_all(f"after node-{node} failed", grace)
 
-    def _end_all(self, reason: str) -> None:
+    def _end_all(self, reason: str, grace_s: float = END_GRACE_S) -> None:
         """Every node still running is ended at once: peers told, the head's own launcher in a
         thread of its own (the grace runs in parallel)."""
-        self.ending = reason
+        self.ending, self.end_grace_s = reason, grace_s
+        self.attempts[-1]["end_grace_s"] = grace_s  # what the others were given, on record
         for v in self.view.values():
             if v.state == "ended":
                 continue
             if v.node == 0:
-                threading.Thread(target=self.agent.end, args=(reason,), daemon=True).start()
+                threading.Thread(target=self.agent.end, args=(reason, grace_s), daemon=True).start()
             elif v.conn is not None:
                 with contextlib.suppress(OSError):
-                    send(v.conn, {"cmd": "end", "reason": reason, "attempt": self.attempt})
+                    send(v.conn, self._end_msg(reason))
+
+    def _end_msg(self, reason: str) -> dict[str, Any]:
+        return {
+            "cmd": "end",
+            "reason": reason,
+            "attempt": self.attempt,
+            "grace_s": self.end_grace_s,
+        }
 
     def _lost_nodes(self) -> list[int]:
         """Peers whose agent is gone (or never came): only the operator can start them."""
