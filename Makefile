@@ -94,9 +94,10 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m skyinfra.demo
 
-# Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures).
+# Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures;
+# ONLY=14: checkpoint overhead alone, its section replaced).
 REPS ?= 3
-ONLY ?= 1,2,3,4,5,6,7,8,9,10,11
+ONLY ?= 1,2,3,4,5,6,7,8,9,10,11,14
 bench: $(STAMP)
 	$(BIN)/python tests/bench/run.py --reps $(REPS) --only $(ONLY)
 
