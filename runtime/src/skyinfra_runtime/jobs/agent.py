@@ -20,6 +20,7 @@ from typing import Any
 from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
 from skyinfra_runtime.jobs.records import (
+    DEAD_PEER_GRACE_S,
     END_GRACE_S,
     OUTPUT_EVERY_S,
     SCHEMA,
@@ -207,7 +208,9 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
                 elif cmd == "done":
                     starts.put(None)
                     return
-        agent.end(reason)
+        # The head is gone (or cut off, and then its supervisor ends the job anyway): a worker
+        # in a collective with it can never finish, so no clean-stop grace.
+        agent.end(reason, DEAD_PEER_GRACE_S)
         starts.put(None)
 
     def on_term(signum: int, frame: object) -> None:
