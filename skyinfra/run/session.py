@@ -461,7 +461,7 @@ def _head_lost(
         ]
     report.max_restarts = restarts.max_restarts if restarts is not None else 0
     current = report.attempts[-1]
-    seen = time.time()
+    seen, started = time.time(), current.get("started_at")
     current.update(
         ended_at=seen,
         outcome="failed",
@@ -472,7 +472,7 @@ def _head_lost(
             "kind": "lost",
         },
         failed_at=seen,
-        lost_s=round(seen - current["started_at"], 3) if current.get("started_at") else None,
+        lost_s=round(seen - float(started), 3) if isinstance(started, int | float) else None,
     )
     report.first_failure = 0
     for i, outcome in report.outcomes.items():

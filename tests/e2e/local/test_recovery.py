@@ -332,3 +332,22 @@ def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
     assert node_processes(ws(project) / "nodes", job) == []
     # `up` puts node 0 back for the module's other tests.
     assert cli(["up"], project, env).returncode == 0
+
+
+def test_checkpoints_delete_refuses_a_set_that_a_running_job_uses(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--checkpoints", "busy", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    busy = ws(project) / "checkpoints" / "busy"
+    refused = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"job(s) {job} of cluster 'recovery' use it" in refused.stderr, refused.stderr
+    assert "nothing was deleted" in refused.stderr and busy.is_dir()
+    cancelled = cli(["cancel", job, "--yes"], project, env)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    gone = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not busy.exists()
