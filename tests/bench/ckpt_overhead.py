@@ -34,6 +34,7 @@ def _epochs(root: Path) -> list[float]:
 
 def checkpoint_overhead(reps: int) -> dict[str, Any]:
     env = base_env()
+    host = machine()  # its load average: at the start, as the other figures'
     without, with_ckpt, ratio = [], [], []
     steps = 0
     with project(2, KERAS) as root:
@@ -60,7 +61,7 @@ def checkpoint_overhead(reps: int) -> dict[str, Any]:
         finally:
             cli(["down", "--yes"], root, env)
     return {
-        "machine": machine(),
+        "machine": host,
         "epochs_timed": EPOCHS - WARM_EPOCHS,
         "steps_per_epoch": steps,
         "checkpoint_set_bytes": size,
