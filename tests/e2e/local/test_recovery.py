@@ -330,6 +330,11 @@ def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
     assert attempts[0]["not_restarted"] == "no restart left (--max-restarts 0)"
     # Nothing of the job runs on node 1 once the run ended: it ended node 1's part itself.
     assert node_processes(ws(project) / "nodes", job) == []
+    # `jobs` (a detached job's way back) says what happened and what to run.
+    listed = cli(["jobs"], project, env)
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    assert "node-0 (the job's head) was lost" in listed.stderr
+    assert "`skyinfra up` replaces node-0" in listed.stderr
     # `up` puts node 0 back for the module's other tests.
     assert cli(["up"], project, env).returncode == 0
 
