@@ -242,6 +242,11 @@ class TransportError(CommandError):
     """Reaching a node (SSH, local process) failed."""
 
 
+class HeadLostError(TransportError):
+    """Node 0 is gone (on the local target: its folder), and with it a job's supervisor and
+    record: nothing on it can be asked any more."""
+
+
 class HostKeyChangedError(TransportError):
     """The node's host key differs from the one pinned in known_hosts: waiting cannot help."""
 

@@ -30,7 +30,24 @@ def _cluster(clusters_root: Path | None, name: str | None) -> tuple[Workspace, N
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
-    return ws, lifecycle.transport_for(ws, topology, spec=ws.spec()), len(topology.nodes)
+    transport = lifecycle.transport_for(ws, topology, spec=ws.spec())
+    _refuse_lost_head(ws, transport)
+    return ws, transport, len(topology.nodes)
+
+
+def _refuse_lost_head(ws: Workspace, transport: NodeTransport) -> None:
+    """Node 0 gone (local target: its folder): the job records and supervisors were on it, so
+    no job can be shown, followed, cancelled or recovered; say so, and what to run."""
+    from skyinfra.errors import HeadLostError
+    from skyinfra.run.job import HEAD_LOST, head_gone
+
+    if head_gone(transport):
+        raise HeadLostError(
+            f"cluster {ws.name!r}: {HEAD_LOST}, and with it every job's record and supervisor "
+            "(the other nodes end their parts of a job once its head is gone). `skyinfra up` "
+            "replaces node-0; a job's checkpoint set outlives it (`skyinfra checkpoints`): "
+            "`skyinfra run --checkpoints NAME ...` starts the job again from its last checkpoint"
+        )
 
 
 def _when(t: Any) -> str:

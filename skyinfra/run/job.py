@@ -27,10 +27,12 @@ from typing import Any
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
-from skyinfra.errors import Detached, SkyinfraError, TransportError, UsageError
+from skyinfra.errors import Detached, HeadLostError, SkyinfraError, TransportError, UsageError
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
+# What an attached run says when the job's head went (head_gone).
+HEAD_LOST = "node-0 (the job's head) was lost: its folder is gone"
 # How often a client reads the head's record (at most).
 RECORD_EVERY_S = 0.3
 # How long `run --detach` waits for every node to report in.
@@ -252,16 +254,33 @@ class JobClient:
         self._record: dict[str, Any] | None = None
         self._cancelled = threading.Event()
         self._cancelling = False
+        self.head_lost = False  # node 0 is gone: its supervisor and the record with it
 
     def record(self, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The head's record, read again at most every RECORD_EVERY_S; HeadLostError once the
+        head itself is gone (its last copy stays in ``last_record``)."""
         with self._lock:
             if fresh or time.monotonic() - self._read_at >= RECORD_EVERY_S:
-                if self.transport.fetch(0, record_path(self.transport, self.job_id), self._local):
+                if self._fetch():
                     # Never half-written on the head (atomic); a copy cut short: read again.
                     with contextlib.suppress(ValueError):
                         self._record = json.loads(self._local.read_text(encoding="utf-8"))
                 self._read_at = time.monotonic()
             return self._record
+
+    def _fetch(self) -> bool:
+        try:
+            return self.transport.fetch(0, record_path(self.transport, self.job_id), self._local)
+        except TransportError as err:
+            if head_gone(self.transport):
+                self.head_lost = True
+                raise HeadLostError(HEAD_LOST) from err
+            raise
+
+    @property
+    def last_record(self) -> dict[str, Any] | None:
+        """The record as last read (the head's, before it was lost)."""
+        return self._record
 
     def node(self, i: int) -> dict[str, Any]:
         rec = self.record() or {}
@@ -274,6 +293,8 @@ class JobClient:
         """Ask the supervisor to end every node, wait until it did; one ask, however many
         threads call."""
         with self._lock:
+            if self.head_lost:
+                return  # nobody left to ask: the run ends the others' parts (end_node_part)
             first = not self._cancelling
             self._cancelling = True
         if first:
@@ -379,6 +400,26 @@ def find_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
         if job.get("id") == job_id:
             return job
     raise UsageError(f"no job {job_id!r} on this cluster (`skyinfra jobs` lists them)")
+
+
+def head_gone(transport: NodeTransport) -> bool:
+    """Node 0 is certainly gone, not just unreachable for a moment: only a transport that can
+    tell (the local target: its folder) says so; elsewhere a failed read stays an error."""
+    gone = getattr(transport, "node_gone", None)
+    return callable(gone) and bool(gone(0))
+
+
+def end_node_part(transport: NodeTransport, node: int, job_id: str) -> None:
+    """End one node's part of a job whose head is gone: its agent (SIGTERM: it ends its
+    launcher) and wait until it went, so that a next attempt never meets it."""
+    root = transport.node_root(node)
+    _call(
+        transport,
+        node,
+        ["cancel", "--job", job_id, "--node-dir", root],
+        tag=f"{job_id}-end-{_tag()}",
+        timeout=120,
+    )
 
 
 def cancel_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:

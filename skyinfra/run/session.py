@@ -36,11 +36,20 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import Detached, InternalError, UsageError
+from skyinfra.errors import Detached, HeadLostError, InternalError, TransportError, UsageError
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
-from skyinfra.run.job import JobClient, JobNodeProcess, Restarts, start_job, wait_started
+from skyinfra.run.job import (
+    HEAD_LOST,
+    JobClient,
+    JobNodeProcess,
+    Restarts,
+    end_node_part,
+    head_gone,
+    start_job,
+    wait_started,
+)
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
@@ -413,6 +422,7 @@ def _run_all(
             for i in report.outcomes
         }
         started = False
+        client: JobClient | None = None
         try:
             if topology is None:
                 _start_all(
@@ -438,8 +448,19 @@ def _run_all(
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
-            if topology is not None:
+            if client is not None:
                 take_attempts(report, client.record(fresh=True) or {})
+        except TransportError as err:
+            # Node 0 gone once the job started (its folder, on the local target): not an error
+            # of this run's own, but the job's head lost, which a restart may recover from.
+            if not (started and head_gone(transport)):
+                raise
+            for proc in live.procs.values():
+                if isinstance(proc, JobNodeProcess):
+                    proc.stop_following()
+            rec = (client.last_record if client is not None else None) or {}
+            why = str(err) if isinstance(err, HeadLostError) else HEAD_LOST
+            _head_lost(transport, report, rec, restarts, attempts_before, checkpoints, why, echo)
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
@@ -448,6 +469,70 @@ def _run_all(
                 if isinstance(proc, JobNodeProcess):
                     proc.stop_following()
             raise Detached(hup.job_id or (report.run_id if started else "")) from None
+
+
+def _head_lost(
+    transport: NodeTransport,
+    report: RunReport,
+    rec: Mapping[str, Any],
+    restarts: Restarts | None,
+    attempts_before: Sequence[Mapping[str, object]],
+    checkpoints: str | None,
+    why: str,
+    echo: Echo,
+) -> None:
+    """Node 0 went while the job ran, and with it the job's supervisor and its record: the
+    other nodes' parts are ended here (their agents would end them, having lost the head;
+    this waits until they did), the attempt is recorded from the record's last copy, and the
+    job waits for node 0 (needs_nodes: `run` replaces it and starts the next attempt) while
+    restarts are left, else ends "lost"."""
+    echo(f"[skyinfra] {why}; the job's supervisor and record were on it")
+    for i in sorted(report.outcomes):
+        if i == 0:
+            continue
+        try:
+            end_node_part(transport, i, report.run_id)
+        except TransportError as err:
+            echo(f"[skyinfra] could not end node-{i}'s part of the job: {err}")
+    take_attempts(report, rec)
+    if not report.attempts:
+        report.attempts = [dict(a) for a in attempts_before] + [
+            {"attempt": len(attempts_before) + 1}
+        ]
+    report.max_restarts = restarts.max_restarts if restarts is not None else 0
+    current = report.attempts[-1]
+    seen, started = time.time(), current.get("started_at")
+    current.update(
+        ended_at=seen,
+        outcome="failed",
+        cause={
+            "node": 0,
+            "exit_code": None,
+            "meaning": "node-0 (the head) lost, with the job's supervisor",
+            "kind": "lost",
+        },
+        failed_at=seen,
+        lost_s=round(seen - float(started), 3) if isinstance(started, int | float) else None,
+    )
+    report.first_failure = 0
+    for i, outcome in report.outcomes.items():
+        outcome.exit_code = None if i == 0 else outcome.exit_code
+        if i != 0:
+            outcome.ended_by_us, outcome.ended_reason = True, "after node-0 (the head) was lost"
+    left = report.max_restarts - (len(report.attempts) - 1)
+    if left > 0:
+        current["not_restarted"] = "node-0 lost: waiting for the operator to replace it"
+        report.job_state, report.needs_nodes = "needs_nodes", [0]
+        return
+    current["not_restarted"] = f"no restart left (--max-restarts {report.max_restarts})"
+    report.job_state, report.needs_nodes = "lost", []
+    name = checkpoints or rec.get("checkpoints") or report.run_id
+    echo(
+        f"[skyinfra] the job cannot go on without its head and has no restart left "
+        f"(--max-restarts {report.max_restarts}): `skyinfra up` replaces node-0, then "
+        f"`skyinfra run --checkpoints {name} ...` starts the job again from the "
+        "checkpoint set's last checkpoint (the set outlives the nodes)"
+    )
 
 
 def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> list[str]:
@@ -567,7 +652,10 @@ def _collect_results(transport: NodeTransport, report: RunReport) -> None:
     """Fetch each node's result.json into runs/<id>/node-<i>.result.json (None if unreadable)."""
     for i, outcome in report.outcomes.items():
         local = report.run_dir / f"node-{i}.result.json"
-        remote = _dirs(transport, i, report.run_id).result
+        try:
+            remote = _dirs(transport, i, report.run_id).result
+        except TransportError:
+            continue  # a node that is gone (the head lost, not replaced) left no result
         if transport.fetch(i, remote, local):
             try:
                 outcome.result = json.loads(local.read_text(encoding="utf-8"))

@@ -1,11 +1,11 @@
-"""Figure 14, the Spot notice (issue 26): a 2-node Keras-on-JAX job (`run --max-restarts 1`)
+"""Figure 15, the Spot notice (issue 26): a 2-node Keras-on-JAX job (`run --max-restarts 1`)
 gets `skyinfra drill interrupt 1 --notice-seconds 120` once its second epoch began;
 from the notice (the drill's start) to the checkpoint saved (node 0's backup of the epoch it
 stopped at, written before it leaves fit), and to the first step of attempt 2 on the replaced
 node (the later node's). Goal: the checkpoint saved within 30 s of the notice's 120 s. Not part
 of `make test`; nothing here asserts a time.
 
-    python tests/bench/notice.py [--reps N] [--out FILE]     (or: make bench ONLY=14)
+    python tests/bench/notice.py [--reps N] [--out FILE]     (or: make bench ONLY=15)
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _s(v: dict[str, Any]) -> str:
 
 
 def section(fig: dict[str, Any] | None, date: str) -> list[str]:
-    out = ["## 14. Spot notice: from the notice to the saved checkpoint and the resumed step", ""]
+    out = ["## 15. Spot notice: from the notice to the saved checkpoint and the resumed step", ""]
     if fig is None:
         return [*out, "not run this time", ""]
     if "error" in fig:
@@ -143,9 +143,9 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
 
 
 def splice(markdown: str, lines: list[str]) -> str:
-    """BENCHMARKS.md with figure 14's section replaced (or put before the closing notes)."""
+    """BENCHMARKS.md with figure 15's section replaced (or put before the closing notes)."""
     text = "\n".join(lines).rstrip() + "\n\n"
-    head = "## 14. "
+    head = "## 15. "
     if head in markdown:
         start = markdown.index(head)
         rest = markdown.find("\n## ", start + 1)

@@ -36,6 +36,12 @@ def _first_steps(summary: dict[str, Any]) -> list[float]:
 def measure(reps: int) -> dict[str, Any]:
     env = base_env()
     fresh, recovered, ratio, head_recovery = [], [], [], []
+    parts: dict[str, list[float]] = {
+        "death_seen_by_head_s": [],
+        "others_ended_s": [],
+        "attempt_2_started_s": [],
+        "started_to_first_step_s": [],
+    }
     with project(2, KERAS) as root:
         shutil.copy(HERE / "recovery_entry.py", root / "recovery_entry.py")
         cli(["up", "--yes"], root, env)
@@ -60,6 +66,15 @@ def measure(reps: int) -> dict[str, Any]:
                 died = float((root / ".skyinfra/clusters/bench/checkpoints" / name / "died_at")
                              .read_text())  # fmt: skip
                 recovery_s = max(_first_steps(summary)) - died
+                first, second = summary["attempts"][:2]
+                # Where the time went: the death reaching the head, the others ended, attempt
+                # 2's launchers started, then the framework's start to the first step.
+                parts["death_seen_by_head_s"].append(first["failed_at"] - died)
+                parts["others_ended_s"].append(first["ended_at"] - first["failed_at"])
+                parts["attempt_2_started_s"].append(second["started_at"] - first["ended_at"])
+                parts["started_to_first_step_s"].append(
+                    max(_first_steps(summary)) - second["started_at"]
+                )
                 fresh.append(fresh_s)
                 recovered.append(recovery_s)
                 ratio.append(recovery_s / fresh_s)
@@ -71,6 +86,7 @@ def measure(reps: int) -> dict[str, Any]:
         "death_to_first_resumed_step_s": stats(recovered),
         "ratio": stats(ratio),
         "record_recovery_s": stats(head_recovery),
+        "parts": {name: stats(values) for name, values in parts.items()},
     }
 
 

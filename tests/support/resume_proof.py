@@ -112,9 +112,19 @@ def kill_worker(workspace: Path, job: str) -> None:
 
 
 def lose_node_1(workspace: Path, job: str) -> None:
-    """Node 1 lost, as a machine is: every process of it SIGKILLed (its agent, launcher and
+    """Node 1 lost, as a machine is (lose_node)."""
+    lose_node(workspace, 1)
+
+
+def lose_node_0(workspace: Path, job: str) -> None:
+    """Node 0, the job's head, lost as a machine is: its supervisor and the record with it."""
+    lose_node(workspace, 0)
+
+
+def lose_node(workspace: Path, node: int) -> None:
+    """A node lost, as a machine is: every process of it SIGKILLed (its agent, launcher and
     worker: their environment names its folder), then its folder deleted."""
-    node_dir = workspace / "nodes" / "node-1"
+    node_dir = workspace / "nodes" / f"node-{node}"
     mark = f"SKYINFRA_LOCAL_NODE_DIR={node_dir}".encode()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -17,14 +17,18 @@ may list, read, write and delete under ``<prefix>/`` and nothing else (the nodes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from skyinfra_runtime.checkpoints import name_problem
 from skyinfra_runtime.s3 import parse_url
 
-from skyinfra.errors import PreflightError
+from skyinfra.errors import PreflightError, SkyinfraError
 from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.reach import TARGET_FILE
 from skyinfra.targets.aws.staging import ensure_bucket, object_url
+from skyinfra.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,71 @@ def kept_line(url: str) -> str:
     bucket, prefix = parse_url(url)
     return (
         f"[skyinfra] kept the checkpoints under {url}/: down never deletes them, and a later "
-        f"job of the same checkpoint set (a new cluster too) restores from there. Delete "
-        f"them with: aws s3 rm --recursive s3://{bucket}/{prefix}/"
+        f"job of the same checkpoint set (a new cluster too) restores from there. "
+        "`skyinfra checkpoints` lists the sets, `skyinfra checkpoints delete NAME` deletes one; "
+        f"all of them: aws s3 rm --recursive s3://{bucket}/{prefix}/"
     )
+
+
+@dataclass(frozen=True)
+class StoredSet:
+    """One checkpoint set under a store's prefix: ``<prefix>/<name>/``."""
+
+    name: str
+    url: str  # s3://bucket/prefix/name
+    size_bytes: int
+    objects: int
+    modified: datetime | None  # the newest object's LastModified
+
+
+def recorded_url(ws: Workspace, spec_url: str | None) -> str | None:
+    """The cluster's store: what `up` recorded (its default has the account in it), else the
+    spec's ``aws.checkpoints_url``; None when neither says (the cluster never came up)."""
+    settings_file = ws.path / TARGET_FILE
+    settings = ws.read_json(settings_file) if settings_file.is_file() else {}
+    url = settings.get("checkpoints_url") or spec_url
+    return str(url) if url else None
+
+
+def list_stored(s3: Any, url: str) -> list[StoredSet]:
+    """Every set under the store's prefix, by name, with its bytes, objects and newest time."""
+    bucket, prefix = parse_url(url)
+    found: dict[str, list[Any]] = {}
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
+    for page in pages:
+        for item in page.get("Contents", []):
+            name, sep, _ = item["Key"][len(prefix) + 1 :].partition("/")
+            if sep and not name_problem(name):  # a stray object beside the sets is not one
+                found.setdefault(name, []).append(item)
+    return [
+        StoredSet(
+            name=name,
+            url=f"s3://{bucket}/{prefix}/{name}",
+            size_bytes=sum(int(i.get("Size", 0)) for i in items),
+            objects=len(items),
+            modified=max((i["LastModified"] for i in items if i.get("LastModified")), default=None),
+        )
+        for name, items in sorted(found.items())
+    ]
+
+
+def delete_stored(s3: Any, url: str, name: str) -> int:
+    """Delete every object of set ``name`` (``<prefix>/<name>/``); how many were deleted. A
+    key S3 refused to delete is an error naming it (the rest may be gone already)."""
+    bucket, prefix = parse_url(url)
+    deleted = 0
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/{name}/")
+    for page in pages:  # at most 1000 keys a page: DeleteObjects' own limit
+        keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+        if not keys:
+            continue
+        answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+        errors = answer.get("Errors") or []
+        if errors:
+            first = errors[0]
+            raise SkyinfraError(
+                f"S3 did not delete s3://{bucket}/{first.get('Key')}: {first.get('Code')} "
+                f"{first.get('Message')} ({len(errors)} object(s) left)"
+            )
+        deleted += len(keys)
+    return deleted

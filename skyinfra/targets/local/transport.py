@@ -140,6 +140,12 @@ class LocalTransport:
     def node_root(self, node: int) -> str:
         return str(self._dir(node))
 
+    def node_gone(self, node: int) -> bool:
+        """The node's folder is gone (a lost machine, on this target): nothing of it answers,
+        and only `up` brings it back. A failed read elsewhere may pass; this does not."""
+        d = self._dirs.get(node)
+        return d is not None and node_problem(d) is not None
+
     def readiness(self, node: int) -> Readiness:
         """Ready once the bootstrap made the node directory; `up` is synchronous, so a node
         that is not ready here will not become ready by waiting."""

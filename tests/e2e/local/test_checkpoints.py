@@ -22,7 +22,12 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.support.local_jobs import cli, module_env
-from tests.support.resume_proof import kill_node_1_in_epoch_3, lose_node_1, restarted_after_kill
+from tests.support.resume_proof import (
+    kill_node_1_in_epoch_3,
+    lose_node_0,
+    lose_node_1,
+    restarted_after_kill,
+)
 from tests.support.resume_proof import results as run_results
 
 pytestmark = pytest.mark.slow
@@ -263,6 +268,30 @@ def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(
     assert {v["resumed_step"] for v in values} == {16}
     assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
     print(f"attempts: {attempts}")
+
+
+def test_a_lost_head_is_replaced_and_the_job_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    # Node 0 (the job's supervisor and record) lost while node 1 waits in epoch 3: the
+    # attached run replaces it, as it does node 1, from the record's last copy.
+    ws = project / ".skyinfra" / "clusters" / NAME
+    run, summary = restarted_after_kill(
+        project, env, ws, "lost-head", ["train.py:main"], lose=lose_node_0
+    )
+    assert run.returncode == 0, run.stdout
+    said = run.stdout
+    assert "node-0 (the job's head) was lost: its folder is gone" in said, said
+    assert "node-0 lost: replacing it" in said, said
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 0
+    assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
+    steps = sets_dir(project) / "lost-head"
+    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in said, said
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
 
 
 def test_a_drill_saves_within_the_notice_replaces_the_node_and_ends_bit_identical(

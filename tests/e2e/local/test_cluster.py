@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.imds_standin import PID_FILE as IMDS_STANDIN_PID
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
 from tests.support.specs import MODEL_PARALLEL_SPEC
@@ -153,9 +154,10 @@ def test_failure_on_node_1_ends_node_0(
     node1 = summary["nodes"][1]
     assert (node1["exit_code"], node1["exit_meaning"]) == (1, "user code raised")
     assert summary["nodes"][0]["ended_by_skyinfra"] is True
-    assert not list((ws / "nodes" / "node-0" / "pids").iterdir()), (
-        "node 0's process is still recorded"
-    )
+    # The job's processes are gone from node 0's record; the node's own IMDS stand-in (the
+    # Spot notice's address on the local target) lives as long as the node.
+    recorded = {p.name for p in (ws / "nodes" / "node-0" / "pids").iterdir()}
+    assert recorded <= {IMDS_STANDIN_PID}, f"node 0's job processes are still recorded: {recorded}"
     assert os.path.isdir(ws / "runs")
 
 

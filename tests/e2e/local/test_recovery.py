@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
+from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
-from tests.support.resume_proof import lose_node_1
+from tests.support.resume_proof import lose_node, lose_node_1
 from tests.support.workers import wait_for_line
 
 pytestmark = pytest.mark.slow
@@ -116,6 +119,8 @@ def test_a_worker_killed_by_a_signal_restarts_the_job_on_the_same_nodes(
         "kind": "signal",
     }
     assert first["outcome"] == "failed" and first["lost_s"] >= 0
+    # Node 0 was blocked on a dead peer: ended at once, not after the clean-stop grace.
+    assert first["end_grace_s"] == DEAD_PEER_GRACE_S
     assert second["outcome"] == "succeeded" and second["cause"] is None
     assert second["recovery_s"] >= 0 and second["started_at"] >= first["failed_at"]
     assert summary["max_restarts"] == 1 and summary["exit_code"] == 0
@@ -148,6 +153,8 @@ def test_an_exception_is_retried_only_with_retry_on_error(
     attempts = summary["attempts"]
     assert isinstance(attempts, list) and len(attempts) == 1
     assert attempts[0]["cause"]["kind"] == "error" and attempts[0]["cause"]["exit_code"] == 1
+    # An exception leaves the others able to stop cleanly: they get the whole grace.
+    assert attempts[0]["end_grace_s"] == END_GRACE_S
     assert "without --retry-on error" in attempts[0]["not_restarted"]
 
     run = cli(
@@ -281,3 +288,71 @@ def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
     assert refused.returncode == 2 and "is cancelled" in refused.stderr, refused.stderr
     # `up` puts node 1 back for the module's other tests.
     assert cli(["up"], project, env).returncode == 0
+
+
+def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
+    project: Path, env: dict[str, str]
+) -> None:
+    runs = ws(project) / "runs"
+
+    def run_dirs() -> set[Path]:
+        return set(runs.iterdir()) if runs.is_dir() else set()
+
+    before = run_dirs()
+    with (project / "lost-head.out").open("w+") as out:
+        proc = subprocess.Popen(
+            [*skyinfra_argv(), "run", "--checkpoints", "kept", *JOB_ENV,
+             "entry.py:waits_in_attempt_1"],
+            cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+            while not run_dirs() - before:
+                assert proc.poll() is None and time.monotonic() < until
+                time.sleep(0.1)
+            job = max(run_dirs() - before).name
+            node_0 = ws(project) / "nodes" / "node-0"
+            wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
+            lose_node(ws(project), 0)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        said = (project / "lost-head.out").read_text()
+    assert code == 4, said
+    assert "node-0 (the job's head) was lost: its folder is gone" in said, said
+    assert "has no restart left (--max-restarts 0)" in said, said
+    assert "`skyinfra up` replaces node-0, then `skyinfra run --checkpoints kept ...`" in said
+    attempts = newest_summary(project)["attempts"]
+    assert isinstance(attempts, list) and len(attempts) == 1
+    assert attempts[0]["cause"]["node"] == 0 and attempts[0]["cause"]["kind"] == "lost"
+    assert attempts[0]["not_restarted"] == "no restart left (--max-restarts 0)"
+    # Nothing of the job runs on node 1 once the run ended: it ended node 1's part itself.
+    assert node_processes(ws(project) / "nodes", job) == []
+    # `jobs` (a detached job's way back) says what happened and what to run.
+    listed = cli(["jobs"], project, env)
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    assert "node-0 (the job's head) was lost" in listed.stderr
+    assert "`skyinfra up` replaces node-0" in listed.stderr
+    # `up` puts node 0 back for the module's other tests.
+    assert cli(["up"], project, env).returncode == 0
+
+
+def test_checkpoints_delete_refuses_a_set_that_a_running_job_uses(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--checkpoints", "busy", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    busy = ws(project) / "checkpoints" / "busy"
+    refused = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"job(s) {job} of cluster 'recovery' use it" in refused.stderr, refused.stderr
+    assert "nothing was deleted" in refused.stderr and busy.is_dir()
+    cancelled = cli(["cancel", job, "--yes"], project, env)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    gone = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not busy.exists()

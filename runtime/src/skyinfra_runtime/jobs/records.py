@@ -16,6 +16,10 @@ SCHEMA = 1
 # Ending a node: SIGTERM to its launcher's process group, SIGKILL after this many seconds
 # (frameworks blocked in a collective ignore SIGTERM): the others end within 5 s of a failure.
 END_GRACE_S = 3.0
+# Ending the others after a peer died (a worker killed by a signal, or its agent gone): the
+# collectives they wait in can never complete, so a grace meant for a clean stop only delays
+# the restart. SIGTERM still comes first (a worker between steps acts on it at once).
+DEAD_PEER_GRACE_S = 0.1
 # How long the head waits for every peer to report in before it counts the missing as failed.
 JOIN_WAIT_S = 60.0
 # Lines of a node's output kept for the operator when the job ends it (shown as they were

@@ -28,6 +28,8 @@ from typing import Any
 from skyinfra_runtime import exitcodes
 from skyinfra_runtime.jobs.agent import Agent
 from skyinfra_runtime.jobs.records import (
+    DEAD_PEER_GRACE_S,
+    END_GRACE_S,
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     SCHEMA,
@@ -76,6 +78,7 @@ class Supervisor:
         self.first_failure: int | None = None
         self.timed_out: list[int] = []
         self.ending = ""  # why the supervisor is ending every node ("" while it is not)
+        self.end_grace_s = END_GRACE_S  # the SIGTERM-to-SIGKILL grace of that ending
         self.cancel = threading.Event()
         self.token = token
         self.max_restarts = max_restarts
@@ -93,6 +96,7 @@ class Supervisor:
         # Nodes with a Spot interruption notice: node -> the notice (action, time, ...).
         self.interrupted: dict[int, dict[str, Any]] = {}
         self.ending_deadline: float | None = None  # the notice's time while it ends the job
+        self.start_peers = False  # a restart's peers are started after the head's launcher
 
     @property
     def restarts_left(self) -> int:
@@ -224,6 +228,8 @@ class Supervisor:
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
         self.agent.start()
+        if self.start_peers:
+            self._start_peers()
         self.view[0].state = "running"
         self.save()
         join_by = now() + JOIN_WAIT_S
@@ -338,6 +344,12 @@ class Supervisor:
             self.view[v.node] = NodeView(v.node, conn=conn)
         self.save()
         self.agent.reset(self.attempt)
+        self.start_peers = True
+
+    def _start_peers(self) -> None:
+        """A restart's "start" to every peer, once the head's launcher runs: the peers' jax
+        clients then find its coordinator listening instead of backing off and retrying."""
+        self.start_peers = False
         for v in self.view.values():
             if v.node != 0 and v.conn is not None:
                 with contextlib.suppress(OSError):
@@ -379,7 +391,12 @@ class Supervisor:
         v.ended_reason = ""
         if code != 0:
             self.first_failure, self.failed_at = node, now()
-            self._end_all(f"after node-{node} failed")
+            # A dead peer (a worker killed by a signal, or its agent gone) leaves the others
+            # blocked in collectives that cannot complete: they get no grace worth waiting for.
+            # An exit of the user's code may leave the others able to stop cleanly: the grace.
+            dead = code is None or worker_killed(code)
+            grace = DEAD_PEER_GRACE_S if dead else END_GRACE_S
+            self._end_all(f"after node-{node} failed", grace)
 
     def _noticed(self, node: int, msg: dict[str, Any]) -> bool:
         """A Spot interruption notice on ``node``: recorded, and the attempt ended with the
@@ -406,16 +423,22 @@ class Supervisor:
         return True
 
     def _end_message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"cmd": "end", "reason": self.ending, "attempt": self.attempt}
+        msg: dict[str, Any] = {
+            "cmd": "end",
+            "reason": self.ending,
+            "attempt": self.attempt,
+            "grace_s": self.end_grace_s,
+        }
         if self.ending_deadline is not None:
             msg["deadline"] = self.ending_deadline
         return msg
 
-    def _end_all(self, reason: str) -> None:
+    def _end_all(self, reason: str, grace_s: float = END_GRACE_S) -> None:
         """Every node still running is ended at once: peers told, the head's own launcher in a
         thread of its own (the grace runs in parallel; until the notice's deadline when a node
         is being interrupted)."""
-        self.ending = reason
+        self.ending, self.end_grace_s = reason, grace_s
+        self.attempts[-1]["end_grace_s"] = grace_s  # what the others were given, on record
         deadline = self.ending_deadline
         for v in self.view.values():
             if v.state == "ended":
@@ -424,7 +447,7 @@ class Supervisor:
                 end = (
                     (lambda: self.agent.preempt(deadline, reason))
                     if deadline is not None
-                    else (lambda: self.agent.end(reason))
+                    else (lambda: self.agent.end(reason, grace_s))
                 )
                 threading.Thread(target=end, daemon=True).start()
             elif v.conn is not None:
