@@ -55,6 +55,19 @@ STATE = "state.npz"  # every variable of the model and its optimizer, by Keras p
 METADATA = "training_metadata.json"
 
 _made: dict[str, Any] = {}
+# Step folders being written in the background, so that a worker that leaves fit() another way
+# (SystemExit from a callback on a Spot notice, SIGTERM) still completes its last backup: the
+# keras plugin's teardown waits for them (wait_for_writes) before the worker exits.
+_in_flight: set[_Writer] = set()
+_in_flight_lock = threading.Lock()
+
+
+def wait_for_writes() -> None:
+    """Block until every backup being written has its COMMITTED mark (or failed)."""
+    with _in_flight_lock:
+        writers = list(_in_flight)
+    for writer in writers:
+        writer.join()
 
 
 def backup_and_restore_class() -> Any:
@@ -202,9 +215,16 @@ def _variables(model: Any) -> list[Any]:
 
 
 def _local(value: Any) -> Any:
-    """A variable's value as a host array, from this process's own replica (no collective)."""
+    """A variable's value as a host array, from this process's own replica (no collective).
+    A variable split across processes (a ModelParallel layout) has no whole local replica:
+    an error, never a checkpoint that holds one shard as the whole value."""
     import numpy as np
 
+    if getattr(value, "is_fully_replicated", True) is False:
+        raise ValueError(
+            "BackupAndRestore: a variable is split across processes (ModelParallel); this "
+            "callback saves data-parallel (replicated) models only"
+        )
     shards = getattr(value, "addressable_data", None)
     return np.array(shards(0) if callable(shards) else value, copy=True)
 
@@ -249,7 +269,19 @@ class _Writer(threading.Thread):
         self.folder, self.snapshot, self.meta, self.root = folder, snapshot, meta, root
         self.error: BaseException | None = None
 
+    def start(self) -> None:
+        with _in_flight_lock:
+            _in_flight.add(self)
+        super().start()
+
     def run(self) -> None:
+        try:
+            self._write()
+        finally:
+            with _in_flight_lock:
+                _in_flight.discard(self)
+
+    def _write(self) -> None:
         import numpy as np
 
         try:

@@ -121,6 +121,12 @@ class KerasPlugin:
         return None
 
     def teardown(self, failed: bool = False) -> None:
+        if self._keras_backup is not None:
+            # However the entry ended (a SystemExit on a Spot notice included), the backup it
+            # began at its last epoch's end is completed before the worker exits.
+            from skyinfra_runtime.keras_backup import wait_for_writes
+
+            wait_for_writes()
         if self._distributed:
             import keras
 
