@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BenchError, base_env, cli, machine, project, stats
+from common import BenchError, base_env, cli, machine, project, splice_figure, stats
 
 SIZES = (2, 8)
 GOAL_API_OVER_CLI = 1.05
@@ -139,13 +139,4 @@ def _s(stat: dict[str, Any] | None) -> str:
 
 def splice(markdown: str, lines: list[str]) -> str:
     """BENCHMARKS.md with figure 11's section replaced (or put before the closing notes)."""
-    text = "\n".join(lines).rstrip() + "\n\n"
-    head = "## 11. "
-    if head in markdown:
-        start = markdown.index(head)
-        rest = markdown.find("\n## ", start + 1)
-        return markdown[:start] + text + (markdown[rest + 1 :] if rest != -1 else "")
-    anchor = markdown.find("\n## What holds")
-    if anchor == -1:
-        return markdown.rstrip() + "\n\n" + text
-    return markdown[: anchor + 1] + text + markdown[anchor + 1 :]
+    return splice_figure(markdown, 11, lines)

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from common import HERE, REPO, base_env, cli, machine, project, stats
+from common import HERE, REPO, base_env, cli, machine, project, splice_figure, stats
 
 KERAS = ("jax", "keras:backend=jax")
 EPOCHS = 22
@@ -115,13 +115,4 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
 
 def splice(markdown: str, lines: list[str]) -> str:
     """BENCHMARKS.md with figure 14's section replaced (or put before the closing notes)."""
-    text = "\n".join(lines).rstrip() + "\n\n"
-    head = "## 14. "
-    if head in markdown:
-        start = markdown.index(head)
-        rest = markdown.find("\n## ", start + 1)
-        return markdown[:start] + text + (markdown[rest + 1 :] if rest != -1 else "")
-    anchor = markdown.find("\n## What holds")
-    if anchor == -1:
-        return markdown.rstrip() + "\n\n" + text
-    return markdown[: anchor + 1] + text + markdown[anchor + 1 :]
+    return splice_figure(markdown, 14, lines)

@@ -116,3 +116,18 @@ def machine() -> dict[str, Any]:
         "cpu_model": cpu_model,
         "load_average_at_start": [round(x, 2) for x in load],
     }
+
+
+def splice_figure(markdown: str, number: int, lines: list[str]) -> str:
+    """BENCHMARKS.md with the section "## NUMBER. ..." replaced by ``lines`` (or, where it is
+    not there yet, put before the closing notes), the other sections as they were measured."""
+    text = "\n".join(lines).rstrip() + "\n\n"
+    head = f"## {number}. "
+    if head in markdown:
+        start = markdown.index(head)
+        rest = markdown.find("\n## ", start + 1)
+        return markdown[:start] + text + (markdown[rest + 1 :] if rest != -1 else "")
+    anchor = markdown.find("\n## What holds")
+    if anchor == -1:
+        return markdown.rstrip() + "\n\n" + text
+    return markdown[: anchor + 1] + text + markdown[anchor + 1 :]

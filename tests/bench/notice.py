@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import HERE, VENV_BIN, BenchError, base_env, cli, machine, project, stats
+from common import HERE, VENV_BIN, BenchError, base_env, cli, machine, project, splice_figure, stats
 
 KERAS = ("jax", "keras:backend=jax")
 NOTICE_S = 120
@@ -144,16 +144,7 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
 
 def splice(markdown: str, lines: list[str]) -> str:
     """BENCHMARKS.md with figure 15's section replaced (or put before the closing notes)."""
-    text = "\n".join(lines).rstrip() + "\n\n"
-    head = "## 15. "
-    if head in markdown:
-        start = markdown.index(head)
-        rest = markdown.find("\n## ", start + 1)
-        return markdown[:start] + text + (markdown[rest + 1 :] if rest != -1 else "")
-    anchor = markdown.find("\n## What holds")
-    if anchor == -1:
-        return markdown.rstrip() + "\n\n" + text
-    return markdown[: anchor + 1] + text + markdown[anchor + 1 :]
+    return splice_figure(markdown, 15, lines)
 
 
 def main() -> None:
