@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,6 +231,23 @@ def test_a_killed_run_resumes_from_its_last_epoch_bit_identical(
     assert not (sets_dir(project) / "ref").exists()
 
 
+def resumed_from_epoch_2_bit_identical(
+    project: Path,
+    name: str,
+    out: str,
+    summary: dict[str, object],
+    reference: list[dict[str, object]],
+) -> list[dict[str, Any]]:
+    """The job of set ``name`` resumed from epoch 2's backup on every node and ended with the
+    uninterrupted run's weights; each node's worker value, for what a test checks besides."""
+    steps = sets_dir(project) / name
+    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in out, out
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    return values
+
+
 def test_a_killed_job_restarts_by_itself_and_ends_bit_identical(
     project: Path, env: dict[str, str], reference: list[dict[str, object]]
 ) -> None:
@@ -241,12 +259,8 @@ def test_a_killed_job_restarts_by_itself_and_ends_bit_identical(
     assert attempts[0]["cause"]["kind"] == "signal", attempts
     assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
     assert "restarting the job as attempt 2 on the same nodes" in run.stdout, run.stdout
-    steps = sets_dir(project) / "restart"
-    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in run.stdout, run.stdout
-    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
-    assert {v["resumed_step"] for v in values} == {16}
+    values = resumed_from_epoch_2_bit_identical(project, "restart", run.stdout, summary, reference)
     assert {v["epochs_run"] for v in values} == {3}  # epochs 3, 4 and 5, in attempt 2
-    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
     print(f"attempts: {attempts}")
 
 
@@ -262,11 +276,7 @@ def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(
     attempts = summary["attempts"]
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
-    steps = sets_dir(project) / "lost-node"
-    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in run.stdout, run.stdout
-    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
-    assert {v["resumed_step"] for v in values} == {16}
-    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    resumed_from_epoch_2_bit_identical(project, "lost-node", run.stdout, summary, reference)
     print(f"attempts: {attempts}")
 
 
@@ -287,11 +297,7 @@ def test_a_lost_head_is_replaced_and_the_job_ends_bit_identical(
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 0
     assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
-    steps = sets_dir(project) / "lost-head"
-    assert f"resumed from {steps / STEP_EPOCH_2} (epoch 2, step 16)" in said, said
-    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
-    assert {v["resumed_step"] for v in values} == {16}
-    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
+    resumed_from_epoch_2_bit_identical(project, "lost-head", said, summary, reference)
 
 
 def test_a_drill_saves_within_the_notice_replaces_the_node_and_ends_bit_identical(
