@@ -63,11 +63,12 @@ _in_flight_lock = threading.Lock()
 
 
 def wait_for_writes() -> None:
-    """Block until every backup being written has its COMMITTED mark (or failed)."""
+    """Block until every backup being written has its COMMITTED mark; a write that failed is
+    raised (the worker logs a failed teardown without changing its exit code)."""
     with _in_flight_lock:
         writers = list(_in_flight)
     for writer in writers:
-        writer.join()
+        writer.finish()
 
 
 def backup_and_restore_class() -> Any:

@@ -121,20 +121,22 @@ class KerasPlugin:
         return None
 
     def teardown(self, failed: bool = False) -> None:
-        if self._keras_backup is not None:
-            # However the entry ended (a SystemExit on a Spot notice included), the backup it
-            # began at its last epoch's end is completed before the worker exits.
-            from skyinfra_runtime.keras_backup import wait_for_writes
-
-            wait_for_writes()
-        if self._distributed:
-            import keras
-
-            keras.distribution.set_distribution(None)
-            self._distributed = False
+        try:
             if self._keras_backup is not None:
-                keras.callbacks.BackupAndRestore = self._keras_backup
-                self._keras_backup = None
+                # However the entry ended (a SystemExit on a Spot notice included), the backup
+                # it began at its last epoch's end is completed before the worker exits.
+                from skyinfra_runtime.keras_backup import wait_for_writes
+
+                wait_for_writes()
+        finally:
+            if self._distributed:
+                import keras
+
+                keras.distribution.set_distribution(None)
+                self._distributed = False
+                if self._keras_backup is not None:
+                    keras.callbacks.BackupAndRestore = self._keras_backup
+                    self._keras_backup = None
 
 
 def _loaded_backend(keras_module: Any) -> str:
