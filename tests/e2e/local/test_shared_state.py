@@ -91,19 +91,25 @@ def env(clean_env: dict[str, str], moto_url: str, shared_cache: Path) -> dict[st
 
 
 def terraform_in(workdir: Path, binary: str) -> list[int]:
-    """The Terraform processes working in ``workdir`` (their cwd), by pid."""
-    found = []
+    """The Terraform processes working in ``workdir`` (their cwd), by pid.
+
+    A process Terraform has just forked (a provider plugin, before its exec) has Terraform's
+    command line and cwd for a moment; it is left out by its parent being in the list.
+    """
+    found: dict[int, int] = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             if Path(os.readlink(entry / "cwd")) != workdir:
                 continue
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            # The field after the parenthesised command name: state, then the parent's pid.
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
         # PATH's terraform, or the forwarding one (it execs the embedded Terraform's module).
         if argv and (argv[0] == binary.encode() or b"skyinfra.terraform._embedded" in argv):
-            found.append(int(entry.name))
-    return found
+            found[int(entry.name)] = parent
+    return sorted(pid for pid, parent in found.items() if parent not in found)
 
 
 def project(tmp_path: Path, name: str, spec: str) -> Path:
