@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from skyinfra import exitcodes
 
@@ -245,6 +246,15 @@ class TransportError(CommandError):
 class HeadLostError(TransportError):
     """Node 0 is gone (on the local target: its folder), and with it a job's supervisor and
     record: nothing on it can be asked any more."""
+
+
+class SupervisorGoneError(HeadLostError):
+    """Node 0 is there but the job's supervisor on it is not (killed: its record still says
+    the job runs and nothing will write it again); ``record`` is the record's last copy."""
+
+    def __init__(self, message: str, *, record: dict[str, Any]) -> None:
+        self.record = record
+        super().__init__(message)
 
 
 class HostKeyChangedError(TransportError):

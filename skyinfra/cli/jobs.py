@@ -129,7 +129,9 @@ def jobs(
 
     `jobs recover JOB`: a job that lost a node while nobody followed it (state needs_nodes):
     replace the node as `up` does, copy the current directory to it (run it from the
-    project's folder, as `run` was), start the job again as its next attempt and follow it."""
+    project's folder, as `run` was), start the job again as its next attempt and follow it;
+    a job whose supervisor was killed (state lost, node 0 there): start it again on the same
+    nodes. Not once its --timeout, counted from its first start, has run out."""
     import tempfile
 
     from skyinfra.errors import UsageError
@@ -199,10 +201,25 @@ def jobs(
                 f"job {j.get('id')} lost a node and waits for it: from the project's folder "
                 f"run `skyinfra jobs recover {j.get('id')}`"
             )
+        if j.get("state") == "lost":
+            echo(f"job {j.get('id')}: {_supervisor_gone_words(j)}")
+
+
+def _supervisor_gone_words(job: dict[str, Any]) -> str:
+    """What a job whose supervisor was killed (state lost, node 0 there) needs."""
+    said = "its supervisor on node-0 was killed (nothing of it runs any more)"
+    if int(job.get("restarts_left") or 0) > 0:
+        return (
+            f"{said}: from the project's folder, `skyinfra jobs recover {job.get('id')}` "
+            "starts it again on the same nodes"
+        )
+    name = job.get("checkpoints") or job.get("id")
+    return f"{said}: `skyinfra run --checkpoints {name} ...` starts it again from its checkpoints"
 
 
 def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) -> None:
-    """`jobs recover JOB`: replace the job's lost nodes, start its next attempt, follow it."""
+    """`jobs recover JOB`: replace the job's lost nodes (none when only its supervisor was
+    killed), start its next attempt, follow it."""
     import os
 
     from skyinfra.cli.resolve import replace_lost_nodes
@@ -212,17 +229,28 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
     from skyinfra.run.session import (
         collect_and_summarise,
+        record_head_lost,
         restart_on_replaced_nodes,
         scan_project,
         take_attempts,
+        time_left,
     )
 
     ws, transport, total = _cluster(clusters_root, cluster_name)
     job = find_job(transport, job_id)
-    if job.get("state") != "needs_nodes":
+    state = job.get("state")
+    if state not in ("needs_nodes", "lost"):
         raise UsageError(
-            f"job {job_id} is {job.get('state')}: only a job that lost a node and waits for it "
-            "(needs_nodes) is recovered; `skyinfra run` starts a new one"
+            f"job {job_id} is {state}: only a job that lost a node and waits for it "
+            "(needs_nodes), or whose supervisor was killed (lost), is recovered; "
+            "`skyinfra run` starts a new one"
+        )
+    name = str(job.get("checkpoints") or job_id)
+    if state == "lost" and int(job.get("restarts_left") or 0) <= 0:
+        raise UsageError(
+            f"job {job_id}'s supervisor on node-0 was killed and the job has no restart left "
+            f"(--max-restarts {job.get('max_restarts') or 0}): `skyinfra run --checkpoints "
+            f"{name} ...` starts it again from its checkpoint set's last checkpoint"
         )
     env = job.get("env")
     names = job.get("secrets")
@@ -238,8 +266,30 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
     run_dir.mkdir(parents=True, exist_ok=True)
     report = RunReport(job_id, run_dir, {i: NodeOutcome(i) for i in range(total)})
     take_attempts(report, job)
+    left = time_left(report)
+    if left is not None and left <= 0:
+        raise UsageError(
+            f"job {job_id} ran out of its --timeout ({report.timeout_s:g} s from its start at "
+            f"{_when(report.created_at)}): it is not started again; `skyinfra run "
+            f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
+        )
     entry, args = str(job.get("entry")), [str(a) for a in job.get("args") or []]
+    restarts = Restarts(report.max_restarts, report.retry_on)
     with ws.lock(f"jobs recover {job_id}"):
+        if state == "lost":
+            # Node 0 is there, its supervisor is not: every other node's part is ended, the
+            # attempt recorded, and the job goes on on the same nodes (nothing replaced).
+            record_head_lost(
+                transport,
+                report,
+                job,
+                restarts,
+                (),
+                name,
+                "the job's supervisor on node-0 was killed",
+                echo,
+                node_0_kept=True,
+            )
         replaced = restart_on_replaced_nodes(
             report,
             lambda lost: replace_lost_nodes(ws, lost),
@@ -252,8 +302,8 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             echo=echo,
             keep_runs=DEFAULT_KEEP_RUNS,
             job_env=job_env,
-            checkpoints=str(job.get("checkpoints") or job_id),
-            restarts=Restarts(report.max_restarts, report.retry_on),
+            checkpoints=name,
+            restarts=restarts,
             run_files={},
             transport=transport,
         )
@@ -272,6 +322,8 @@ def _show_job(job: dict[str, Any]) -> None:
             f"  needs nodes: {lost} lost; from the project's folder run: "
             f"skyinfra jobs recover {job.get('id')}"
         )
+    if job.get("state") == "lost":
+        echo(f"  {_supervisor_gone_words(job)}")
     echo(f"  entry:      {' '.join([str(job.get('entry')), *map(str, job.get('args', []))])}")
     echo(f"  started by: {job.get('started_by')}")
     echo(f"  started:    {_when(job.get('created_at'))}   ended: {_when(job.get('ended_at'))}")

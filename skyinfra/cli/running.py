@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     metavar="SECONDS",
-    help="End every node when the run takes longer (counted from the start of the nodes), "
+    help="End every node when the run takes longer (counted from the start of the nodes, "
+    "across every attempt of a restarted or recovered job), "
     f"name those still running and exit {exitcodes.RUN_TIMEOUT}. Default: the spec's "
     "run_timeout, else no limit.",
 )

@@ -27,7 +27,14 @@ from typing import Any
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
-from skyinfra.errors import Detached, HeadLostError, SkyinfraError, TransportError, UsageError
+from skyinfra.errors import (
+    Detached,
+    HeadLostError,
+    SkyinfraError,
+    SupervisorGoneError,
+    TransportError,
+    UsageError,
+)
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
@@ -35,6 +42,10 @@ from skyinfra.transport.base import NodeProcess, NodeTransport
 HEAD_LOST = "node-0 (the job's head) was lost: its folder is gone"
 # How often a client reads the head's record (at most).
 RECORD_EVERY_S = 0.3
+# How long a running job's record may stand still (its supervisor rewrites it every second
+# while an attempt runs) before a follower asks the head whether the supervisor still lives;
+# also how often it asks again while the record stands still (a final checkpoint upload).
+SUPERVISOR_QUIET_S = 10.0
 # How long `run --detach` waits for every node to report in.
 STARTED_WAIT_S = 60.0
 # needs_nodes: a node of the job was lost; `run` (attached) or `jobs recover` replaces it.
@@ -116,13 +127,15 @@ def start_job(
     checkpoints: str | None = None,
     restarts: Restarts | None = None,
     attempts_before: Sequence[Mapping[str, Any]] = (),
+    created_at: float | None = None,
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
     the peers. ``launch``: per node, the launcher's argv, environment and working directory.
     The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
     never on a command line or in a file; the record keeps env and the secrets' names.
     ``checkpoints``: the job's checkpoint set (None: the job id), on every agent's command
-    line (``--checkpoints``) and in the record."""
+    line (``--checkpoints``) and in the record. ``created_at``: a job started again (after
+    ``attempts_before``) keeps its first creation time, from which its timeout counts."""
     # A hang-up while the agents start waits until every one has (a job whose peers never
     # start would fail after JOIN_WAIT_S), then reaches the handler `run` installed (which
     # stops following: Detached). Deferred by a handler of our own, not by blocking the
@@ -147,6 +160,7 @@ def start_job(
             checkpoints,
             restarts or Restarts(),
             attempts_before,
+            created_at,
         )
     finally:
         if old is not None:
@@ -167,6 +181,7 @@ def _start_agents(
     checkpoints: str | None,
     restarts: Restarts,
     attempts_before: Sequence[Mapping[str, Any]] = (),
+    created_at: float | None = None,
 ) -> None:
     """``attempts_before``: a job started again after a lost node was replaced goes on as the
     next attempt (its record keeps the earlier ones)."""
@@ -182,6 +197,7 @@ def _start_agents(
         "checkpoints": checkpoints or job_id,
         **job_env.record(),
         **({"attempts_before": [dict(a) for a in attempts_before]} if attempts_before else {}),
+        **({"created_at": created_at} if created_at is not None else {}),
     }
 
     def start(i: int, role: list[str]) -> NodeProcess:
@@ -255,6 +271,9 @@ class JobClient:
         self._cancelled = threading.Event()
         self._cancelling = False
         self.head_lost = False  # node 0 is gone: its supervisor and the record with it
+        # The record's last saved_at and when (monotonic) it was first seen, or last asked.
+        self._saved_at: object = None
+        self._quiet_since = time.monotonic()
 
     def record(self, *, fresh: bool = False) -> dict[str, Any] | None:
         """The head's record, read again at most every RECORD_EVERY_S; HeadLostError once the
@@ -266,7 +285,30 @@ class JobClient:
                     with contextlib.suppress(ValueError):
                         self._record = json.loads(self._local.read_text(encoding="utf-8"))
                 self._read_at = time.monotonic()
+                self._check_supervisor()
             return self._record
+
+    def _check_supervisor(self) -> None:
+        """SupervisorGoneError when the record of a running job has stood still for
+        SUPERVISOR_QUIET_S and the head says its supervisor is gone (a killed supervisor
+        never writes the record's end: without this a follower would wait forever)."""
+        rec = self._record
+        if rec is None or rec.get("state") in FINAL_STATES:
+            return
+        if rec.get("saved_at") != self._saved_at:
+            self._saved_at, self._quiet_since = rec.get("saved_at"), time.monotonic()
+            return
+        if time.monotonic() - self._quiet_since < SUPERVISOR_QUIET_S:
+            return
+        self._quiet_since = time.monotonic()  # asked again only after another quiet spell
+        for job in list_jobs(self.transport):
+            if job.get("id") == self.job_id and job.get("state") == "lost":
+                self.head_lost = True
+                raise SupervisorGoneError(
+                    f"the job's supervisor on node-0 is gone (pid {rec.get('supervisor_pid')}:"
+                    " killed; its record still says the job runs)",
+                    record=dict(rec),
+                )
 
     def _fetch(self) -> bool:
         try:

@@ -39,6 +39,9 @@ class RunReport:
     outcomes: dict[int, NodeOutcome] = field(default_factory=dict)
     first_failure: int | None = None
     timeout_s: float | None = None
+    # When the job was first created, on the head's clock (its record's created_at): a job
+    # started again after a lost node or supervisor keeps it, and its --timeout counts from it.
+    created_at: float | None = None
     timed_out: list[int] = field(default_factory=list)  # nodes still running at the timeout
     # A job's attempts, from its record (skyinfra_runtime.jobs.supervisor): one when it was
     # never restarted; each with its cause, lost_s and recovery_s.
@@ -137,7 +140,10 @@ def attempt_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
         said = f"attempt {a.get('attempt')}: {a.get('outcome') or 'running'}"
         cause = a.get("cause")
         if isinstance(cause, Mapping) and cause.get("kind") == "lost":
-            said += f" (node-{cause.get('node')} lost: its agent went away)"
+            node = cause.get("node")
+            # Node 0's cause is the operator's words (the head lost, or its supervisor killed).
+            why = cause.get("meaning") if node == 0 else None
+            said += f" ({why or f'node-{node} lost: its agent went away'})"
         elif isinstance(cause, Mapping):
             said += (
                 f" (node-{cause.get('node')} exit {cause.get('exit_code')}: {cause.get('meaning')})"

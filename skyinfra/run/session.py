@@ -36,7 +36,14 @@ from skyinfra_runtime.rundirs import (
 )
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
-from skyinfra.errors import Detached, HeadLostError, InternalError, TransportError, UsageError
+from skyinfra.errors import (
+    Detached,
+    HeadLostError,
+    InternalError,
+    SupervisorGoneError,
+    TransportError,
+    UsageError,
+)
 from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
@@ -54,6 +61,7 @@ from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
+from skyinfra.topology import read_topology
 from skyinfra.transport.base import IgnoreFn, NodeTransport
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
@@ -250,19 +258,36 @@ def restart_on_replaced_nodes(
     replaced = None
     while report.job_state == "needs_nodes":
         lost = report.needs_nodes
-        if transport is not None:
-            wait_for_interrupted_nodes(transport, report, lost, echo)
-        noticed = {i.get("node") for i in report.interruptions}
-        how = "interrupted" if noticed >= set(lost) else "lost"
-        echo(
-            f"[skyinfra] {', '.join(f'node-{i}' for i in lost)} {how}: replacing "
-            f"{'it' if len(lost) == 1 else 'them'} (Terraform recreates what is missing, as "
-            f"`up`; ranks kept), then starting the job again as attempt "
-            f"{len(report.attempts) + 1}"
-        )
-        transport, topology = replace_nodes(lost)
-        replaced = transport
-        _copy_to_nodes(transport, report, src, topology_file, wanted, echo, run_files, only=lost)
+        left = time_left(report)
+        if left is not None and left <= 0:
+            echo(
+                f"[skyinfra] the job's --timeout ({report.timeout_s:g} s from its start) has "
+                "run out: it is not started again"
+            )
+            break
+        if not lost and transport is not None:
+            # Only the job's supervisor was lost (node 0 is there): the same nodes go on.
+            echo(
+                f"[skyinfra] starting the job again as attempt {len(report.attempts) + 1} on "
+                "the same nodes (every node is there; the job's supervisor was killed)"
+            )
+            topology = read_topology(topology_file)
+        else:
+            if transport is not None:
+                wait_for_interrupted_nodes(transport, report, lost, echo)
+            noticed = {i.get("node") for i in report.interruptions}
+            how = "interrupted" if noticed >= set(lost) else "lost"
+            echo(
+                f"[skyinfra] {', '.join(f'node-{i}' for i in lost)} {how}: replacing "
+                f"{'it' if len(lost) == 1 else 'them'} (Terraform recreates what is missing, "
+                f"as `up`; ranks kept), then starting the job again as attempt "
+                f"{len(report.attempts) + 1}"
+            )
+            transport, topology = replace_nodes(lost)
+            replaced = transport
+            _copy_to_nodes(
+                transport, report, src, topology_file, wanted, echo, run_files, only=lost
+            )
         report.first_failure, report.timed_out = None, []
         for outcome in report.outcomes.values():
             outcome.exit_code, outcome.ended_by_us, outcome.ended_reason = None, False, ""
@@ -284,6 +309,13 @@ def restart_on_replaced_nodes(
             skip_lines={i: n for i, n in shown.items() if i not in lost},
         )
     return replaced
+
+
+def time_left(report: RunReport) -> float | None:
+    """Seconds left of the job's --timeout, counted from its first start (None: no limit)."""
+    if report.timeout_s is None or report.created_at is None:
+        return None
+    return report.created_at + report.timeout_s - time.time()
 
 
 # How long past its notice's time an interrupted node may still answer before it is replaced
@@ -453,14 +485,26 @@ def _run_all(
         except TransportError as err:
             # Node 0 gone once the job started (its folder, on the local target): not an error
             # of this run's own, but the job's head lost, which a restart may recover from.
-            if not (started and head_gone(transport)):
+            # Node 0 there but the job's supervisor on it killed: the same, with node 0 kept.
+            node_0_kept = isinstance(err, SupervisorGoneError)
+            if not (started and (node_0_kept or head_gone(transport))):
                 raise
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.stop_following()
             rec = (client.last_record if client is not None else None) or {}
             why = str(err) if isinstance(err, HeadLostError) else HEAD_LOST
-            _head_lost(transport, report, rec, restarts, attempts_before, checkpoints, why, echo)
+            record_head_lost(
+                transport,
+                report,
+                rec,
+                restarts,
+                attempts_before,
+                checkpoints,
+                why,
+                echo,
+                node_0_kept=node_0_kept,
+            )
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             raise
@@ -471,7 +515,7 @@ def _run_all(
             raise Detached(hup.job_id or (report.run_id if started else "")) from None
 
 
-def _head_lost(
+def record_head_lost(
     transport: NodeTransport,
     report: RunReport,
     rec: Mapping[str, Any],
@@ -480,13 +524,20 @@ def _head_lost(
     checkpoints: str | None,
     why: str,
     echo: Echo,
+    *,
+    node_0_kept: bool = False,
 ) -> None:
     """Node 0 went while the job ran, and with it the job's supervisor and its record: the
     other nodes' parts are ended here (their agents would end them, having lost the head;
     this waits until they did), the attempt is recorded from the record's last copy, and the
     job waits for node 0 (needs_nodes: `run` replaces it and starts the next attempt) while
-    restarts are left, else ends "lost"."""
-    echo(f"[skyinfra] {why}; the job's supervisor and record were on it")
+    restarts are left, else ends "lost". ``node_0_kept``: node 0 is there, only the job's
+    supervisor on it was killed: nothing is replaced, the next attempt starts on the same
+    nodes (needs_nodes with no node in it)."""
+    echo(
+        f"[skyinfra] {why}"
+        + ("" if node_0_kept else "; the job's supervisor and record were on it")
+    )
     for i in sorted(report.outcomes):
         if i == 0:
             continue
@@ -508,7 +559,9 @@ def _head_lost(
         cause={
             "node": 0,
             "exit_code": None,
-            "meaning": "node-0 (the head) lost, with the job's supervisor",
+            "meaning": "the job's supervisor on node-0 was killed"
+            if node_0_kept
+            else "node-0 (the head) lost, with the job's supervisor",
             "kind": "lost",
         },
         failed_at=seen,
@@ -521,15 +574,23 @@ def _head_lost(
             outcome.ended_by_us, outcome.ended_reason = True, "after node-0 (the head) was lost"
     left = report.max_restarts - (len(report.attempts) - 1)
     if left > 0:
-        current["not_restarted"] = "node-0 lost: waiting for the operator to replace it"
-        report.job_state, report.needs_nodes = "needs_nodes", [0]
+        current["not_restarted"] = (
+            "the job's supervisor on node-0 killed: the operator starts the next attempt"
+            if node_0_kept
+            else "node-0 lost: waiting for the operator to replace it"
+        )
+        if node_0_kept:  # what the next attempt's record says about who restarted it
+            current["restarted_why"] = "after the job's supervisor on node-0 was killed"
+        report.job_state, report.needs_nodes = "needs_nodes", [] if node_0_kept else [0]
         return
     current["not_restarted"] = f"no restart left (--max-restarts {report.max_restarts})"
     report.job_state, report.needs_nodes = "lost", []
     name = checkpoints or rec.get("checkpoints") or report.run_id
     echo(
-        f"[skyinfra] the job cannot go on without its head and has no restart left "
-        f"(--max-restarts {report.max_restarts}): `skyinfra up` replaces node-0, then "
+        f"[skyinfra] the job cannot go on without its "
+        f"{'supervisor' if node_0_kept else 'head'} and has no restart left "
+        f"(--max-restarts {report.max_restarts}): "
+        f"{'' if node_0_kept else '`skyinfra up` replaces node-0, then '}"
         f"`skyinfra run --checkpoints {name} ...` starts the job again from the "
         "checkpoint set's last checkpoint (the set outlives the nodes)"
     )
@@ -616,6 +677,7 @@ def _start_job(
         checkpoints=checkpoints,
         restarts=restarts,
         attempts_before=attempts_before,
+        created_at=report.created_at if attempts_before else None,
     )
 
 
@@ -627,6 +689,11 @@ def take_attempts(report: RunReport, rec: Mapping[str, Any]) -> None:
     report.retry_on = str(rec.get("retry_on") or "signal")
     report.job_state = str(rec.get("state") or "")
     report.needs_nodes = [int(i) for i in rec.get("needs_nodes") or []]
+    created, timeout = rec.get("created_at"), rec.get("timeout_s")
+    if isinstance(created, int | float):
+        report.created_at = float(created)
+    if isinstance(timeout, int | float):
+        report.timeout_s = float(timeout)
     # The last attempt's notices: the nodes an earlier one lost have been replaced since.
     last = report.attempts[-1] if report.attempts else {}
     report.interruptions = [i for i in last.get("interruptions") or [] if isinstance(i, dict)]

@@ -124,17 +124,29 @@ def lose_node_0(workspace: Path, job: str) -> None:
 def lose_node(workspace: Path, node: int) -> None:
     """A node lost, as a machine is: every process of it SIGKILLed (its agent, launcher and
     worker: their environment names its folder), then its folder deleted."""
+    kill_node_processes(workspace, node, standin_too=True)
+    shutil.rmtree(workspace / "nodes" / f"node-{node}")
+
+
+def kill_node_processes(workspace: Path, node: int, *, standin_too: bool = False) -> None:
+    """Every process of a node SIGKILLed (its agent, launcher and worker: their environment
+    names its folder); the folder stays. Its metadata service's stand-in is the cloud's, not
+    the node's (skyinfra_runtime.imds_standin): it goes only ``standin_too``, with the node."""
     node_dir = workspace / "nodes" / f"node-{node}"
     mark = f"SKYINFRA_LOCAL_NODE_DIR={node_dir}".encode()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if mark in environ and int(pid) != os.getpid():
+        if (
+            mark in environ
+            and int(pid) != os.getpid()
+            and (standin_too or b"imds-standin" not in argv)
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-    shutil.rmtree(node_dir)
 
 
 def restarted_after_kill(

@@ -18,7 +18,7 @@ from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
-from tests.support.resume_proof import lose_node, lose_node_1
+from tests.support.resume_proof import kill_node_processes, lose_node, lose_node_1
 from tests.support.workers import wait_for_line
 
 pytestmark = pytest.mark.slow
@@ -220,10 +220,13 @@ def test_bad_restart_flags_start_nothing(
     assert now == runs
 
 
-def detached_job_that_lost_node_1(project: Path, env: dict[str, str]) -> str:
+def detached_job_that_lost_node_1(
+    project: Path, env: dict[str, str], flags: tuple[str, ...] = ()
+) -> str:
     """A detached job (one restart allowed, a secret) whose node 1 is lost in attempt 1: its
     id, once the job waits as needs_nodes for node 1."""
-    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", *flags,
+            "entry.py:waits_in_attempt_1"]  # fmt: skip
     started = cli(argv, project, env)
     assert started.returncode == 0, started.stdout + started.stderr
     job = started.stdout.split("job ", 1)[1].split()[0]
@@ -280,7 +283,18 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
 def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
     project: Path, env: dict[str, str]
 ) -> None:
-    job = detached_job_that_lost_node_1(project, env)
+    job = detached_job_that_lost_node_1(project, env, ("--timeout", "3600"))
+    # The job's --timeout counts from its first start, across its attempts and the wait for
+    # its node: one that ran out meanwhile is not started again (its clock moved back here).
+    head_record = ws(project) / "nodes" / "node-0" / "jobs" / f"{job}.json"
+    record = json.loads(head_record.read_text())
+    record["created_at"] -= 3600
+    head_record.write_text(json.dumps(record))
+    late = cli(["jobs", "recover", job], project, env)
+    assert late.returncode == 2, late.stdout + late.stderr
+    assert f"job {job} ran out of its --timeout (3600 s from its start at " in late.stderr
+    assert f"`skyinfra run --checkpoints {job} --timeout S ...`" in late.stderr
+    assert not (ws(project) / "nodes" / "node-1").exists()  # nothing replaced
     cancelled = cli(["cancel", job, "--yes"], project, env)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     assert f"job {job}: cancelled" in cancelled.stdout, cancelled.stdout
@@ -288,6 +302,112 @@ def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
     assert refused.returncode == 2 and "is cancelled" in refused.stderr, refused.stderr
     # `up` puts node 1 back for the module's other tests.
     assert cli(["up"], project, env).returncode == 0
+
+
+def run_dirs(project: Path) -> set[Path]:
+    runs = ws(project) / "runs"
+    return set(runs.iterdir()) if runs.is_dir() else set()
+
+
+def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
+    project: Path, env: dict[str, str]
+) -> None:
+    """Node 0's processes (the job's supervisor, launcher and worker) SIGKILLed while its
+    folder stays: nothing will write the job's record again. The attached run notices (the
+    record stands still and the head says the supervisor is gone), and starts the job again
+    as attempt 2 on the same nodes, nothing replaced; the timeout still counts from the
+    job's first start."""
+    before = run_dirs(project)
+    node_1 = ws(project) / "nodes" / "node-1"
+    node_1_id = node_1.stat().st_ino
+    with (project / "killed-head.out").open("w+") as out:
+        proc = subprocess.Popen(
+            [*skyinfra_argv(), "run", "--max-restarts", "1", "--timeout", "900", *JOB_ENV,
+             "entry.py:waits_in_attempt_1"],
+            cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+            while not run_dirs(project) - before:
+                assert proc.poll() is None and time.monotonic() < until
+                time.sleep(0.1)
+            job = max(run_dirs(project) - before).name
+            node_0 = ws(project) / "nodes" / "node-0"
+            wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
+            created = json.loads((node_0 / "jobs" / f"{job}.json").read_text())["created_at"]
+            kill_node_processes(ws(project), 0)
+            code = proc.wait(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        said = (project / "killed-head.out").read_text()
+    assert code == 0, said
+    assert "the job's supervisor on node-0 is gone (pid " in said, said
+    assert "starting the job again as attempt 2 on the same nodes" in said, said
+    attempts = newest_summary(project)["attempts"]
+    assert isinstance(attempts, list) and len(attempts) == 2
+    assert attempts[0]["cause"] == {
+        "node": 0,
+        "exit_code": None,
+        "meaning": "the job's supervisor on node-0 was killed",
+        "kind": "lost",
+    }
+    assert attempts[0]["restarted_by"] == (
+        "the operator, after the job's supervisor on node-0 was killed"
+    )
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert record["created_at"] == created and record["timeout_s"] == 900
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert node_1.stat().st_ino == node_1_id  # the same node 1, not a replacement
+    assert node_processes(ws(project) / "nodes", job) == []
+
+
+def test_a_detached_job_whose_head_processes_are_killed_is_recovered_on_the_same_nodes(
+    project: Path, env: dict[str, str]
+) -> None:
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    node_0 = ws(project) / "nodes" / "node-0"
+    wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
+    kill_node_processes(ws(project), 0)
+    # Node 1's agent ends its part by itself once the head's connection closed.
+    until = time.monotonic() + 60  # a bound on the wait, not an assertion on time
+    while node_processes(ws(project) / "nodes", job):
+        assert time.monotonic() < until, node_processes(ws(project) / "nodes", job)
+        time.sleep(0.2)
+    listed = cli(["jobs"], project, env).stdout
+    assert (
+        f"job {job}: its supervisor on node-0 was killed (nothing of it runs any more): from "
+        f"the project's folder, `skyinfra jobs recover {job}` starts it again on the same nodes"
+    ) in listed, listed
+    assert json.loads(cli(["jobs", job, "--json"], project, env).stdout)["state"] == "lost"
+
+    recovered = cli(["jobs", "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "starting the job again as attempt 2 on the same nodes" in recovered.stdout
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    attempts = record["attempts"]
+    assert attempts[0]["cause"]["meaning"] == "the job's supervisor on node-0 was killed"
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    assert (
+        values == [{"attempt": 2, "secret_sha256": hashlib.sha256(SECRET.encode()).hexdigest()}] * 2
+    )
+    # Without a restart left it says what runs it again instead.
+    again = cli(["run", "-d", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"], project, env)
+    job = again.stdout.split("job ", 1)[1].split()[0]
+    wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
+    kill_node_processes(ws(project), 0)
+    refused = cli(["jobs", "recover", job], project, env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "has no restart left (--max-restarts 0): `skyinfra run --checkpoints" in refused.stderr
+    cli(["cancel", job, "--yes"], project, env)
 
 
 def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(

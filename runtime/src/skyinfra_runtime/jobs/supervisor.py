@@ -72,7 +72,10 @@ class Supervisor:
         self.meta = meta
         self.timeout_s = timeout_s
         self.state = "starting"
-        self.created_at = now()
+        # A job started again after its head lost a node (or its supervisor) keeps the time it
+        # was first created: its --timeout counts from there, across every attempt.
+        created = meta.pop("created_at", None)
+        self.created_at = float(created) if isinstance(created, int | float) else now()
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self.first_failure: int | None = None
@@ -87,7 +90,8 @@ class Supervisor:
         # a job the operator started again after a node was lost goes on from its attempts.
         before = [a for a in meta.pop("attempts_before", None) or [] if isinstance(a, dict)]
         if before and before[-1].pop("not_restarted", None):
-            before[-1]["restarted_by"] = "the operator, after replacing the lost node(s)"
+            why = before[-1].pop("restarted_why", None) or "after replacing the lost node(s)"
+            before[-1]["restarted_by"] = f"the operator, {why}"
         self.attempt = len(before) + 1
         self.agent.attempt = self.attempt
         self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
@@ -115,6 +119,9 @@ class Supervisor:
             "first_failure": self.first_failure,
             "timed_out": self.timed_out,
             "supervisor_pid": os.getpid(),
+            # Rewritten at least every OUTPUT_EVERY_S while an attempt runs: a follower that
+            # sees it stand still asks the head whether this process still lives.
+            "saved_at": now(),
             "attempt": self.attempt,
             "max_restarts": self.max_restarts,
             "retry_on": self.retry_on,
