@@ -19,8 +19,11 @@ if TYPE_CHECKING:
     from skyinfra.workspace import Workspace
 
 
-def _cluster(clusters_root: Path | None, name: str | None) -> tuple[Workspace, NodeTransport, int]:
-    """The workspace, its transport and its node count; a cluster that is down: exit 2."""
+def _cluster(
+    clusters_root: Path | None, name: str | None, *, head_may_be_gone: bool = False
+) -> tuple[Workspace, NodeTransport, int]:
+    """The workspace, its transport and its node count; a cluster that is down: exit 2; one
+    whose node 0 is gone: HeadLostError unless ``head_may_be_gone``."""
     from skyinfra import lifecycle
     from skyinfra.errors import ClusterDownError
     from skyinfra.topology import read_topology
@@ -31,7 +34,8 @@ def _cluster(clusters_root: Path | None, name: str | None) -> tuple[Workspace, N
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
     transport = lifecycle.transport_for(ws, topology, spec=ws.spec())
-    _refuse_lost_head(ws, transport)
+    if not head_may_be_gone:
+        _refuse_lost_head(ws, transport)
     return ws, transport, len(topology.nodes)
 
 
@@ -46,7 +50,9 @@ def _refuse_lost_head(ws: Workspace, transport: NodeTransport) -> None:
             f"cluster {ws.name!r}: {HEAD_LOST}, and with it every job's record and supervisor "
             "(the other nodes end their parts of a job once its head is gone). `skyinfra up` "
             "replaces node-0; a job's checkpoint set outlives it (`skyinfra checkpoints`): "
-            "`skyinfra run --checkpoints NAME ...` starts the job again from its last checkpoint"
+            "`skyinfra run --checkpoints NAME ...` starts the job again from its last "
+            "checkpoint, or, for a job started from this workspace with restarts left, "
+            "`skyinfra jobs recover JOB` replaces node-0 and starts it as its next attempt"
         )
 
 
@@ -224,7 +230,7 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
 
     from skyinfra.cli.resolve import replace_lost_nodes
     from skyinfra.errors import UsageError
-    from skyinfra.run.job import Restarts, find_job
+    from skyinfra.run.job import HEAD_LOST, Restarts, find_job, head_gone
     from skyinfra.run.jobenv import resolve
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
     from skyinfra.run.session import (
@@ -236,9 +242,16 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
         time_left,
     )
 
-    ws, transport, total = _cluster(clusters_root, cluster_name)
-    job = find_job(transport, job_id)
-    state = job.get("state")
+    ws, transport, total = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
+    head_lost = head_gone(transport)
+    if head_lost:
+        # The record went with node 0: this workspace's copy of it (`run` keeps one from the
+        # job's start) says what the job was; it goes on as a job that lost its head.
+        job = _job_copy(ws, job_id)
+        state = "lost"
+    else:
+        job = find_job(transport, job_id)
+        state = str(job.get("state"))
     if state not in ("needs_nodes", "lost"):
         raise UsageError(
             f"job {job_id} is {state}: only a job that lost a node and waits for it "
@@ -246,6 +259,12 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             "`skyinfra run` starts a new one"
         )
     name = str(job.get("checkpoints") or job_id)
+    if head_lost and int(job.get("restarts_left") or 0) <= 0:
+        raise UsageError(
+            f"job {job_id} lost node-0, its head, and has no restart left (--max-restarts "
+            f"{job.get('max_restarts') or 0}): `skyinfra up` replaces node-0, then "
+            f"`skyinfra run --checkpoints {name} ...` starts it again from its checkpoint set"
+        )
     if state == "lost" and int(job.get("restarts_left") or 0) <= 0:
         raise UsageError(
             f"job {job_id}'s supervisor on node-0 was killed and the job has no restart left "
@@ -277,8 +296,9 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
     restarts = Restarts(report.max_restarts, report.retry_on)
     with ws.lock(f"jobs recover {job_id}"):
         if state == "lost":
-            # Node 0 is there, its supervisor is not: every other node's part is ended, the
-            # attempt recorded, and the job goes on on the same nodes (nothing replaced).
+            # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
+            # other node's part is ended, the attempt recorded, and the job goes on on the same
+            # nodes (or on a new node 0, replaced as `up` does).
             record_head_lost(
                 transport,
                 report,
@@ -286,9 +306,9 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
                 restarts,
                 (),
                 name,
-                "the job's supervisor on node-0 was killed",
+                HEAD_LOST if head_lost else "the job's supervisor on node-0 was killed",
                 echo,
-                node_0_kept=True,
+                node_0_kept=not head_lost,
             )
         replaced = restart_on_replaced_nodes(
             report,
@@ -310,6 +330,27 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
         collect_and_summarise(replaced or transport, report, entry, args)
     print_report(report, echo)
     raise_for_failure(report)
+
+
+def _job_copy(ws: Workspace, job_id: str) -> dict[str, Any]:
+    """This workspace's copy of a job's record (runs/JOB/job.json, kept by the `run` that
+    started it); HeadLostError when there is none (the job was started elsewhere)."""
+    from skyinfra.errors import HeadLostError
+    from skyinfra.run.job import HEAD_LOST
+    from skyinfra.run.session import JOB_COPY
+
+    copy = ws.runs_dir / job_id / JOB_COPY
+    try:
+        data = json.loads(copy.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or data.get("id") != job_id:
+        raise HeadLostError(
+            f"cluster {ws.name!r}: {HEAD_LOST}, with job {job_id}'s record, and this workspace "
+            f"has no copy of it ({copy}): `skyinfra up` replaces node-0, then `skyinfra run "
+            "--checkpoints NAME ...` starts the job again from its checkpoint set"
+        )
+    return data
 
 
 def _show_job(job: dict[str, Any]) -> None:

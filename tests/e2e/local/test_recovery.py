@@ -410,6 +410,36 @@ def test_a_detached_job_whose_head_processes_are_killed_is_recovered_on_the_same
     cli(["cancel", job, "--yes"], project, env)
 
 
+def test_a_detached_job_that_lost_its_head_is_recovered_from_the_workspaces_copy(
+    project: Path, env: dict[str, str]
+) -> None:
+    """Node 0 lost under a detached job: its record went with it, nobody was there to notice.
+    `jobs` says what to run; `jobs recover` takes the job from the copy of its record that
+    `run -d` kept, replaces node 0 and starts the job as attempt 2 (same env and secrets)."""
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    wait_for_line(ws(project) / "nodes" / "node-0" / "runs" / job / "output.log", "attempt 1 on")
+    lose_node(ws(project), 0)
+    listed = cli(["jobs"], project, env)
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    assert "`skyinfra jobs recover JOB` replaces node-0 and starts it" in listed.stderr
+
+    recovered = cli(["jobs", "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "node-0 lost: replacing it" in recovered.stdout, recovered.stdout
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    attempts = record["attempts"]
+    assert attempts[0]["cause"]["meaning"] == "node-0 (the head) lost, with the job's supervisor"
+    assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert node_processes(ws(project) / "nodes", job) == []
+
+
 def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
     project: Path, env: dict[str, str]
 ) -> None:
