@@ -163,8 +163,12 @@ def _interrupt_on_aws(
         role_arn=role_arn,
         client_token=f"skyinfra-drill-{int(time.time())}-{secrets.token_hex(4)}",
     )
-    echo(
-        f"[skyinfra] FIS experiment {sent['experiment']} ({sent['state'] or 'started'}) of "
-        f"template {sent['template']}: delete the template when done "
-        f"(aws fis delete-experiment-template --id {sent['template']})"
-    )
+    said = f"[skyinfra] FIS experiment {sent['experiment']} ({sent['state'] or 'started'})"
+    if sent["template_left"]:
+        echo(
+            f"{said}; its template {sent['template']} could not be deleted "
+            f"({sent['template_left']}): aws fis delete-experiment-template --id "
+            f"{sent['template']}"
+        )
+    else:
+        echo(f"{said}; its template {sent['template']} deleted (the experiment runs on)")

@@ -3,11 +3,17 @@ Injection Service (FIS): an experiment template whose one action is
 ``aws:ec2:send-spot-instance-interruptions`` on the node's instance, then an experiment of it.
 EC2 then sends the instance its interruption notice (and a rebalance recommendation) and
 interrupts it ``durationBeforeInterruption`` later. FIS acts through an IAM role the caller
-names (it needs ``ec2:SendSpotInstanceInterruptions`` on the instance); skyinfra makes none."""
+names (it needs ``ec2:SendSpotInstanceInterruptions`` on the instance); skyinfra makes none.
+
+The template is deleted as soon as its experiment has started: "When you delete an experiment
+template, any running experiments that use the template are not affected" (AWS FIS User Guide,
+"Delete an experiment template"), so a drill leaves nothing behind."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 # FIS's lower bound on durationBeforeInterruption: two minutes, EC2's own notice.
 MIN_NOTICE_S = 120
@@ -59,7 +65,8 @@ def send_interruption(
     role_arn: str,
     client_token: str,
 ) -> dict[str, str]:
-    """Create the template and start its experiment; their ids and the experiment's state."""
+    """Create the template, start its experiment and delete the template; their ids, the
+    experiment's state, and ``template_left`` ("" once deleted, else why it was not)."""
     account = clients.client("sts").get_caller_identity()["Account"]
     arn = instance_arn(clients.region, account, instance_id)
     fis = clients.client("fis")
@@ -77,8 +84,14 @@ def send_interruption(
         experimentTemplateId=template["id"],
         tags={"skyinfra:cluster": cluster},
     )["experiment"]
+    left = ""
+    try:
+        fis.delete_experiment_template(id=template["id"])
+    except (BotoCoreError, ClientError) as err:  # e.g. no fis:DeleteExperimentTemplate
+        left = str(err)
     return {
         "template": str(template["id"]),
         "experiment": str(experiment["id"]),
         "state": str((experiment.get("state") or {}).get("status", "")),
+        "template_left": left,
     }

@@ -280,6 +280,50 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
     assert again.returncode == 2 and "only a job that lost a node" in again.stderr
 
 
+def test_a_drill_on_a_detached_job_waits_for_jobs_recover_which_replaces_the_node(
+    project: Path, env: dict[str, str]
+) -> None:
+    """A Spot notice (`drill interrupt`, the node's IMDS stand-in) on node 1 of a detached
+    job: the head ends the attempt (cause interrupted), the job waits as needs_nodes with
+    nobody attached, `jobs` shows the notice and what to run; `jobs recover` replaces the
+    interrupted node and the job ends succeeded as attempt 2."""
+    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
+    started = cli(argv, project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    node_1 = ws(project) / "nodes" / "node-1"
+    wait_for_line(node_1 / "runs" / job / "output.log", "attempt 1 on")
+    node_1_id = node_1.stat().st_ino
+    drill = cli(["drill", "interrupt", "node-1", "--notice-seconds", "60", "--yes"], project, env)
+    assert drill.returncode == 0, drill.stdout + drill.stderr
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        shown_json = cli(["jobs", job, "--json"], project, env)
+        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
+        record = json.loads(shown_json.stdout)
+    assert record["state"] == "needs_nodes" and record["needs_nodes"] == [1], record
+    listed = cli(["jobs"], project, env).stdout
+    assert f"job {job}: node-1 interrupted at" in listed, listed
+    assert f"run `skyinfra jobs recover {job}`" in listed, listed
+
+    recovered = cli(["jobs", "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "node-1 interrupted: replacing it" in recovered.stdout, recovered.stdout
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    attempts = record["attempts"]
+    assert attempts[0]["cause"]["kind"] == "interrupted" and attempts[0]["cause"]["node"] == 1
+    assert attempts[0]["interruptions"][0]["action"] == "terminate"
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert node_1.stat().st_ino != node_1_id  # a new node 1, with a stand-in of its own
+    assert (node_1 / "notice.json").is_file()
+
+
 def test_cancel_of_a_job_that_waits_for_its_lost_node_ends_it(
     project: Path, env: dict[str, str]
 ) -> None:

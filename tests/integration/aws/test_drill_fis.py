@@ -55,13 +55,17 @@ def test_the_experiment_is_started_against_moto(aws_env: str) -> None:
         client_token="drill-test-1",
     )
     fis = boto3.client("fis", region_name=REGION, endpoint_url=aws_env)
-    template = fis.get_experiment_template(id=sent["template"])["experimentTemplate"]
-    assert template["actions"]["interrupt"]["actionId"] == ACTION_ID
-    assert template["targets"]["spot-node"]["resourceArns"] == [
-        f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0"
-    ]
+    # The experiment carries the template's actions and targets (taken when it started).
     experiment = fis.get_experiment(id=sent["experiment"])["experiment"]
     assert experiment["experimentTemplateId"] == sent["template"]
+    assert experiment["actions"]["interrupt"]["actionId"] == ACTION_ID
+    assert experiment["targets"]["spot-node"]["resourceArns"] == [
+        f"arn:aws:ec2:{REGION}:123456789012:instance/i-0123456789abcdef0"
+    ]
+    # The template went once its experiment started (a running experiment keeps going).
+    assert sent["template_left"] == ""
+    left = fis.list_experiment_templates()["experimentTemplates"]
+    assert [t for t in left if t.get("tags", {}).get("skyinfra:cluster") == "demo"] == []
 
 
 @pytest.mark.parametrize(
@@ -149,11 +153,18 @@ def test_a_confirmed_aws_drill_starts_the_experiment(
     said = capsys.readouterr().out
     assert "a real Spot interruption of node-1 (i-0123456789abcdef)" in said
     fis = boto3.client("fis", region_name=REGION, endpoint_url=aws_env)
-    templates = fis.list_experiment_templates()["experimentTemplates"]
-    mine = [t for t in templates if t.get("tags", {}).get("skyinfra:drill") == "node-1"]
-    assert mine, templates
-    template = fis.get_experiment_template(id=mine[-1]["id"])["experimentTemplate"]
-    assert template["actions"]["interrupt"]["parameters"] == {
+    # The server is shared by the file's tests: this cluster's ("c") experiment, by its tag.
+    experiments = [
+        fis.get_experiment(id=e["id"])["experiment"] for e in fis.list_experiments()["experiments"]
+    ]
+    mine = [e for e in experiments if e.get("tags", {}).get("skyinfra:cluster") == "c"]
+    assert len(mine) == 1, experiments
+    experiment = mine[0]
+    assert experiment["actions"]["interrupt"]["parameters"] == {
         "durationBeforeInterruption": "PT150S"
     }
-    assert f"template {mine[-1]['id']}" in said
+    template = experiment["experimentTemplateId"]
+    assert f"FIS experiment {experiment['id']} " in said
+    assert f"its template {template} deleted (the experiment runs on)" in said, said
+    left = fis.list_experiment_templates()["experimentTemplates"]
+    assert [t for t in left if t.get("tags", {}).get("skyinfra:cluster") == "c"] == []
