@@ -119,15 +119,33 @@ def capacity_reservations_body(reservations: list[dict[str, Any]]) -> str:
     )
 
 
+def spot_placement_scores_body(scores: dict[str, int]) -> str:
+    """GetSpotPlacementScores' answer: zone id (``use1-az1``: EC2 names zones by id here)
+    -> score, as EC2 writes it."""
+    items = "".join(
+        f"<item><availabilityZoneId>{zone_id}</availabilityZoneId><score>{score}</score></item>"
+        for zone_id, score in scores.items()
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<GetSpotPlacementScoresResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        f"<requestId>{uuid.uuid4()}</requestId>"
+        f"<spotPlacementScoreSet>{items}</spotPlacementScoreSet>"
+        "</GetSpotPlacementScoresResponse>"
+    )
+
+
 class FaultProxy:
     """See the module docstring. ``refuse``: zone -> Refusal; ``answers``: EC2 action ->
-    XML body (HTTP 200); ``refused``: how many RunInstances each zone refused so far."""
+    XML body (HTTP 200); ``refused``: how many RunInstances each zone refused so far;
+    ``asked``: the form of each request given a canned answer, by action."""
 
     def __init__(self, upstream: str, region: str) -> None:
         self.upstream = upstream
         self.region = region
         self.refuse: dict[str, Refusal] = {}
         self.answers: dict[str, Callable[[], str]] = {}
+        self.asked: dict[str, list[dict[str, list[str]]]] = {}
         self.refused: Counter[str] = Counter()  # launches refused per zone
         self._refused_calls: set[str] = set()
         self.run_instances: Counter[str] = Counter()  # RunInstances seen per zone
@@ -150,6 +168,7 @@ class FaultProxy:
         with self._lock:
             self.refuse.clear()
             self.answers.clear()
+            self.asked.clear()
             self.refused.clear()
             self._refused_calls.clear()
             self.run_instances.clear()
@@ -187,6 +206,8 @@ class FaultProxy:
             return None
         action = (form.get("Action") or [""])[0]
         if action in self.answers:
+            with self._lock:
+                self.asked.setdefault(action, []).append(form)
             return 200, self.answers[action]()
         if action != "RunInstances":
             return None

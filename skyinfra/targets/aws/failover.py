@@ -53,6 +53,7 @@ from skyinfra.targets.aws.capacity import (
     spot_fallback_reason,
     zone_order,
 )
+from skyinfra.targets.aws.placement import order_by_score, spot_placement_scores
 from skyinfra.targets.aws.preflight import aws_errors, offering_zones
 from skyinfra.targets.aws.reservation import check_reservation, describe_reservation
 from skyinfra.targets.aws.resolve import _existing_network, previous_settings
@@ -186,7 +187,35 @@ def plan_zones(
             f"{spec_aws.instance_type}; it is offered in {', '.join(sorted(offered))}. Change "
             "aws.zones / --zones"
         )
+    spot_nodes = sum(1 for m in node_markets(spec_aws, spec.nodes).values() if m == SPOT)
+    if spot_nodes and not wanted and len(zones) > 1:
+        zones = _by_placement_score(clients, spec_aws, spot_nodes, zones, previous, echo)
     return Plan(zones, None, existing_nodes, reservation)
+
+
+def _by_placement_score(
+    clients: AwsClients,
+    spec_aws: AwsSpec,
+    spot_nodes: int,
+    zones: list[str],
+    previous: str | None,
+    echo: Echo,
+) -> list[str]:
+    """The zones for a cluster with Spot nodes, highest Spot placement score first (the zone
+    of the cluster's previous `up` stays first; aws.zones / --zones, an order the user gave,
+    are never reordered: this is not called for them)."""
+    scores = spot_placement_scores(clients, spec_aws.instance_type, spot_nodes)
+    if isinstance(scores, str):
+        echo(f"[skyinfra] no Spot placement scores ({scores}): zones in name order")
+        return zones
+    first = [previous] if previous in zones else []
+    ordered = first + order_by_score([z for z in zones if z not in first], scores)
+    said = ", ".join(f"{z} {scores[z]}" if z in scores else f"{z} (no score)" for z in ordered)
+    echo(
+        f"[skyinfra] Spot placement scores for {spot_nodes} x {spec_aws.instance_type} in one "
+        f"zone (1-10, EC2's GetSpotPlacementScores): {said}"
+    )
+    return ordered
 
 
 def _now() -> str:

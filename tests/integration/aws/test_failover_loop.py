@@ -27,6 +27,7 @@ from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.workspace import Workspace
 from tests.support.aws import REGION
+from tests.support.fault_proxy import fault_proxy, spot_placement_scores_body
 from tests.unit.aws.test_capacity_core import PROVIDER_ICE, SPOT_ICE, SPOT_PRICE, VCPU
 
 A, B, C = f"{REGION}a", f"{REGION}b", f"{REGION}c"
@@ -285,3 +286,53 @@ def test_a_spot_price_cap_below_the_price_stops_at_once_naming_it(
     assert calls == [f"apply {A} {SPOT}", "destroy all"]
     assert err.value.code == "SpotMaxPriceTooLow"
     assert "raise aws.spot_max_price" in str(err.value)
+
+
+def test_spot_nodes_go_first_to_the_zone_with_the_best_placement_score(
+    aws_env: str, tmp_path: Path
+) -> None:
+    # EC2 scores zones by id; moto's us-east-1b is use1-az1, us-east-1c use1-az2, and
+    # us-east-1a (use1-az6) is not in the answer (only the top zones are scored).
+    with fault_proxy(aws_env, REGION) as proxy:
+        proxy.answers["GetSpotPlacementScores"] = lambda: spot_placement_scores_body(
+            {"use1-az2": 9, "use1-az1": 3, "use1-az99": 10}
+        )
+        ws = Workspace(tmp_path / "loop")
+        calls: list[str] = []
+        spec = cluster(nodes=3, market="spot")
+        zone, lines, _ = run(spec, ws, [SPOT_ICE, None], calls, url=proxy.url)
+    assert zone == B
+    zone_bound = "destroy " + " ".join(f"-target={t}" for t in failover.ZONE_BOUND)
+    assert calls == [f"apply {C} {SPOT}", zone_bound, f"apply {B} {SPOT}"]
+    said = next(line for line in lines if "Spot placement scores" in line)
+    assert said.startswith(
+        "[skyinfra] Spot placement scores for 2 x t3.micro in one zone (1-10, EC2's "
+        f"GetSpotPlacementScores): {C} 9, {B} 3, {A} (no score), "
+    ), said
+    # What was asked: the two Spot workers (the head is On-Demand), in one zone, by count.
+    (form,) = proxy.asked["GetSpotPlacementScores"]
+    assert form["InstanceType.1"] == ["t3.micro"] and form["TargetCapacity"] == ["2"]
+    assert form["TargetCapacityUnitType"] == ["units"]
+    assert form["SingleAvailabilityZone"] == ["true"] and form["RegionName.1"] == [REGION]
+
+
+def test_zones_the_user_ordered_or_no_scores_keep_their_order(aws_env: str, tmp_path: Path) -> None:
+    spec = cluster(nodes=2, market="spot")
+    with fault_proxy(aws_env, REGION) as proxy:
+        proxy.answers["GetSpotPlacementScores"] = lambda: spot_placement_scores_body(
+            {"use1-az6": 1, "use1-az1": 10}
+        )
+        calls: list[str] = []
+        zone, lines, _ = run(
+            spec, Workspace(tmp_path / "given"), [None], calls, url=proxy.url, zones_flag="a,b"
+        )
+        assert zone == A and "GetSpotPlacementScores" not in proxy.asked
+    assert not any("placement scores" in line for line in lines)
+    # moto does not have the API (it answers 500): name order, and `up` says why.
+    calls = []
+    zone, lines, _ = run(spec, Workspace(tmp_path / "none"), [None], calls, url=aws_env)
+    assert zone == A and calls == [f"apply {A} spot=node-1"]
+    said = next(line for line in lines if "placement scores" in line)
+    assert said.startswith("[skyinfra] no Spot placement scores (") and said.endswith(
+        "): zones in name order"
+    ), said
