@@ -1,6 +1,14 @@
 """JAX across nodes that resumes where it stopped, with orbax-checkpoint's CheckpointManager
-on the job's checkpoint directory (every process writes its part; orbax renames a step into
-place once it is complete, so a half-written step is never listed).
+on the job's checkpoint directory (orbax renames a step into place once it is complete, so a
+half-written step is never listed).
+
+The state is replicated, so process 0 holds all of it and saves it alone, with a manager over
+process 0 only; every process restores from its own directory. Why not orbax's multi-host
+save, where every process writes its part: it assumes one filesystem every host sees, and on
+AWS each node's $SKYINFRA_CHECKPOINT_DIR is its own disk, synced through S3 (the local target's
+folder is shared, which hid this). There, process 0 waits at the first save for the other
+processes' files, which it never sees: the job hangs. A state sharded across processes (each
+holding a part no other has) needs that shared filesystem.
 
     skyinfra up --name jx --nodes 2 --plugin jax          # python_packages = ["orbax-checkpoint"]
     skyinfra run --checkpoints jx examples/jax_orbax_resume.py:main
@@ -66,10 +74,31 @@ def main() -> dict[str, Any]:
         return {"params": params, "momentum": momentum}, loss
 
     state = init()
-    manager = ocp.CheckpointManager(root, options=ocp.CheckpointManagerOptions(max_to_keep=2))
-    start = manager.latest_step() or 0  # every process reads the same directory
+    me = jax.process_index()
+    # A manager over this process alone (orbax's MultiprocessingOptions.active_processes): no
+    # barrier with the other processes, whose directories may be other disks. Only process 0
+    # saves; `create` is not allowed with active_processes (the runtime made the directory).
+    manager = ocp.CheckpointManager(
+        root,
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=2,
+            create=False,
+            multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=me, active_processes={me}, barrier_sync_key_prefix=f"process-{me}"
+            ),
+        ),
+    )
+
+    def host_copy(tree: Any) -> Any:
+        """This process's copy of a replicated state, as NumPy arrays."""
+        return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), tree)
+
+    # Every process reads its own directory: the restored checkpoint set (the same on every
+    # node), so each picks the same step.
+    start = manager.latest_step() or 0
     if start:
-        state = manager.restore(start, args=ocp.args.StandardRestore(state))
+        restored = manager.restore(start, args=ocp.args.StandardRestore(host_copy(state)))
+        state = jax.tree.map(lambda a: jax.device_put(a, replicated), restored)
         print(f"resumed from {root}/{start} (epoch {start})", flush=True)
 
     per_process = ns.batch_size
@@ -82,7 +111,8 @@ def main() -> dict[str, Any]:
             yb = jax.make_array_from_process_local_data(batched, y[take])
             state, loss = step(state, xb, yb)
             print(f"epoch {epoch} batch {batch + 1} loss {float(loss):.6f}", flush=True)
-        manager.save(epoch, args=ocp.args.StandardSave(state))
+        if me == 0:
+            manager.save(epoch, args=ocp.args.StandardSave(host_copy(state)))
         print(f"epoch {epoch} ends", flush=True)
     manager.wait_until_finished()
     manager.close()

@@ -9,9 +9,12 @@ checkpoint directory: ``torch.distributed.checkpoint`` (every rank writes its pa
 
 Each epoch ends with a checkpoint in ``$SKYINFRA_CHECKPOINT_DIR/step-<epoch>/`` (the same
 folder for every job run with the same ``--checkpoints``; on the local target every node sees
-it). A half-written one is never loaded: DCP writes ``.metadata`` last, once every rank's file
-is in (its own commit marker); the ``torch.save`` path writes to a temporary name, renames it
-and then marks the step ``COMMITTED`` (skyinfra_runtime.checkpoints). Rank 0 picks the step
+it; on AWS each node's is its own disk, restored from S3 with every node's files). A
+half-written one is never loaded: DCP writes ``.metadata`` last, once every rank's file is in
+(its own commit marker), and a step counts only when every file ``.metadata`` names is there
+(on AWS a node lost before its upload leaves a step without its file); the ``torch.save``
+path writes to a temporary name, renames it and then marks the step ``COMMITTED``
+(skyinfra_runtime.checkpoints). Rank 0 picks the step
 and every rank loads that one (a broadcast), so no two ranks resume from different epochs.
 
 A resumed run computes what an uninterrupted one does when the rest is a function of the
@@ -36,7 +39,25 @@ DCP_MARKER = ".metadata"  # torch.distributed.checkpoint writes it last
 def _complete(step: Path, saver: str) -> bool:
     from skyinfra_runtime.checkpoints import COMMIT_MARKER
 
-    return (step / (DCP_MARKER if saver == "dcp" else COMMIT_MARKER)).is_file()
+    if saver != "dcp":
+        return (step / COMMIT_MARKER).is_file()
+    if not (step / DCP_MARKER).is_file():
+        return False
+    # Every file `.metadata` names must be there, whole. DCP spreads even replicated tensors
+    # over the ranks' files (rank 1's held most of this model's), and on AWS each rank's file
+    # reaches the checkpoint set from its own node's upload: a node lost before its upload
+    # leaves a step with rank 0's `.metadata` but without that node's file.
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        stored = FileSystemReader(str(step)).read_metadata().storage_data
+    except Exception:  # a `.metadata` DCP cannot read is no commit mark
+        return False
+    for info in stored.values():
+        part = step / info.relative_path
+        if not part.is_file() or part.stat().st_size < info.offset + info.length:
+            return False
+    return True
 
 
 def latest_epoch(root: Path, saver: str) -> int:

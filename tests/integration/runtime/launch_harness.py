@@ -76,8 +76,10 @@ def run_nodes(
     extra: Sequence[str] = (),
     args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    node_env: dict[int, dict[str, str]] | None = None,
 ) -> list[NodeRun]:
-    """Start ``launch`` for each node in parallel (as `skyinfra run` does) and collect them."""
+    """Start ``launch`` for each node in parallel (as `skyinfra run` does) and collect them;
+    ``node_env``: more variables for some nodes (each node's own directory, say)."""
     topo_file = tmp_path / "topology.json"
     topo_file.write_text(json.dumps(topo))
     indices = range(len(topo["nodes"])) if nodes is None else nodes
@@ -100,7 +102,7 @@ def run_nodes(
         )
         procs[i] = subprocess.Popen(
             argv,
-            env=base_env,
+            env={**base_env, **(node_env or {}).get(i, {})},
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
