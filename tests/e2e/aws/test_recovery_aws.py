@@ -368,6 +368,8 @@ def test_a_lost_node_is_replaced_by_terraform_and_the_job_resumes_there(
     assert not errors, errors
     assert code == 0, said
     assert "node-1 lost: replacing it" in said, said
+    # As `up` would: Terraform makes the missing instance and touches nothing else.
+    assert "Plan: 1 to add, 0 to change, 0 to destroy." in said, said
     after = json.loads((ws(project) / "topology.json").read_text())
     # The topology keeps its shape, ranks and addresses; node 1 is a new instance.
     assert [(n["index"], n["private_ip"]) for n in after["nodes"]] == [
