@@ -251,6 +251,15 @@ class Sync:
                 after = path.stat()
             except FileNotFoundError:
                 continue  # deleted meanwhile
+            except OSError:
+                # A multipart upload aborts when the file changes under it: as below, the
+                # next round takes it. Any other failure ends the round.
+                try:
+                    after = path.stat()
+                except FileNotFoundError:
+                    continue
+                if (after.st_size, after.st_mtime_ns) == st:
+                    raise
             if (after.st_size, after.st_mtime_ns) != st:
                 if old is not None:
                     new[rel] = old

@@ -1,6 +1,7 @@
 """A small S3 client for the nodes (standard library only): SigV4-signed GET, PUT, DELETE and
 ListObjectsV2 with the instance role's credentials (IMDSv2), or the ``AWS_*`` variables when
-set (the tests: moto on loopback).
+set (the tests: moto on loopback). Files from MULTIPART_THRESHOLD up go as a multipart upload
+(one PUT holds at most 5 GiB), streamed part by part, never read whole into memory.
 
 The same signing as infra/scripts/fetch-s3-object.py (which fetches the runtime wheel before
 the runtime is installed), made general: any method, a query string, a payload hash.
@@ -9,6 +10,7 @@ https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import hmac
@@ -38,6 +40,25 @@ URL_EXPECTED = (
 )
 _S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 CREDENTIALS_TTL_S = 300.0
+
+# S3's limits ("Amazon S3 multipart upload limits", S3 User Guide): one PUT at most 5 GiB; in
+# a multipart upload every part but the last at least 5 MiB, at most 5 GiB, at most 10,000
+# parts, an object at most 5 TiB.
+MiB = 1024**2
+SINGLE_PUT_MAX = 5 * 1024**3
+MIN_PART_SIZE = 5 * MiB
+MAX_PART_SIZE = 5 * 1024**3
+MAX_PARTS = 10_000
+MAX_OBJECT_SIZE = 5 * 1024**4
+# Ours: a file of MULTIPART_THRESHOLD bytes or more goes in parts of PART_SIZE (larger when it
+# would need more than MAX_PARTS). Below it, one PUT: one request, and the checkpoints of
+# BENCHMARKS figure 12 (up to 128 MiB a file) go as before. Both settable (tests: a small
+# file in several parts) through THRESHOLD_ENV and PART_SIZE_ENV, or Bucket's arguments.
+MULTIPART_THRESHOLD = 256 * MiB
+PART_SIZE = 64 * MiB
+THRESHOLD_ENV = "SKYINFRA_S3_MULTIPART_THRESHOLD"
+PART_SIZE_ENV = "SKYINFRA_S3_PART_SIZE"
+_HASH_CHUNK = 1 * MiB
 
 
 def url_problem(url: object) -> str | None:
@@ -124,6 +145,27 @@ class CredentialSource:
         return Credentials(doc["AccessKeyId"], doc["SecretAccessKey"], doc.get("Token"))
 
 
+def part_size_for(size: int, base: int = PART_SIZE) -> int:
+    """The part size for a ``size``-byte object: ``base``, or the next whole MiB that keeps
+    it within MAX_PARTS parts (a 5 TiB file: 525 MiB parts, 9,987 of them)."""
+    if size > MAX_OBJECT_SIZE:
+        raise ValueError(f"{size} B is over S3's limit of {MAX_OBJECT_SIZE} B (5 TiB) an object")
+    need = -(-size // MAX_PARTS)
+    return max(base, -(-need // MiB) * MiB)
+
+
+def size_setting(name: str, value: object, low: int, high: int) -> int:
+    """A byte count from an argument or an environment variable, within [low, high];
+    ValueError naming the setting, the value and what is valid."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = low - 1
+    if not low <= number <= high:
+        raise ValueError(f"{name}: {value!r} is not a number of bytes from {low} to {high}")
+    return number
+
+
 def _quote(text: str, safe: str = "-_.~") -> str:
     return urllib.parse.quote(text, safe=safe)
 
@@ -176,18 +218,75 @@ class S3Error(OSError):
         super().__init__(f"S3 {method} {key!r}: HTTP {status} {what}")
 
 
+def _xml(method: str, key: str, body: bytes) -> ET.Element:
+    """An answer's XML; one that is not XML is an S3Error (an OSError, as every failure
+    here), not a ParseError. Leading white space is dropped: while it completes a multipart
+    upload S3 sends spaces to keep the connection open, before the XML declaration
+    ("CompleteMultipartUpload", Amazon S3 API Reference), which a parser refuses there."""
+    try:
+        return ET.fromstring(body.lstrip())
+    except ET.ParseError:
+        raise S3Error(method, key, 200, body) from None
+
+
+class _Part:
+    """``length`` bytes of ``handle`` from where it stands, for http.client to stream; a file
+    that ends sooner (it shrank since it was hashed) raises instead of sending short."""
+
+    def __init__(self, handle: BinaryIO, length: int) -> None:
+        self._handle = handle
+        self._left = length
+
+    def read(self, n: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = self._handle.read(self._left if n < 0 else min(n, self._left))
+        if not data:
+            raise OSError(f"the file ended {self._left} B early: it changed while uploaded")
+        self._left -= len(data)
+        return data
+
+
+def _etag_is_md5(headers: dict[str, str]) -> bool:
+    """Whether S3's ETag is the MD5 of the bytes: for plaintext and SSE-S3, not SSE-KMS or
+    SSE-C ("Object", ETag, in the Amazon S3 API Reference)."""
+    sse = headers.get("x-amz-server-side-encryption", "")
+    return not sse.startswith("aws:kms") and not headers.get(
+        "x-amz-server-side-encryption-customer-algorithm"
+    )
+
+
 class Bucket:
     """One bucket reached at ``base`` (``https://BUCKET.s3.REGION.amazonaws.com``, or
-    path-style ``http://127.0.0.1:PORT/BUCKET`` for an emulator)."""
+    path-style ``http://127.0.0.1:PORT/BUCKET`` for an emulator). ``multipart_threshold``,
+    ``part_size``: None takes THRESHOLD_ENV and PART_SIZE_ENV, else the module's defaults."""
 
     def __init__(
-        self, base: str, region: str, creds: CredentialSource | None = None, timeout: float = 60
+        self,
+        base: str,
+        region: str,
+        creds: CredentialSource | None = None,
+        timeout: float = 60,
+        *,
+        multipart_threshold: int | None = None,
+        part_size: int | None = None,
     ) -> None:
         self.base = base.rstrip("/")
         self.region = region
         self.creds = creds or CredentialSource()
         self.timeout = timeout
         self.sent_bytes = 0
+        # A threshold over 5 GiB would send PUTs S3 refuses.
+        threshold: object = multipart_threshold
+        name = "multipart_threshold"
+        if threshold is None:
+            name, threshold = THRESHOLD_ENV, os.environ.get(THRESHOLD_ENV) or MULTIPART_THRESHOLD
+        self.multipart_threshold = size_setting(name, threshold, 1, SINGLE_PUT_MAX)
+        part: object = part_size
+        name = "part_size"
+        if part is None:
+            name, part = PART_SIZE_ENV, os.environ.get(PART_SIZE_ENV) or PART_SIZE
+        self.part_size = size_setting(name, part, MIN_PART_SIZE, MAX_PART_SIZE)
 
     def _call(
         self,
@@ -195,17 +294,20 @@ class Bucket:
         key: str,
         *,
         query: dict[str, str] | None = None,
-        body: BinaryIO | bytes | None = None,
+        body: BinaryIO | _Part | bytes | None = None,
         size: int = 0,
         payload_sha256: str = EMPTY_SHA256,
         out: BinaryIO | None = None,
         ok_missing: bool = False,
+        headers_in: dict[str, str] | None = None,
+        headers_out: dict[str, str] | None = None,
     ) -> bytes | None:
         url = f"{self.base}/{_quote(key, safe='/-_.~')}" if key else f"{self.base}/"
         if query:
             url += "?" + canonical_query(query)
         now = datetime.datetime.now(datetime.timezone.utc)
         headers = sign(method, url, self.region, self.creds.get(), payload_sha256, now)
+        headers.update(headers_in or {})
         if body is not None:
             headers["content-length"] = str(size if not isinstance(body, bytes) else len(body))
         parts = urllib.parse.urlsplit(url)
@@ -215,6 +317,8 @@ class Bucket:
             path = parts.path + (f"?{parts.query}" if parts.query else "")
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
+            if headers_out is not None:
+                headers_out.update((k.lower(), v) for k, v in resp.getheaders())
             if resp.status == 404 and ok_missing:
                 resp.read()
                 return None
@@ -242,9 +346,113 @@ class Bucket:
         self._call("PUT", key, body=data, payload_sha256=hashlib.sha256(data).hexdigest())
 
     def put_file(self, key: str, handle: BinaryIO, size: int, sha256: str) -> None:
-        """Stream ``size`` bytes from ``handle``; signed with their sha256, so S3 refuses the
-        upload (XAmzContentSHA256Mismatch) when the file changed since it was hashed."""
-        self._call("PUT", key, body=handle, size=size, payload_sha256=sha256)
+        """Stream ``size`` bytes from ``handle`` (at its start) as the object ``key``, whose
+        content must have ``sha256``. Below the multipart threshold one PUT, signed with that
+        sha256, so S3 refuses it (XAmzContentSHA256Mismatch) when the file changed since it
+        was hashed; from it up, a multipart upload (:meth:`put_multipart`)."""
+        if size < self.multipart_threshold:
+            self._call("PUT", key, body=handle, size=size, payload_sha256=sha256)
+        else:
+            self.put_multipart(key, handle, size, sha256)
+
+    def put_multipart(self, key: str, handle: BinaryIO, size: int, sha256: str) -> int:
+        """CreateMultipartUpload, UploadPart for each part, CompleteMultipartUpload; the number
+        of parts. Each part is read twice, to hash it (sha256 to sign it, MD5 for Content-MD5
+        and to check the ETag S3 answers) and to send it, neither holding more than 1 MiB.
+        Any failure (a part refused, the file shorter than ``size`` or not the content
+        ``sha256`` names any more) aborts the upload, so no parts are left stored (and billed),
+        and raises."""
+        part_size = part_size_for(size, self.part_size)
+        created = self._call("POST", key, query={"uploads": ""}) or b""
+        root = _xml("POST", key, created)
+        upload_id = root.findtext(f"{_S3_NS if root.tag.startswith(_S3_NS) else ''}UploadId")
+        if not upload_id:
+            raise S3Error("POST", key, 200, created)
+        try:
+            parts = self._upload_parts(key, upload_id, handle, size, sha256, part_size)
+            self._complete(key, upload_id, parts)
+        except BaseException as err:
+            try:
+                self._call("DELETE", key, query={"uploadId": upload_id}, ok_missing=True)
+            except OSError as abort_err:
+                if isinstance(err, Exception):
+                    raise OSError(
+                        f"{err}; aborting multipart upload {upload_id} failed too ({abort_err}): "
+                        "its parts stay stored until a lifecycle rule or an abort removes them"
+                    ) from err
+            raise
+        return len(parts)
+
+    def _upload_parts(
+        self, key: str, upload_id: str, handle: BinaryIO, size: int, sha256: str, part_size: int
+    ) -> list[tuple[int, str]]:
+        start = handle.tell()
+        whole = hashlib.sha256()
+        parts: list[tuple[int, str]] = []
+        for number, offset in enumerate(range(0, size, part_size), 1):
+            length = min(part_size, size - offset)
+            handle.seek(start + offset)
+            digest, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+            left = length
+            while left:
+                chunk = handle.read(min(_HASH_CHUNK, left))
+                if not chunk:
+                    raise OSError(
+                        f"S3 multipart upload of {key!r}: the file ended {left} B before part "
+                        f"{number}'s end ({size} B expected): it changed while uploaded"
+                    )
+                digest.update(chunk)
+                md5.update(chunk)
+                whole.update(chunk)
+                left -= len(chunk)
+            handle.seek(start + offset)
+            answer: dict[str, str] = {}
+            self._call(
+                "PUT",
+                key,
+                query={"partNumber": str(number), "uploadId": upload_id},
+                body=_Part(handle, length),
+                size=length,
+                payload_sha256=digest.hexdigest(),
+                headers_in={"content-md5": base64.b64encode(md5.digest()).decode()},
+                headers_out=answer,
+            )
+            etag = answer.get("etag", "").strip('"')
+            # S3 checks the signed sha256 and Content-MD5 itself; the ETag check also holds
+            # against a store that does not (moto), and costs nothing.
+            if not etag or (_etag_is_md5(answer) and etag != md5.hexdigest()):
+                raise OSError(
+                    f"S3 multipart upload of {key!r}: part {number} stored other bytes than "
+                    f"were hashed (ETag {etag!r}, MD5 {md5.hexdigest()}): it changed while sent"
+                )
+            parts.append((number, etag))
+        if whole.hexdigest() != sha256:
+            raise OSError(
+                f"S3 multipart upload of {key!r}: the file is no longer the content hashed "
+                f"before (sha256 {whole.hexdigest()}, expected {sha256}): it changed meanwhile"
+            )
+        return parts
+
+    def _complete(self, key: str, upload_id: str, parts: list[tuple[int, str]]) -> None:
+        listed = "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>&quot;{etag}&quot;</ETag></Part>"
+            for n, etag in parts
+        )
+        doc = (
+            f'<CompleteMultipartUpload xmlns="{_S3_NS[1:-1]}">{listed}</CompleteMultipartUpload>'
+        ).encode()
+        answer = self._call(
+            "POST",
+            key,
+            query={"uploadId": upload_id},
+            body=doc,
+            payload_sha256=hashlib.sha256(doc).hexdigest(),
+        )
+        # "CompleteMultipartUpload" (Amazon S3 API Reference): the answer can be 200 OK with an
+        # <Error> in its body, the request having failed after S3 began to answer.
+        root = _xml("POST", key, answer or b"<Error/>")
+        if root.tag.rsplit("}", 1)[-1] != "CompleteMultipartUploadResult":
+            raise S3Error("POST", key, 200, answer or b"an empty answer")
 
     def delete(self, key: str) -> None:
         self._call("DELETE", key, ok_missing=True)

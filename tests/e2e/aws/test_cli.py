@@ -13,8 +13,9 @@ SSM backend. Its value is one of moto's built-in AMIs: the Ubuntu Deep Learning 
 the Amazon Linux one, standing in for a new release.
 
 Two places where moto 5.2 answers differently from EC2 would make every second `up` plan
-changes that AWS itself would not show; `moto_like_ec2` corrects them in-process for these
-tests (see its docstring). Nothing else of moto is touched.
+changes that AWS itself would not show, and a third keeps a terminated instance's private
+address taken; `moto_like_ec2` corrects them in-process for these tests (see its docstring).
+Nothing else of moto is touched.
 """
 
 from __future__ import annotations
@@ -66,7 +67,11 @@ def dlami(aws_env: str) -> Iterator[None]:
 
 @pytest.fixture
 def moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make moto's EC2 read back two things the way EC2 does (in this process's server).
+    patch_moto_like_ec2(monkeypatch)
+
+
+def patch_moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make moto's EC2 do three things the way EC2 does (in this process's server).
 
     1. An instance launched with its groups on the primary network interface (the AWS provider
        launches that way when it sets associate_public_ip_address) has those groups in its
@@ -74,6 +79,11 @@ def moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
        plan to add vpc_security_group_ids on every `up`.
     2. DescribeSecurityGroupRules returns the description of a rule that references a group;
        moto keeps it but only reports descriptions of CIDR rules.
+    3. A terminated instance's private addresses are free again ("Private IPv4 addresses",
+       Amazon EC2 User Guide: the address "is released when the instance is terminated");
+       moto keeps them taken until the instance object is garbage collected, which a
+       terminated instance, still listed, never is: the instance Terraform makes in its place
+       on the same fixed address (a lost node replaced) got HTTP 500 "IP already in use".
     """
     from moto.ec2.models.instances import Instance
     from moto.ec2.models.security_groups import SecurityGroupRule
@@ -89,6 +99,17 @@ def moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
         self.__dict__["_moto_like_ec2_groups"] = value
 
     monkeypatch.setattr(Instance, "security_groups", property(get_groups, set_groups), False)
+
+    terminate = Instance.terminate
+
+    def terminate_and_release(self: Any) -> Any:
+        state = terminate(self)
+        subnet = self.ec2_backend.get_subnet(self.subnet_id) if self.subnet_id else None
+        for ip in list(self._private_ips) if subnet is not None else []:
+            subnet.del_subnet_ip(ip)
+        return state
+
+    monkeypatch.setattr(Instance, "terminate", terminate_and_release)
     monkeypatch.setattr(
         SecurityGroupRule,
         "description",

@@ -112,3 +112,41 @@ def test_a_file_counts_as_settled_when_two_polls_agree() -> None:
     before = {"a": (1, 10), "b": (2, 20)}
     now = {"a": (1, 10), "b": (3, 30), "c": (1, 1)}
     assert ckptsync.stable(before, now) == {"a"}
+
+
+def test_part_sizes_keep_any_object_up_to_5_tib_within_10000_parts() -> None:
+    assert s3.part_size_for(1) == s3.PART_SIZE
+    assert s3.part_size_for(100 * 1024**3) == s3.PART_SIZE  # 1,600 parts of 64 MiB
+    for size in (s3.PART_SIZE * s3.MAX_PARTS + 1, s3.MAX_OBJECT_SIZE):
+        part = s3.part_size_for(size)
+        assert part % s3.MiB == 0 and s3.MIN_PART_SIZE <= part <= s3.MAX_PART_SIZE
+        assert -(-size // part) <= s3.MAX_PARTS
+    assert s3.part_size_for(s3.MAX_OBJECT_SIZE) == 525 * s3.MiB
+    with pytest.raises(ValueError, match=r"5497558138881 B is over S3's limit .* \(5 TiB\)"):
+        s3.part_size_for(s3.MAX_OBJECT_SIZE + 1)
+
+
+def test_multipart_settings_name_the_bad_value_and_what_is_valid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3.Bucket("http://127.0.0.1:9/b", "us-east-1", multipart_threshold=10, part_size=None)
+    assert (bucket.multipart_threshold, bucket.part_size) == (10, s3.PART_SIZE)
+    with pytest.raises(ValueError, match=r"part_size: 1024 is not a number of bytes from 5242880"):
+        s3.Bucket("http://127.0.0.1:9/b", "us-east-1", part_size=1024)
+    with pytest.raises(ValueError, match=r"multipart_threshold: 6442450944 is not .* 5368709120"):
+        s3.Bucket("http://127.0.0.1:9/b", "us-east-1", multipart_threshold=6 * 1024**3)
+    monkeypatch.setenv(s3.PART_SIZE_ENV, "5M")
+    with pytest.raises(ValueError, match=r"SKYINFRA_S3_PART_SIZE: '5M' is not a number of bytes"):
+        s3.Bucket("http://127.0.0.1:9/b", "us-east-1")
+    monkeypatch.setenv(s3.PART_SIZE_ENV, str(8 * s3.MiB))
+    monkeypatch.setenv(s3.THRESHOLD_ENV, str(9 * s3.MiB))
+    bucket = s3.Bucket("http://127.0.0.1:9/b", "us-east-1")
+    assert (bucket.multipart_threshold, bucket.part_size) == (9 * s3.MiB, 8 * s3.MiB)
+
+
+def test_answers_that_are_not_xml_are_s3_errors_and_leading_spaces_are_kept_out() -> None:
+    # S3 sends spaces while it completes a multipart upload, then the XML declaration.
+    answer = b"   \n  <?xml version='1.0' encoding='UTF-8'?><CompleteMultipartUploadResult/>"
+    assert s3._xml("POST", "k", answer).tag == "CompleteMultipartUploadResult"
+    with pytest.raises(s3.S3Error, match=r"S3 POST 'k': HTTP 200 not xml"):
+        s3._xml("POST", "k", b"not xml")
