@@ -39,7 +39,7 @@ from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # What an attached run says when the job's head went (head_gone).
-HEAD_LOST = "node-0 (the job's head) was lost: its folder is gone"
+HEAD_LOST = "node-0 (the job's head) was lost: its machine is gone (its folder, or its instance)"
 # How often a client reads the head's record (at most).
 RECORD_EVERY_S = 0.3
 # How long a running job's record may stand still (its supervisor rewrites it every second
@@ -446,7 +446,8 @@ def find_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
 
 def head_gone(transport: NodeTransport) -> bool:
     """Node 0 is certainly gone, not just unreachable for a moment: only a transport that can
-    tell (the local target: its folder) says so; elsewhere a failed read stays an error."""
+    tell says so (the local target: its folder; AWS: EC2 says its instance is terminated);
+    elsewhere a failed read stays an error."""
     gone = getattr(transport, "node_gone", None)
     return callable(gone) and bool(gone(0))
 

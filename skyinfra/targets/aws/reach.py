@@ -85,6 +85,38 @@ def console_host_keys(spec: ClusterSpec, topology: Topology) -> Callable[[int], 
     return keys
 
 
+# EC2's states of an instance that is going or gone ("Instance state", Amazon EC2 User Guide):
+# a node in one of them is not coming back, whatever SSH says meanwhile.
+GONE_STATES = ("shutting-down", "terminated")
+
+
+def instances_gone(spec: ClusterSpec, topology: Topology) -> Callable[[int], bool]:
+    """Whether a node's instance is certainly gone: terminated or shutting down, or unknown
+    to EC2 (long terminated). An API that does not answer says nothing (False): a failed
+    SSH read then stays an error, never a lost node."""
+    instance_ids = {node.index: node.instance_id for node in topology.nodes}
+
+    def gone(index: int) -> bool:
+        instance_id = instance_ids.get(index)
+        if not instance_id:
+            return False
+        ec2 = clients_for(spec).client("ec2")
+        try:
+            answer = ec2.describe_instances(InstanceIds=[instance_id])
+        except ClientError as err:
+            return str(err.response.get("Error", {}).get("Code")) == "InvalidInstanceID.NotFound"
+        except BotoCoreError:
+            return False
+        states = [
+            str(i.get("State", {}).get("Name"))
+            for r in answer.get("Reservations", [])
+            for i in r.get("Instances", [])
+        ]
+        return not states or all(state in GONE_STATES for state in states)
+
+    return gone
+
+
 def transport(
     ws: Workspace, spec: ClusterSpec, topology: Topology, *, connect_timeout_s: float = 20.0
 ) -> SshTransport:
@@ -125,4 +157,5 @@ def transport(
         # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
         cloud_init_status=None if emulated else CLOUD_INIT_STATUS,
         unreachable=unreachable,
+        gone=instances_gone(spec, topology),
     )

@@ -164,11 +164,14 @@ class SshTransport:
         unreachable: Mapping[int, str] | None = None,
         host_keys: HostKeySource | None = None,
         on_new_host_key: Callable[[str], None] | None = None,
+        gone: Callable[[int], bool] | None = None,
     ) -> None:
         """``ready_marker``/``failed_marker``: the files provision.sh writes;
         ``cloud_init_status``: a command printing ``status: <state>`` (None: not asked);
         ``bootstrap_log``: where messages send the user to read what the bootstrap did;
-        ``unreachable``: nodes never dialled, each with the reason (it reads as unreachable)."""
+        ``unreachable``: nodes never dialled, each with the reason (it reads as unreachable);
+        ``gone``: whether a node's machine is certainly gone (the AWS target asks EC2), for
+        ``node_gone``."""
         self._targets = dict(targets)
         self._unreachable = dict(unreachable or {})
         self._key_path = key_path
@@ -182,10 +185,16 @@ class SshTransport:
         self._clients: dict[int, paramiko.SSHClient] = {}
         self._host_keys = host_keys
         self._on_new_host_key = on_new_host_key
+        self._gone = gone
         # One lock per node so nodes connect in parallel; _lock guards the dicts and the
         # known_hosts file.
         self._node_locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
+
+    def node_gone(self, node: int) -> bool:
+        """The node's machine is certainly gone (not just unreachable for a moment): a job
+        that loses its head then goes on as one that lost node 0 (skyinfra.run.job)."""
+        return self._gone is not None and self._gone(node)
 
     # ------------------------------------------------------------------ connections
 

@@ -291,7 +291,10 @@ def test_a_lost_head_is_replaced_and_the_job_ends_bit_identical(
     )
     assert run.returncode == 0, run.stdout
     said = run.stdout
-    assert "node-0 (the job's head) was lost: its folder is gone" in said, said
+    assert (
+        "node-0 (the job's head) was lost: its machine is gone (its folder, or its instance)"
+        in said
+    ), said
     assert "node-0 lost: replacing it" in said, said
     attempts = summary["attempts"]
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]

@@ -515,7 +515,10 @@ def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
                 proc.wait()
         said = (project / "lost-head.out").read_text()
     assert code == 4, said
-    assert "node-0 (the job's head) was lost: its folder is gone" in said, said
+    assert (
+        "node-0 (the job's head) was lost: its machine is gone (its folder, or its instance)"
+        in said
+    ), said
     assert "has no restart left (--max-restarts 0)" in said, said
     assert "`skyinfra up` replaces node-0, then `skyinfra run --checkpoints kept ...`" in said
     attempts = newest_summary(project)["attempts"]
