@@ -8,7 +8,8 @@ attached:
   resumes from the step each node saved, with every node's files restored from S3;
 - a node lost (its instance terminated through the EC2 API, its processes killed and its disk
   gone) is replaced by Terraform as `up` would (same shape, ranks and private addresses, a new
-  instance), and attempt 2 resumes there from the checkpoint the node had uploaded.
+  instance), and attempt 2 resumes there from the checkpoint the node had uploaded; the same
+  with node 0, the job's head, lost (EC2 says its instance is terminated).
 
 The entry is plain Python: a loop that writes its step into $SKYINFRA_CHECKPOINT_DIR and
 resumes from it. The same proofs with frameworks are the local target's (test_checkpoints*)."""
@@ -303,13 +304,17 @@ def test_a_killed_worker_restarts_on_the_same_nodes_and_resumes_from_s3(
     assert "restored 2 file(s) of 2 node(s)" in log and "(1 fetched, 1 already there)" in log
 
 
-def test_a_lost_node_is_replaced_by_terraform_and_the_job_resumes_there(
-    project: Path, env: dict[str, str]
-) -> None:
+def lose_node_during_a_run(
+    project: Path, env: dict[str, str], node: int, name: str
+) -> tuple[str, int, dict[str, Any], dict[str, Any], list[str]]:
+    """`run --max-restarts 1` of lost_at_3 on checkpoint set ``name``; once ``node`` uploaded
+    step 3, it is lost (EC2 terminates its instance, its processes and disk go with it) and
+    its replacement is provisioned as cloud-init would once Terraform made it. The run's
+    output, exit code, the topology before and after, and the replacement's instance id."""
     ec2 = client(env, "ec2")
     before = json.loads((ws(project) / "topology.json").read_text())
-    root1 = node_root(env, 1)
-    out_file = project / "lost.out"
+    root = node_root(env, node)
+    out_file = project / f"lost-{name}.out"
     replaced: list[str] = []
     errors: list[BaseException] = []
 
@@ -333,30 +338,29 @@ def test_a_lost_node_is_replaced_by_terraform_and_the_job_resumes_there(
                 ]
                 if new and (ws(project) / "terraform.tfvars.json").is_file():
                     replaced.extend(new)
-                    provision(project, env, 1)
+                    provision(project, env, node)
                     return
                 time.sleep(0.5)
         except BaseException as err:  # said by the test, not lost in the thread
             errors.append(err)
 
     with out_file.open("w+") as out:
-        argv = ["run", "--max-restarts", "1", "--checkpoints", "lost", "entry.py:lost_at_3"]
+        argv = ["run", "--max-restarts", "1", "--checkpoints", name, "entry.py:lost_at_3"]
         proc = subprocess.Popen(
             [*skyinfra_argv(), *argv], cwd=project, env=env, stdout=out,
             stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         booter = threading.Thread(target=boot_the_replacement, daemon=True)
         try:
-            # Node 1 has uploaded step 3 (the agent's poll takes a file once it settled).
+            # The node has uploaded step 3 (the agent's poll takes a file once it settled).
             until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-            while saved_step(env, "lost", 1) != 3:
+            while saved_step(env, name, node) != 3:
                 assert proc.poll() is None, out_file.read_text()
                 assert time.monotonic() < until, out_file.read_text()
                 time.sleep(0.5)
-            # Node 1 is lost: EC2 terminates its instance, its processes and disk go with it.
-            ec2.terminate_instances(InstanceIds=[before["nodes"][1]["instance_id"]])
-            kill_all(processes_under(root1))
-            shutil.rmtree(root1)
+            ec2.terminate_instances(InstanceIds=[before["nodes"][node]["instance_id"]])
+            kill_all(processes_under(root))
+            shutil.rmtree(root)
             booter.start()
             code = proc.wait(timeout=600)
         finally:
@@ -366,27 +370,57 @@ def test_a_lost_node_is_replaced_by_terraform_and_the_job_resumes_there(
         booter.join(timeout=60)
         said = out_file.read_text()
     assert not errors, errors
+    after = json.loads((ws(project) / "topology.json").read_text())
+    return said, code, before, after, replaced
+
+
+def replaced_and_resumed(
+    project: Path, env: dict[str, str], node: int, name: str, lost: tuple[Any, ...]
+) -> None:
+    """What a lost node's run must come to: Terraform made only the missing instance (same
+    ranks and addresses, a new instance for ``node``), and attempt 2 resumed from step 3 on
+    both nodes, the new node's disk restored from S3."""
+    said, code, before, after, replaced = lost
     assert code == 0, said
-    assert "node-1 lost: replacing it" in said, said
+    assert f"node-{node} lost: replacing it" in said, said
     # As `up` would: Terraform makes the missing instance and touches nothing else.
     assert "Plan: 1 to add, 0 to change, 0 to destroy." in said, said
-    after = json.loads((ws(project) / "topology.json").read_text())
-    # The topology keeps its shape, ranks and addresses; node 1 is a new instance.
     assert [(n["index"], n["private_ip"]) for n in after["nodes"]] == [
         (n["index"], n["private_ip"]) for n in before["nodes"]
     ]
-    assert after["nodes"][0]["instance_id"] == before["nodes"][0]["instance_id"]
-    assert after["nodes"][1]["instance_id"] == replaced[0] != before["nodes"][1]["instance_id"]
+    other = 1 - node
+    assert after["nodes"][other]["instance_id"] == before["nodes"][other]["instance_id"]
+    assert (
+        after["nodes"][node]["instance_id"] == replaced[0] != before["nodes"][node]["instance_id"]
+    )
 
     job = newest_job(project)
     record = job_record(project, env, job)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     first, second = record["attempts"]
-    assert first["cause"]["node"] == 1 and first["cause"]["kind"] == "lost", first
+    assert first["cause"]["node"] == node and first["cause"]["kind"] == "lost", first
     assert first["restarted_by"] == "the operator, after replacing the lost node(s)"
     assert second["outcome"] == "succeeded" and second["recovery_s"] >= 0
-    # The replacement started from an empty disk: its step came back from S3.
     values = results(project, job)
     assert [(v["attempt"], v["node"], v["resumed_after"]) for v in values] == [(2, 0, 3), (2, 1, 3)]
-    assert {"step-node-0.txt", "step-node-1.txt"} <= set(values[1]["files_at_start"])
-    assert [saved_step(env, "lost", i) for i in range(2)] == [6, 6]
+    assert {"step-node-0.txt", "step-node-1.txt"} <= set(values[node]["files_at_start"])
+    assert [saved_step(env, name, i) for i in range(2)] == [6, 6]
+
+
+def test_a_lost_node_is_replaced_by_terraform_and_the_job_resumes_there(
+    project: Path, env: dict[str, str]
+) -> None:
+    replaced_and_resumed(project, env, 1, "lost", lose_node_during_a_run(project, env, 1, "lost"))
+
+
+def test_a_lost_head_is_replaced_by_terraform_and_the_job_resumes_there(
+    project: Path, env: dict[str, str]
+) -> None:
+    """Node 0 lost: the job's supervisor and record go with it. `run` cannot read the record
+    any more, EC2 says the instance is terminated, so the job goes on as one that lost its
+    head: node 1's part ended, node 0 replaced, the job started again there from the
+    record's last copy."""
+    lost = lose_node_during_a_run(project, env, 0, "head")
+    said = lost[0]
+    assert "node-0 (the job's head) was lost: its machine is gone" in said, said
+    replaced_and_resumed(project, env, 0, "head", lost)
