@@ -33,7 +33,16 @@ class _Terminated(BaseException):
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    # Once. The agent's SIGTERM reaches the launcher's whole group, and the launcher forwards
+    # it to its workers again: that second one, raised in the middle of the teardown, cut the
+    # plugins' teardown short (a checkpoint still being written among it) with a traceback.
+    # The agent's SIGKILL after its grace still bounds a teardown that hangs.
+    signal.signal(signal.SIGTERM, _after_sigterm)
     raise _Terminated()
+
+
+def _after_sigterm(signum: int, frame: object) -> None:
+    """A SIGTERM after the first: the worker is already ending."""
 
 
 def json_value(value: Any) -> Any:
