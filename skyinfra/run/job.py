@@ -392,6 +392,12 @@ class JobNodeProcess:
             time.sleep(RECORD_EVERY_S)
         return code
 
+    def vanished(self) -> bool:
+        """The node ended without an exit code: its agent went away (the node lost), which
+        the 255 that ``poll`` returns for it does not say."""
+        n = self.client.node(self.node)
+        return n.get("state") == "ended" and n.get("exit_code") is None
+
     def kill(self, grace_s: float = 10.0) -> None:
         self.client.cancel()
 

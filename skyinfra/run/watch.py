@@ -157,10 +157,12 @@ def record_exit(
     ending = (
         f"; ending {names(others)} (SIGTERM, SIGKILL after {END_GRACE_S:g} s)" if others else ""
     )
-    echo(
-        f"[skyinfra] node-{node} failed first: exit {code} "
-        f"({node_exitcodes.describe(code)}){ending}"
-    )
+    vanished = getattr(live.procs[node], "vanished", None)
+    if callable(vanished) and vanished():  # a job's node whose agent went away: no exit code
+        how = "its agent went away without an exit code (the node lost?)"
+    else:
+        how = f"exit {code} ({node_exitcodes.describe(code)})"
+    echo(f"[skyinfra] node-{node} failed first: {how}{ending}")
     stopper = end_nodes_in_background(report, live, others, f"after node-{node} failed", echo)
     if node not in live.shown:
         # Its own error: the lines it printed before it ended (give them a moment to arrive).

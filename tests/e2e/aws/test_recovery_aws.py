@@ -383,6 +383,9 @@ def replaced_and_resumed(
     said, code, before, after, replaced = lost
     assert code == 0, said
     assert f"node-{node} lost: replacing it" in said, said
+    if node != 0:  # a peer's agent gone: said so, not as an unknown exit code
+        assert "node-1 failed first: its agent went away without an exit code" in said, said
+        assert "exit 255" not in said, said
     # As `up` would: Terraform makes the missing instance and touches nothing else.
     assert "Plan: 1 to add, 0 to change, 0 to destroy." in said, said
     assert [(n["index"], n["private_ip"]) for n in after["nodes"]] == [
