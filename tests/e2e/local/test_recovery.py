@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
@@ -95,6 +96,33 @@ def newest_summary(project: Path) -> dict[str, object]:
 
 # The job's env (GREETING) and a secret (TOKEN: its sha256 comes back, never the value).
 JOB_ENV = ["--env", "GREETING=hello", "--secret", "TOKEN"]
+SECRET_SHA256 = hashlib.sha256(SECRET.encode()).hexdigest()
+
+
+def start_detached(project: Path, env: dict[str, str], *argv: str) -> str:
+    """`run -d ARGV`: the job's id."""
+    started = cli(["run", "-d", *argv], project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    return started.stdout.split("job ", 1)[1].split()[0]
+
+
+def wait_until_ended(project: Path, env: dict[str, str], job: str) -> dict[str, object]:
+    """The job's record (`jobs JOB --json`) once it is final or waits for a node."""
+    record: dict[str, object] = {}
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
+        assert time.monotonic() < until, record
+        time.sleep(0.5)
+        shown_json = cli(["jobs", job, "--json"], project, env)
+        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
+        record = json.loads(shown_json.stdout)
+    return record
+
+
+def assert_attempt_2_on_both_nodes(record: dict[str, Any]) -> None:
+    """Every node's worker of waits_in_attempt_1 returned from attempt 2, with the secret."""
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    assert values == [{"attempt": 2, "secret_sha256": SECRET_SHA256}] * 2
 
 
 def test_a_worker_killed_by_a_signal_restarts_the_job_on_the_same_nodes(
@@ -125,8 +153,7 @@ def test_a_worker_killed_by_a_signal_restarts_the_job_on_the_same_nodes(
     assert second["recovery_s"] >= 0 and second["started_at"] >= first["failed_at"]
     assert summary["max_restarts"] == 1 and summary["exit_code"] == 0
     values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
-    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
-    assert values == [{"attempt": 2, "greeting": "hello", "secret_sha256": secret_sha256}] * 2
+    assert values == [{"attempt": 2, "greeting": "hello", "secret_sha256": SECRET_SHA256}] * 2
     # The secret reached attempt 2 from the agents' memory: no file holds it.
     for path in ws(project).rglob("*"):
         if path.is_file() and not path.is_symlink():
@@ -225,21 +252,13 @@ def detached_job_that_lost_node_1(
 ) -> str:
     """A detached job (one restart allowed, a secret) whose node 1 is lost in attempt 1: its
     id, once the job waits as needs_nodes for node 1."""
-    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", *flags,
-            "entry.py:waits_in_attempt_1"]  # fmt: skip
-    started = cli(argv, project, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    job = started.stdout.split("job ", 1)[1].split()[0]
+    job = start_detached(
+        project, env, "--max-restarts", "1", "--secret", "TOKEN", *flags,
+        "entry.py:waits_in_attempt_1",
+    )  # fmt: skip
     wait_for_line(ws(project) / "nodes" / "node-1" / "runs" / job / "output.log", "attempt 1 on")
     lose_node_1(ws(project), job)
-    record: dict[str, object] = {}
-    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
-        assert time.monotonic() < until, record
-        time.sleep(0.5)
-        shown_json = cli(["jobs", job, "--json"], project, env)
-        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
-        record = json.loads(shown_json.stdout)
+    record = wait_until_ended(project, env, job)
     assert record["state"] == "needs_nodes" and record["needs_nodes"] == [1], record
     return job
 
@@ -273,9 +292,7 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
     assert isinstance(attempts, list) and attempts[0]["cause"]["kind"] == "lost"
     assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
     assert attempts[1]["outcome"] == "succeeded" and attempts[1]["recovery_s"] >= 0
-    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]  # type: ignore[index]
-    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
-    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert_attempt_2_on_both_nodes(record)
     again = cli(["jobs", "recover", job], project, env)
     assert again.returncode == 2 and "only a job that lost a node" in again.stderr
 
@@ -287,23 +304,15 @@ def test_a_drill_on_a_detached_job_waits_for_jobs_recover_which_replaces_the_nod
     job: the head ends the attempt (cause interrupted), the job waits as needs_nodes with
     nobody attached, `jobs` shows the notice and what to run; `jobs recover` replaces the
     interrupted node and the job ends succeeded as attempt 2."""
-    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
-    started = cli(argv, project, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    job = started.stdout.split("job ", 1)[1].split()[0]
+    job = start_detached(
+        project, env, "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"
+    )
     node_1 = ws(project) / "nodes" / "node-1"
     wait_for_line(node_1 / "runs" / job / "output.log", "attempt 1 on")
     node_1_id = node_1.stat().st_ino
     drill = cli(["drill", "interrupt", "node-1", "--notice-seconds", "60", "--yes"], project, env)
     assert drill.returncode == 0, drill.stdout + drill.stderr
-    record: dict[str, object] = {}
-    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
-        assert time.monotonic() < until, record
-        time.sleep(0.5)
-        shown_json = cli(["jobs", job, "--json"], project, env)
-        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
-        record = json.loads(shown_json.stdout)
+    record = wait_until_ended(project, env, job)
     assert record["state"] == "needs_nodes" and record["needs_nodes"] == [1], record
     listed = cli(["jobs"], project, env).stdout
     assert f"job {job}: node-1 interrupted at" in listed, listed
@@ -317,9 +326,7 @@ def test_a_drill_on_a_detached_job_waits_for_jobs_recover_which_replaces_the_nod
     attempts = record["attempts"]
     assert attempts[0]["cause"]["kind"] == "interrupted" and attempts[0]["cause"]["node"] == 1
     assert attempts[0]["interruptions"][0]["action"] == "terminate"
-    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
-    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
-    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert_attempt_2_on_both_nodes(record)
     assert node_1.stat().st_ino != node_1_id  # a new node 1, with a stand-in of its own
     assert (node_1 / "notice.json").is_file()
 
@@ -403,9 +410,7 @@ def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
     record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     assert record["created_at"] == created and record["timeout_s"] == 900
-    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
-    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
-    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert_attempt_2_on_both_nodes(record)
     assert node_1.stat().st_ino == node_1_id  # the same node 1, not a replacement
     assert node_processes(ws(project) / "nodes", job) == []
 
@@ -413,10 +418,9 @@ def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
 def test_a_detached_job_whose_head_processes_are_killed_is_recovered_on_the_same_nodes(
     project: Path, env: dict[str, str]
 ) -> None:
-    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
-    started = cli(argv, project, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    job = started.stdout.split("job ", 1)[1].split()[0]
+    job = start_detached(
+        project, env, "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"
+    )
     node_0 = ws(project) / "nodes" / "node-0"
     wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
     kill_node_processes(ws(project), 0)
@@ -439,13 +443,9 @@ def test_a_detached_job_whose_head_processes_are_killed_is_recovered_on_the_same
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     attempts = record["attempts"]
     assert attempts[0]["cause"]["meaning"] == "the job's supervisor on node-0 was killed"
-    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
-    assert (
-        values == [{"attempt": 2, "secret_sha256": hashlib.sha256(SECRET.encode()).hexdigest()}] * 2
-    )
+    assert_attempt_2_on_both_nodes(record)
     # Without a restart left it says what runs it again instead.
-    again = cli(["run", "-d", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"], project, env)
-    job = again.stdout.split("job ", 1)[1].split()[0]
+    job = start_detached(project, env, "--secret", "TOKEN", "entry.py:waits_in_attempt_1")
     wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
     kill_node_processes(ws(project), 0)
     refused = cli(["jobs", "recover", job], project, env)
@@ -460,10 +460,9 @@ def test_a_detached_job_that_lost_its_head_is_recovered_from_the_workspaces_copy
     """Node 0 lost under a detached job: its record went with it, nobody was there to notice.
     `jobs` says what to run; `jobs recover` takes the job from the copy of its record that
     `run -d` kept, replaces node 0 and starts the job as attempt 2 (same env and secrets)."""
-    argv = ["run", "-d", "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"]
-    started = cli(argv, project, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    job = started.stdout.split("job ", 1)[1].split()[0]
+    job = start_detached(
+        project, env, "--max-restarts", "1", "--secret", "TOKEN", "entry.py:waits_in_attempt_1"
+    )
     wait_for_line(ws(project) / "nodes" / "node-0" / "runs" / job / "output.log", "attempt 1 on")
     lose_node(ws(project), 0)
     listed = cli(["jobs"], project, env)
@@ -478,9 +477,7 @@ def test_a_detached_job_that_lost_its_head_is_recovered_from_the_workspaces_copy
     attempts = record["attempts"]
     assert attempts[0]["cause"]["meaning"] == "node-0 (the head) lost, with the job's supervisor"
     assert attempts[0]["restarted_by"] == "the operator, after replacing the lost node(s)"
-    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
-    secret_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
-    assert values == [{"attempt": 2, "secret_sha256": secret_sha256}] * 2
+    assert_attempt_2_on_both_nodes(record)
     assert node_processes(ws(project) / "nodes", job) == []
 
 
@@ -539,10 +536,7 @@ def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
 def test_checkpoints_delete_refuses_a_set_that_a_running_job_uses(
     project: Path, env: dict[str, str]
 ) -> None:
-    argv = ["run", "-d", "--checkpoints", "busy", "entry.py:waits_in_attempt_1"]
-    started = cli(argv, project, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    job = started.stdout.split("job ", 1)[1].split()[0]
+    job = start_detached(project, env, "--checkpoints", "busy", "entry.py:waits_in_attempt_1")
     busy = ws(project) / "checkpoints" / "busy"
     refused = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
     assert refused.returncode == 2, refused.stdout + refused.stderr

@@ -78,22 +78,35 @@ def nodes(tmp_path: Path, name: str) -> list[Path]:
     return [tmp_path / name / f"node-{i}" for i in range(2)]
 
 
+def reference_and_first_run(tmp_path: Path, example: str, plugin: str) -> tuple[str, list[Path]]:
+    """The uninterrupted run's final sha256 (the example's 5 epochs), and the folders of a
+    first run that stopped after epoch 3."""
+    done = train(tmp_path, example, plugin, nodes(tmp_path, "reference"))
+    (reference,) = {v["weights_sha256"] for v in done}
+    first = nodes(tmp_path, "first")
+    train(tmp_path, example, plugin, first, "--epochs", "3")
+    return reference, first
+
+
+def restored_on_new_nodes(moto: str, first: list[Path], tmp_path: Path) -> list[Path]:
+    """Every node uploads its folder; two replacement nodes' empty folders get the union."""
+    for i, folder in enumerate(first):
+        sync(moto, folder, i)
+    fresh = nodes(tmp_path, "replaced")
+    for i, folder in enumerate(fresh):
+        sync(moto, folder, i)
+    return fresh
+
+
 def test_orbax_saves_on_each_nodes_own_disk_and_resumes_bit_identical_after_s3(
     tmp_path: Path, aws_env: str, bucket: str
 ) -> None:
     pytest.importorskip("orbax.checkpoint")
-    (ref,) = {v["weights_sha256"] for v in train(tmp_path, "jax_orbax_resume.py", "jax",
-                                                  nodes(tmp_path, "reference"))}  # fmt: skip
-    first = nodes(tmp_path, "first")
-    train(tmp_path, "jax_orbax_resume.py", "jax", first, "--epochs", "3")
+    ref, first = reference_and_first_run(tmp_path, "jax_orbax_resume.py", "jax")
     assert sorted(p.name for p in first[0].iterdir()) == ["2", "3"]  # max_to_keep=2
     assert list(first[1].iterdir()) == []  # process 0 saves the replicated state alone
-    for i, folder in enumerate(first):
-        sync(aws_env, folder, i)
     # Both nodes replaced: fresh folders, restored from the set before the job starts.
-    fresh = nodes(tmp_path, "replaced")
-    for i, folder in enumerate(fresh):
-        sync(aws_env, folder, i)
+    fresh = restored_on_new_nodes(aws_env, first, tmp_path)
     values = train(tmp_path, "jax_orbax_resume.py", "jax", fresh)
     assert [v["resumed_epoch"] for v in values] == [3, 3]
     assert {v["weights_sha256"] for v in values} == {ref}
@@ -103,19 +116,12 @@ def test_dcp_skips_a_step_whose_rank_1_file_never_reached_s3_and_ends_bit_identi
     tmp_path: Path, aws_env: str, bucket: str
 ) -> None:
     pytest.importorskip("torch")
-    (ref,) = {v["weights_sha256"] for v in train(tmp_path, "torch_resume.py", "torch",
-                                                  nodes(tmp_path, "reference"))}  # fmt: skip
-    first = nodes(tmp_path, "first")
-    train(tmp_path, "torch_resume.py", "torch", first, "--epochs", "3")
+    ref, first = reference_and_first_run(tmp_path, "torch_resume.py", "torch")
     # Node 1 is lost before it uploaded epoch 3's file; node 0 uploaded its .metadata.
     last = first[1] / "step-00000003"
     assert [p.name for p in last.iterdir()] == ["__1_0.distcp"]
     shutil.rmtree(last)
-    for i, folder in enumerate(first):
-        sync(aws_env, folder, i)
-    fresh = nodes(tmp_path, "replaced")
-    for i, folder in enumerate(fresh):
-        sync(aws_env, folder, i)
+    fresh = restored_on_new_nodes(aws_env, first, tmp_path)
     step_3 = fresh[0] / "step-00000003"
     assert sorted(p.name for p in step_3.iterdir()) == [".metadata", "__0_0.distcp"]
     values = train(tmp_path, "torch_resume.py", "torch", fresh)
