@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skyinfra.errors import UsageError
+from skyinfra.errors import SupervisorGoneError, UsageError
 from skyinfra.run.job import (
     FINAL_STATES,
     RECORD_EVERY_S,
@@ -53,7 +53,10 @@ class Job:
 
     def record(self) -> dict[str, Any]:
         """The head's record of the job, read now (what `skyinfra jobs JOB --json` prints)."""
-        rec = self._client.record(fresh=True)
+        try:
+            rec = self._client.record(fresh=True)
+        except SupervisorGoneError as gone:  # killed: its record will never say so itself
+            return {**gone.record, "state": "lost"}
         if rec is None:
             raise UsageError(f"no job {self.id!r} on cluster {self._ws.name!r}")
         return rec

@@ -274,11 +274,14 @@ class JobClient:
         # The record's last saved_at and when (monotonic) it was first seen, or last asked.
         self._saved_at: object = None
         self._quiet_since = time.monotonic()
+        self._supervisor_gone: SupervisorGoneError | None = None  # once seen, said every time
 
     def record(self, *, fresh: bool = False) -> dict[str, Any] | None:
         """The head's record, read again at most every RECORD_EVERY_S; HeadLostError once the
         head itself is gone (its last copy stays in ``last_record``)."""
         with self._lock:
+            if self._supervisor_gone is not None:
+                raise self._supervisor_gone
             if fresh or time.monotonic() - self._read_at >= RECORD_EVERY_S:
                 if self._fetch():
                     # Never half-written on the head (atomic); a copy cut short: read again.
@@ -304,11 +307,12 @@ class JobClient:
         for job in list_jobs(self.transport):
             if job.get("id") == self.job_id and job.get("state") == "lost":
                 self.head_lost = True
-                raise SupervisorGoneError(
+                self._supervisor_gone = SupervisorGoneError(
                     f"the job's supervisor on node-0 is gone (pid {rec.get('supervisor_pid')}:"
                     " killed; its record still says the job runs)",
                     record=dict(rec),
                 )
+                raise self._supervisor_gone
 
     def _fetch(self) -> bool:
         try:

@@ -21,6 +21,8 @@ import pytest
 
 import skyinfra
 from tests.support.local_jobs import node_processes
+from tests.support.resume_proof import kill_node_processes
+from tests.support.workers import wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -200,6 +202,21 @@ def test_submit_gives_a_job_to_follow_wait_for_and_cancel(
     assert forever.cancel() == "cancelled"
     with pytest.raises(skyinfra.RunError, match="cancelled"):
         forever.result(timeout=30)
+
+
+def test_a_job_whose_supervisor_was_killed_reads_lost_instead_of_running_for_ever(
+    cluster: skyinfra.Cluster, project: Path
+) -> None:
+    """Node 0's processes SIGKILLed (its folder stays): nothing will write the job's record
+    again; the job reads lost once the head says its supervisor is gone, so wait() ends."""
+    ws = project / ".skyinfra" / "clusters" / NAME
+    job = cluster.submit(project_function(project), 1000)
+    wait_for_line(ws / "nodes" / "node-0" / "runs" / job.id / "output.log", "step 1")
+    kill_node_processes(ws, 0)
+    assert job.wait(120) == "lost"  # a bound on the wait, not an assertion on time
+    assert job.state == "lost"
+    with pytest.raises(skyinfra.RunError, match="lost"):
+        job.result(timeout=30)
 
 
 def _snapshot(ws: Path) -> list[str]:
