@@ -10,7 +10,7 @@ import hashlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -360,21 +360,20 @@ def run_dirs(project: Path) -> set[Path]:
     return set(runs.iterdir()) if runs.is_dir() else set()
 
 
-def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
-    project: Path, env: dict[str, str]
-) -> None:
-    """Node 0's processes (the job's supervisor, launcher and worker) SIGKILLed while its
-    folder stays: nothing will write the job's record again. The attached run notices (the
-    record stands still and the head says the supervisor is gone), and starts the job again
-    as attempt 2 on the same nodes, nothing replaced; the timeout still counts from the
-    job's first start."""
+def attached_run_hurt_in_attempt_1(
+    project: Path,
+    env: dict[str, str],
+    flags: list[str],
+    out_name: str,
+    hurt: Callable[[str], None],
+    timeout_s: float,
+) -> tuple[int, str, str]:
+    """`run FLAGS --env/--secret entry.py:waits_in_attempt_1`, attached; once node 0 is in
+    attempt 1, ``hurt(job)``. The run's exit code, its output and the job's id."""
     before = run_dirs(project)
-    node_1 = ws(project) / "nodes" / "node-1"
-    node_1_id = node_1.stat().st_ino
-    with (project / "killed-head.out").open("w+") as out:
+    with (project / out_name).open("w+") as out:
         proc = subprocess.Popen(
-            [*skyinfra_argv(), "run", "--max-restarts", "1", "--timeout", "900", *JOB_ENV,
-             "entry.py:waits_in_attempt_1"],
+            [*skyinfra_argv(), "run", *flags, *JOB_ENV, "entry.py:waits_in_attempt_1"],
             cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
@@ -385,14 +384,40 @@ def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
             job = max(run_dirs(project) - before).name
             node_0 = ws(project) / "nodes" / "node-0"
             wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
-            created = json.loads((node_0 / "jobs" / f"{job}.json").read_text())["created_at"]
-            kill_node_processes(ws(project), 0)
-            code = proc.wait(timeout=180)
+            hurt(job)
+            code = proc.wait(timeout=timeout_s)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        said = (project / "killed-head.out").read_text()
+        return code, (project / out_name).read_text(), job
+
+
+def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
+    project: Path, env: dict[str, str]
+) -> None:
+    """Node 0's processes (the job's supervisor, launcher and worker) SIGKILLed while its
+    folder stays: nothing will write the job's record again. The attached run notices (the
+    record stands still and the head says the supervisor is gone), and starts the job again
+    as attempt 2 on the same nodes, nothing replaced; the timeout still counts from the
+    job's first start."""
+    node_1 = ws(project) / "nodes" / "node-1"
+    node_1_id = node_1.stat().st_ino
+    created: list[float] = []
+
+    def kill_head_processes(job: str) -> None:
+        record = ws(project) / "nodes" / "node-0" / "jobs" / f"{job}.json"
+        created.append(json.loads(record.read_text())["created_at"])
+        kill_node_processes(ws(project), 0)
+
+    code, said, job = attached_run_hurt_in_attempt_1(
+        project,
+        env,
+        ["--max-restarts", "1", "--timeout", "900"],
+        "killed-head.out",
+        kill_head_processes,
+        timeout_s=180,
+    )
     assert code == 0, said
     assert "the job's supervisor on node-0 is gone (pid " in said, said
     assert "starting the job again as attempt 2 on the same nodes" in said, said
@@ -409,7 +434,7 @@ def test_an_attached_run_whose_head_processes_are_killed_starts_the_job_again(
     )
     record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
-    assert record["created_at"] == created and record["timeout_s"] == 900
+    assert [record["created_at"]] == created and record["timeout_s"] == 900
     assert_attempt_2_on_both_nodes(record)
     assert node_1.stat().st_ino == node_1_id  # the same node 1, not a replacement
     assert node_processes(ws(project) / "nodes", job) == []
@@ -484,33 +509,14 @@ def test_a_detached_job_that_lost_its_head_is_recovered_from_the_workspaces_copy
 def test_a_lost_head_without_a_restart_left_says_what_happened_and_what_to_run(
     project: Path, env: dict[str, str]
 ) -> None:
-    runs = ws(project) / "runs"
-
-    def run_dirs() -> set[Path]:
-        return set(runs.iterdir()) if runs.is_dir() else set()
-
-    before = run_dirs()
-    with (project / "lost-head.out").open("w+") as out:
-        proc = subprocess.Popen(
-            [*skyinfra_argv(), "run", "--checkpoints", "kept", *JOB_ENV,
-             "entry.py:waits_in_attempt_1"],
-            cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        try:
-            until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-            while not run_dirs() - before:
-                assert proc.poll() is None and time.monotonic() < until
-                time.sleep(0.1)
-            job = max(run_dirs() - before).name
-            node_0 = ws(project) / "nodes" / "node-0"
-            wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
-            lose_node(ws(project), 0)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        said = (project / "lost-head.out").read_text()
+    code, said, job = attached_run_hurt_in_attempt_1(
+        project,
+        env,
+        ["--checkpoints", "kept"],
+        "lost-head.out",
+        lambda job: lose_node(ws(project), 0),
+        timeout_s=120,
+    )
     assert code == 4, said
     assert (
         "node-0 (the job's head) was lost: its machine is gone (its folder, or its instance)"
