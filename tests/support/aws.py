@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import gzip
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from skyinfra.render import module_files, module_source
 from skyinfra.targets.aws.endpoints import Emulator
@@ -66,3 +68,20 @@ def user_data_text(entry: Mapping[str, str | None]) -> str:
     if text is not None:
         return text
     return gzip.decompress(base64.b64decode(entry["base64"] or "")).decode()
+
+
+@contextmanager
+def emptied_bucket(endpoint: str, name: str) -> Iterator[Any]:
+    """A bucket made on the emulator at ``endpoint`` for one test (its S3 client yielded),
+    emptied and deleted after it."""
+    import boto3
+
+    client = boto3.client("s3", region_name=REGION, endpoint_url=endpoint)
+    client.create_bucket(Bucket=name)
+    try:
+        yield client
+    finally:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            for item in page.get("Contents", []):
+                client.delete_object(Bucket=name, Key=item["Key"])
+        client.delete_bucket(Bucket=name)

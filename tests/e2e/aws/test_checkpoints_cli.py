@@ -8,30 +8,25 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.reach import TARGET_FILE
 from tests.e2e.aws.test_cli import aws_workspace
-from tests.support.aws import REGION
+from tests.support.aws import emptied_bucket
 
 BUCKET = "ckpt-cli"
 URL = f"s3://{BUCKET}/team/ckpts"
 
 
 @pytest.fixture
-def s3(cli_env: dict[str, str]) -> Any:
-    client = boto3.client("s3", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-        for item in page.get("Contents", []):
-            client.delete_object(Bucket=BUCKET, Key=item["Key"])
-    client.delete_bucket(Bucket=BUCKET)
+def s3(cli_env: dict[str, str]) -> Iterator[Any]:
+    with emptied_bucket(cli_env[ENDPOINT_ENV_VAR], BUCKET) as client:
+        yield client
 
 
 def keys(s3: Any) -> list[str]:

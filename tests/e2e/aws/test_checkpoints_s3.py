@@ -12,10 +12,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from skyinfra_runtime.ckptsync import sha256_file
 from skyinfra_runtime.s3 import (
@@ -29,21 +29,16 @@ from skyinfra_runtime.s3 import (
 )
 
 from tests.conftest import REPO_ROOT
-from tests.support.aws import REGION
+from tests.support.aws import REGION, emptied_bucket
 
 BUCKET = "ckpt-bucket"
 RUNTIME_SRC = REPO_ROOT / "runtime" / "src"
 
 
 @pytest.fixture
-def s3(aws_env: str) -> Any:
-    client = boto3.client("s3", region_name=REGION, endpoint_url=aws_env)
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-        for item in page.get("Contents", []):
-            client.delete_object(Bucket=BUCKET, Key=item["Key"])
-    client.delete_bucket(Bucket=BUCKET)
+def s3(aws_env: str) -> Iterator[Any]:
+    with emptied_bucket(aws_env, BUCKET) as client:
+        yield client
 
 
 def node_env(**extra: str) -> dict[str, str]:

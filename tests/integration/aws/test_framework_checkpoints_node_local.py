@@ -17,12 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.runtime.launch_harness import NodeRun, run_nodes, topology
-from tests.support.aws import REGION
+from tests.support.aws import REGION, emptied_bucket
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +31,8 @@ RUNTIME_SRC = REPO_ROOT / "runtime" / "src"
 
 @pytest.fixture
 def bucket(aws_env: str) -> Iterator[str]:
-    s3 = boto3.client("s3", region_name=REGION, endpoint_url=aws_env)
-    s3.create_bucket(Bucket=BUCKET)
-    yield BUCKET
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-        for item in page.get("Contents", []):
-            s3.delete_object(Bucket=BUCKET, Key=item["Key"])
-    s3.delete_bucket(Bucket=BUCKET)
+    with emptied_bucket(aws_env, BUCKET):
+        yield BUCKET
 
 
 def sync(moto: str, folder: Path, node: int) -> None:
