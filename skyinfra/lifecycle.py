@@ -27,6 +27,7 @@ from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review.cost import SpotPrices
 from skyinfra.review.markdown import terminal as terminal_warning
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
+from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
 from skyinfra.target_registry import declaration, declarations
 from skyinfra.targets import all_targets, get_target
@@ -467,6 +468,14 @@ def transport_for(
     """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
     spec = spec or ws.spec()
     return target_of(spec).transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+
+def head_recovery_of(ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
+    """The command node 0's supervisor runs to recover a job that lost nodes, when the
+    cluster's target has one (optional verb ``head_recovery``) and its spec turns it on."""
+    verb = getattr(target_of(spec), "head_recovery", None)
+    found = verb(ws, spec) if verb is not None else None
+    return found if isinstance(found, HeadRecovery) else None
 
 
 def default_wait_ready_s(spec: ClusterSpec) -> float:

@@ -367,7 +367,11 @@ class Cluster:
                     detach=detach,
                     run_files=call.files,
                     # The job-only fields as this object says (as `run` reads ./skyinfra.toml).
-                    restarts=Restarts(self.spec.max_restarts, self.spec.retry_on),
+                    restarts=Restarts(
+                        self.spec.max_restarts,
+                        self.spec.retry_on,
+                        lifecycle.head_recovery_of(ws, ws.spec()),
+                    ),
                 )
             except BaseException:
                 with contextlib.suppress(Exception):  # a call on some nodes: theirs back

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,12 +122,20 @@ def _state(job: dict[str, Any]) -> str:
     "(default 30: longer than a compile, a checkpoint or an evaluation pass that prints "
     "nothing, shorter than the 60-minute idle shutdown).",
 )
+@click.option(
+    "--unattended",
+    is_flag=True,
+    hidden=True,
+    help="`recover` as node 0's supervisor runs it (the cluster's recover setting): from "
+    "node 0's copy of the project, waiting for a busy workspace, not following the job.",
+)
 @click.argument("words", metavar="[JOB | recover JOB]", nargs=-1)
 def jobs(
     cluster_name: str | None,
     clusters_root: Path | None,
     as_json: bool,
     stall_after: float | None,
+    unattended: bool,
     words: tuple[str, ...],
 ) -> None:
     """The cluster's jobs, newest first (id, entry, state, started, duration, the last
@@ -143,8 +153,10 @@ def jobs(
     from skyinfra.errors import UsageError
 
     if len(words) == 2 and words[0] == "recover":
-        _recover(clusters_root, cluster_name, words[1])
+        _recover(clusters_root, cluster_name, words[1], unattended=unattended)
         return
+    if unattended:
+        raise UsageError("--unattended goes with `recover JOB` only")
     if len(words) > 1:
         raise UsageError(
             f"jobs {' '.join(words)}: expected JOB, or `recover JOB` (got {len(words)} words)"
@@ -203,12 +215,31 @@ def jobs(
         for item in j.get("interruptions") or []:
             echo(f"job {j.get('id')}: {interruption_words(item)}")
         if j.get("state") == "needs_nodes":
-            echo(
-                f"job {j.get('id')} lost a node and waits for it: from the project's folder "
-                f"run `skyinfra jobs recover {j.get('id')}`"
-            )
+            echo(f"job {j.get('id')} lost a node and waits for it: {_needs_nodes_words(j)}")
         if j.get("state") == "lost":
             echo(f"job {j.get('id')}: {_supervisor_gone_words(j)}")
+
+
+def _needs_nodes_words(job: dict[str, Any], *, in_full: bool = False) -> str:
+    """Who replaces a job's lost nodes: node 0 itself (unattended recovery, running or
+    failed), or the operator, and what to run (``in_full``: as `jobs JOB` says it)."""
+    run = (
+        f"from the project's folder run: skyinfra jobs recover {job.get('id')}"
+        if in_full
+        else f"from the project's folder run `skyinfra jobs recover {job.get('id')}`"
+    )
+    said = job.get("head_recovery")
+    if not isinstance(said, dict):
+        return run
+    if said.get("state") == "failed":
+        return (
+            f"node-0's unattended recovery failed (exit {said.get('exit_code')}; its log: "
+            f"{said.get('log')} on node-0): {run}"
+        )
+    return (
+        "node-0 is replacing it and starting the next attempt itself (unattended recovery; "
+        f"its log: {said.get('log')} on node-0)"
+    )
 
 
 def _supervisor_gone_words(job: dict[str, Any]) -> str:
@@ -223,11 +254,16 @@ def _supervisor_gone_words(job: dict[str, Any]) -> str:
     return f"{said}: `skyinfra run --checkpoints {name} ...` starts it again from its checkpoints"
 
 
-def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) -> None:
+def _recover(
+    clusters_root: Path | None, cluster_name: str | None, job_id: str, *, unattended: bool
+) -> None:
     """`jobs recover JOB`: replace the job's lost nodes (none when only its supervisor was
-    killed), start its next attempt, follow it."""
+    killed), start its next attempt, follow it. ``unattended``: as node 0's supervisor runs
+    it (skyinfra.run.head_recovery): the attempt is started, not followed, and a workspace
+    busy with another command is waited for."""
     import os
 
+    from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
     from skyinfra.errors import UsageError
     from skyinfra.run.job import HEAD_LOST, Restarts, find_job, head_gone
@@ -293,8 +329,14 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
         )
     entry, args = str(job.get("entry")), [str(a) for a in job.get("args") or []]
-    restarts = Restarts(report.max_restarts, report.retry_on)
-    with ws.lock(f"jobs recover {job_id}"):
+    # The next attempt recovers itself too, when the cluster says so.
+    restarts = Restarts(
+        report.max_restarts, report.retry_on, lifecycle.head_recovery_of(ws, ws.spec())
+    )
+    if unattended and report.attempts:
+        report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"
+    copy_cache = None if unattended else ws.copy_cache_file  # node 0's copy: not the project
+    with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended):
         if state == "lost":
             # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
             # other node's part is ended, the attempt recorded, and the job goes on on the same
@@ -315,7 +357,7 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             lambda lost: replace_lost_nodes(ws, lost),
             src=Path.cwd(),
             topology_file=ws.topology_file,
-            wanted=scan_project(Path.cwd(), copy_cache=ws.copy_cache_file),
+            wanted=scan_project(Path.cwd(), copy_cache=copy_cache),
             entry=entry,
             args=args,
             all_logs=False,
@@ -326,10 +368,42 @@ def _recover(clusters_root: Path | None, cluster_name: str | None, job_id: str) 
             restarts=restarts,
             run_files={},
             transport=transport,
+            detach=unattended,
         )
+        if unattended:
+            return
         collect_and_summarise(replaced or transport, report, entry, args)
     print_report(report, echo)
     raise_for_failure(report)
+
+
+# How long an unattended recovery waits for a workspace another command holds (an attached
+# `run`, an `up`) before it gives up and leaves the job to `jobs recover`.
+UNATTENDED_LOCK_WAIT_S = 30 * 60.0
+LOCK_RETRY_S = 5.0
+
+
+@contextlib.contextmanager
+def _workspace_lock(ws: Workspace, command: str, *, wait: bool) -> Iterator[None]:
+    """The workspace's lock; with ``wait``, a busy workspace is retried (said once) until
+    UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once."""
+    from skyinfra.errors import WorkspaceBusyError
+
+    give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
+    said = False
+    with contextlib.ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(ws.lock(command))
+                break
+            except WorkspaceBusyError as err:
+                if not wait or time.monotonic() >= give_up:
+                    raise
+                if not said:
+                    echo(f"[skyinfra] {err}: waiting for it")
+                    said = True
+                time.sleep(LOCK_RETRY_S)
+        yield
 
 
 def _job_copy(ws: Workspace, job_id: str) -> dict[str, Any]:
@@ -359,10 +433,9 @@ def _show_job(job: dict[str, Any]) -> None:
         echo(f"  {interruption_words(item)}")
     if job.get("state") == "needs_nodes":
         lost = ", ".join(f"node-{i}" for i in job.get("needs_nodes") or [])
-        echo(
-            f"  needs nodes: {lost} lost; from the project's folder run: "
-            f"skyinfra jobs recover {job.get('id')}"
-        )
+        echo(f"  needs nodes: {lost} lost; {_needs_nodes_words(job, in_full=True)}")
+        for line in (job.get("head_recovery") or {}).get("tail") or []:
+            echo(f"    {line}")
     if job.get("state") == "lost":
         echo(f"  {_supervisor_gone_words(job)}")
     echo(f"  entry:      {' '.join([str(job.get('entry')), *map(str, job.get('args', []))])}")

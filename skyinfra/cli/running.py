@@ -248,12 +248,15 @@ def run(
 def _restarts(ws: Workspace, flag: int | None, retry_on: str | None) -> Restarts:
     """--max-restarts and --retry-on, else the spec's (./skyinfra.toml when it names this
     cluster), else no restart."""
+    from skyinfra import lifecycle
     from skyinfra.run.job import Restarts
 
     spec = _current_spec(ws)
     return Restarts(
         max_restarts=spec.max_restarts if flag is None else flag,
         retry_on=retry_on or spec.retry_on,
+        # Unattended recovery is the cluster's (`up` set it up): its spec as brought up.
+        head_recovery=lifecycle.head_recovery_of(ws, ws.spec()),
     )
 
 

@@ -35,6 +35,7 @@ from skyinfra.errors import (
     TransportError,
     UsageError,
 )
+from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
@@ -70,10 +71,12 @@ STATE_EXIT = {
 @dataclass(frozen=True)
 class Restarts:
     """How often the head's supervisor restarts a failed job on the same nodes, and after
-    which failures (skyinfra_runtime.restarts)."""
+    which failures (skyinfra_runtime.restarts); ``head_recovery``: what the head runs itself
+    when the job lost nodes with restarts left (None: it waits for `jobs recover`)."""
 
     max_restarts: int = 0
     retry_on: str = "signal"
+    head_recovery: HeadRecovery | None = None
 
 
 def follow_hint(cluster: str, job_id: str) -> str:
@@ -187,7 +190,11 @@ def _start_agents(
     next attempt (its record keeps the earlier ones)."""
     token = secrets.token_hex(16)
     job_env = job_env or JobEnv()
-    private = json.dumps({"token": token, **job_env.private()}).encode()
+    private = {"token": token, **job_env.private()}
+    # The head's alone, with the token and secrets (not in the record): the command it runs
+    # to recover the job itself, and that command's settings.
+    recover = restarts.head_recovery
+    head_private = {**private, **({"recover": recover.private()} if recover else {})}
     head_ip = topology.nodes[0].private_ip
     meta = {
         "entry": entry,
@@ -212,8 +219,9 @@ def _start_agents(
             "--attempt", str(len(attempts_before) + 1),
             *role,
         ]  # fmt: skip
+        stdin = json.dumps(head_private if i == 0 else private).encode()
         return transport.start(
-            i, [*sup, "--", *argv], env=env, cwd=cwd, tag=f"{job_id}-start", stdin=private
+            i, [*sup, "--", *argv], env=env, cwd=cwd, tag=f"{job_id}-start", stdin=stdin
         )
 
     def started(i: int, proc: NodeProcess) -> dict[str, Any]:

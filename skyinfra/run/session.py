@@ -15,6 +15,7 @@ entry's working directory, ``<node root>/shared`` is never deleted by a run.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import secrets
 import threading
@@ -53,6 +54,7 @@ from skyinfra.run.job import (
     JobNodeProcess,
     Restarts,
     end_node_part,
+    find_job,
     head_gone,
     start_job,
     wait_started,
@@ -250,11 +252,14 @@ def restart_on_replaced_nodes(
     restarts: Restarts | None,
     run_files: Mapping[str, Path],
     transport: NodeTransport | None = None,
+    detach: bool = False,
 ) -> NodeTransport | None:
     """While the job ended needing nodes (a node lost, restarts left): replace them, copy the
     project to them, start the job again as its next attempt and follow it; the transport of
     the replaced cluster (None when nothing was replaced). ``transport``: the cluster's
-    before, to see an interrupted node go before it is replaced."""
+    before, to see an interrupted node go before it is replaced. ``detach``: return once
+    the next attempt started on every node (the head's unattended recovery), unless the job
+    was cancelled meanwhile."""
     replaced = None
     while report.job_state == "needs_nodes":
         lost = report.needs_nodes
@@ -291,6 +296,12 @@ def restart_on_replaced_nodes(
         report.first_failure, report.timed_out = None, []
         for outcome in report.outcomes.values():
             outcome.exit_code, outcome.ended_by_us, outcome.ended_reason = None, False, ""
+        if detach:
+            _start_detached_attempt(
+                transport, topology, report, entry, args, keep_runs, job_env, checkpoints,
+                restarts, echo,
+            )  # fmt: skip
+            break
         # A surviving node's log goes on where it was; a replaced node's starts anew.
         shown = {i: _lines_in(report.run_dir / f"node-{i}.log") for i in report.outcomes}
         _run_all(
@@ -309,6 +320,43 @@ def restart_on_replaced_nodes(
             skip_lines={i: n for i, n in shown.items() if i not in lost},
         )
     return replaced
+
+
+def _start_detached_attempt(
+    transport: NodeTransport,
+    topology: Topology,
+    report: RunReport,
+    entry: str,
+    args: Sequence[str],
+    keep_runs: int,
+    job_env: JobEnv | None,
+    checkpoints: str | None,
+    restarts: Restarts | None,
+    echo: Echo,
+) -> None:
+    """The next attempt started on every node, not followed; not when the job's record on
+    node 0 no longer waits (cancelled while its nodes were being replaced)."""
+    with contextlib.suppress(TransportError, UsageError):  # node 0 replaced: no record
+        state = find_job(transport, report.run_id).get("state")
+        if state not in ("needs_nodes", "lost"):
+            echo(f"[skyinfra] the job is {state} now: it is not started again")
+            report.job_state = str(state)
+            return
+    _start_job(
+        transport,
+        topology,
+        report,
+        entry,
+        args,
+        keep_runs,
+        job_env,
+        checkpoints,
+        restarts,
+        report.attempts,
+    )
+    wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+    report.job_state = "running"
+    echo(f"[skyinfra] job {report.run_id} started as attempt {len(report.attempts) + 1}")
 
 
 def time_left(report: RunReport) -> float | None:

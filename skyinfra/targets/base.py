@@ -52,6 +52,9 @@ class Target(TargetDeclaration, Protocol):
     ``shell(ws, spec, topology, node, command) -> Shell`` (a shell, or ``command`` run by the
     node's shell, on node ``node``) and ``ssh_config(ws, spec, topology, *, echo) -> str`` (an
     OpenSSH config block per node; absent: the target's nodes have no SSH).
+    ``head_recovery(ws, spec) -> HeadRecovery | None``: the command node 0's supervisor runs
+    to replace a detached job's lost nodes itself (skyinfra.run.head_recovery; absent, or
+    None: the job waits for `skyinfra jobs recover`).
     """
 
     # How long `run` waits by default for nodes whose bootstrap is still going (0: nodes are

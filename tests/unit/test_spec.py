@@ -250,6 +250,7 @@ BAD_SPECS = [
     ('name = "c"\ncolour = "blue"\n', [], "'colour'"),
     ('name = "c"\n[local]\nbase_address = "10.0.0.1"\n', [], "'local.base_address'"),
     ('name = "c"\n[local]\npython = "/no/such/python"\n', [], "'local.python'"),
+    ('name = "c"\n[local]\nrecover = "yes"\n', [], "'local.recover'"),
     ('name = "c"\nprovider = "aws"\n', [], "'aws'"),
     (_aws(region="mars-1"), [], "'aws.region'"),
     (_aws(instance_type="huge"), [], "'aws.instance_type'"),

@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
-from skyinfra.spec import reject_unknown
+from skyinfra.spec import read_bool, reject_unknown
 from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
 
-LOCAL_KEYS = ("base_address", "python")
+LOCAL_KEYS = ("base_address", "python", "recover")
 MAX_LOCAL_NODES = 32
 DEFAULT_BASE_ADDRESS = "127.0.0.2"
 
@@ -22,11 +22,17 @@ class LocalSpec:
     base_address: str = DEFAULT_BASE_ADDRESS
     # None: the operator's own interpreter (sys.executable), resolved when rendering.
     python: str | None = None
+    # Unattended recovery (issue 26): node 0's supervisor replaces a detached job's lost or
+    # interrupted nodes itself and starts its next attempt (skyinfra.run.head_recovery), as
+    # aws.recover does on AWS: a rehearsal with no cloud.
+    recover: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         table: dict[str, Any] = {"base_address": self.base_address}
         if self.python is not None:
             table["python"] = self.python
+        if self.recover:
+            table["recover"] = True
         return table
 
 
@@ -56,7 +62,8 @@ def parse_local_section(raw: Any, nodes: int) -> LocalSpec:
     python = raw.get("python")
     if python is not None and (not isinstance(python, str) or not Path(python).is_file()):
         raise SpecError("local.python", python, "the path of an existing Python interpreter")
-    return LocalSpec(base_address=str(first), python=python)
+    recover = read_bool(raw, "recover", "local.recover", False)
+    return LocalSpec(base_address=str(first), python=python, recover=recover)
 
 
 class LocalDeclaration:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import render, timeline
 from skyinfra.errors import ConfigError, SpecError, TransportError
+from skyinfra.run.head_recovery import HeadRecovery, operator_settings
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, Shell, TargetOptions
 from skyinfra.targets.local.processes import end_processes
@@ -184,6 +185,18 @@ class LocalTarget(LocalDeclaration):
         files = local_files(context)
         timeline.lap("render")
         return files
+
+    def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
+        """``local.recover``: node 0 is a folder of this machine, so the command node 0's
+        supervisor runs is this skyinfra on this workspace (skyinfra.run.head_recovery)."""
+        if not spec.section_as(LocalSpec).recover:
+            return None
+        argv = (
+            sys.executable, "-m", "skyinfra.cli", "jobs",
+            "--cluster", ws.name, "--dir", str(ws.path.parent),
+            "recover", "--unattended",
+        )  # fmt: skip
+        return HeadRecovery(argv=argv, env=operator_settings())
 
     def transport(
         self,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
+from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     FINAL_STATES,
@@ -79,6 +80,10 @@ def read_private(stream: Any) -> dict[str, Any]:
             problem = jobenv.name_problem(name) or jobenv.value_problem(value)
             if problem:
                 raise ValueError(f"{kind} {name!r}: expected {problem}")
+    if "recover" in data:  # the head's alone: the command that recovers the job unattended
+        problem = recovery.problem(data["recover"])
+        if problem:
+            raise ValueError(f"'recover': {problem}")
     return data
 
 
@@ -118,6 +123,7 @@ def supervise(ns: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:
         print(f"skyinfra-runtime supervise: --checkpoints: {err}", file=sys.stderr)
         return exitcodes.USAGE
+    sup: Supervisor | None = None
     server = None
     listen = ns.listen
     if ns.node == 0:
@@ -167,6 +173,7 @@ def supervise(ns: argparse.Namespace) -> int:
                 token=private["token"],
                 max_restarts=ns.max_restarts,
                 retry_on=ns.retry_on,
+                recover=private.get("recover"),
             )
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
@@ -182,6 +189,9 @@ def supervise(ns: argparse.Namespace) -> int:
         paths.pid_file.unlink(missing_ok=True)
         # Last: a follower that sees "ended" finds nothing of the node's part left.
         agent.save("ended")
+    if sup is not None and sup.head_recovery is not None:
+        # After every trace of this attempt's agent is gone: the next attempt's reuses them.
+        recovery.run(sup.recover or {}, private["secrets"], paths, sup.attempt)
     return exitcodes.OK
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyinfra_runtime import exitcodes
+from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
@@ -65,6 +66,7 @@ class Supervisor:
         token: str,
         max_restarts: int = 0,
         retry_on: str = "signal",
+        recover: dict[str, Any] | None = None,
     ):
         self.agent = agent
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
@@ -91,7 +93,8 @@ class Supervisor:
         before = [a for a in meta.pop("attempts_before", None) or [] if isinstance(a, dict)]
         if before and before[-1].pop("not_restarted", None):
             why = before[-1].pop("restarted_why", None) or "after replacing the lost node(s)"
-            before[-1]["restarted_by"] = f"the operator, {why}"
+            who = before[-1].pop("restarted_who", None) or "the operator"
+            before[-1]["restarted_by"] = f"{who}, {why}"
         self.attempt = len(before) + 1
         self.agent.attempt = self.attempt
         self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
@@ -101,6 +104,10 @@ class Supervisor:
         self.interrupted: dict[int, dict[str, Any]] = {}
         self.ending_deadline: float | None = None  # the notice's time while it ends the job
         self.start_peers = False  # a restart's peers are started after the head's launcher
+        # The command that recovers the job unattended (jobs/recovery.py; None: the operator
+        # does), and, once the job ended needing nodes, what the record says of its run.
+        self.recover = recover
+        self.head_recovery: dict[str, Any] | None = None
 
     @property
     def restarts_left(self) -> int:
@@ -128,6 +135,7 @@ class Supervisor:
             "restarts_left": self.restarts_left,
             "attempts": self.attempts,
             "needs_nodes": self.needs_nodes,
+            **({"head_recovery": self.head_recovery} if self.head_recovery else {}),
             # Every notice of the job, earlier attempts' included.
             "interruptions": [
                 i
@@ -217,8 +225,9 @@ class Supervisor:
                     f"node-{i} {'interrupted' if i in self.interrupted else 'lost'}"
                     for i in self.needs_nodes
                 )
+                who = "node-0 (unattended recovery)" if self.recover else "the operator"
                 current["not_restarted"] = (
-                    f"{gone}: waiting for the operator to replace it and start the next attempt"
+                    f"{gone}: waiting for {who} to replace it and start the next attempt"
                 )
                 break
             self._restart(cause or {})
@@ -230,6 +239,14 @@ class Supervisor:
             self.agent.after_end()  # the head's final checkpoint upload, before the record ends
         self.ended_at = now()
         self.state = self._final_state()
+        if self.state == "needs_nodes" and self.recover is not None:
+            # Run by the caller once this agent's part is gone (commands.supervise).
+            self.head_recovery = {
+                "by": "node-0",
+                "state": "running",
+                "started_at": now(),
+                "log": str(recovery.log_path(self.agent.paths)),
+            }
         self.save()
 
     def _run_attempt(self) -> None:
