@@ -432,6 +432,17 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         if section is not None
         else None
     )
+    needs_backend = getattr(section, "needs_backend", None)
+    if needs_backend and backend is None and raw.get("backend") is None:
+        problems.found.append(
+            SpecError(
+                needs_backend,
+                True,
+                'false, or the state in S3 (`backend = "s3://bucket/prefix"`, or '
+                "--backend): node 0 applies the cluster's Terraform itself, under the same "
+                "lock as the operators",
+            )
+        )
     engine = problems.check(lambda: _engine(raw.get("engine")), None)
     no_env: tuple[tuple[str, str], ...] = ()
     env = problems.check(lambda: _env(raw.get("env", {})), no_env)

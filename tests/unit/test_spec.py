@@ -251,6 +251,14 @@ BAD_SPECS = [
     ('name = "c"\n[local]\nbase_address = "10.0.0.1"\n', [], "'local.base_address'"),
     ('name = "c"\n[local]\npython = "/no/such/python"\n', [], "'local.python'"),
     ('name = "c"\n[local]\nrecover = "yes"\n', [], "'local.recover'"),
+    # Unattended recovery needs the state in S3 (in the spec) and an On-Demand head.
+    (_aws(recover=True), [], "'aws.recover'"),
+    (
+        'backend = "s3://team-state/sky"\n' + _aws(recover=True, market="spot", head_market="spot"),
+        [],
+        "'aws.recover'",
+    ),
+    (_aws(recover="yes"), [], "'aws.recover'"),
     ('name = "c"\nprovider = "aws"\n', [], "'aws'"),
     (_aws(region="mars-1"), [], "'aws.region'"),
     (_aws(instance_type="huge"), [], "'aws.instance_type'"),

@@ -73,6 +73,8 @@ AWS_KEYS = (
     "head_market",
     "spot_max_price",
     "spot_fallback",
+    # Unattended recovery (issue 26): the head replaces lost and interrupted workers itself.
+    "recover",
 )
 # Spot (issue 26). The head (node 0) runs the coordinator: it stays On-Demand unless asked.
 ON_DEMAND = "on-demand"
@@ -84,7 +86,12 @@ SPOT_FALLBACKS = (ON_DEMAND, "none")
 # $100/h), so a typo such as 4500 for 4.5 is caught.
 MAX_SPOT_PRICE_USD = 1000.0
 # Left out of to_dict() at these values: a spec without Spot reads as it did before issue 26.
-_QUIET_DEFAULTS = {"market": ON_DEMAND, "head_market": ON_DEMAND, "spot_fallback": "none"}
+_QUIET_DEFAULTS = {
+    "market": ON_DEMAND,
+    "head_market": ON_DEMAND,
+    "spot_fallback": "none",
+    "recover": False,
+}
 # The longest max_lifetime_hours: 30 days.
 MAX_LIFETIME_HOURS = 30 * 24
 
@@ -132,6 +139,16 @@ class AwsSpec:
     head_market: str = ON_DEMAND
     spot_max_price: float | None = None
     spot_fallback: str = "none"
+    # Unattended recovery: node 0 (On-Demand) replaces a detached job's lost or interrupted
+    # workers itself, with Terraform on the shared state (the spec's S3 backend) and a role
+    # limited to the cluster's own resources (skyinfra.run.head_recovery).
+    recover: bool = False
+
+    @property
+    def needs_backend(self) -> str | None:
+        """The field that needs the state in S3 (the spec's ``backend``), if any: the head
+        applies the cluster's Terraform itself, under the same lock as the operators."""
+        return "aws.recover" if self.recover else None
 
     def to_dict(self) -> dict[str, Any]:
         """The table as the spec file holds it (absent optional values left out)."""
@@ -276,6 +293,17 @@ def _spot_problems(table: AwsSpec) -> list[SpecError]:
                 f"({table.capacity_reservation_id}): a capacity reservation holds On-Demand "
                 "capacity (a Capacity Block its own market), which Spot nodes cannot use; "
                 "drop one of the two",
+            )
+        )
+    if table.recover and table.head_market == SPOT:
+        # The head is what replaces the others: an interrupted head takes the job's record
+        # and its recovery with it.
+        found.append(
+            SpecError(
+                "aws.recover",
+                True,
+                f'false, or aws.head_market = "{ON_DEMAND}": node 0 replaces the interrupted '
+                "workers, so it must not be a Spot node itself",
             )
         )
     if table.spot_max_price is not None and not table.uses_spot:
@@ -442,6 +470,7 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         head_market=problems.check(lambda: _market(raw, "head_market"), ON_DEMAND),
         spot_max_price=problems.check(lambda: _spot_max_price(raw), None),
         spot_fallback=problems.check(lambda: _spot_fallback(raw), "none"),
+        recover=problems.check(lambda: read_bool(raw, "recover", "aws.recover", False), False),
     )
     problems.found.extend(_spot_problems(table))
     problems.raise_any()
