@@ -42,7 +42,7 @@ from skyinfra.terraform import (
     signals_as_interrupt,
 )
 from skyinfra.terraform.backend import has_backend
-from skyinfra.terraform.plan import ResourceChange
+from skyinfra.terraform.plan import ResourceChange, changes_beyond_nodes
 from skyinfra.timeline import TIMELINE_FILE, Timeline, active
 from skyinfra.topology import Topology, read_topology, topology_from_outputs
 from skyinfra.transport import NodeTransport, Readiness
@@ -468,6 +468,54 @@ def transport_for(
     """How `run` and `status` reach the nodes (``connect_timeout_s``: SSH targets only)."""
     spec = spec or ws.spec()
     return target_of(spec).transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
+
+
+def applies_as_is(ws: Workspace, spec: ClusterSpec) -> bool:
+    """Whether this workspace's root module is applied as it is, never rendered again: node
+    0's copy of the operator's workspace (a target's optional verb ``applies_as_is``)."""
+    verb = getattr(target_of(spec), "applies_as_is", None)
+    return bool(verb(ws)) if verb is not None else False
+
+
+def replace_from_root_module(
+    spec: ClusterSpec,
+    ws: Workspace,
+    echo: Echo,
+    nodes: Collection[str],
+    *,
+    engine_factory: EngineFactory = EmbeddedTerraform,
+) -> Topology:
+    """Re-create the lost ``nodes`` (by name) by applying the root module as the operator last
+    applied it (Terraform's refresh sees their instances gone and plans them anew): node 0's
+    unattended recovery, which cannot render (it has neither the operator's key nor its
+    credentials). A plan that would do anything but create those nodes' resources is refused
+    (ConfirmationRequired, listing it): that is the operator's to review. The caller holds the
+    workspace; Terraform holds the state's lock while it plans and applies."""
+    engine = engine_factory(ws.path)
+    echo(f"[skyinfra] terraform init in {ws.path}")
+    engine.init()
+    with signals_as_interrupt():
+        try:
+            echo("[skyinfra] terraform plan")
+            summary = engine.plan(out=PLAN_FILE, on_event=progress_printer(echo))
+            beyond = changes_beyond_nodes(engine.show_plan(PLAN_FILE), nodes)
+            if beyond:
+                raise ConfirmationRequired(
+                    f"replacing {', '.join(sorted(nodes))} of cluster {spec.name!r} would also "
+                    f"change what the operator applied ({'; '.join(beyond)}): not applied "
+                    "unattended. From the project's folder, `skyinfra up` shows the plan for "
+                    "review, then `skyinfra jobs recover JOB` starts the job again"
+                )
+            if summary.no_changes:
+                echo("[skyinfra] no changes: the lost nodes' instances are still there")
+            else:
+                echo(f"[skyinfra] terraform apply ({summary.add} to add)")
+                engine.apply(PLAN_FILE, on_event=progress_printer(echo))
+        finally:
+            (ws.path / PLAN_FILE).unlink(missing_ok=True)
+    topology = topology_from_outputs(engine.output(), spec)
+    ws.write_json(ws.topology_file, topology.to_dict())
+    return topology
 
 
 def head_recovery_of(ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:

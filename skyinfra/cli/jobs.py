@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,7 +153,10 @@ def jobs(
     from skyinfra.errors import UsageError
 
     if len(words) == 2 and words[0] == "recover":
-        _recover(clusters_root, cluster_name, words[1], unattended=unattended)
+        try:
+            _recover(clusters_root, cluster_name, words[1], unattended=unattended)
+        except _NoLongerNeeded:
+            echo(f"[skyinfra] job {words[1]} no longer waits for its nodes: nothing to do")
         return
     if unattended:
         raise UsageError("--unattended goes with `recover JOB` only")
@@ -336,7 +339,11 @@ def _recover(
     if unattended and report.attempts:
         report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"
     copy_cache = None if unattended else ws.copy_cache_file  # node 0's copy: not the project
-    with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended):
+
+    def still_needed() -> bool:
+        return str(find_job(transport, job_id).get("state")) in ("needs_nodes", "lost")
+
+    with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended, still_needed=still_needed):
         if state == "lost":
             # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
             # other node's part is ended, the attempt recorded, and the job goes on on the same
@@ -383,10 +390,21 @@ UNATTENDED_LOCK_WAIT_S = 30 * 60.0
 LOCK_RETRY_S = 5.0
 
 
+class _NoLongerNeeded(Exception):
+    """The job no longer waits for its nodes (recovered by someone else, or cancelled)."""
+
+
 @contextlib.contextmanager
-def _workspace_lock(ws: Workspace, command: str, *, wait: bool) -> Iterator[None]:
+def _workspace_lock(
+    ws: Workspace,
+    command: str,
+    *,
+    wait: bool,
+    still_needed: Callable[[], bool] = lambda: True,
+) -> Iterator[None]:
     """The workspace's lock; with ``wait``, a busy workspace is retried (said once) until
-    UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once."""
+    UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once, while ``still_needed``
+    (else _NoLongerNeeded)."""
     from skyinfra.errors import WorkspaceBusyError
 
     give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
@@ -403,6 +421,8 @@ def _workspace_lock(ws: Workspace, command: str, *, wait: bool) -> Iterator[None
                     echo(f"[skyinfra] {err}: waiting for it")
                     said = True
                 time.sleep(LOCK_RETRY_S)
+                if not still_needed():
+                    raise _NoLongerNeeded from None
         yield
 
 

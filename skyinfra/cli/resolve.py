@@ -133,15 +133,32 @@ def replace_lost_nodes(ws: Workspace, lost: list[int]) -> tuple[NodeTransport, T
     from skyinfra.transport.readiness import wait_until_ready
 
     spec = ws.spec()
-    lifecycle.up(
-        spec,
-        ws,
-        echo,
-        engine_factory=engine_factory(None, spec),
-        confirm=confirmer(False),
-        lock_held=True,
-    )
-    topology = read_topology(ws.topology_file)
+    if lifecycle.applies_as_is(ws, spec):  # node 0's copy: the root module as applied
+        names = [f"node-{i}" for i in lost]
+        topology = lifecycle.replace_from_root_module(
+            spec, ws, echo, names, engine_factory=engine_factory(None, spec)
+        )
+    else:
+        lifecycle.up(
+            spec,
+            ws,
+            echo,
+            engine_factory=engine_factory(None, spec),
+            confirm=confirmer(False),
+            lock_held=True,
+        )
+        topology = read_topology(ws.topology_file)
     transport = lifecycle.transport_for(ws, topology, spec=spec)
     wait_until_ready(transport, topology, timeout_s=lifecycle.default_wait_ready_s(spec), echo=echo)
     return transport, topology
+
+
+def reload_cluster(ws: Workspace) -> tuple[NodeTransport, Topology]:
+    """The cluster as its shared state says now (node 0 may have replaced nodes): its
+    transport and topology."""
+    from skyinfra import lifecycle
+    from skyinfra.topology import read_topology
+
+    refresh_shared_topology(ws)
+    topology = read_topology(ws.topology_file)
+    return lifecycle.transport_for(ws, topology, spec=ws.spec()), topology

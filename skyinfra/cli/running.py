@@ -17,6 +17,7 @@ from skyinfra.cli.resolve import (
     checked,
     echo,
     refresh_shared_topology,
+    reload_cluster,
     replace_lost_nodes,
     workspace,
 )
@@ -227,6 +228,7 @@ def run(
                 checkpoints=checkpoints,
                 restarts=restarts,
                 replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
+                reload_nodes=lambda: reload_cluster(ws),
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.

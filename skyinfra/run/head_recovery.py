@@ -17,13 +17,18 @@ operator's environment (where Terraform's providers and caches are; never a cred
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from skyinfra.transport.base import NodeTransport
 
 # The operator's settings the recovery command needs as `up` had them: where skyinfra keeps
 # clusters and caches, which Terraform and provider mirror it uses, its Go settings.
 # SKYINFRA_NODE* and the shared dir are a node process's own, not the operator's.
+# In the command and its settings: node 0's directory, filled in there (the runtime's
+# skyinfra_runtime.jobs.recovery.NODE_DIR_FIELD).
+NODE_DIR_FIELD = "{node_dir}"
 _SETTINGS = ("TF_CLI_CONFIG_FILE", "TF_PLUGIN_CACHE_DIR", "GOGC", "GOMEMLIMIT", "PATH", "HOME")
 _NODE_OWN = ("SKYINFRA_NODE", "SKYINFRA_SHARED_DIR", "SKYINFRA_LOCAL_NODE_DIR")
 
@@ -35,6 +40,13 @@ class HeadRecovery:
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    # What must be on node 0 before the job starts (AWS: the kit, targets/aws/head.py),
+    # given the cluster's transport; None: nothing (the local target, or node 0 itself).
+    prepare: Callable[[NodeTransport], None] | None = field(default=None, compare=False)
+    # Whether an attached `run` leaves the recovery to node 0 and follows its attempt (AWS:
+    # two replacing the same node would race). On the local target the attached run holds
+    # the workspace node 0's command needs, so it recovers the job itself, as without this.
+    attached_run_waits: bool = False
 
     def private(self) -> dict[str, Any]:
         """As the agents' stdin carries it (skyinfra_runtime.jobs.commands.read_private)."""

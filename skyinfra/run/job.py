@@ -150,6 +150,9 @@ def start_job(
         if callable(current):
             old = current
             signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
+    recover = (restarts or Restarts()).head_recovery
+    if recover is not None and recover.prepare is not None:
+        recover.prepare(transport)  # what node 0's recovery command needs there
     try:
         _start_agents(
             transport,

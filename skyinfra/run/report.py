@@ -52,6 +52,8 @@ class RunReport:
     needs_nodes: list[int] = field(default_factory=list)  # lost nodes (state needs_nodes)
     # The Spot interruption notices of the job's last attempt (node, action, time, noticed_at).
     interruptions: list[dict[str, Any]] = field(default_factory=list)
+    # Node 0's unattended recovery of the job (its record's head_recovery; None: none).
+    head_recovery: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:

@@ -73,6 +73,8 @@ from skyinfra.transport.tree import scan
 JOB_COPY = "job.json"
 # Replaces a job's lost nodes (their indexes): the transport and topology to go on with.
 ReplaceNodes = Callable[[list[int]], tuple[NodeTransport, Topology]]
+# The cluster as it is now (its transport and topology), after someone else replaced nodes.
+ReloadNodes = Callable[[], tuple[NodeTransport, Topology]]
 
 
 def new_run_id() -> str:
@@ -134,6 +136,7 @@ def run_on_cluster(
     checkpoints: str | None = None,
     restarts: Restarts | None = None,
     replace_nodes: ReplaceNodes | None = None,
+    reload_nodes: ReloadNodes | None = None,
 ) -> RunReport:
     """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
     ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
@@ -225,6 +228,7 @@ def run_on_cluster(
             restarts=restarts,
             run_files=run_files or {},
             transport=transport,
+            reload_nodes=reload_nodes,
         )
         transport = replaced or transport
     said = startup.summary()
@@ -253,15 +257,19 @@ def restart_on_replaced_nodes(
     run_files: Mapping[str, Path],
     transport: NodeTransport | None = None,
     detach: bool = False,
+    reload_nodes: ReloadNodes | None = None,
 ) -> NodeTransport | None:
     """While the job ended needing nodes (a node lost, restarts left): replace them, copy the
     project to them, start the job again as its next attempt and follow it; the transport of
     the replaced cluster (None when nothing was replaced). ``transport``: the cluster's
     before, to see an interrupted node go before it is replaced. ``detach``: return once
     the next attempt started on every node (the head's unattended recovery), unless the job
-    was cancelled meanwhile."""
+    was cancelled meanwhile. When node 0 recovers the job itself and an attached run leaves
+    it to node 0 (HeadRecovery.attached_run_waits: AWS), this waits for node 0's attempt and
+    follows it on the cluster as ``reload_nodes`` gives it (node 0 changed the state)."""
     replaced = None
     while report.job_state == "needs_nodes":
+        started_by_head = False
         lost = report.needs_nodes
         left = time_left(report)
         if left is not None and left <= 0:
@@ -277,6 +285,21 @@ def restart_on_replaced_nodes(
                 "the same nodes (every node is there; the job's supervisor was killed)"
             )
             topology = read_topology(topology_file)
+        elif (
+            not detach
+            and transport is not None
+            and restarts is not None
+            and restarts.head_recovery is not None
+            and restarts.head_recovery.attached_run_waits
+            and _head_recovered(transport, report, echo)
+        ):
+            # Node 0 replaced the nodes and started the next attempt itself: follow it.
+            started_by_head = True
+            if reload_nodes is not None:
+                transport, topology = reload_nodes()
+                replaced = transport
+            else:
+                topology = read_topology(topology_file)
         else:
             if transport is not None:
                 wait_for_interrupted_nodes(transport, report, lost, echo)
@@ -318,8 +341,46 @@ def restart_on_replaced_nodes(
             restarts=restarts,
             attempts_before=report.attempts,
             skip_lines={i: n for i, n in shown.items() if i not in lost},
+            start=not started_by_head,
         )
     return replaced
+
+
+# How often a follower asks node 0's record whether its recovery started the next attempt.
+HEAD_RECOVERY_POLL_S = 1.0
+
+
+def _head_recovered(transport: NodeTransport, report: RunReport, echo: Echo) -> bool:
+    """When node 0 recovers the job itself (the cluster's recover setting): wait until its
+    next attempt started (True), or until node 0 says its recovery failed (False: the caller
+    replaces the nodes, as without it). No head recovery: False at once."""
+    said = report.head_recovery
+    if said is None or said.get("state") == "failed":
+        return False
+    echo(
+        "[skyinfra] node-0 replaces the lost node(s) and starts the next attempt itself "
+        f"(unattended recovery; its log: {said.get('log')} on node-0): waiting for it"
+    )
+    client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
+    attempt = len(report.attempts)
+    while True:
+        rec = client.record(fresh=True) or {}
+        if int(rec.get("attempt") or 0) > attempt:
+            take_attempts(report, rec)
+            report.job_state = str(rec.get("state") or "")
+            return True
+        said = rec.get("head_recovery")
+        if rec.get("state") != "needs_nodes" or (
+            isinstance(said, dict) and said.get("state") == "failed"
+        ):
+            tail = said.get("tail") if isinstance(said, dict) else None
+            echo(
+                "[skyinfra] node-0's recovery did not start the next attempt"
+                + (f" ({tail[-1]})" if tail else "")
+                + ": replacing the node(s) from here"
+            )
+            return False
+        time.sleep(HEAD_RECOVERY_POLL_S)
 
 
 def _start_detached_attempt(
@@ -489,10 +550,12 @@ def _run_all(
     restarts: Restarts | None = None,
     attempts_before: Sequence[Mapping[str, object]] = (),
     skip_lines: Mapping[int, int] | None = None,
+    start: bool = True,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
-    nodes run a job and this follows it: ``Detached`` stops following and leaves it running."""
+    nodes run a job and this follows it: ``Detached`` stops following and leaves it running
+    (``start=False``: the job runs already, node 0 started its attempt: only followed)."""
     live = Live(startup=startup)
     live.shown = set(report.outcomes) if all_logs else {0}
     with ExitStack() as stack:
@@ -509,18 +572,19 @@ def _run_all(
                     transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
                 )
             else:
-                _start_job(
-                    transport,
-                    topology,
-                    report,
-                    entry,
-                    args,
-                    keep_runs,
-                    job_env,
-                    checkpoints,
-                    restarts,
-                    attempts_before,
-                )
+                if start:
+                    _start_job(
+                        transport,
+                        topology,
+                        report,
+                        entry,
+                        args,
+                        keep_runs,
+                        job_env,
+                        checkpoints,
+                        restarts,
+                        attempts_before,
+                    )
                 started = True
                 client = _follow_job(transport, report, live, skip_lines or {})
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -745,6 +809,8 @@ def take_attempts(report: RunReport, rec: Mapping[str, Any]) -> None:
     # The last attempt's notices: the nodes an earlier one lost have been replaced since.
     last = report.attempts[-1] if report.attempts else {}
     report.interruptions = [i for i in last.get("interruptions") or [] if isinstance(i, dict)]
+    said = rec.get("head_recovery")
+    report.head_recovery = dict(said) if isinstance(said, dict) else None
 
 
 def _follow_job(

@@ -7,7 +7,7 @@ own reason in words, so `up` can show them and ask before anything is lost.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,4 +74,22 @@ def destructive_changes(plan: Mapping[str, Any]) -> list[ResourceChange]:
         found.append(
             ResourceChange(str(entry.get("address")), action, reason or "as planned", cause)
         )
+    return found
+
+
+def changes_beyond_nodes(plan: Mapping[str, Any], nodes: Collection[str]) -> list[str]:
+    """Every change of the plan other than creating a resource of one of ``nodes`` (a
+    resource keyed by the node's name, or by ``<name>/...``: its instance, its interfaces, its
+    address), as "ACTIONS ADDRESS": what a head replacing lost nodes must not apply."""
+    found = []
+    changes: Sequence[Mapping[str, Any]] = plan.get("resource_changes") or []
+    for entry in changes:
+        actions = list((entry.get("change") or {}).get("actions") or [])
+        if actions in (["no-op"], ["read"]):
+            continue
+        key = str(entry.get("index", ""))
+        of_a_node = key in nodes or key.split("/", 1)[0] in nodes
+        if actions == ["create"] and of_a_node:
+            continue
+        found.append(f"{'+'.join(actions)} {entry.get('address')}")
     return found

@@ -14,6 +14,7 @@ environment its systemd unit sets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,9 @@ STATE_DIR = "/var/lib/skyinfra"
 READY_MARKER = f"{STATE_DIR}/ready"
 FAILED_MARKER = f"{STATE_DIR}/failed"
 SCRIPT_DIR = "/opt/skyinfra"
+# aws.recover (head.py): node 0's skyinfra, in a venv of its own under the node directory.
+HEAD_DIR = "head"
+HEAD_VENV = f"{HEAD_DIR}/venv"
 # cloud-init's copy of every module's and runcmd script's output on the node.
 OUTPUT_LOG = "/var/log/cloud-init-output.log"
 # How long the idle check counts a bootstrap that is still running (no ready or failed marker)
@@ -109,6 +113,10 @@ class NodeUserData:
     # A Spot node (issue 26): its job agents watch EC2's metadata service for an interruption
     # notice (skyinfra_runtime/spot.py reads notice.json); an On-Demand node gets none.
     spot: bool = False
+    # aws.recover (issue 26): every node's authorized_keys lines for the cluster's own key
+    # (head.py); node 0's skyinfra wheel (url, sha256, file name), installed into its head venv.
+    authorized_keys: Sequence[str] = ()
+    head_wheel: tuple[str, str, str] | None = None
     forbidden_values: Iterable[str] = field(default=(), repr=False)
 
 
@@ -158,6 +166,14 @@ def boot_topology(topology: dict[str, Any], node_index: int) -> dict[str, Any]:
 def _check(params: NodeUserData) -> None:
     """Refuse a value skyinfra computed wrongly (RenderError: not the user's spec)."""
     _check_wheel(params)
+    if params.head_wheel is not None:
+        url, sha, filename = params.head_wheel
+        _check_wheel(
+            dataclasses.replace(params, wheel_url=url, wheel_sha256=sha, wheel_filename=filename)
+        )
+    for line in params.authorized_keys:
+        if "\n" in line or "PRIVATE KEY" in line or not line.strip():
+            raise RenderError("authorized_keys", "<redacted>", "public key lines")
     if params.jax_extra is not None and not _EXTRA_RE.match(params.jax_extra):
         raise RenderError("aws.jax_extra", params.jax_extra, "an extra name such as cuda12")
     for name in ("jax_version", "uv_version"):
@@ -220,6 +236,11 @@ def render_user_data(params: NodeUserData) -> str:
             state_dir=params.state_dir,
             output_log=OUTPUT_LOG,
             provision_minutes=PROVISION_MINUTES,
+            authorized_keys=list(params.authorized_keys),
+            head_wheel_url=params.head_wheel[0] if params.head_wheel else None,
+            head_wheel_sha256=params.head_wheel[1] if params.head_wheel else None,
+            head_wheel_filename=params.head_wheel[2] if params.head_wheel else None,
+            head_venv=HEAD_VENV,
             notice_json=(
                 json.dumps({"imds": AWS_IMDS, "poll_s": NOTICE_POLL_S}, sort_keys=True) + "\n"
                 if params.spot

@@ -19,6 +19,7 @@ from skyinfra.targets.aws.endpoints import (
     emulated_nodes_from_env,
     emulator_from_env,
 )
+from skyinfra.targets.aws.head import read_head_marker
 from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
@@ -128,6 +129,10 @@ def transport(
     """
     spec_aws = spec.section_as(AwsSpec)
     key = Path(spec_aws.ssh_key).expanduser()
+    # On node 0 (aws.recover's kit: head.py): the cluster's own key, the private addresses.
+    on_node_0 = read_head_marker(ws)
+    if on_node_0 is not None:
+        key = Path(on_node_0["ssh_key"])
     if not key.is_file():
         raise WorkspaceError(
             f"cluster {ws.name!r}: the SSH key {spec_aws.ssh_key} (aws.ssh_key) is missing; "
@@ -142,7 +147,11 @@ def transport(
         targets, unreachable = _emulated_targets(ws, topology, user)
     else:
         targets = {
-            node.index: SshTarget(host=node.public_ip or node.private_ip, user=user, port=SSH_PORT)
+            node.index: SshTarget(
+                host=node.private_ip if on_node_0 else node.public_ip or node.private_ip,
+                user=user,
+                port=SSH_PORT,
+            )
             for node in topology.nodes
         }
         unreachable = {}

@@ -32,8 +32,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from skyinfra import timeline
 from skyinfra.render import module_files, module_source
 from skyinfra.review.cost import SpotPrices
+from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws import checkpoint_store, failover
+from skyinfra.targets.aws import checkpoint_store, failover, head
 from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
@@ -47,6 +48,7 @@ from skyinfra.targets.aws.cloudinit import (
 from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
+from skyinfra.targets.aws.head import authorized_key_line, head_key_public
 from skyinfra.targets.aws.keys import ssh_key_paths
 
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
@@ -94,7 +96,7 @@ from skyinfra.targets.identity import (
 )
 from skyinfra.terraform import EngineFactory
 from skyinfra.topology import Accelerator, Node, Topology, build_topology
-from skyinfra.wheel import build_runtime_wheel
+from skyinfra.wheel import build_operator_wheel, build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -197,9 +199,12 @@ def _user_data(
     forbidden: list[str],
     checkpoints: dict[str, str] | None = None,
     spot_nodes: Sequence[str] = (),
+    authorized_keys: Sequence[str] = (),
+    head_wheel: StagedWheel | None = None,
 ) -> dict[str, str]:
     """Every node's cloud-init document: node name -> text (``spot_nodes``: those launched on
-    the Spot market, which watch for an interruption notice)."""
+    the Spot market, which watch for an interruption notice; ``authorized_keys``: every
+    node's, and ``head_wheel``: node 0's skyinfra, with aws.recover)."""
     spec_aws = _aws_of(spec)
     topology_json = json.dumps(topology.to_dict(), sort_keys=True)
     bootstrap = default_bootstrap_script()
@@ -229,6 +234,12 @@ def _user_data(
                 efa=spec_aws.efa,
                 checkpoints=checkpoints,
                 spot=name in spot_nodes,
+                authorized_keys=authorized_keys,
+                head_wheel=(
+                    (head_wheel.url, head_wheel.sha256, head_wheel.filename)
+                    if head_wheel is not None and index == 0
+                    else None
+                ),
                 forbidden_values=forbidden,
             )
         )
@@ -349,6 +360,18 @@ def render_files(
         "(readable by the nodes' role only)"
     )
     say(f"[skyinfra] checkpoints kept under {store.url}/ (the nodes' role may write there only)")
+    head_wheel, authorized = None, []
+    if spec_aws.recover:  # unattended recovery: skyinfra on node 0, the cluster's own key
+        head_wheel = stage_wheel(
+            s3,
+            build_operator_wheel().path,
+            bucket=bucket,
+            region=spec_aws.region,
+            owner=resolved.account_id,
+            prefix=prefix,
+        )
+        say(f"[skyinfra] skyinfra wheel for node 0 staged at s3://{bucket}/{head_wheel.key}")
+        authorized = [authorized_key_line(head_key_public(ws), params.subnet_cidr_block)]
     timeline.lap("wheel build and staging")
 
     topology = preboot_topology(spec, params)
@@ -361,6 +384,8 @@ def render_files(
         clients.secret_values(),
         to_nodes,
         spot_nodes=params.spot_nodes(),
+        authorized_keys=authorized,
+        head_wheel=head_wheel,
     )
     files = render_root_module(
         params,
@@ -457,6 +482,15 @@ class AwsTarget(AwsDeclaration):
                 None if fallback is None else {"nodes": fallback.nodes, "reason": fallback.reason}
             ),
         }
+
+    def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
+        """aws.recover: node 0's skyinfra replaces a detached job's lost workers (head.py)."""
+        spec_aws = _aws_of(spec)
+        return head.head_recovery(ws, spec_aws.recover, spec_aws.region)
+
+    def applies_as_is(self, ws: Workspace) -> bool:
+        """Node 0's copy of the workspace (the kit) is applied as it is, never rendered."""
+        return head.read_head_marker(ws) is not None
 
     def transport(
         self,

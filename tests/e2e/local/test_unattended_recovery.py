@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from skyinfra.workspace import LOCK_FILE
+from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
 from tests.support.resume_proof import lose_node_1
 from tests.support.workers import wait_for_line
@@ -160,3 +162,38 @@ def test_a_lost_node_is_replaced_by_node_0_once_the_workspace_is_free(
         os.close(lock)  # the lock goes with the descriptor
     record = wait_until_succeeded(project, env, job)
     assert_recovered_by_node_0(record, "lost")
+
+
+def test_an_attached_run_recovers_its_job_itself_and_node_0_stands_down(
+    project: Path, env: dict[str, str]
+) -> None:
+    """On the local target an attached `run` holds the workspace: it replaces the lost node
+    itself, and node 0's command, waiting for the workspace, finds nothing left to do."""
+    out_file = project / "attached.out"
+    with out_file.open("w+") as out:
+        proc = subprocess.Popen(
+            [*skyinfra_argv(), "run", "--all-logs", "--max-restarts", "1", "--secret", "TOKEN",
+             "--env", "GREETING=hello", "entry.py:waits_in_attempt_1"],
+            cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+            while "attempt 1 on node 1" not in out_file.read_text():
+                assert proc.poll() is None and time.monotonic() < until, out_file.read_text()
+                time.sleep(0.2)
+            job = max((ws(project) / "runs").iterdir(), key=lambda p: p.stat().st_mtime).name
+            lose_node_1(ws(project), job)
+            assert proc.wait(timeout=240) == 0, out_file.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = out_file.read_text()
+    assert "node-1 lost: replacing it" in said, said
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert record["attempts"][0]["restarted_by"] == (
+        "the operator, after replacing the lost node(s)"
+    )
+    log = ws(project) / "nodes" / "node-0" / "runs" / job / "recover.log"
+    wait_for_line(log, f"job {job} no longer waits for its nodes: nothing to do")

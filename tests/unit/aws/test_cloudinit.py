@@ -179,7 +179,7 @@ def test_secret_in_spec_never_reaches_user_data() -> None:
 
 def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
     # The bootstrap goes in compressed: only hard-to-compress text makes the document big.
-    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(200))
+    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(180))
     big_script = "#!/bin/sh\n" + "".join(lines)
     document = render_user_data(params(bootstrap_script=big_script))
     assert len(document.encode()) > USER_DATA_LIMIT_BYTES

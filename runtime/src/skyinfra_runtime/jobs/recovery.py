@@ -23,6 +23,8 @@ from typing import Any
 from skyinfra_runtime.jobs.records import Paths, now, read_json, write_json
 
 LOG_NAME = "recover.log"
+# Where the command and its settings say node 0's directory (the operator may not know it).
+NODE_DIR_FIELD = "{node_dir}"
 # Lines of the command's output kept in the record when it fails.
 TAIL_LINES = 5
 
@@ -51,8 +53,10 @@ def run(recover: Mapping[str, Any], secrets: Mapping[str, str], paths: Paths, at
     while the record is still this attempt's ``needs_nodes``, record it."""
     log = log_path(paths)
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **dict(recover.get("env") or {}), **secrets}
-    argv = [*recover["argv"], paths.job_id]
+    here = str(paths.node_dir)  # "{node_dir}" in the command: this node's directory
+    settings = {k: v.replace(NODE_DIR_FIELD, here) for k, v in (recover.get("env") or {}).items()}
+    env = {**os.environ, **settings, **secrets}
+    argv = [*(a.replace(NODE_DIR_FIELD, here) for a in recover["argv"]), paths.job_id]
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as out:
         try:
