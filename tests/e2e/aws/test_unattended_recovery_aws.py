@@ -1,0 +1,210 @@
+"""Unattended recovery on emulated AWS (issue 26, ``aws.recover = true``), end to end: a
+2-node cluster with its state in S3 (moto), brought up with real Terraform; each node's user
+data run in a root of its own as cloud-init would (node 0's installs skyinfra from the staged
+wheel into its head venv); the nodes reached over a real sshd on loopback.
+
+A detached job loses node 1 (its instance terminated through the EC2 API, its processes and
+disk gone) with nobody attached and nobody running `jobs recover`. Node 0's supervisor runs
+its skyinfra on the kit `run` copied there: Terraform re-creates only node 1's instance
+against the shared state, node 0 reaches the new node with the cluster's own key (never the
+operator's), copies the project and starts the job as attempt 2, which resumes from the step
+node 1 had uploaded to S3."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.aws.test_cli import NO_SPACE, count_cluster_resources, skyinfra
+from tests.e2e.aws.test_recovery_aws import (
+    BUCKET,
+    CKPT_PREFIX,
+    ENTRY,
+    client,
+    kill_all,
+    node_root,
+    processes_under,
+    provision_in_root,
+    saved_step,
+    user_data_text,
+)
+from tests.e2e.aws.test_recovery_aws import env as recovery_env  # noqa: F401 (the fixture)
+from tests.e2e.aws.test_run_over_ssh import files_holding
+
+pytestmark = pytest.mark.slow
+
+NAME = "aws-unattended"
+STATE_BUCKET = "team-state-unattended"
+
+
+@pytest.fixture(scope="module")
+def env(recovery_env: dict[str, str]) -> dict[str, str]:  # noqa: F811
+    return recovery_env
+
+
+def ws(project: Path) -> Path:
+    return project / ".skyinfra" / "clusters" / NAME
+
+
+def provision(project: Path, env: dict[str, str], node: int) -> None:
+    tfvars = json.loads((ws(project) / "terraform.tfvars.json").read_text())
+    done = provision_in_root(
+        user_data_text(tfvars["user_data"][f"node-{node}"]), node_root(env, node)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def authorize_the_clusters_key(project: Path, sshd_dir: Path) -> str:
+    """What cloud-init does with the user data's ssh_authorized_keys on every node, for the
+    one sshd the emulated nodes share: the cluster's key, from the emulated private network
+    (loopback) only. The line as the user data has it, but for that address."""
+    tfvars = json.loads((ws(project) / "terraform.tfvars.json").read_text())
+    document = yaml.safe_load(user_data_text(tfvars["user_data"]["node-1"]))
+    (line,) = document["ssh_authorized_keys"]
+    public = (ws(project) / "head_key.pub").read_text().strip()
+    assert line.endswith(public) and re.match(r'^from="10\.[0-9./]+",no-agent-forwarding', line)
+    loopback = re.sub(r'^from="[^"]+"', 'from="127.0.0.1"', line)
+    with (sshd_dir / "authorized_keys").open("a") as f:
+        f.write(loopback + "\n")
+    return loopback
+
+
+@pytest.fixture(scope="module")
+def project(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, sshd: Any
+) -> Iterator[Path]:
+    target, key = sshd
+    client(env, "s3").create_bucket(Bucket=STATE_BUCKET)
+    client(env, "s3").create_bucket(Bucket=BUCKET)
+    proj = tmp_path_factory.mktemp("aws-unattended-project")
+    (proj / "skyinfra.toml").write_text(
+        f'name = "{NAME}"\nprovider = "aws"\nnodes = 2\n'
+        f'backend = "s3://{STATE_BUCKET}/sky"\n[aws]\n'
+        f'region = "us-east-1"\ninstance_type = "t3.micro"\nssh_cidrs = ["203.0.113.7/32"]\n'
+        f'ssh_key = "{key}"\nssh_user = "{target.user}"\nplacement_group = false\n'
+        'jax_extra = "none"\nidle_shutdown_minutes = 0\nrecover = true\n'
+        f'checkpoints_url = "s3://{BUCKET}/{CKPT_PREFIX}"\n'
+    )
+    (proj / "entry.py").write_text(ENTRY)
+    up = skyinfra("up", cwd=proj, env=env)
+    sshd_dir = key.parent
+    authorized = (sshd_dir / "authorized_keys").read_text()
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "skyinfra wheel for node 0 staged at s3://" in up.stdout, up.stdout
+        assert (ws(proj) / "head_key").stat().st_mode & 0o777 == 0o600
+        authorize_the_clusters_key(proj, sshd_dir)
+        for node in range(2):
+            provision(proj, env, node)
+        yield proj
+    finally:
+        (sshd_dir / "authorized_keys").write_text(authorized)
+        for node in range(2):
+            kill_all(processes_under(node_root(env, node)))
+        down = skyinfra("down", "--yes", cwd=proj, env=env)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert count_cluster_resources(client(env, "ec2"), NAME) == NO_SPACE
+
+
+def record_of(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
+    shown = skyinfra("jobs", job, "--json", cwd=project, env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    return dict(json.loads(shown.stdout))
+
+
+def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
+    project: Path, env: dict[str, str], sshd: Any
+) -> None:
+    operator_key_path = sshd[1]
+    ec2 = client(env, "ec2")
+    before = json.loads((ws(project) / "topology.json").read_text())
+    started = skyinfra(
+        "run", "-d", "--max-restarts", "1", "--checkpoints", "unattended",
+        "entry.py:lost_at_3", cwd=project, env=env,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    head = node_root(env, 0) / "opt/skyinfra/node"
+    # The kit: node 0's copy of the workspace, its marker, the key (0600), no state.
+    kit = head / "head" / "clusters" / NAME
+    assert (kit / "head.json").is_file() and (kit / "backend.tf").is_file()
+    assert (head / "head" / "head_key").stat().st_mode & 0o777 == 0o600
+    assert not (kit / "terraform.tfstate").exists()
+
+    until = time.monotonic() + 180  # a bound on the wait, not an assertion on time
+    while saved_step(env, "unattended", 1) != 3:
+        assert time.monotonic() < until, record_of(project, env, job)
+        time.sleep(0.5)
+    replaced: list[str] = []
+    errors: list[BaseException] = []
+
+    def boot_the_replacement() -> None:
+        """Cloud-init's part on the instance node 0's Terraform makes: provision its root."""
+        try:
+            old = {n["instance_id"] for n in before["nodes"]}
+            end = time.monotonic() + 300
+            while time.monotonic() < end:
+                live = ec2.describe_instances(
+                    Filters=[
+                        {"Name": "tag:skyinfra:cluster", "Values": [NAME]},
+                        {"Name": "instance-state-name", "Values": ["pending", "running"]},
+                    ]
+                )
+                new = [
+                    i["InstanceId"]
+                    for r in live["Reservations"]
+                    for i in r["Instances"]
+                    if i["InstanceId"] not in old
+                ]
+                if new:
+                    replaced.extend(new)
+                    provision(project, env, 1)
+                    return
+                time.sleep(0.5)
+        except BaseException as err:  # said by the test, not lost in the thread
+            errors.append(err)
+
+    ec2.terminate_instances(InstanceIds=[before["nodes"][1]["instance_id"]])
+    root = node_root(env, 1)
+    kill_all(processes_under(root))
+    shutil.rmtree(root)
+    booter = threading.Thread(target=boot_the_replacement, daemon=True)
+    booter.start()
+
+    record: dict[str, Any] = {}
+    until = time.monotonic() + 600
+    while record.get("state") not in ("succeeded", "failed", "lost", "cancelled"):
+        assert time.monotonic() < until, record
+        time.sleep(1)
+        record = record_of(project, env, job)
+        said = record.get("head_recovery") or {}
+        log = head / "runs" / job / "recover.log"
+        assert said.get("state") != "failed", log.read_text() if log.is_file() else said
+    booter.join(timeout=60)
+    assert not errors, errors
+    log_text = (head / "runs" / job / "recover.log").read_text()
+    assert record["state"] == "succeeded" and record["attempt"] == 2, (record, log_text)
+    first = record["attempts"][0]
+    assert first["cause"]["node"] == 1 and first["cause"]["kind"] == "lost", first
+    assert first["restarted_by"] == "node-0 (unattended recovery), after replacing the lost node(s)"
+    # Terraform on node 0 made the missing instance and nothing else.
+    assert "Plan: 1 to add, 0 to change, 0 to destroy." in log_text, log_text
+    assert replaced, log_text
+    # Node 0 wrote the new instance into the shared state, under the operators' lock.
+    shared = client(env, "s3").get_object(Bucket=STATE_BUCKET, Key=f"sky/{NAME}/terraform.tfstate")
+    assert replaced[0] in shared["Body"].read().decode()
+    # Attempt 2 resumed from step 3 on both nodes (node 1's disk restored from S3).
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    assert [(v["attempt"], v["node"], v["resumed_after"]) for v in values] == [(2, 0, 3), (2, 1, 3)]
+    # The operator's key never reached node 0; the cluster's own key did.
+    operator_key = operator_key_path.read_text().splitlines()[1]
+    assert files_holding(node_root(env, 0), operator_key) == []
