@@ -22,6 +22,7 @@ from skyinfra.targets.aws.cloudinit import (
     IDLE_CHECK_SCRIPT,
     NODE_ENV_FILE,
     PROVISION_SCRIPT,
+    SCRIPT_DIR,
     NodeUserData,
     default_bootstrap_script,
     render_user_data,
@@ -48,6 +49,13 @@ TOPOLOGY = {
         for i in range(3)
     ],
 }
+
+
+HEAD_KEY_LINE = (
+    'from="10.42.0.0/24",no-agent-forwarding,no-port-forwarding,no-X11-forwarding '
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHt0ZXN0LWtleS1mb3ItdGhlLWhlYWQtcmVjb3Zlcnk "
+    "skyinfra-head@c"
+)
 
 
 def params(**overrides: object) -> NodeUserData:
@@ -81,6 +89,16 @@ VARIANTS = {
         }
     ),
     "spot": params(spot=True),
+    # aws.recover: node 0 installs skyinfra; every node authorizes the cluster's key.
+    "recover-head": params(
+        node_index=0,
+        authorized_keys=[HEAD_KEY_LINE],
+        head_wheel=(
+            "https://bucket.s3.us-east-1.amazonaws.com/c/w/skyinfra-0.1.0-py3-none-any.whl",
+            "b" * 64,
+            "skyinfra-0.1.0-py3-none-any.whl",
+        ),
+    ),
 }
 
 
@@ -341,3 +359,24 @@ def test_only_a_spot_node_watches_for_an_interruption_notice() -> None:
     notice = json.loads(spot["/opt/skyinfra/node/notice.json"])
     assert notice == {"imds": "http://169.254.169.254", "poll_s": 2.0}
     assert "/opt/skyinfra/node/notice.json" not in files_of(render_user_data(params()))
+
+
+def test_with_recover_node_0_installs_skyinfra_and_every_node_trusts_the_clusters_key() -> None:
+    head = render_user_data(VARIANTS["recover-head"])
+    settings = files_of(head)[f"{SCRIPT_DIR}/provision-settings.sh"]
+    assert "HEAD_WHEEL_FILENAME=skyinfra-0.1.0-py3-none-any.whl" in settings
+    assert "HEAD_VENV=/opt/skyinfra/node/head/venv" in settings
+    assert yaml.safe_load(head)["ssh_authorized_keys"] == [HEAD_KEY_LINE]
+    worker = render_user_data(params(node_index=1, authorized_keys=[HEAD_KEY_LINE]))
+    assert "HEAD_WHEEL" not in worker
+    assert yaml.safe_load(worker)["ssh_authorized_keys"] == [HEAD_KEY_LINE]
+    plain = yaml.safe_load(render_user_data(params()))
+    assert "ssh_authorized_keys" not in plain
+    assert (
+        "HEAD_WHEEL"
+        not in files_of(render_user_data(params()))[f"{SCRIPT_DIR}/provision-settings.sh"]
+    )
+    with pytest.raises(RenderError, match="authorized_keys"):
+        render_user_data(params(authorized_keys=["-----BEGIN OPENSSH PRIVATE KEY-----"]))
+    with pytest.raises(RenderError, match="64 lower-case hex"):
+        render_user_data(params(head_wheel=("https://b.s3.amazonaws.com/w.whl", "x", "w.whl")))
