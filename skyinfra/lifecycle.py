@@ -402,11 +402,10 @@ def _jobs_that_end(ws: Workspace, spec: ClusterSpec, echo: Echo) -> list[str]:
 def _interruptions(
     ws: Workspace, spec: ClusterSpec, topology: Topology, ready: Sequence[int]
 ) -> dict[int, dict[str, Any]]:
-    """The Spot interruption notice each ready node received (its ``interruption.json``,
-    written by the node: skyinfra_runtime.spot); a node without one is left out."""
-    import tempfile
-
-    from skyinfra_runtime.spot import INTERRUPTION_FILE
+    """The Spot interruption notice of each ready node, job or no job: the node's runtime
+    answers with the notice its job's agent recorded, else asks its metadata service now
+    (skyinfra_runtime.spot.node_interruption); a node without one is left out."""
+    from skyinfra.run.job import runtime_bin
 
     found: dict[int, dict[str, Any]] = {}
     try:
@@ -416,18 +415,19 @@ def _interruptions(
     except SkyinfraError:
         return found
     try:
-        with tempfile.TemporaryDirectory(prefix="skyinfra-status-") as tmp:
-            for i in ready:
-                local = Path(tmp) / f"{i}.json"
-                try:
-                    remote = f"{transport.node_root(i)}/{INTERRUPTION_FILE}"
-                    if not transport.fetch(i, remote, local):
-                        continue
-                    notice = json.loads(local.read_text(encoding="utf-8"))
-                except (SkyinfraError, OSError, ValueError):
+        for i in ready:
+            try:
+                root = transport.node_root(i)
+                argv = [runtime_bin(transport, i), "notice", "--node-dir", root]
+                proc = transport.start(i, argv, env={}, cwd=root, tag=f"status-notice-{i}")
+                lines = list(proc.lines())
+                if proc.wait(30) != 0 or not lines:
                     continue
-                if isinstance(notice, dict):
-                    found[i] = notice
+                notice = json.loads(lines[-1])
+            except (SkyinfraError, OSError, ValueError):
+                continue
+            if isinstance(notice, dict) and notice:
+                found[i] = notice
     finally:
         close = getattr(transport, "close", None)
         if callable(close):

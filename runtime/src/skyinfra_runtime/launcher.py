@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         from skyinfra_runtime import jobs
 
         raise SystemExit(jobs.main(argv))
+    if argv[:1] == ["notice"]:
+        from skyinfra_runtime import spot
+
+        raise SystemExit(spot.main(argv[1:]))
     if argv[:1] == ["imds-standin"]:
         from skyinfra_runtime import imds_standin
 

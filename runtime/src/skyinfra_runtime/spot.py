@@ -226,3 +226,42 @@ class NoticeWatcher:
                 self.on_notice(notice)
                 return
             self.stop.wait(self.poll_s)
+
+
+def node_interruption(node_dir: str | Path) -> dict[str, Any] | None:
+    """This node's Spot interruption, whether or not a job runs here: the one a job's agent
+    recorded (``interruption.json``), else the metadata service's notice now (recorded, so
+    the next look finds it), else None (not a Spot node, no notice, or no answer)."""
+    path = Path(node_dir) / INTERRUPTION_FILE
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict):
+        return recorded
+    settings = read_settings(node_dir)
+    if settings is None:
+        return None
+    try:
+        notice = Imds(settings[0]).instance_action()
+    except (OSError, ImdsError):
+        return None
+    if notice is None:
+        return None
+    data = notice.to_dict()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+    return data
+
+
+def main(argv: list[str]) -> int:
+    """``skyinfra-runtime notice --node-dir D``: the node's interruption as JSON ({}: none);
+    `skyinfra status` asks every ready node, so a notice shows with no job running."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="skyinfra-runtime notice")
+    parser.add_argument("--node-dir", required=True)
+    ns = parser.parse_args(argv)
+    print(json.dumps(node_interruption(ns.node_dir) or {}))
+    return 0

@@ -168,3 +168,33 @@ def test_settings_name_the_service_or_nothing_is_watched(tmp_path: Path) -> None
 def test_notice_times_are_ec2s_utc_seconds() -> None:
     assert spot.parse_time("2026-11-24T08:22:00Z") == 1795508520.0
     assert spot.format_time(1795508520.0) == "2026-11-24T08:22:00Z"
+
+
+def test_an_idle_node_says_its_notice_when_asked(
+    standin: tuple[str, imds_standin.StandIn], tmp_path: Path
+) -> None:
+    """`skyinfra-runtime notice` (what `skyinfra status` runs on every ready node): with no
+    job's agent watching, the node asks its metadata service and records what it says; no
+    notice, or no notice.json (an On-Demand node): {}."""
+    import subprocess
+    import sys
+
+    base, _ = standin
+
+    def asked(node_dir: Path) -> dict[str, object]:
+        argv = [sys.executable, "-m", "skyinfra_runtime", "notice", "--node-dir", str(node_dir)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        return dict(json.loads(done.stdout))
+
+    on_demand = tmp_path / "on-demand"
+    on_demand.mkdir()
+    assert asked(on_demand) == {}
+    node = tmp_path / "spot"
+    node.mkdir()
+    (node / spot.SETTINGS_FILE).write_text(json.dumps({"imds": base, "poll_s": 0.1}))
+    assert asked(node) == {} and not (node / spot.INTERRUPTION_FILE).exists()
+    sent = interrupt(base, 90)
+    said = asked(node)
+    assert said["action"] == "terminate" and said["time_utc"] == sent["time"], (said, sent)
+    assert json.loads((node / spot.INTERRUPTION_FILE).read_text()) == said
+    assert asked(node) == said  # recorded: the next look does not ask again
