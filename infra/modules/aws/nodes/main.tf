@@ -189,6 +189,7 @@ locals {
 }
 
 data "aws_iam_policy_document" "head_recover" {
+  # checkov:skip=CKV_AWS_356:Only the DescribeForTheRefresh statement has Resource "*": `terraform plan` refreshes every resource of the cluster with EC2 Describe calls, which take no resource ARNs (and a read cannot change anything); every other statement is scoped to the cluster.
   count = local.head_recovery ? 1 : 0
 
   # Terraform's S3 backend: the state object and its lock object (use_lockfile: a conditional
