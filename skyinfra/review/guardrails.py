@@ -11,7 +11,9 @@ Fixed checks (AWS), on what the plan leaves in place (its "after" values):
   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-instance-metadata-service.html);
 - every node's root volume encrypted;
 - with EFA interfaces, the security group's self ingress AND egress rules (EFA needs both:
-  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html#efa-start-security).
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html#efa-start-security);
+- with the head's role (``aws.recover``, issue 26), that node-0 alone launches with it, and
+  in a few words what the role may and may not do (the nodes module's "The head's role").
 """
 
 from __future__ import annotations
@@ -150,7 +152,61 @@ def fixed_checks(plan: Mapping[str, Any], rails: Guardrails) -> list[Check]:
                 "NCCL over EFA fails without both",
             )
         )
+    head = _head_role(plan)
+    if head is not None:
+        checks.append(head)
     return checks
+
+
+# The nodes module's head role (aws.recover) and node-0's instance.
+_HEAD_ROLE = "aws_iam_role.head[0]"
+_HEAD_NODE = '["node-0"]'
+
+
+def _head_role(plan: Mapping[str, Any]) -> Check | None:
+    """The head's role (unattended recovery, ``aws.recover``): planned, node-0 alone launches
+    with its profile; the reason says what it can and cannot do. None without the role."""
+    roles = [r for a, r in _after(plan, "aws_iam_role") if a.endswith(_HEAD_ROLE)]
+    if not roles:
+        return None
+    role = str(roles[0].get("name"))
+    cluster = role.removesuffix("-head")
+    others = [
+        a
+        for a, i in _after(plan, "aws_instance")
+        if i.get("iam_instance_profile") == role and not a.endswith(_HEAD_NODE)
+    ]
+    heads = [i for a, i in _after(plan, "aws_instance") if a.endswith(_HEAD_NODE)]
+    head_missing = bool(heads) and heads[0].get("iam_instance_profile") != role
+    name = "Head's role (aws.recover)"
+    if others or head_missing:
+        wrong = (
+            f"{', '.join(others)} also launch(es) with `{role}`"
+            if others
+            else f"node-0 does not launch with `{role}`"
+        )
+        return Check(name, False, f"{wrong}: only node-0 may hold the head's role")
+    state = _variable(plan, "head_recovery")
+    where = (
+        f" (`s3://{state.get('bucket')}/{state.get('state_key')}` and its `.tflock`)"
+        if state
+        else ""
+    )
+    return Check(
+        name,
+        True,
+        f"`{role}` on node-0 only: may re-create this cluster's instances (launched tagged "
+        f"`skyinfra:cluster = {cluster}`), read and write this cluster's state and lock"
+        f"{where}, read this cluster's resources; cannot terminate or delete anything, nor "
+        "touch other clusters, other buckets or other roles",
+    )
+
+
+def _variable(plan: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """A root-module variable's value in the plan, when it is an object."""
+    item = (plan.get("variables") or {}).get(name)
+    found = item.get("value") if isinstance(item, Mapping) else None
+    return found if isinstance(found, Mapping) else None
 
 
 def policy_checks(

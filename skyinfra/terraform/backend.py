@@ -24,6 +24,8 @@ from skyinfra.errors import SpecError
 # The file the backend block goes to in the root module (absent: state stays local).
 BACKEND_FILE = "backend.tf"
 STATE_OBJECT = "terraform.tfstate"
+# Terraform's S3 lock object lies beside the state, at the state's key plus this (use_lockfile).
+LOCK_SUFFIX = ".tflock"
 # S3 bucket names: 3-63 characters, lower-case letters, digits, dots and hyphens.
 # https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

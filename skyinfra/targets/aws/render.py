@@ -32,6 +32,7 @@ from skyinfra.targets.aws.spec import (
     SPOT,
     check_ssh_cidrs,
 )
+from skyinfra.terraform.backend import LOCK_SUFFIX
 
 # The root module's values (the settings of the last `up`, which the next one pins from).
 TFVARS_FILE = "terraform.tfvars.json"
@@ -91,10 +92,21 @@ class AwsClusterParams:
     # is On-Demand), and the Spot nodes' price cap in USD per hour (None: the On-Demand price).
     node_markets: Mapping[str, str] = field(default_factory=dict)
     spot_max_price: float | None = None
+    # Unattended recovery (issue 26, aws.recover): the (bucket, key) of the cluster's state
+    # object in S3, which node-0 reads and writes with a role of its own (the nodes module's
+    # head_recovery); None: off, and the rendered files are those of a cluster without it.
+    head_recovery: tuple[str, str] | None = None
 
     def spot_nodes(self) -> list[str]:
         """The nodes bought on Spot, in node order."""
         return [n for n in node_names(self.node_count) if self.node_markets.get(n) == SPOT]
+
+
+def head_recovery_keys(state: tuple[str, str]) -> dict[str, str]:
+    """The nodes module's ``head_recovery``: the state bucket and key, and Terraform's S3 lock
+    object beside the state (``use_lockfile``)."""
+    bucket, key = state
+    return {"bucket": bucket, "state_key": key, "lock_key": f"{key}{LOCK_SUFFIX}"}
 
 
 def node_names(node_count: int) -> list[str]:
@@ -192,6 +204,21 @@ def validate_params(params: AwsClusterParams) -> None:
         )
     if params.spot_max_price is not None and not params.spot_max_price > 0:
         raise SpecError("aws.spot_max_price", params.spot_max_price, "a price above 0")
+    if params.head_recovery is not None:
+        _check_head_recovery(params.head_recovery)
+
+
+def _check_head_recovery(state: tuple[str, str]) -> None:
+    """The state key goes into the head role's policy as an ARN and an s3:prefix condition:
+    a wildcard would widen it past this cluster's state (the nodes module refuses it too)."""
+    bucket, key = state
+    if "/" not in key or any(c in key for c in "*?$") or ".." in key.split("/"):
+        raise SpecError(
+            "backend",
+            f"s3://{bucket}/{key}",
+            "with aws.recover, a prefix without wildcards (* or ?): node-0's role may use the "
+            "cluster's state object only, and a wildcard in its key would widen that",
+        )
 
 
 def render_root_module(
@@ -220,6 +247,7 @@ def render_root_module(
             "modules_source": modules_source.rstrip("/"),
             "emulator": emulator,
             "max_retries": EMULATOR_MAX_RETRIES if emulator else PROVIDER_MAX_RETRIES,
+            "head_recovery": params.head_recovery is not None,
         },
     )
     tfvars = {
@@ -270,6 +298,12 @@ def render_root_module(
             None
             if params.checkpoints is None
             else {"bucket": params.checkpoints[0], "prefix": params.checkpoints[1]}
+        ),
+        # Only with aws.recover: without it the tfvars are what they were before it existed.
+        **(
+            {}
+            if params.head_recovery is None
+            else {"head_recovery": head_recovery_keys(params.head_recovery)}
         ),
         "user_data": {name: encode_user_data(user_data[name]) for name in expected},
     }

@@ -95,6 +95,7 @@ from skyinfra.targets.identity import (
     workspace_id_file,
 )
 from skyinfra.terraform import EngineFactory
+from skyinfra.terraform.backend import parse_backend
 from skyinfra.topology import Accelerator, Node, Topology, build_topology
 from skyinfra.wheel import build_operator_wheel, build_runtime_wheel
 from skyinfra.workspace import Workspace
@@ -164,8 +165,19 @@ def cluster_params(
         checkpoints=checkpoints,
         node_markets=dict(markets if markets is not None else node_markets(spec_aws, spec.nodes)),
         spot_max_price=spec_aws.spot_max_price,
+        head_recovery=head_recovery_state(spec),
         **extra,
     )
+
+
+def head_recovery_state(spec: ClusterSpec) -> tuple[str, str] | None:
+    """``aws.recover``: the (bucket, key) of the cluster's state object in the spec's S3
+    backend, which node-0's own role may read and write (the nodes module's head_recovery);
+    None without aws.recover (the spec refuses aws.recover without a backend)."""
+    if not _aws_of(spec).recover or spec.backend is None:
+        return None
+    backend = parse_backend(spec.backend)
+    return backend.bucket, backend.key(spec.name)
 
 
 def preboot_topology(spec: ClusterSpec, params: AwsClusterParams) -> Topology:

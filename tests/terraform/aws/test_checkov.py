@@ -29,8 +29,12 @@ def checkov_executable() -> str:
     return require_system_tool(found, "checkov")
 
 
-@pytest.mark.parametrize("efa", [False, True], ids=["default", "efa-placement-group"])
-def test_rendered_root_has_no_failed_checks(tmp_path: Path, efa: bool) -> None:
+@pytest.mark.parametrize(
+    ("efa", "recover"),
+    [(False, False), (True, False), (False, True)],
+    ids=["default", "efa-placement-group", "head-role"],
+)
+def test_rendered_root_has_no_failed_checks(tmp_path: Path, efa: bool, recover: bool) -> None:
     checkov = checkov_executable()
     params = AwsClusterParams(
         cluster_name="ck",
@@ -43,6 +47,8 @@ def test_rendered_root_has_no_failed_checks(tmp_path: Path, efa: bool) -> None:
         ssh_ingress_cidrs=["203.0.113.7/32"],
         placement_group=efa,
         efa_interface_count=4 if efa else 0,
+        # aws.recover: node-0's own role with the recover policy (issue 26).
+        head_recovery=("team-state", "skyinfra/ck/terraform.tfstate") if recover else None,
     )
     root = write_root(tmp_path, params)
     # --skip-download: no traffic to the vendor's API (offline, loopback-only tests).

@@ -20,6 +20,10 @@ from tests.support.aws import REGION, TerraformFactory
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk r"
 
 
+# Unattended recovery (aws.recover): the state object in the spec's S3 backend.
+STATE = ("team-state", "skyinfra/demo/terraform.tfstate")
+
+
 def params(**overrides: object) -> AwsClusterParams:
     base: dict[str, object] = {
         "cluster_name": "demo",
@@ -116,12 +120,13 @@ def test_user_data_must_cover_every_node() -> None:
         render_root_module(params(), modules_source="../m", user_data={"node-0": "#cloud-config\n"})
 
 
-@pytest.mark.parametrize("emulated", [False, True])
+@pytest.mark.parametrize(("emulated", "recover"), [(False, False), (True, False), (False, True)])
 def test_rendered_main_tf_is_fmt_clean(
-    terraform: TerraformFactory, tmp_path: Path, emulated: bool
+    terraform: TerraformFactory, tmp_path: Path, emulated: bool, recover: bool
 ) -> None:
     emulator = Emulator(url="http://127.0.0.1:4566") if emulated else None
-    (tmp_path / "main.tf").write_text(render(params(), emulator)["main.tf"])
+    p = params(head_recovery=STATE) if recover else params()
+    (tmp_path / "main.tf").write_text(render(p, emulator)["main.tf"])
     code, out, err = terraform(tmp_path).command(["fmt", "-check", "-diff", "-no-color"])
     assert code == 0, out + err
 
@@ -185,3 +190,58 @@ def test_spot_nodes_with_a_reservation_are_refused_before_rendering() -> None:
             params(node_markets=SPOT_WORKERS, capacity_reservation=("cr-0123456789abcdef0", False))
         )
     assert err.value.field == "aws.market" and "capacity reservation" in err.value.expected
+
+
+# Unattended recovery (issue 26, aws.recover): node-0's own role, from the state's location.
+def test_recover_passes_the_state_and_its_lock_to_the_nodes_module() -> None:
+    files = render(params(head_recovery=STATE))
+    tfvars = json.loads(files["terraform.tfvars.json"])
+    assert tfvars["head_recovery"] == {
+        "bucket": "team-state",
+        "state_key": "skyinfra/demo/terraform.tfstate",
+        "lock_key": "skyinfra/demo/terraform.tfstate.tflock",
+    }
+    assert list(tfvars)[-2:] == ["head_recovery", "user_data"]
+    main_tf = files["main.tf"]
+    assert 'variable "head_recovery" {' in main_tf
+    assert "  head_recovery = var.head_recovery\n}" in main_tf
+
+
+def test_without_recover_nothing_of_it_is_rendered() -> None:
+    """The files of a cluster without aws.recover are those from before it existed (the
+    golden files of the Spot case above hold them byte for byte)."""
+    files = render(params())
+    assert "head_recovery" not in files["main.tf"]
+    assert "head_recovery" not in json.loads(files["terraform.tfvars.json"])
+
+
+@pytest.mark.parametrize(
+    "key", ["team/*/demo/terraform.tfstate", "team/de?o/terraform.tfstate", "terraform.tfstate"]
+)
+def test_recover_refuses_a_state_key_that_would_widen_the_head_role(key: str) -> None:
+    with pytest.raises(SpecError) as err:
+        render(params(head_recovery=("team-state", key)))
+    assert err.value.field == "backend"
+    assert "aws.recover" in err.value.expected and "wildcard" in err.value.expected
+
+
+def test_cluster_params_take_the_state_from_the_backend_only_with_recover() -> None:
+    from skyinfra.spec import ClusterSpec
+    from skyinfra.targets.aws.target import cluster_params
+
+    raw = {
+        "name": "demo",
+        "provider": "aws",
+        "nodes": 2,
+        "backend": "s3://team-state/skyinfra?region=eu-west-1",
+        "aws": {
+            "region": REGION,
+            "instance_type": "g5.xlarge",
+            "ssh_cidrs": ["203.0.113.7/32"],
+        },
+    }
+    off = cluster_params(ClusterSpec.from_dict(raw), None, SSH_KEY)
+    assert off.head_recovery is None
+    on_spec = ClusterSpec.from_dict({**raw, "aws": {**raw["aws"], "recover": True}})
+    on = cluster_params(on_spec, None, SSH_KEY)
+    assert on.head_recovery == ("team-state", "skyinfra/demo/terraform.tfstate")

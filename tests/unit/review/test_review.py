@@ -286,3 +286,69 @@ def test_spot_nodes_are_priced_at_the_zones_spot_price_and_judged_on_it() -> Non
         spot_prices=SPOT_PRICES,
     )
     assert plain.spot is None and "Spot" not in "\n".join(markdown.cost(plain))
+
+
+def head_role_plan(*profiles: str) -> dict[str, Any]:
+    """A plan with the head's role (aws.recover, issue 26) and nodes launching with
+    ``profiles`` in node order."""
+    plan = replaced_plan()
+    plan["resource_changes"] = [
+        instance(i, ["create"], None, node("ami-0a") | {"iam_instance_profile": profile})
+        for i, profile in enumerate(profiles)
+    ] + [
+        {
+            "address": "module.nodes.aws_iam_role.head[0]",
+            "type": "aws_iam_role",
+            "change": {"actions": ["create"], "before": None, "after": {"name": "train-head"}},
+        }
+    ]
+    plan["variables"] = {
+        "head_recovery": {
+            "value": {
+                "bucket": "team-state",
+                "state_key": "skyinfra/train/terraform.tfstate",
+                "lock_key": "skyinfra/train/terraform.tfstate.tflock",
+            }
+        }
+    }
+    return plan
+
+
+def test_the_heads_role_gets_one_guardrail_line_saying_what_it_can_and_cannot_do() -> None:
+    plan = head_role_plan("train-head", "train-node", "train-node")
+    checks = {c.name: c for c in fixed_checks(plan, Guardrails())}
+    head = checks["Head's role (aws.recover)"]
+    assert head.ok
+    for words in (
+        "`train-head` on node-0 only",
+        "re-create this cluster's instances",
+        "`skyinfra:cluster = train`",
+        "read and write this cluster's state and lock",
+        "`s3://team-state/skyinfra/train/terraform.tfstate`",
+        "read this cluster's resources",
+        "cannot terminate or delete anything",
+        "other clusters, other buckets or other roles",
+    ):
+        assert words in head.reason
+    review = build_review(plan, ClusterFacts("train", "aws", "us-east-1"), planfile_sha256="0")
+    text = markdown.render(review)
+    assert "| Head's role (aws.recover) | ✅ | `train-head` on node-0 only" in text
+    assert review.to_dict()["guardrails"][-1]["name"] == "Head's role (aws.recover)"
+
+
+def test_the_heads_role_on_another_node_fails_its_line() -> None:
+    checks = {
+        c.name: c for c in fixed_checks(head_role_plan("train-head", "train-head"), Guardrails())
+    }
+    head = checks["Head's role (aws.recover)"]
+    assert not head.ok and NODE.format(1) in head.reason
+    checks = {
+        c.name: c for c in fixed_checks(head_role_plan("train-node", "train-node"), Guardrails())
+    }
+    assert not checks["Head's role (aws.recover)"].ok
+    assert "node-0 does not launch with `train-head`" in checks["Head's role (aws.recover)"].reason
+
+
+def test_no_heads_role_line_without_the_role() -> None:
+    names = [c.name for c in fixed_checks(replaced_plan(), Guardrails())]
+    assert not any(n.startswith("Head's role") for n in names)

@@ -42,6 +42,9 @@ locals {
 
   # Fixed precedence: caller's tags < instance tags < the identity tags set here.
   base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
+
+  # Unattended recovery (aws.recover): node-0 gets the head's role (see "The head's role").
+  head_recovery = var.head_recovery != null
 }
 
 ################################################################################
@@ -143,6 +146,272 @@ resource "aws_iam_instance_profile" "this" {
   tags = merge(local.base_tags, { Name = "${var.name}-node" })
 }
 
+################################################################################
+# The head's role (unattended recovery, aws.recover; only with head_recovery)
+#
+# node-0 runs Terraform on the cluster's shared S3 state to re-create workers that were lost
+# or interrupted (Spot). It gets a role of its own: everything the node role has (the same
+# managed policies and the same policy documents, not copies) plus the inline policy
+# "<name>-recover" below. The head only re-creates what is gone: it may launch instances
+# tagged as this cluster's, read and write this cluster's state and lock object, and read
+# what `terraform plan` refreshes. It has no ec2:TerminateInstances, no Delete* (beyond
+# releasing its own lock object), no IAM write, and no access to other buckets or clusters.
+################################################################################
+
+data "aws_region" "current" {
+  count = local.head_recovery ? 1 : 0
+}
+
+data "aws_caller_identity" "current" {
+  count = local.head_recovery ? 1 : 0
+}
+
+locals {
+  # ARN parts of the cluster's EC2 resources (region and account of the provider).
+  ec2_arn = local.head_recovery ? "arn:${data.aws_partition.current.partition}:ec2:${data.aws_region.current[0].name}:${data.aws_caller_identity.current[0].account_id}" : ""
+  s3_arn  = "arn:${data.aws_partition.current.partition}:s3:::"
+
+  # The folder the state object lies in (<prefix>/<cluster>): the only keys the head may list.
+  head_state_folder = local.head_recovery ? regex("^(.*)/[^/]+$", var.head_recovery.state_key)[0] : ""
+
+  # What a launch uses besides the new instance and its volume, each by its exact ARN: the
+  # cluster's subnet and security groups (skyinfra's own or the user's aws.subnet_id), key
+  # pair, placement group and capacity reservation; the Spot request a Spot node's launch
+  # creates (RunInstances authorizes it as a resource of its own; it carries no tag).
+  head_launch_resources = local.head_recovery ? concat(
+    ["${local.ec2_arn}:subnet/${var.subnet_id}"],
+    [for id in var.security_group_ids : "${local.ec2_arn}:security-group/${id}"],
+    [aws_key_pair.this.arn],
+    var.placement_group_enabled ? [aws_placement_group.this[0].arn] : [],
+    var.capacity_reservation == null ? [] : ["${local.ec2_arn}:capacity-reservation/${var.capacity_reservation.id}"],
+    contains(values(var.node_markets), "spot") ? ["${local.ec2_arn}:spot-instances-request/*"] : [],
+  ) : []
+}
+
+data "aws_iam_policy_document" "head_recover" {
+  # checkov:skip=CKV_AWS_356:Only the DescribeForTheRefresh statement has Resource "*": `terraform plan` refreshes every resource of the cluster with EC2 Describe calls, which take no resource ARNs (and a read cannot change anything); every other statement is scoped to the cluster.
+  count = local.head_recovery ? 1 : 0
+
+  # Terraform's S3 backend: the state object and its lock object (use_lockfile: a conditional
+  # PutObject takes the lock, GetObject reads its holder, DeleteObject releases it).
+  # https://developer.hashicorp.com/terraform/language/backend/s3#permissions-required
+  # Listing is limited to the cluster's folder; Terraform also lists the default workspace
+  # prefix (env:/) and, refused, carries on with the default workspace.
+  statement {
+    sid       = "ListTheClusterStateFolder"
+    actions   = ["s3:ListBucket"]
+    resources = ["${local.s3_arn}${var.head_recovery.bucket}"]
+
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${local.head_state_folder}/*"]
+    }
+  }
+
+  statement {
+    sid       = "ReadWriteTheClusterState"
+    actions   = ["s3:GetObject", "s3:PutObject"]
+    resources = ["${local.s3_arn}${var.head_recovery.bucket}/${var.head_recovery.state_key}"]
+  }
+
+  statement {
+    sid       = "TakeAndReleaseTheStateLock"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+    resources = ["${local.s3_arn}${var.head_recovery.bucket}/${var.head_recovery.lock_key}"]
+  }
+
+  # `terraform plan` refreshes every resource of the cluster (VPC, subnet, security group and
+  # its rules, key pair, addresses, interfaces, instances). EC2's Describe* actions support no
+  # resource-level permissions, so they take "*" ("Actions, resources, and condition keys for
+  # Amazon EC2": no resource types for the Describe actions):
+  # https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html
+  statement {
+    sid       = "DescribeForTheRefresh"
+    actions   = ["ec2:Describe*"]
+    resources = ["*"]
+  }
+
+  # A new node publishes its SSH host keys on its console; the head reads them from there,
+  # on this cluster's instances only.
+  statement {
+    sid       = "ReadTheClusterConsoles"
+    actions   = ["ec2:GetConsoleOutput"]
+    resources = ["${local.ec2_arn}:instance/*"]
+
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:ResourceTag/skyinfra:cluster"
+      values   = [var.name]
+    }
+  }
+
+  # RunInstances authorizes every resource a launch uses or creates (resource types image,
+  # instance, network-interface, security-group, subnet, volume required; key-pair,
+  # placement-group, capacity-reservation, snapshot, spot-instances-request as used):
+  # https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html#amazonec2-RunInstances
+  # The new instance and its root volume only when the request tags them as this cluster's
+  # (aws:RequestTag; the module tags both at launch, `tags` and `volume_tags`):
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ExamplePolicies_EC2.html#iam-example-runinstances
+  statement {
+    sid     = "LaunchOnlyInstancesTaggedForTheCluster"
+    actions = ["ec2:RunInstances"]
+    resources = [
+      "${local.ec2_arn}:instance/*",
+      "${local.ec2_arn}:volume/*",
+    ]
+
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/skyinfra:cluster"
+      values   = [var.name]
+    }
+  }
+
+  # The network interfaces of a launch: the provider tags none at launch (only the instance
+  # and its volumes), so aws:RequestTag cannot hold for them; they are limited to the
+  # cluster's subnet (ec2:Subnet), and an existing interface (an EFA node's, kept across its
+  # instance) must carry the cluster's tag where it carries one at all.
+  statement {
+    sid       = "LaunchInterfacesInTheClusterSubnet"
+    actions   = ["ec2:RunInstances"]
+    resources = ["${local.ec2_arn}:network-interface/*"]
+
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:Subnet"
+      values   = ["${local.ec2_arn}:subnet/${var.subnet_id}"]
+    }
+
+    condition {
+      test     = "StringEqualsIfExists"
+      variable = "ec2:ResourceTag/skyinfra:cluster"
+      values   = [var.name]
+    }
+  }
+
+  statement {
+    sid       = "LaunchWithTheClusterNetworkAndKey"
+    actions   = ["ec2:RunInstances"]
+    resources = local.head_launch_resources
+  }
+
+  # Any image of the region (the cluster's AMI is pinned in the tfvars, and a new one would
+  # replace every node, which the head cannot do), and the snapshots behind an image's volumes.
+  statement {
+    sid     = "LaunchFromImagesOfTheRegion"
+    actions = ["ec2:RunInstances"]
+    resources = [
+      "arn:${data.aws_partition.current.partition}:ec2:${data.aws_region.current[0].name}::image/*",
+      "arn:${data.aws_partition.current.partition}:ec2:${data.aws_region.current[0].name}::snapshot/*",
+    ]
+  }
+
+  # Tags only as part of the launch, never on an existing resource:
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html
+  statement {
+    sid     = "TagOnlyAtLaunch"
+    actions = ["ec2:CreateTags"]
+    resources = [
+      "${local.ec2_arn}:instance/*",
+      "${local.ec2_arn}:volume/*",
+      "${local.ec2_arn}:network-interface/*",
+    ]
+
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:CreateAction"
+      values   = ["RunInstances"]
+    }
+  }
+
+  # A new node launches with the node profile: the head may hand EC2 the node role, no other.
+  statement {
+    sid       = "PassTheNodeRoleToEC2"
+    actions   = ["iam:PassRole"]
+    resources = [aws_iam_role.this.arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "iam:PassedToService"
+      values   = ["ec2.amazonaws.com"]
+    }
+  }
+
+  # What the provider's refresh of the cluster's roles, their policies and attachments and
+  # the instance profiles calls (aws_iam_role: GetRole, ListRolePolicies, GetRolePolicy,
+  # ListAttachedRolePolicies; aws_iam_role_policy: GetRolePolicy; aws_iam_role_policy_attachment:
+  # ListAttachedRolePolicies; aws_iam_instance_profile: GetInstanceProfile), on the cluster's
+  # own roles and profiles only. Nothing that writes.
+  statement {
+    sid = "ReadTheClusterRoles"
+    actions = [
+      "iam:GetRole",
+      "iam:GetRolePolicy",
+      "iam:ListRolePolicies",
+      "iam:ListAttachedRolePolicies",
+    ]
+    resources = [aws_iam_role.this.arn, aws_iam_role.head[0].arn]
+  }
+
+  statement {
+    sid       = "ReadTheClusterInstanceProfiles"
+    actions   = ["iam:GetInstanceProfile"]
+    resources = [aws_iam_instance_profile.this.arn, aws_iam_instance_profile.head[0].arn]
+  }
+}
+
+resource "aws_iam_role" "head" {
+  count = local.head_recovery ? 1 : 0
+
+  name                  = "${var.name}-head"
+  description           = "skyinfra cluster ${var.name}: the head's role (node-0, aws.recover): the node role's permissions and re-creating this cluster's lost nodes"
+  assume_role_policy    = data.aws_iam_policy_document.assume_role.json
+  force_detach_policies = true
+
+  tags = merge(local.base_tags, { Name = "${var.name}-head" })
+}
+
+resource "aws_iam_role_policy_attachment" "head" {
+  for_each = local.head_recovery ? toset(var.instance_profile_policy_arns) : toset([])
+
+  role       = aws_iam_role.head[0].name
+  policy_arn = each.value
+}
+
+resource "aws_iam_role_policy" "head_staged_read" {
+  count = local.head_recovery && var.staged_read != null ? 1 : 0
+
+  name   = "${var.name}-staged-read"
+  role   = aws_iam_role.head[0].id
+  policy = data.aws_iam_policy_document.staged_read[0].json
+}
+
+resource "aws_iam_role_policy" "head_checkpoints" {
+  count = local.head_recovery && var.checkpoints != null ? 1 : 0
+
+  name   = "${var.name}-checkpoints"
+  role   = aws_iam_role.head[0].id
+  policy = data.aws_iam_policy_document.checkpoints[0].json
+}
+
+resource "aws_iam_role_policy" "head_recover" {
+  count = local.head_recovery ? 1 : 0
+
+  name   = "${var.name}-recover"
+  role   = aws_iam_role.head[0].id
+  policy = data.aws_iam_policy_document.head_recover[0].json
+}
+
+resource "aws_iam_instance_profile" "head" {
+  count = local.head_recovery ? 1 : 0
+
+  name = "${var.name}-head"
+  role = aws_iam_role.head[0].name
+
+  tags = merge(local.base_tags, { Name = "${var.name}-head" })
+}
+
 resource "aws_placement_group" "this" {
   count = var.placement_group_enabled ? 1 : 0
 
@@ -195,7 +464,7 @@ resource "aws_instance" "this" {
   ami                  = var.ami_id
   instance_type        = var.instance_type
   key_name             = aws_key_pair.this.key_name
-  iam_instance_profile = aws_iam_instance_profile.this.name
+  iam_instance_profile = local.head_recovery && each.key == "node-0" ? aws_iam_instance_profile.head[0].name : aws_iam_instance_profile.this.name
   placement_group      = var.placement_group_enabled ? aws_placement_group.this[0].id : null
 
   # Without EFA the instance's own primary interface carries the fixed address; with EFA the

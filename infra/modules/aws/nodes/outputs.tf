@@ -21,3 +21,8 @@ output "instance_profile_name" {
   description = "Name of the nodes' instance profile."
   value       = aws_iam_instance_profile.this.name
 }
+
+output "head_instance_profile_name" {
+  description = "Name of node-0's own instance profile with head_recovery (aws.recover), or null when off (node-0 then uses instance_profile_name)."
+  value       = try(aws_iam_instance_profile.head[0].name, null)
+}

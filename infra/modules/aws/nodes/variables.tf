@@ -278,3 +278,36 @@ variable "spot_max_price" {
     error_message = "The spot_max_price must be above 0 (USD per instance-hour), or null for the On-Demand price."
   }
 }
+
+# Unattended recovery (issue 26, aws.recover)
+variable "head_recovery" {
+  description = "Unattended recovery (aws.recover): the cluster's Terraform state in S3, which node-0 (the head) reads and writes to re-create lost or interrupted nodes. With it node-0 gets a role of its own (<name>-head): the node role's permissions plus the inline policy <name>-recover, limited to this cluster (the state object, its lock object, and launching instances tagged skyinfra:cluster = <name>). state_key is the state object's key (<prefix>/<cluster>/terraform.tfstate), lock_key Terraform's S3 lock object beside it (<state_key>.tflock, use_lockfile). null: off, and node-0 uses the node role like every node."
+  type = object({
+    bucket    = string
+    state_key = string
+    lock_key  = string
+  })
+  default = null
+
+  validation {
+    condition     = var.head_recovery == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.head_recovery.bucket))
+    error_message = "head_recovery.bucket must be an S3 bucket name: 3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit."
+  }
+
+  # The key becomes part of IAM resource ARNs and of an s3:prefix condition: a wildcard (* or ?)
+  # or a policy variable ($) would widen the head's access beyond this cluster's state.
+  validation {
+    condition     = var.head_recovery == null || can(regex("^[A-Za-z0-9!_.'()=+-]+(/[A-Za-z0-9!_.'()=+-]+)+$", var.head_recovery.state_key))
+    error_message = "head_recovery.state_key must be a state object's key in a folder (<prefix>/<cluster>/terraform.tfstate): path segments of letters, digits and !_.'()=+- joined by '/', without a leading or trailing '/' or a wildcard (* or ?), which would widen the head's access."
+  }
+
+  validation {
+    condition     = var.head_recovery == null || !contains(split("/", try(var.head_recovery.state_key, "")), "..")
+    error_message = "head_recovery.state_key must not have a '..' segment."
+  }
+
+  validation {
+    condition     = var.head_recovery == null || try(var.head_recovery.lock_key == "${var.head_recovery.state_key}.tflock", false)
+    error_message = "head_recovery.lock_key must be the state key followed by .tflock: Terraform's S3 lock object (use_lockfile = true) lies beside the state."
+  }
+}

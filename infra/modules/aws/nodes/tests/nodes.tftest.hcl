@@ -404,3 +404,210 @@ run "refuses_a_bad_checkpoint_bucket" {
 
   expect_failures = [var.checkpoints]
 }
+
+# Unattended recovery (issue 26, aws.recover): node-0 alone gets the head's role.
+run "no_head_role_by_default" {
+  command = plan
+
+  assert {
+    condition = (
+      length(aws_iam_role.head) == 0 && length(aws_iam_instance_profile.head) == 0
+      && length(aws_iam_role_policy.head_recover) == 0 && length(data.aws_iam_policy_document.head_recover) == 0
+      && length(aws_iam_role_policy_attachment.head) == 0 && length(aws_iam_role_policy.head_checkpoints) == 0
+      && length(aws_iam_role_policy.head_staged_read) == 0
+    )
+    error_message = "Without head_recovery there is no head role, profile or recover policy."
+  }
+
+  assert {
+    condition     = alltrue([for i in aws_instance.this : i.iam_instance_profile == "unit-node"])
+    error_message = "Without head_recovery every node, node-0 included, uses the node profile."
+  }
+
+  assert {
+    condition     = output.head_instance_profile_name == null
+    error_message = "The head's profile output is null when off."
+  }
+}
+
+run "head_role_for_node_0_only" {
+  command = plan
+
+  variables {
+    node_count                   = 3
+    instance_profile_policy_arns = ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"]
+    staged_read                  = { bucket = "stage-bucket", prefix = "unit/wheels/" }
+    checkpoints                  = { bucket = "ckpt-bucket", prefix = "team/ckpts" }
+    head_recovery = {
+      bucket    = "team-state"
+      state_key = "skyinfra/unit/terraform.tfstate"
+      lock_key  = "skyinfra/unit/terraform.tfstate.tflock"
+    }
+  }
+
+  assert {
+    condition     = aws_iam_role.head[0].name == "unit-head" && aws_iam_instance_profile.head[0].name == "unit-head" && aws_iam_instance_profile.head[0].role == "unit-head"
+    error_message = "The head's role and instance profile are both <name>-head."
+  }
+
+  assert {
+    condition     = aws_instance.this["node-0"].iam_instance_profile == "unit-head" && aws_instance.this["node-1"].iam_instance_profile == "unit-node" && aws_instance.this["node-2"].iam_instance_profile == "unit-node"
+    error_message = "node-0 uses the head's profile; every other node keeps the node profile."
+  }
+
+  assert {
+    condition     = aws_iam_role.head[0].tags["skyinfra:cluster"] == "unit" && aws_iam_instance_profile.head[0].tags["skyinfra:cluster"] == "unit"
+    error_message = "The head's role and profile carry the cluster's tag."
+  }
+
+  assert {
+    condition = (
+      keys(aws_iam_role_policy_attachment.head) == ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"]
+      && aws_iam_role_policy.head_staged_read[0].name == "unit-staged-read"
+      && aws_iam_role_policy.head_checkpoints[0].name == "unit-checkpoints"
+      && aws_iam_role_policy.head_recover[0].name == "unit-recover"
+    )
+    error_message = "The head gets the node role's managed policies, staged-read and checkpoints policies, plus its recover policy."
+  }
+
+  assert {
+    condition     = output.head_instance_profile_name == "unit-head" && output.instance_profile_name == "unit-node"
+    error_message = "Both profiles are in the outputs."
+  }
+}
+
+run "head_recover_policy_is_the_cluster_only" {
+  command = plan
+
+  variables {
+    node_markets = { "node-1" = "spot" }
+    head_recovery = {
+      bucket    = "team-state"
+      state_key = "skyinfra/unit/terraform.tfstate"
+      lock_key  = "skyinfra/unit/terraform.tfstate.tflock"
+    }
+  }
+
+  assert {
+    condition = (
+      data.aws_iam_policy_document.head_recover[0].statement[0].actions == toset(["s3:ListBucket"])
+      && endswith(one(data.aws_iam_policy_document.head_recover[0].statement[0].resources), ":s3:::team-state")
+      && one(data.aws_iam_policy_document.head_recover[0].statement[0].condition).variable == "s3:prefix"
+      && toset(one(data.aws_iam_policy_document.head_recover[0].statement[0].condition).values) == toset(["skyinfra/unit/*"])
+    )
+    error_message = "The head may list the cluster's state folder only."
+  }
+
+  assert {
+    condition = (
+      data.aws_iam_policy_document.head_recover[0].statement[1].actions == toset(["s3:GetObject", "s3:PutObject"])
+      && endswith(one(data.aws_iam_policy_document.head_recover[0].statement[1].resources), ":s3:::team-state/skyinfra/unit/terraform.tfstate")
+      && data.aws_iam_policy_document.head_recover[0].statement[2].actions == toset(["s3:GetObject", "s3:PutObject", "s3:DeleteObject"])
+      && endswith(one(data.aws_iam_policy_document.head_recover[0].statement[2].resources), ":s3:::team-state/skyinfra/unit/terraform.tfstate.tflock")
+    )
+    error_message = "Read and write the state object; read, write and delete its lock object; nothing else in S3."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in data.aws_iam_policy_document.head_recover[0].statement :
+      length(setintersection(s.actions, toset(["ec2:TerminateInstances", "ec2:StopInstances", "ec2:ModifyInstanceAttribute", "iam:PutRolePolicy", "iam:CreateRole", "iam:AttachRolePolicy", "s3:DeleteBucket"]))) == 0
+      && !anytrue([for a in s.actions : startswith(a, "ec2:Delete") || startswith(a, "iam:Delete") || startswith(a, "iam:Put") || startswith(a, "iam:Create") || a == "*" || a == "ec2:*" || a == "s3:*" || a == "iam:*"])
+    ])
+    error_message = "The head may terminate, delete or write IAM nothing."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in data.aws_iam_policy_document.head_recover[0].statement :
+      s.sid != "LaunchOnlyInstancesTaggedForTheCluster" || (
+        one(s.condition).variable == "aws:RequestTag/skyinfra:cluster" && toset(one(s.condition).values) == toset(["unit"])
+        && alltrue([for r in s.resources : endswith(r, ":instance/*") || endswith(r, ":volume/*")])
+      )
+    ])
+    error_message = "New instances and volumes only with the cluster's tag in the request."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in data.aws_iam_policy_document.head_recover[0].statement :
+      s.sid != "LaunchWithTheClusterNetworkAndKey" || (
+        anytrue([for r in s.resources : endswith(r, ":subnet/subnet-0123456789abcdef0")])
+        && anytrue([for r in s.resources : endswith(r, ":security-group/sg-0123456789abcdef0")])
+        && anytrue([for r in s.resources : endswith(r, ":spot-instances-request/*")])
+        && !anytrue([for r in s.resources : endswith(r, ":subnet/*") || endswith(r, ":security-group/*")])
+      )
+    ])
+    error_message = "The launch may use the cluster's subnet and security group only (and a Spot request with Spot nodes)."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in data.aws_iam_policy_document.head_recover[0].statement :
+      s.sid != "PassTheNodeRoleToEC2" || (
+        s.actions == toset(["iam:PassRole"]) && length(s.resources) == 1
+        && one(s.condition).variable == "iam:PassedToService" && toset(one(s.condition).values) == toset(["ec2.amazonaws.com"])
+      )
+    ])
+    error_message = "The head may pass the node role, to EC2 only."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in data.aws_iam_policy_document.head_recover[0].statement :
+      s.sid != "TagOnlyAtLaunch" || (one(s.condition).variable == "ec2:CreateAction" && toset(one(s.condition).values) == toset(["RunInstances"]))
+    ])
+    error_message = "Tags only at launch."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in data.aws_iam_policy_document.head_recover[0].statement :
+      s.sid != "ReadTheClusterConsoles" || (
+        one(s.condition).variable == "ec2:ResourceTag/skyinfra:cluster" && toset(one(s.condition).values) == toset(["unit"])
+        && alltrue([for r in s.resources : endswith(r, ":instance/*")])
+      )
+    ])
+    error_message = "Console output of the cluster's instances only."
+  }
+}
+
+run "refuses_a_wildcard_state_key" {
+  command = plan
+
+  variables {
+    head_recovery = { bucket = "team-state", state_key = "skyinfra/*/terraform.tfstate", lock_key = "skyinfra/*/terraform.tfstate.tflock" }
+  }
+
+  expect_failures = [var.head_recovery]
+}
+
+run "refuses_a_state_key_outside_a_folder" {
+  command = plan
+
+  variables {
+    head_recovery = { bucket = "team-state", state_key = "terraform.tfstate", lock_key = "terraform.tfstate.tflock" }
+  }
+
+  expect_failures = [var.head_recovery]
+}
+
+run "refuses_a_lock_key_away_from_the_state" {
+  command = plan
+
+  variables {
+    head_recovery = { bucket = "team-state", state_key = "skyinfra/unit/terraform.tfstate", lock_key = "skyinfra/other/terraform.tfstate.tflock" }
+  }
+
+  expect_failures = [var.head_recovery]
+}
+
+run "refuses_a_bad_state_bucket" {
+  command = plan
+
+  variables {
+    head_recovery = { bucket = "Team_State", state_key = "skyinfra/unit/terraform.tfstate", lock_key = "skyinfra/unit/terraform.tfstate.tflock" }
+  }
+
+  expect_failures = [var.head_recovery]
+}
