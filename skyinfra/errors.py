@@ -360,6 +360,13 @@ class StateLockedError(TerraformError):
         )
 
 
+class JobNoLongerWaits(SkyinfraError):
+    """An unattended recovery found its job recovered by someone else, or cancelled, while
+    it waited for the workspace: nothing to do."""
+
+    exit_code = exitcodes.OK
+
+
 class Detached(BaseException):
     """Raised in `run` on SIGHUP: stop following, leave the job running. ``job_id``: the job
     that goes on ("" when none was started yet)."""

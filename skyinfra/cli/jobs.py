@@ -153,9 +153,11 @@ def jobs(
     from skyinfra.errors import UsageError
 
     if len(words) == 2 and words[0] == "recover":
+        from skyinfra.errors import JobNoLongerWaits
+
         try:
             _recover(clusters_root, cluster_name, words[1], unattended=unattended)
-        except _NoLongerNeeded:
+        except JobNoLongerWaits:
             echo(f"[skyinfra] job {words[1]} no longer waits for its nodes: nothing to do")
         return
     if unattended:
@@ -390,10 +392,6 @@ UNATTENDED_LOCK_WAIT_S = 30 * 60.0
 LOCK_RETRY_S = 5.0
 
 
-class _NoLongerNeeded(Exception):
-    """The job no longer waits for its nodes (recovered by someone else, or cancelled)."""
-
-
 @contextlib.contextmanager
 def _workspace_lock(
     ws: Workspace,
@@ -404,8 +402,8 @@ def _workspace_lock(
 ) -> Iterator[None]:
     """The workspace's lock; with ``wait``, a busy workspace is retried (said once) until
     UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once, while ``still_needed``
-    (else _NoLongerNeeded)."""
-    from skyinfra.errors import WorkspaceBusyError
+    (else JobNoLongerWaits)."""
+    from skyinfra.errors import JobNoLongerWaits, WorkspaceBusyError
 
     give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
     said = False
@@ -422,7 +420,7 @@ def _workspace_lock(
                     said = True
                 time.sleep(LOCK_RETRY_S)
                 if not still_needed():
-                    raise _NoLongerNeeded from None
+                    raise JobNoLongerWaits from None
         yield
 
 

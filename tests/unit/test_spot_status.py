@@ -1,9 +1,11 @@
-"""`skyinfra status` reads each answering node's Spot interruption notice (the
-``interruption.json`` its watcher or IMDS stand-in wrote) through the node's transport."""
+"""`skyinfra status` reads each answering node's Spot interruption notice through the node's
+transport: the node's runtime (`skyinfra-runtime notice`, a real process here) answers with
+the ``interruption.json`` its watcher or IMDS stand-in wrote."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from skyinfra.lifecycle import _interruptions
@@ -16,8 +18,11 @@ def test_status_reads_the_notice_of_each_answering_node(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "c")
     for i in range(3):
         node = ws.nodes_dir / f"node-{i}"
-        node.mkdir(parents=True)
+        (node / "venv" / "bin").mkdir(parents=True)
         (node / ".skyinfra-node").touch()
+        # The node's runtime: this environment's.
+        runtime = Path(sys.executable).parent / "skyinfra-runtime"
+        (node / "venv" / "bin" / "skyinfra-runtime").symlink_to(runtime)
     notice = {"action": "terminate", "time": 1795508520.0, "noticed_at": 1795508400.0}
     (ws.nodes_dir / "node-1" / "interruption.json").write_text(json.dumps(notice))
     (ws.nodes_dir / "node-2" / "interruption.json").write_text("not json")
