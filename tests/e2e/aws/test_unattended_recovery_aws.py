@@ -208,3 +208,85 @@ def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
     # The operator's key never reached node 0; the cluster's own key did.
     operator_key = operator_key_path.read_text().splitlines()[1]
     assert files_holding(node_root(env, 0), operator_key) == []
+
+
+def _by_sid(policy: str) -> dict[str, dict[str, Any]]:
+    return {s["Sid"]: s for s in json.loads(policy)["Statement"]}
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def test_the_heads_role_is_node_0s_alone_and_scoped_to_the_cluster(
+    project: Path, env: dict[str, str]
+) -> None:
+    """What `up` applied (read back from the shared state: the policy's ARNs are known only
+    once applied): node-0 has the head's profile, node-1 the node profile, and the recover
+    policy holds this cluster's conditions and nothing to delete or terminate with."""
+    state = client(env, "s3").get_object(Bucket=STATE_BUCKET, Key=f"sky/{NAME}/terraform.tfstate")
+    resources = {
+        (r.get("module", ""), r["type"], r["name"]): r["instances"]
+        for r in json.loads(state["Body"].read())["resources"]
+        if r["mode"] == "managed"
+    }
+
+    def values(rtype: str, name: str, key: Any = None) -> dict[str, Any]:
+        for instance in resources[("module.nodes", rtype, name)]:
+            if instance.get("index_key") == key:
+                return dict(instance["attributes"])
+        raise AssertionError(f"no {rtype}.{name}[{key!r}] in the state")
+
+    assert values("aws_instance", "this", "node-0")["iam_instance_profile"] == f"{NAME}-head"
+    assert values("aws_instance", "this", "node-1")["iam_instance_profile"] == f"{NAME}-node"
+    node_role = values("aws_iam_role", "this")["arn"]
+    subnet = values("aws_instance", "this", "node-1")["subnet_id"]
+    recover = values("aws_iam_role_policy", "head_recover", 0)
+    assert recover["role"] == f"{NAME}-head" and recover["name"] == f"{NAME}-recover"
+    sids = _by_sid(recover["policy"])
+    assert sids["ListTheClusterStateFolder"]["Condition"] == {
+        "StringLike": {"s3:prefix": f"sky/{NAME}/*"}
+    }
+    state_arn = f"arn:aws:s3:::{STATE_BUCKET}/sky/{NAME}/terraform.tfstate"
+    assert sids["ReadWriteTheClusterState"]["Resource"] == state_arn
+    assert sorted(_listed(sids["TakeAndReleaseTheStateLock"]["Action"])) == [
+        "s3:DeleteObject",
+        "s3:GetObject",
+        "s3:PutObject",
+    ]
+    assert sids["TakeAndReleaseTheStateLock"]["Resource"] == f"{state_arn}.tflock"
+    assert sids["DescribeForTheRefresh"]["Resource"] == "*"
+    assert sids["ReadTheClusterConsoles"]["Condition"] == {
+        "StringEquals": {"ec2:ResourceTag/skyinfra:cluster": NAME}
+    }
+    launch = sids["LaunchOnlyInstancesTaggedForTheCluster"]
+    assert launch["Condition"] == {"StringEquals": {"aws:RequestTag/skyinfra:cluster": NAME}}
+    assert sorted(r.rsplit(":", 1)[1] for r in _listed(launch["Resource"])) == [
+        "instance/*",
+        "volume/*",
+    ]
+    interfaces = sids["LaunchInterfacesInTheClusterSubnet"]["Condition"]
+    assert interfaces["StringEquals"]["ec2:Subnet"].endswith(f":subnet/{subnet}")
+    assert interfaces["StringEqualsIfExists"] == {"ec2:ResourceTag/skyinfra:cluster": NAME}
+    network = _listed(sids["LaunchWithTheClusterNetworkAndKey"]["Resource"])
+    assert any(r.endswith(f":subnet/{subnet}") for r in network)
+    assert not any(r.endswith("/*") for r in network), network  # exact ARNs only
+    assert sids["TagOnlyAtLaunch"]["Condition"] == {
+        "StringEquals": {"ec2:CreateAction": "RunInstances"}
+    }
+    assert sids["PassTheNodeRoleToEC2"]["Resource"] == node_role
+    assert sids["PassTheNodeRoleToEC2"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
+    }
+    actions = {a for s in sids.values() for a in _listed(s["Action"])}
+    assert not {a for a in actions if a.split(":")[1].startswith(("Terminate", "Delete"))} - {
+        "s3:DeleteObject"
+    }
+    assert not {a for a in actions if a.startswith("iam:")} - {
+        "iam:PassRole",
+        "iam:GetRole",
+        "iam:GetRolePolicy",
+        "iam:ListRolePolicies",
+        "iam:ListAttachedRolePolicies",
+        "iam:GetInstanceProfile",
+    }

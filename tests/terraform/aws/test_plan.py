@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -129,114 +128,6 @@ def test_spot_workers_apply_with_market_options_and_the_head_on_demand(
             for i in r["Instances"]
         }
         assert lifecycle == {"node-0": "on-demand", "node-1": "spot"}
-    finally:
-        engine.destroy()
-
-
-def _by_sid(policy: str) -> dict[str, dict[str, Any]]:
-    return {s["Sid"]: s for s in json.loads(policy)["Statement"]}
-
-
-def _listed(value: str | list[str]) -> list[str]:
-    return [value] if isinstance(value, str) else value
-
-
-def test_head_role_applies_scoped_to_the_cluster(
-    terraform: TerraformFactory, aws_env: str, tmp_path: Path
-) -> None:
-    """Issue 26, aws.recover: node-0 launches with the head's profile, the others with the
-    node profile; the head's recover policy, as applied (its ARNs are known only then), is
-    read back from the state and holds this cluster's conditions and nothing to delete with."""
-    params = AwsClusterParams(
-        cluster_name="moto-head",
-        region=REGION,
-        availability_zone=f"{REGION}a",
-        instance_type="t3.micro",
-        ami_id="ami-12c6146b",
-        node_count=2,
-        ssh_public_key=SSH_KEY,
-        ssh_ingress_cidrs=["203.0.113.7/32"],
-        head_recovery=("team-state", "skyinfra/moto-head/terraform.tfstate"),
-    )
-    root = write_root(tmp_path, params, Emulator(url=aws_env))
-    engine = terraform(root)
-    engine.init()
-    engine.plan(out="tfplan")
-    plan = engine.show_plan("tfplan")
-    after = {c["address"]: c["change"]["after"] for c in plan["resource_changes"]}
-    nodes = "module.nodes.aws_instance.this"
-    assert after[f'{nodes}["node-0"]']["iam_instance_profile"] == "moto-head-head"
-    assert after[f'{nodes}["node-1"]']["iam_instance_profile"] == "moto-head-node"
-    assert after["module.nodes.aws_iam_role.head[0]"]["name"] == "moto-head-head"
-    assert after["module.nodes.aws_iam_role_policy.head_recover[0]"]["name"] == "moto-head-recover"
-    engine.apply("tfplan")
-    try:
-        code, out, err = engine.command(["show", "-json", "-no-color"])
-        assert code == 0, err
-        resources = {
-            r["address"]: r["values"]
-            for module in json.loads(out)["values"]["root_module"]["child_modules"]
-            for r in module["resources"]
-            if r["mode"] == "managed"
-        }
-        node_role = resources["module.nodes.aws_iam_role.this"]["arn"]
-        subnet = resources['module.nodes.aws_instance.this["node-1"]']["subnet_id"]
-        recover = resources["module.nodes.aws_iam_role_policy.head_recover[0]"]
-        assert recover["role"] == "moto-head-head"
-        sids = _by_sid(recover["policy"])
-        assert sids["ListTheClusterStateFolder"]["Condition"] == {
-            "StringLike": {"s3:prefix": "skyinfra/moto-head/*"}
-        }
-        assert sids["ReadWriteTheClusterState"]["Resource"] == (
-            "arn:aws:s3:::team-state/skyinfra/moto-head/terraform.tfstate"
-        )
-        assert sorted(_listed(sids["TakeAndReleaseTheStateLock"]["Action"])) == [
-            "s3:DeleteObject",
-            "s3:GetObject",
-            "s3:PutObject",
-        ]
-        assert sids["TakeAndReleaseTheStateLock"]["Resource"] == (
-            "arn:aws:s3:::team-state/skyinfra/moto-head/terraform.tfstate.tflock"
-        )
-        assert sids["DescribeForTheRefresh"]["Resource"] == "*"
-        assert sids["ReadTheClusterConsoles"]["Condition"] == {
-            "StringEquals": {"ec2:ResourceTag/skyinfra:cluster": "moto-head"}
-        }
-        launch = sids["LaunchOnlyInstancesTaggedForTheCluster"]
-        assert launch["Condition"] == {
-            "StringEquals": {"aws:RequestTag/skyinfra:cluster": "moto-head"}
-        }
-        assert sorted(r.rsplit(":", 1)[1] for r in _listed(launch["Resource"])) == [
-            "instance/*",
-            "volume/*",
-        ]
-        interfaces = sids["LaunchInterfacesInTheClusterSubnet"]["Condition"]
-        assert interfaces["StringEquals"]["ec2:Subnet"].endswith(f":subnet/{subnet}")
-        assert interfaces["StringEqualsIfExists"] == {
-            "ec2:ResourceTag/skyinfra:cluster": "moto-head"
-        }
-        network = _listed(sids["LaunchWithTheClusterNetworkAndKey"]["Resource"])
-        assert any(r.endswith(f":subnet/{subnet}") for r in network)
-        assert not any(r.endswith("/*") for r in network), network  # exact ARNs only
-        assert sids["TagOnlyAtLaunch"]["Condition"] == {
-            "StringEquals": {"ec2:CreateAction": "RunInstances"}
-        }
-        assert sids["PassTheNodeRoleToEC2"]["Resource"] == node_role
-        assert sids["PassTheNodeRoleToEC2"]["Condition"] == {
-            "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
-        }
-        actions = {a for s in sids.values() for a in _listed(s["Action"])}
-        assert not {a for a in actions if a.split(":")[1].startswith(("Terminate", "Delete"))} - {
-            "s3:DeleteObject"
-        }
-        assert not {a for a in actions if a.startswith("iam:")} - {
-            "iam:PassRole",
-            "iam:GetRole",
-            "iam:GetRolePolicy",
-            "iam:ListRolePolicies",
-            "iam:ListAttachedRolePolicies",
-            "iam:GetInstanceProfile",
-        }
     finally:
         engine.destroy()
 
