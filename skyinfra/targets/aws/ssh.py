@@ -18,6 +18,7 @@ import binascii
 import contextlib
 import hashlib
 import logging
+import os
 import posixpath
 import shlex
 import threading
@@ -493,15 +494,19 @@ class SshTransport:
             sftp.close()
 
     def fetch(self, node: int, remote: str, local: Path) -> bool:
-        """Copy a file back; False when it does not exist on the node."""
+        """Copy a file back; False when it does not exist on the node (or went while it was
+        read: a node being lost). ``local`` is replaced only by a whole copy."""
         sftp = self._client(node).open_sftp()
+        part = local.with_name(f".{local.name}.{os.getpid()}.part")
         try:
             try:
                 sftp.stat(remote)
+                local.parent.mkdir(parents=True, exist_ok=True)
+                sftp.get(remote, str(part))
             except FileNotFoundError:
                 return False
-            local.parent.mkdir(parents=True, exist_ok=True)
-            sftp.get(remote, str(local))
+            os.replace(part, local)
             return True
         finally:
+            part.unlink(missing_ok=True)
             sftp.close()

@@ -178,9 +178,10 @@ def ws(project: Path) -> Path:
     return project / ".skyinfra" / "clusters" / NAME
 
 
-def provision(project: Path, env: dict[str, str], node: int) -> None:
+def provision(project: Path, env: dict[str, str], node: int, cluster: str = NAME) -> None:
     """What cloud-init does at a node's first boot: the node's user data, run in its root."""
-    tfvars = json.loads((ws(project) / "terraform.tfvars.json").read_text())
+    workspace = project / ".skyinfra" / "clusters" / cluster
+    tfvars = json.loads((workspace / "terraform.tfvars.json").read_text())
     done = provision_in_root(
         user_data_text(tfvars["user_data"][f"node-{node}"]), node_root(env, node)
     )
@@ -319,30 +320,7 @@ def lose_node_during_a_run(
     errors: list[BaseException] = []
 
     def boot_the_replacement() -> None:
-        """Cloud-init's part on the new instance: once Terraform made it, provision its root."""
-        try:
-            old = {n["instance_id"] for n in before["nodes"]}
-            until = time.monotonic() + 300
-            while time.monotonic() < until:
-                live = ec2.describe_instances(
-                    Filters=[
-                        {"Name": "tag:skyinfra:cluster", "Values": [NAME]},
-                        {"Name": "instance-state-name", "Values": ["pending", "running"]},
-                    ]
-                )
-                new = [
-                    i["InstanceId"]
-                    for r in live["Reservations"]
-                    for i in r["Instances"]
-                    if i["InstanceId"] not in old
-                ]
-                if new and (ws(project) / "terraform.tfvars.json").is_file():
-                    replaced.extend(new)
-                    provision(project, env, node)
-                    return
-                time.sleep(0.5)
-        except BaseException as err:  # said by the test, not lost in the thread
-            errors.append(err)
+        boot_replacement(project, env, node, before, replaced, errors)
 
     with out_file.open("w+") as out:
         argv = ["run", "--max-restarts", "1", "--checkpoints", name, "entry.py:lost_at_3"]
@@ -372,6 +350,45 @@ def lose_node_during_a_run(
     assert not errors, errors
     after = json.loads((ws(project) / "topology.json").read_text())
     return said, code, before, after, replaced
+
+
+def boot_replacement(
+    project: Path,
+    env: dict[str, str],
+    node: int,
+    before: dict[str, Any],
+    replaced: list[str],
+    errors: list[BaseException],
+    cluster: str = NAME,
+) -> None:
+    """Cloud-init's part on the instance Terraform makes for ``node`` (whoever runs it): once
+    EC2 lists it, provision its root. Run in a thread: its ids go to ``replaced``, a failure
+    to ``errors``."""
+    try:
+        ec2 = client(env, "ec2")
+        old = {n["instance_id"] for n in before["nodes"]}
+        until = time.monotonic() + 300
+        while time.monotonic() < until:
+            live = ec2.describe_instances(
+                Filters=[
+                    {"Name": "tag:skyinfra:cluster", "Values": [cluster]},
+                    {"Name": "instance-state-name", "Values": ["pending", "running"]},
+                ]
+            )
+            new = [
+                i["InstanceId"]
+                for r in live["Reservations"]
+                for i in r["Instances"]
+                if i["InstanceId"] not in old
+            ]
+            tfvars = project / ".skyinfra" / "clusters" / cluster / "terraform.tfvars.json"
+            if new and tfvars.is_file():
+                replaced.extend(new)
+                provision(project, env, node, cluster)
+                return
+            time.sleep(0.5)
+    except BaseException as err:  # said by the test, not lost in the thread
+        errors.append(err)
 
 
 def replaced_and_resumed(

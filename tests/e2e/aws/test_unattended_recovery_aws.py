@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,20 +25,22 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import skyinfra_argv
 from tests.e2e.aws.test_cli import NO_SPACE, count_cluster_resources, skyinfra
 from tests.e2e.aws.test_recovery_aws import (
     BUCKET,
     CKPT_PREFIX,
     ENTRY,
+    boot_replacement,
     client,
     kill_all,
     node_root,
     processes_under,
-    provision_in_root,
     saved_step,
     user_data_text,
 )
 from tests.e2e.aws.test_recovery_aws import env as recovery_env  # noqa: F401 (the fixture)
+from tests.e2e.aws.test_recovery_aws import provision as recovery_provision
 from tests.e2e.aws.test_run_over_ssh import files_holding
 
 pytestmark = pytest.mark.slow
@@ -56,11 +59,7 @@ def ws(project: Path) -> Path:
 
 
 def provision(project: Path, env: dict[str, str], node: int) -> None:
-    tfvars = json.loads((ws(project) / "terraform.tfvars.json").read_text())
-    done = provision_in_root(
-        user_data_text(tfvars["user_data"][f"node-{node}"]), node_root(env, node)
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    recovery_provision(project, env, node, NAME)
 
 
 def authorize_the_clusters_key(project: Path, sshd_dir: Path) -> str:
@@ -121,11 +120,30 @@ def record_of(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
     return dict(json.loads(shown.stdout))
 
 
+def lose_node_1(
+    project: Path, env: dict[str, str], before: dict[str, Any]
+) -> tuple[threading.Thread, list[str], list[BaseException]]:
+    """Node 1 lost as a machine is (EC2 terminates its instance, its processes and disk go),
+    and cloud-init's part on the instance node 0's Terraform makes for it, in a thread."""
+    client(env, "ec2").terminate_instances(InstanceIds=[before["nodes"][1]["instance_id"]])
+    root = node_root(env, 1)
+    kill_all(processes_under(root))
+    shutil.rmtree(root)
+    replaced: list[str] = []
+    errors: list[BaseException] = []
+    booter = threading.Thread(
+        target=boot_replacement,
+        args=(project, env, 1, before, replaced, errors, NAME),
+        daemon=True,
+    )
+    booter.start()
+    return booter, replaced, errors
+
+
 def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
     project: Path, env: dict[str, str], sshd: Any
 ) -> None:
     operator_key_path = sshd[1]
-    ec2 = client(env, "ec2")
     before = json.loads((ws(project) / "topology.json").read_text())
     started = skyinfra(
         "run", "-d", "--max-restarts", "1", "--checkpoints", "unattended",
@@ -144,41 +162,7 @@ def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
     while saved_step(env, "unattended", 1) != 3:
         assert time.monotonic() < until, record_of(project, env, job)
         time.sleep(0.5)
-    replaced: list[str] = []
-    errors: list[BaseException] = []
-
-    def boot_the_replacement() -> None:
-        """Cloud-init's part on the instance node 0's Terraform makes: provision its root."""
-        try:
-            old = {n["instance_id"] for n in before["nodes"]}
-            end = time.monotonic() + 300
-            while time.monotonic() < end:
-                live = ec2.describe_instances(
-                    Filters=[
-                        {"Name": "tag:skyinfra:cluster", "Values": [NAME]},
-                        {"Name": "instance-state-name", "Values": ["pending", "running"]},
-                    ]
-                )
-                new = [
-                    i["InstanceId"]
-                    for r in live["Reservations"]
-                    for i in r["Instances"]
-                    if i["InstanceId"] not in old
-                ]
-                if new:
-                    replaced.extend(new)
-                    provision(project, env, 1)
-                    return
-                time.sleep(0.5)
-        except BaseException as err:  # said by the test, not lost in the thread
-            errors.append(err)
-
-    ec2.terminate_instances(InstanceIds=[before["nodes"][1]["instance_id"]])
-    root = node_root(env, 1)
-    kill_all(processes_under(root))
-    shutil.rmtree(root)
-    booter = threading.Thread(target=boot_the_replacement, daemon=True)
-    booter.start()
+    booter, replaced, errors = lose_node_1(project, env, before)
 
     record: dict[str, Any] = {}
     until = time.monotonic() + 600
@@ -208,6 +192,47 @@ def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
     # The operator's key never reached node 0; the cluster's own key did.
     operator_key = operator_key_path.read_text().splitlines()[1]
     assert files_holding(node_root(env, 0), operator_key) == []
+
+
+def test_an_attached_run_follows_the_attempt_node_0_starts(
+    project: Path, env: dict[str, str]
+) -> None:
+    """On AWS an attached `run` leaves the lost node to node 0 (two replacing it would race),
+    waits for node 0's attempt and follows it to the end."""
+    out_file = project / "attached.out"
+    argv = ["run", "--max-restarts", "1", "--checkpoints", "attached", "entry.py:lost_at_3"]
+    with out_file.open("w+") as out:
+        proc = subprocess.Popen(
+            [*skyinfra_argv(), *argv], cwd=project, env=env, stdout=out,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            until = time.monotonic() + 180  # a bound on the wait, not an assertion on time
+            while saved_step(env, "attached", 1) != 3:
+                assert proc.poll() is None and time.monotonic() < until, out_file.read_text()
+                time.sleep(0.5)
+            # `run` refreshed topology.json from the shared state before it started.
+            before = json.loads((ws(project) / "topology.json").read_text())
+            booter, replaced, errors = lose_node_1(project, env, before)
+            code = proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    booter.join(timeout=60)
+    said = out_file.read_text()
+    assert not errors, errors
+    assert code == 0, said
+    assert "node-0 replaces the lost node(s) and starts the next attempt itself" in said, said
+    assert "node-1 lost: replacing it" not in said, said  # not from here
+    assert replaced, said
+    job = max((ws(project) / "runs").iterdir(), key=lambda p: p.stat().st_mtime).name
+    record = record_of(project, env, job)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    first = record["attempts"][0]
+    assert first["restarted_by"] == "node-0 (unattended recovery), after replacing the lost node(s)"
+    values = [n["result"]["workers"][0]["value"] for n in record["nodes"]]
+    assert [(v["attempt"], v["node"], v["resumed_after"]) for v in values] == [(2, 0, 3), (2, 1, 3)]
 
 
 def _by_sid(policy: str) -> dict[str, dict[str, Any]]:

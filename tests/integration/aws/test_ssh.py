@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from skyinfra.errors import TransportError
@@ -158,3 +159,28 @@ def test_changed_host_key_is_refused(sshd: tuple[SshTarget, Path], tmp_path: Pat
     ssh = SshTransport({0: target}, key_path=key, known_hosts=known)
     with pytest.raises(TransportError, match="host key changed"):
         ssh.check_call(0, "true")
+
+
+def test_a_file_gone_during_fetch_is_missing_and_the_local_copy_stays(
+    transport: SshTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's file can go between the look and the copy (its node lost, its folder gone):
+    fetch says it is missing, and the caller's earlier copy is kept whole (a follower's copy
+    of a job's record is what `jobs recover` works from once the head is gone)."""
+    remote = tmp_path / "node" / "record.json"
+    remote.parent.mkdir()
+    remote.write_text('{"state": "running"}')
+    local = tmp_path / "copy" / "record.json"
+    local.parent.mkdir()
+    local.write_text('{"state": "starting"}')
+    real_stat = paramiko.SFTPClient.stat
+
+    def stat_then_lose_the_node(self: paramiko.SFTPClient, path: str) -> paramiko.SFTPAttributes:
+        found = real_stat(self, path)
+        remote.unlink()  # the node's disk goes right after the look
+        return found
+
+    monkeypatch.setattr(paramiko.SFTPClient, "stat", stat_then_lose_the_node)
+    assert transport.fetch(0, str(remote), local) is False
+    assert local.read_text() == '{"state": "starting"}'
+    assert [p.name for p in local.parent.iterdir()] == ["record.json"]  # no temporary left
