@@ -553,26 +553,3 @@ def test_checkpoints_delete_refuses_a_set_that_a_running_job_uses(
     gone = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert not busy.exists()
-
-
-def test_status_shows_a_notice_on_a_node_that_runs_no_job(
-    project: Path, env: dict[str, str]
-) -> None:
-    """A Spot notice on an idle node (no job's agent watches it): `status` asks the node,
-    whose runtime asks its metadata service, and shows it; `up` then replaces the node once
-    it went."""
-    node_1 = ws(project) / "nodes" / "node-1"
-    assert not (node_1 / "interruption.json").exists()
-    drill = cli(["drill", "interrupt", "node-1", "--notice-seconds", "20", "--yes"], project, env)
-    assert drill.returncode == 0, drill.stdout + drill.stderr
-    shown = cli(["status"], project, env)
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert "interrupted at" in shown.stdout and "(Spot notice: terminate at" in shown.stdout
-    assert json.loads((node_1 / "interruption.json").read_text())["action"] == "terminate"
-    until = time.monotonic() + 60  # a bound on the wait, not an assertion on time
-    while node_1.exists():
-        assert time.monotonic() < until
-        time.sleep(0.5)
-    up = cli(["up"], project, env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert (node_1 / ".skyinfra-node").is_file()
