@@ -271,7 +271,7 @@ def _recover(
     from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
     from skyinfra.errors import UsageError
-    from skyinfra.run.job import HEAD_LOST, Restarts, find_job, head_gone
+    from skyinfra.run.job import HEAD_LOST, RECOVERABLE_STATES, Restarts, find_job, head_gone
     from skyinfra.run.jobenv import resolve
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
     from skyinfra.run.session import (
@@ -293,7 +293,7 @@ def _recover(
     else:
         job = find_job(transport, job_id)
         state = str(job.get("state"))
-    if state not in ("needs_nodes", "lost"):
+    if state not in RECOVERABLE_STATES:
         raise UsageError(
             f"job {job_id} is {state}: only a job that lost a node and waits for it "
             "(needs_nodes), or whose supervisor was killed (lost), is recovered; "
@@ -343,7 +343,7 @@ def _recover(
     copy_cache = None if unattended else ws.copy_cache_file  # node 0's copy: not the project
 
     def still_needed() -> bool:
-        return str(find_job(transport, job_id).get("state")) in ("needs_nodes", "lost")
+        return str(find_job(transport, job_id).get("state")) in RECOVERABLE_STATES
 
     with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended, still_needed=still_needed):
         if state == "lost":

@@ -21,14 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# In the command and its settings: node 0's directory, which the runtime fills in there.
 from skyinfra.transport.base import NodeTransport
 
 # The operator's settings the recovery command needs as `up` had them: where skyinfra keeps
 # clusters and caches, which Terraform and provider mirror it uses, its Go settings.
 # SKYINFRA_NODE* and the shared dir are a node process's own, not the operator's.
-# In the command and its settings: node 0's directory, filled in there (the runtime's
-# skyinfra_runtime.jobs.recovery.NODE_DIR_FIELD).
-NODE_DIR_FIELD = "{node_dir}"
 _SETTINGS = ("TF_CLI_CONFIG_FILE", "TF_PLUGIN_CACHE_DIR", "GOGC", "GOMEMLIMIT", "PATH", "HOME")
 _NODE_OWN = ("SKYINFRA_NODE", "SKYINFRA_SHARED_DIR", "SKYINFRA_LOCAL_NODE_DIR")
 

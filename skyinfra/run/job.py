@@ -51,6 +51,9 @@ SUPERVISOR_QUIET_S = 10.0
 STARTED_WAIT_S = 60.0
 # needs_nodes: a node of the job was lost; `run` (attached) or `jobs recover` replaces it.
 FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
+# What `jobs recover` starts again: a job that lost nodes and waits for them, or whose
+# supervisor was killed.
+RECOVERABLE_STATES = ("needs_nodes", "lost")
 # `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
 # without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
 # pass that prints only at its end: each can take 10-20 minutes), shorter than the idle

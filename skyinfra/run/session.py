@@ -50,6 +50,7 @@ from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import (
     HEAD_LOST,
+    RECOVERABLE_STATES,
     JobClient,
     JobNodeProcess,
     Restarts,
@@ -187,15 +188,9 @@ def run_on_cluster(
     _copy_to_nodes(transport, report, src, topology_file, wanted, echo, run_files or {})
     startup.mark("copied")
     if detach:
-        started = False
-        try:
-            _start_job(
-                transport, topology, report, entry, args, keep_runs, job_env, checkpoints, restarts
-            )
-            started = True
-            wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
-        except Detached as hup:
-            raise Detached(hup.job_id or (report.run_id if started else "")) from None
+        _start_and_wait(
+            transport, topology, report, entry, args, keep_runs, job_env, checkpoints, restarts
+        )
         return report
     _run_all(
         transport,
@@ -399,11 +394,11 @@ def _start_detached_attempt(
     node 0 no longer waits (cancelled while its nodes were being replaced)."""
     with contextlib.suppress(TransportError, UsageError):  # node 0 replaced: no record
         state = find_job(transport, report.run_id).get("state")
-        if state not in ("needs_nodes", "lost"):
+        if state not in RECOVERABLE_STATES:
             echo(f"[skyinfra] the job is {state} now: it is not started again")
             report.job_state = str(state)
             return
-    _start_job(
+    _start_and_wait(
         transport,
         topology,
         report,
@@ -415,9 +410,42 @@ def _start_detached_attempt(
         restarts,
         report.attempts,
     )
-    wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
     report.job_state = "running"
     echo(f"[skyinfra] job {report.run_id} started as attempt {len(report.attempts) + 1}")
+
+
+def _start_and_wait(
+    transport: NodeTransport,
+    topology: Topology,
+    report: RunReport,
+    entry: str,
+    args: Sequence[str],
+    keep_runs: int,
+    job_env: JobEnv | None,
+    checkpoints: str | None,
+    restarts: Restarts | None,
+    attempts_before: Sequence[Mapping[str, object]] = (),
+) -> None:
+    """The job started on every node, not followed: returns once every agent said so. A
+    hang-up (``Detached``) names the job once its agents were started, none before."""
+    started = False
+    try:
+        _start_job(
+            transport,
+            topology,
+            report,
+            entry,
+            args,
+            keep_runs,
+            job_env,
+            checkpoints,
+            restarts,
+            attempts_before,
+        )
+        started = True
+        wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+    except Detached as hup:
+        raise Detached(hup.job_id or (report.run_id if started else "")) from None
 
 
 def time_left(report: RunReport) -> float | None:

@@ -25,6 +25,10 @@ import shutil
 import sys
 from pathlib import Path
 
+# A command the operator hands a node may name the node's directory with this field, which
+# the node fills in (the operator may not know it: skyinfra_runtime.jobs.recovery).
+NODE_DIR_FIELD = "{node_dir}"
+
 NODE_DIR_ENV = "SKYINFRA_NODE_DIR"
 RUN_DIR_ENV = "SKYINFRA_RUN_DIR"
 SHARED_DIR_ENV = "SKYINFRA_SHARED_DIR"

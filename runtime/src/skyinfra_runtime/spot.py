@@ -249,8 +249,10 @@ def node_interruption(node_dir: str | Path) -> dict[str, Any] | None:
     if notice is None:
         return None
     data = notice.to_dict()
+    # As the job's agent and the stand-in write it: whole (a reader sees old or new), 0600.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        json.dump(data, f)
     os.replace(tmp, path)
     return data
 

@@ -23,22 +23,32 @@ workers itself, with nobody attached (skyinfra.run.head_recovery says the flow).
 from __future__ import annotations
 
 import io
-import json
 import os
 import posixpath
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from skyinfra_runtime.rundirs import NODE_DIR_FIELD
 
 from skyinfra.errors import TransportError, WorkspaceError
-from skyinfra.run.head_recovery import NODE_DIR_FIELD, HeadRecovery
+from skyinfra.render import MODULES_DIR
+from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.targets.aws.cloudinit import HEAD_DIR, HEAD_VENV
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
+from skyinfra.targets.aws.reach import (
+    HEAD_MARKER,
+    KNOWN_HOSTS_FILE,
+    TARGET_FILE,
+    head_marker_text,
+    read_head_marker,
+)
+from skyinfra.targets.aws.render import TFVARS_FILE
+from skyinfra.targets.identity import WORKSPACE_ID_FILE
 from skyinfra.terraform import MIRROR_ENV, PLUGIN_CACHE_ENV
+from skyinfra.terraform.init_inputs import LOCK_FILE as TERRAFORM_LOCK_FILE
 from skyinfra.transport.base import NodeTransport
 from skyinfra.workspace import PRIVATE_FILE_MODE, Workspace
 
@@ -47,23 +57,19 @@ if TYPE_CHECKING:
 
 # In the workspace: the cluster's own key pair (private 0600).
 HEAD_KEY_FILE = "head_key"
-# In a workspace on node 0 (the kit): how the head reaches the nodes.
-HEAD_MARKER = "head.json"
 # Under the node directory on node 0.
 KIT_CLUSTERS = f"{HEAD_DIR}/clusters"
 KIT_KEY = f"{HEAD_DIR}/head_key"
 # The workspace files the kit holds: what `jobs recover` reads and Terraform applies. Not the
 # state (it is in S3), not .terraform/ (node 0 runs init itself), not runs/ or the lock.
 _KIT_FILES = (
-    "spec.json",
-    "aws-target.json",
-    "workspace-id.json",
-    "topology.json",
-    "known_hosts",
-    ".terraform.lock.hcl",
-    "terraform.tfvars.json",
+    TARGET_FILE,
+    WORKSPACE_ID_FILE,
+    KNOWN_HOSTS_FILE,
+    TERRAFORM_LOCK_FILE,
+    TFVARS_FILE,
 )
-_KIT_DIRS = ("modules",)
+_KIT_DIRS = (MODULES_DIR,)
 # What an emulated cluster's node 0 needs of the operator's environment: the emulator, the
 # folders that stand in for the nodes, the provider mirror (no registry on loopback).
 _EMULATOR_SETTINGS = (
@@ -121,7 +127,8 @@ def kit_files(ws: Workspace) -> dict[str, Path]:
     """The workspace files node 0 gets (path under the kit's cluster folder -> local file)."""
     found: dict[str, Path] = {}
     for path in sorted(ws.path.iterdir()):
-        if path.is_file() and (path.name in _KIT_FILES or path.suffix == ".tf"):
+        named = (*_KIT_FILES, ws.spec_file.name, ws.topology_file.name)
+        if path.is_file() and (path.name in named or path.suffix == ".tf"):
             found[path.name] = path
     for folder in _KIT_DIRS:
         root = ws.path / folder
@@ -141,16 +148,7 @@ def kit_destinations(ws: Workspace, node_root: str) -> dict[str, Path]:
 
 def head_marker(node_root: str) -> str:
     """The text of HEAD_MARKER in the kit: the key node 0 reaches the nodes with."""
-    return json.dumps({"ssh_key": posixpath.join(node_root, KIT_KEY)}, indent=2) + "\n"
-
-
-def read_head_marker(ws: Workspace) -> Mapping[str, str] | None:
-    """The kit's marker when this workspace is node 0's copy (None: an operator's)."""
-    path = ws.path / HEAD_MARKER
-    if not path.is_file():
-        return None
-    data = ws.read_json(path)
-    return {k: str(v) for k, v in data.items()} if isinstance(data, dict) else None
+    return head_marker_text(posixpath.join(node_root, KIT_KEY))
 
 
 def push_kit(transport: SshTransport, ws: Workspace) -> None:

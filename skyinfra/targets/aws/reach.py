@@ -4,8 +4,9 @@ SKYINFRA_AWS_EMULATED_NODES names (endpoints.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -19,7 +20,6 @@ from skyinfra.targets.aws.endpoints import (
     emulated_nodes_from_env,
     emulator_from_env,
 )
-from skyinfra.targets.aws.head import read_head_marker
 from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
@@ -31,6 +31,9 @@ from skyinfra.workspace import Workspace
 TARGET_FILE = "aws-target.json"
 SSH_PORT = 22
 KNOWN_HOSTS_FILE = "known_hosts"
+# In node 0's copy of the workspace (aws.recover's kit, head.py): the key node 0 reaches the
+# nodes with. Its presence makes the workspace node 0's.
+HEAD_MARKER = "head.json"
 
 
 def _emulated_targets(
@@ -168,3 +171,17 @@ def transport(
         unreachable=unreachable,
         gone=instances_gone(spec, topology),
     )
+
+
+def head_marker_text(ssh_key: str) -> str:
+    """HEAD_MARKER's text: the cluster's own key, as node 0 has it."""
+    return json.dumps({"ssh_key": ssh_key}, indent=2) + "\n"
+
+
+def read_head_marker(ws: Workspace) -> Mapping[str, str] | None:
+    """The marker when this workspace is node 0's copy (None: an operator's)."""
+    path = ws.path / HEAD_MARKER
+    if not path.is_file():
+        return None
+    data = ws.read_json(path)
+    return {k: str(v) for k, v in data.items()} if isinstance(data, dict) else None

@@ -52,7 +52,7 @@ from skyinfra.targets.aws.head import authorized_key_line, head_key_public
 from skyinfra.targets.aws.keys import ssh_key_paths
 
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
-from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, transport
+from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, read_head_marker, transport
 from skyinfra.targets.aws.reach import console_host_keys as console_host_keys
 from skyinfra.targets.aws.render import MODULES as AWS_MODULES
 from skyinfra.targets.aws.render import (
@@ -502,7 +502,7 @@ class AwsTarget(AwsDeclaration):
 
     def applies_as_is(self, ws: Workspace) -> bool:
         """Node 0's copy of the workspace (the kit) is applied as it is, never rendered."""
-        return head.read_head_marker(ws) is not None
+        return read_head_marker(ws) is not None
 
     def transport(
         self,

@@ -10,9 +10,10 @@ from typing import Any
 
 import paramiko
 import pytest
+from skyinfra_runtime.rundirs import NODE_DIR_FIELD
 
-from skyinfra.run.head_recovery import NODE_DIR_FIELD
 from skyinfra.targets.aws import head
+from skyinfra.targets.aws.reach import HEAD_MARKER
 from skyinfra.terraform.plan import changes_beyond_nodes
 from skyinfra.wheel import build_operator_wheel
 from skyinfra.workspace import Workspace
@@ -106,7 +107,7 @@ def test_node_0s_command_from_the_operator_and_from_node_0(
     assert "the-operators-own-secret" not in json.dumps(emulated.private())
     # Node 0's own copy copies nothing to itself.
     ws.path.mkdir(parents=True, exist_ok=True)
-    (ws.path / head.HEAD_MARKER).write_text(head.head_marker("/opt/skyinfra/node"))
+    (ws.path / HEAD_MARKER).write_text(head.head_marker("/opt/skyinfra/node"))
     on_node_0 = head.head_recovery(ws, True, "us-east-1")
     assert on_node_0 is not None and on_node_0.prepare is None
 

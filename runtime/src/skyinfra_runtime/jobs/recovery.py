@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime.jobs.records import Paths, now, read_json, write_json
+from skyinfra_runtime.rundirs import NODE_DIR_FIELD
 
 LOG_NAME = "recover.log"
-# Where the command and its settings say node 0's directory (the operator may not know it).
-NODE_DIR_FIELD = "{node_dir}"
 # Lines of the command's output kept in the record when it fails.
 TAIL_LINES = 5
 
