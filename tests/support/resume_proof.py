@@ -122,10 +122,15 @@ def lose_node_0(workspace: Path, job: str) -> None:
 
 
 def lose_node(workspace: Path, node: int) -> None:
-    """A node lost, as a machine is: every process of it SIGKILLed (its agent, launcher and
-    worker: their environment names its folder), then its folder deleted."""
+    """A node lost, as a machine is: its folder gone at once (moved aside, so nothing starts
+    there any more: a follower's command started during the deletion wrote into it, once),
+    every process of it SIGKILLed (its agent, launcher and worker: their environment names
+    its folder), then the folder deleted."""
+    node_dir = workspace / "nodes" / f"node-{node}"
+    gone = workspace / f".lost-node-{node}-{time.time_ns()}"
+    node_dir.rename(gone)
     kill_node_processes(workspace, node, standin_too=True)
-    shutil.rmtree(workspace / "nodes" / f"node-{node}")
+    shutil.rmtree(gone)
 
 
 def kill_node_processes(workspace: Path, node: int, *, standin_too: bool = False) -> None:
