@@ -309,7 +309,9 @@ def test_a_drill_on_a_detached_job_waits_for_jobs_recover_which_replaces_the_nod
     )
     node_1 = ws(project) / "nodes" / "node-1"
     wait_for_line(node_1 / "runs" / job / "output.log", "attempt 1 on")
-    node_1_id = node_1.stat().st_ino
+    # A file on the old node's disk: a replacement starts from an empty one (an inode number
+    # is no identity, the file system reuses it at once).
+    (node_1 / "old-node.marker").write_text("")
     drill = cli(["drill", "interrupt", "node-1", "--notice-seconds", "60", "--yes"], project, env)
     assert drill.returncode == 0, drill.stdout + drill.stderr
     record = wait_until_ended(project, env, job)
@@ -327,7 +329,7 @@ def test_a_drill_on_a_detached_job_waits_for_jobs_recover_which_replaces_the_nod
     assert attempts[0]["cause"]["kind"] == "interrupted" and attempts[0]["cause"]["node"] == 1
     assert attempts[0]["interruptions"][0]["action"] == "terminate"
     assert_attempt_2_on_both_nodes(record)
-    assert node_1.stat().st_ino != node_1_id  # a new node 1, with a stand-in of its own
+    assert not (node_1 / "old-node.marker").exists()  # a new node 1, with a stand-in of its own
     assert (node_1 / "notice.json").is_file()
 
 

@@ -121,13 +121,15 @@ def test_a_drill_on_a_detached_job_is_recovered_by_node_0_with_nobody_attached(
 ) -> None:
     job = start_detached(project, env)
     node_1 = ws(project) / "nodes" / "node-1"
-    node_1_id = node_1.stat().st_ino
+    # A file on the old node's disk: a replacement starts from an empty one (an inode number
+    # is no identity, the file system reuses it at once).
+    (node_1 / "old-node.marker").write_text("")
     drill = cli(["drill", "interrupt", "node-1", "--notice-seconds", "60", "--yes"], project, env)
     assert drill.returncode == 0, drill.stdout + drill.stderr
 
     record = wait_until_succeeded(project, env, job)
     assert_recovered_by_node_0(record, "interrupted")
-    assert node_1.stat().st_ino != node_1_id  # a new node 1
+    assert not (node_1 / "old-node.marker").exists()  # a new node 1
     # What node 0's recovery did, in its log on node 0 (no secret in it).
     log_file = ws(project) / "nodes" / "node-0" / "runs" / job / "recover.log"
     log = log_file.read_text()
