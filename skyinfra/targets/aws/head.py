@@ -37,7 +37,11 @@ from skyinfra.errors import TransportError, WorkspaceError
 from skyinfra.render import MODULES_DIR
 from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.targets.aws.cloudinit import HEAD_DIR, HEAD_VENV
-from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
+from skyinfra.targets.aws.endpoints import (
+    EMULATED_NODES_ENV_VAR,
+    EMULATOR_CONFIG_FILE,
+    ENDPOINT_ENV_VAR,
+)
 from skyinfra.targets.aws.reach import (
     HEAD_MARKER,
     KNOWN_HOSTS_FILE,
@@ -68,6 +72,7 @@ _KIT_FILES = (
     KNOWN_HOSTS_FILE,
     TERRAFORM_LOCK_FILE,
     TFVARS_FILE,
+    EMULATOR_CONFIG_FILE,
 )
 _KIT_DIRS = (MODULES_DIR,)
 # What an emulated cluster's node 0 needs of the operator's environment: the emulator, the

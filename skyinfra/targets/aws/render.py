@@ -23,7 +23,12 @@ from skyinfra.targets.aws.addressing import (
     RESERVED_LOW,
     max_nodes,
 )
-from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.endpoints import (
+    EMULATOR_CONFIG_FILE,
+    EMULATOR_PROFILE,
+    Emulator,
+    emulator_config_text,
+)
 from skyinfra.targets.aws.spec import (
     AMI_EXPECTED,
     AMI_RE,
@@ -228,7 +233,8 @@ def render_root_module(
     user_data: Mapping[str, str],
     emulator: Emulator | None = None,
 ) -> dict[str, str]:
-    """Files of the per-cluster root module: ``{"main.tf": ..., "terraform.tfvars.json": ...}``.
+    """Files of the per-cluster root module: ``{"main.tf": ..., "terraform.tfvars.json": ...}``
+    (and, for an emulator, the AWS config file its provider block names).
 
     ``modules_source`` is how the root module reaches its copy of ``infra/modules/aws``
     (``./modules/aws`` in a workspace, see :data:`MODULES`; Terraform wants local sources to
@@ -246,6 +252,8 @@ def render_root_module(
             "provider_version": AWS_PROVIDER_VERSION,
             "modules_source": modules_source.rstrip("/"),
             "emulator": emulator,
+            "emulator_profile": EMULATOR_PROFILE,
+            "emulator_config_file": EMULATOR_CONFIG_FILE,
             "max_retries": EMULATOR_MAX_RETRIES if emulator else PROVIDER_MAX_RETRIES,
             "head_recovery": params.head_recovery is not None,
         },
@@ -308,4 +316,6 @@ def render_root_module(
         "user_data": {name: encode_user_data(user_data[name]) for name in expected},
     }
     files[TFVARS_FILE] = json.dumps(tfvars, indent=2, sort_keys=False) + "\n"
+    if emulator is not None:
+        files[EMULATOR_CONFIG_FILE] = emulator_config_text(emulator)
     return files

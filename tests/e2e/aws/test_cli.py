@@ -34,7 +34,12 @@ import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.spec import ClusterSpec, validate_spec
-from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR, Emulator
+from skyinfra.targets.aws.endpoints import (
+    EMULATED_NODES_ENV_VAR,
+    EMULATOR_CONFIG_FILE,
+    ENDPOINT_ENV_VAR,
+    Emulator,
+)
 from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
 from skyinfra.terraform import MIRROR_ENV
 from skyinfra.terraform.external import ENGINE_ENV
@@ -409,7 +414,8 @@ def test_skip_preflight_bypasses_the_checks(
     assert tfvars["cluster"]["ami_id"] == UBUNTU_DLAMI
     assert tfvars["cluster"]["ssh_public_key"] == ssh_key.with_suffix(".pub").read_text().strip()
     assert "skyinfra-idle" not in user_data_text(tfvars["user_data"]["node-0"])  # 0 turns it off
-    assert f'ec2 = "{aws_env}"' in files["main.tf"].replace("  ", " ")
+    assert f"endpoint_url = {aws_env}\n" in files[EMULATOR_CONFIG_FILE]
+    assert f'"${{path.module}}/{EMULATOR_CONFIG_FILE}"' in files["main.tf"]
     # Self-contained: the root calls its own copies of the modules (./modules/aws/...).
     for module in ("network", "security", "nodes"):
         assert f'source = "./modules/aws/{module}"' in files["main.tf"]

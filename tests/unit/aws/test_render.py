@@ -6,13 +6,14 @@ import base64
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.addressing import max_nodes, subnet_for
-from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.endpoints import EMULATOR_CONFIG_FILE, EMULATOR_PROFILE, Emulator
 from skyinfra.targets.aws.render import AwsClusterParams, planned_private_ips, render_root_module
 from skyinfra.targets.aws.spec import MAX_AWS_NODES
 from tests.support.aws import REGION, TerraformFactory
@@ -55,6 +56,7 @@ def test_tfvars_hold_the_concrete_values() -> None:
     assert tfvars["user_data"]["node-2"] == {"text": "#cloud-config\n# node-2\n"}
     assert 'source = "../modules/aws/nodes"' in files["main.tf"]
     assert "endpoints" not in files["main.tf"] and "access_key" not in files["main.tf"]
+    assert "shared_config_files" not in files["main.tf"] and EMULATOR_CONFIG_FILE not in files
     assert planned_private_ips(params()) == {
         "node-0": "10.42.0.10",
         "node-1": "10.42.0.11",
@@ -63,9 +65,16 @@ def test_tfvars_hold_the_concrete_values() -> None:
 
 
 def test_emulator_points_every_service_at_the_endpoint() -> None:
-    main_tf = render(params(), Emulator(url="http://127.0.0.1:4566"))["main.tf"]
-    for service in ("ec2", "iam", "s3", "ssm", "sts"):
-        assert f'{service:<3} = "http://127.0.0.1:4566"' in main_tf
+    """Through a config file of the root module's own, whose profile the provider block
+    names (an AWS_PROFILE in the operator's shell changes nothing), not an `endpoints {}`
+    block: the e2e tests apply these files against moto."""
+    files = render(params(), Emulator(url="http://127.0.0.1:4566"))
+    main_tf = files["main.tf"]
+    assert not re.search(r"^\s*endpoints\s*\{", main_tf, re.MULTILINE)
+    assert f'profile             = "{EMULATOR_PROFILE}"' in main_tf
+    assert f'shared_config_files = ["${{path.module}}/{EMULATOR_CONFIG_FILE}"]' in main_tf
+    config = files[EMULATOR_CONFIG_FILE]
+    assert f"[profile {EMULATOR_PROFILE}]\nendpoint_url = http://127.0.0.1:4566\n" in config
     assert "skip_credentials_validation = true" in main_tf
     # The provider asks the emulator's STS for the account: rules referencing the cluster's
     # own group then read back as written (a second `up` plans no change).
