@@ -21,16 +21,15 @@ save. Standard library only: this runs on the nodes.
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Every worker of a job has it: the path of a file that holds the deadline (epoch seconds)
 # once a notice came; the file does not exist before.
@@ -47,9 +46,19 @@ REBALANCE = "/latest/meta-data/events/recommendations/rebalance"
 TOKEN_PATH = "/latest/api/token"
 TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
-# The metadata service is on the instance's own link: never through a proxy (HTTP_PROXY
-# would send the request, and its token, elsewhere), as the AWS SDKs do.
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+if TYPE_CHECKING:
+    import urllib.request
+
+
+@functools.cache
+def direct_opener() -> urllib.request.OpenerDirector:
+    """An opener that never goes through a proxy: the metadata service is on the instance's
+    own link (HTTP_PROXY would send the request, and its token, elsewhere), as the AWS SDKs
+    do. Made on first use: urllib.request (with http.client) costs about 15 ms of start-up,
+    and every `skyinfra` command and every node process imports this module."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def preemption_deadline() -> float | None:
@@ -119,22 +128,27 @@ class Imds:
         self._token: str | None = None
 
     def _token_now(self) -> str:
+        import urllib.request
+
         if self._token is None:
             req = urllib.request.Request(
                 self.base + TOKEN_PATH, method="PUT", headers={TOKEN_TTL_HEADER: str(TOKEN_TTL_S)}
             )
-            with DIRECT.open(req, timeout=self.timeout_s) as resp:
+            with direct_opener().open(req, timeout=self.timeout_s) as resp:
                 self._token = resp.read().decode().strip()
         return self._token
 
     def get(self, path: str) -> str | None:
         """The body at ``path``, or None where the service answers 404 (nothing there)."""
+        import urllib.error
+        import urllib.request
+
         for _ in range(2):  # a second time with a fresh token, when the first was refused
             req = urllib.request.Request(
                 self.base + path, headers={TOKEN_HEADER: self._token_now()}
             )
             try:
-                with DIRECT.open(req, timeout=self.timeout_s) as resp:
+                with direct_opener().open(req, timeout=self.timeout_s) as resp:
                     return str(resp.read().decode())
             except urllib.error.HTTPError as err:
                 if err.code == 404:

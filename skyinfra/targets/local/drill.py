@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime.imds_standin import INTERRUPT_PATH
-from skyinfra_runtime.spot import DIRECT, read_settings
+from skyinfra_runtime.spot import direct_opener, read_settings
 
 from skyinfra.errors import TransportError, UsageError
 from skyinfra.targets.local.transport import node_problem
@@ -35,7 +35,7 @@ def send_notice(node_dir: Path, node: int, seconds: int) -> dict[str, Any]:
         url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
     try:
-        with DIRECT.open(req, timeout=10) as resp:  # loopback: never through a proxy
+        with direct_opener().open(req, timeout=10) as resp:  # loopback: never through a proxy
             answer = json.loads(resp.read())
     except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors
         detail = (
