@@ -8,6 +8,9 @@ a signal (XLA and NCCL abort the process on some errors instead of raising).
 
 from __future__ import annotations
 
+import atexit
+import gc
+import io
 import json
 import os
 import signal
@@ -176,9 +179,43 @@ def _die_with_launcher() -> None:
         os._exit(exitcodes.INTERRUPTED)
 
 
+class _EndBeforeTeardown:
+    """The exit code to leave with from the last atexit hook, skipping the interpreter's
+    teardown (its module clean-up and C++ static destructors); None: a normal exit."""
+
+    code: int | None = None
+
+    @classmethod
+    def hook(cls) -> None:
+        # Registered before any framework loads, so it runs after every other atexit hook
+        # (they run last registered first), and after the interpreter joined the program's
+        # non-daemon threads.
+        if cls.code is None:
+            return
+        _flush_open_files()
+        os._exit(cls.code)
+
+
+# What open() returns, except unbuffered files (nothing to flush).
+_BUFFERED_FILES = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+
+
+def _flush_open_files() -> None:
+    """What the interpreter's teardown would have written: files the program left open."""
+    # By type, not isinstance(): that reads __class__, and some modules' deprecated objects
+    # warn when it is read.
+    for obj in gc.get_objects():
+        try:
+            if issubclass(type(obj), _BUFFERED_FILES) and not obj.closed and obj.writable():
+                obj.flush()
+        except Exception:  # one odd object must not stop the others' flush
+            continue
+
+
 def main() -> None:
     # argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS...
     _die_with_launcher()
+    atexit.register(_EndBeforeTeardown.hook)
     entry_text, result_path, status_path = sys.argv[1:4]
     args = sys.argv[5:] if sys.argv[4:5] == ["--"] else sys.argv[4:]
     plugins: list[Plugin] = []
@@ -189,6 +226,11 @@ def main() -> None:
         # A framework's atexit hook would wait in a barrier for peers that may never come
         # (jax's clean_up() calls distributed.shutdown()); the exit code matters more.
         os._exit(code)
+    if any(getattr(plugin, "end_before_teardown", False) for plugin in plugins):
+        # torch: a process group can outlive destroy_process_group() (DDP keeps it), and when
+        # the interpreter's teardown destroys it one of gloo's threads may abort the process
+        # ("terminate called without an active exception"), failing a job that finished.
+        _EndBeforeTeardown.code = code
     raise SystemExit(code)
 
 

@@ -193,3 +193,26 @@ def test_keras_model_parallel_layout_splits_a_kernel_across_processes(tmp_path: 
         assert value["global_shape"] == [8, 4]
         assert value["local_shard_shape"] == [8, 2]  # half of the columns on each process
     assert values[0]["kernel_sum"] == values[1]["kernel_sum"]
+
+
+def test_torch_worker_ends_before_the_interpreter_tears_down_gloo(tmp_path: Path) -> None:
+    # torch 2.13: a process group that outlives destroy_process_group() (DDP keeps it) is
+    # destroyed in the interpreter's teardown, and one of gloo's threads can then abort the
+    # process ("terminate called without an active exception", SIGABRT): a job that finished
+    # failed, 1 process in 10 on this VM. The worker ends first, after what an exit must do.
+    out = tmp_path / "probe"
+    out.mkdir()
+    (run,) = run_nodes(
+        tmp_path,
+        topology(nodes=1, plugins=[TORCH]),
+        f"{ENTRIES}/torch_exit.py:leaves_work_for_the_exit",
+        env={"EXIT_PROBE_DIR": str(out)},
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.values() == [0]
+    assert (out / "atexit").read_text() == "ran"
+    assert (out / "thread").read_text() == "joined"
+    # Flushed by the worker; the interpreter's own teardown left this file empty.
+    assert (out / "never-closed.txt").read_text() == "buffered, never closed\n"
+    seen = (out / "teardown").read_text() if (out / "teardown").exists() else None
+    assert seen is None, f"the interpreter tore down with {seen} gloo threads running"

@@ -32,6 +32,9 @@ class TorchPlugin:
     backend: str | None = None
     init_timeout: float | str | None = None
     name: str = field(default="torch", init=False)
+    # The worker leaves after the atexit hooks, before the interpreter's teardown destroys a
+    # process group that outlived destroy_process_group() (skyinfra_runtime.worker).
+    end_before_teardown: bool = field(default=True, init=False, repr=False)
     _initialized: bool = field(default=False, init=False, repr=False)
     _script: bool = field(default=False, init=False, repr=False)
 
