@@ -11,7 +11,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-durations test-random test-fast record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-durations test-random test-fast test-gpu record-plans lint demo bench clean
 
 venv: $(STAMP)
 
@@ -88,6 +88,13 @@ test-random: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 # checks; no Terraform, no servers, no clusters, no framework processes, no venv builds (slow).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -m "not slow" -q -p no:randomly
+
+# The GPU paths on a machine with an NVIDIA GPU and its own torch and jax (CUDA builds): the
+# runtime from the source tree, no venv; the suite's conftest needs the operator's packages,
+# which such a machine need not have. In make test these skip (no GPU), saying why.
+test-gpu:
+	PYTHONPATH=$(CURDIR)/runtime/src:$(CURDIR) $(PYTHON) -m pytest --noconftest -o addopts= \
+		-p no:cacheprovider -v -rA tests/gpu
 
 # A tool, not a test: re-plan the AWS review cases against moto with real Terraform and rewrite
 # their golden plan.md and the plan JSON tests/unit/review replays (`make test` checks them).
