@@ -14,17 +14,23 @@ import base64
 import datetime
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import re
 import threading
 import time
 import urllib.parse
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
+# http.client (with ssl) and xml.etree load on the first request, not with the module: every
+# `skyinfra` command and most node processes import this module (through skyinfra_runtime's
+# checkpoint sync and the operator's spec checks), and few of them send a request (about 10 ms
+# of start-up each).
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Bucket names: 3-63 characters, lower-case letters, digits, dots and dashes, starting and
@@ -96,6 +102,8 @@ class Credentials:
 
 
 def _request(url: str, method: str, headers: dict[str, str], timeout: float = 10) -> bytes:
+    import http.client
+
     parts = urllib.parse.urlsplit(url)
     conn_cls = (
         http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -223,6 +231,8 @@ def _xml(method: str, key: str, body: bytes) -> ET.Element:
     here), not a ParseError. Leading white space is dropped: while it completes a multipart
     upload S3 sends spaces to keep the connection open, before the XML declaration
     ("CompleteMultipartUpload", Amazon S3 API Reference), which a parser refuses there."""
+    import xml.etree.ElementTree as ET
+
     try:
         return ET.fromstring(body.lstrip())
     except ET.ParseError:
@@ -310,6 +320,8 @@ class Bucket:
         headers.update(headers_in or {})
         if body is not None:
             headers["content-length"] = str(size if not isinstance(body, bytes) else len(body))
+        import http.client
+
         parts = urllib.parse.urlsplit(url)
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = cls(parts.netloc, timeout=self.timeout)
@@ -459,6 +471,8 @@ class Bucket:
 
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix`` (ListObjectsV2, page by page)."""
+        import xml.etree.ElementTree as ET
+
         token = ""
         while True:
             query = {"list-type": "2", "prefix": prefix}
