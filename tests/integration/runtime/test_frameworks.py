@@ -216,3 +216,24 @@ def test_torch_worker_ends_before_the_interpreter_tears_down_gloo(tmp_path: Path
     assert (out / "never-closed.txt").read_text() == "buffered, never closed\n"
     seen = (out / "teardown").read_text() if (out / "teardown").exists() else None
     assert seen is None, f"the interpreter tore down with {seen} gloo threads running"
+
+
+def test_no_torch_rank_starts_its_function_before_every_rank_finished_its_init(
+    tmp_path: Path,
+) -> None:
+    # A rank whose function ended at once closed its connections while a slower peer was still
+    # connecting, and the peer's init failed ("connectFullMesh failed ... Connection closed by
+    # peer"). Node 1's init_process_group returns 3 s late here: node 0 must wait for it.
+    returned = tmp_path / "node-1-init-returned"
+    slow = {"PYTHONPATH": str(ENTRIES / "slow_init"), "INIT_RETURNED_FILE": str(returned)}
+    runs = run_nodes(
+        tmp_path,
+        topology(nodes=2, plugins=[TORCH]),
+        f"{ENTRIES}/torch_ddp.py:started",
+        node_env={1: slow},
+    )
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    (node_0,) = runs[0].values()
+    assert node_0["rank"] == 0
+    assert node_0["started"] >= float(returned.read_text())

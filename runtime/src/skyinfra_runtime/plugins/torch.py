@@ -92,6 +92,17 @@ class TorchPlugin:
                 f" timeout {timeout:g}s): {exc}"
             ) from exc
         self._initialized = True
+        # Every rank past its init before any goes on. torch 2.x has no barrier there
+        # (TORCH_DIST_INIT_BARRIER is 0 by default): a rank whose function ended at once closed
+        # its connections while a slower peer was still connecting to it, and that peer's
+        # init failed (gloo: "connectFullMesh failed ... Connection closed by peer").
+        try:
+            dist.barrier(device_ids=[device] if backend == "nccl" else None)
+        except Exception as exc:
+            raise PluginError(
+                f"torch barrier after init_process_group({backend!r}) failed for rank"
+                f" {info.global_index} of {info.total_workers}: {exc}"
+            ) from exc
 
     def explain(self, exc: BaseException) -> str | None:
         """One line on how to choose, when the user's code failed on the process group."""

@@ -41,3 +41,12 @@ def ranks() -> dict[str, object]:
     seen["dist_world_size"] = dist.get_world_size()
     seen["backend"] = str(dist.get_backend())
     return seen
+
+
+def started() -> dict[str, object]:
+    """When this rank's function began (time.time())."""
+    import time
+
+    import torch.distributed as dist
+
+    return {"rank": dist.get_rank(), "started": time.time()}
