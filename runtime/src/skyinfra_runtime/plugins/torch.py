@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import ClassVar
 
 from skyinfra_runtime.devices import torch_device
 from skyinfra_runtime.errors import PluginError
@@ -34,7 +35,7 @@ class TorchPlugin:
     name: str = field(default="torch", init=False)
     # The worker leaves after the atexit hooks, before the interpreter's teardown destroys a
     # process group that outlived destroy_process_group() (skyinfra_runtime.worker).
-    end_before_teardown: bool = field(default=True, init=False, repr=False)
+    end_before_teardown: ClassVar[bool] = True
     _initialized: bool = field(default=False, init=False, repr=False)
     _script: bool = field(default=False, init=False, repr=False)
 
