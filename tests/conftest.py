@@ -41,6 +41,12 @@ from tests.support.aws_fixtures import (  # noqa: E402, F401
     terraform,
 )
 
+# What a pytest process holds is frozen before each test: the collector walks only the new.
+from tests.support.collector import (  # noqa: E402, F401
+    pytest_collection_finish,
+    pytest_runtest_setup,
+)
+
 # Test files go to the pytest-xdist workers longest first.
 from tests.support.schedule import pytest_xdist_make_scheduler  # noqa: E402, F401
 
