@@ -65,19 +65,6 @@ def provider_versions(workdir: Path) -> dict[str, str]:
     return dict(_LOCK_PROVIDER.findall(lock.read_text(encoding="utf-8")))
 
 
-def state_identity(engine: TerraformEngine) -> dict[str, Any] | None:
-    """The state's lineage and serial (``terraform state pull``, whatever the backend), or
-    None when there is no state yet. Every apply bumps the serial."""
-    code, out, _ = engine.command(["state", "pull"])
-    if code != 0 or not out.strip():
-        return None
-    try:
-        state = json.loads(out)
-    except json.JSONDecodeError:
-        return None
-    return {"lineage": state.get("lineage"), "serial": state.get("serial")}
-
-
 # ---------------------------------------------------------------- render
 
 
@@ -208,7 +195,7 @@ def plan(
                 engine.plan(out=str(planfile), replace=replace)
                 plan_json = engine.show_plan(str(planfile))
                 _, text, _ = engine.command(["show", "-no-color", str(planfile)])
-                state = state_identity(engine)
+                state = engine.state_identity()
                 providers = provider_versions(ws.path)
     except BaseException:
         if created:
@@ -314,7 +301,7 @@ def check_not_stale(
         raise StalePlanError(
             f"the spec changed since the plan ({'; '.join(changed)}); {replan}; nothing was applied"
         )
-    state = state_identity(engine)
+    state = engine.state_identity()
     planned = meta.get("state")
     if state != planned:
 

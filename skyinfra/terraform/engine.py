@@ -124,6 +124,11 @@ class TerraformEngine(Protocol):
         ...
 
     def state_list(self) -> list[str]: ...
+    def state_identity(self) -> dict[str, Any] | None:
+        """The state's lineage and serial (``terraform state pull``, whatever the backend), or
+        None when there is no state yet. Every apply bumps the serial."""
+        ...
+
     def command(self, args: Sequence[str]) -> tuple[int, str, str]:
         """Any Terraform command, captured: (return code, stdout, stderr)."""
         ...
@@ -392,6 +397,23 @@ class EmbeddedTerraform:
                 stderr=err or out,
             )
         return [line for line in out.splitlines() if line.strip()]
+
+    def state_identity(self) -> dict[str, Any] | None:
+        # From the local state file where it is one: `state pull` loads the providers as any
+        # backend operation does, and Terraform hashes each provider package against the lock
+        # file first (the AWS provider: 707 MB read, about 0.5 s of CPU a command).
+        state = self._local_state()
+        if state is None:
+            code, out, _ = self.command(["state", "pull"])
+            if code != 0 or not out.strip():
+                return None
+            try:
+                state = json.loads(out)
+            except json.JSONDecodeError:
+                return None
+        if not isinstance(state, dict) or not state:
+            return None
+        return {"lineage": state.get("lineage"), "serial": state.get("serial")}
 
     def raw(self, args: Sequence[str]) -> int:
         """Pass arguments through; output goes to our stdout/stderr as it comes."""

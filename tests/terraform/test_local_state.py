@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from skyinfra.terraform import EmbeddedTerraform, local_state
 from skyinfra.terraform.backend import BACKEND_FILE
 
@@ -113,8 +115,18 @@ def test_local_state_answers_as_terraform_does(tmp_path: Path) -> None:
     assert local_state.output_values(state) == {k: v["value"] for k, v in json.loads(out).items()}
     assert engine.output()["secret"] == "s3cr3t"
 
+    code, pulled, err = engine.command(["state", "pull"])
+    assert code == 0, err
+    identity = {k: json.loads(pulled)[k] for k in ("lineage", "serial")}
+    assert engine.state_identity() == identity
+
     engine.destroy()
     assert local_state.addresses(local_state.read(tmp_path, {}) or {}) == []
+    code, pulled, err = engine.command(["state", "pull"])
+    assert code == 0, err
+    after = engine.state_identity()
+    assert after == {k: json.loads(pulled)[k] for k in ("lineage", "serial")}
+    assert after is not None and after["serial"] > identity["serial"]  # the destroy bumped it
 
 
 def test_only_terraform_knows_where_the_state_is_not_the_local_file(tmp_path: Path) -> None:
@@ -136,3 +148,22 @@ def test_only_terraform_knows_where_the_state_is_not_the_local_file(tmp_path: Pa
     cache.unlink()
     (tmp_path / BACKEND_FILE).write_text('terraform {\n  backend "s3" {}\n}\n')
     assert local_state.read(tmp_path, {}) is None  # skyinfra's shared state
+
+
+def test_the_state_identity_is_read_from_the_local_file_without_terraform(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Local state: lineage and serial come from the file, no Terraform command runs (each
+    would hash the providers); no state yet is None, as `state pull`'s empty answer was."""
+    engine = EmbeddedTerraform(tmp_path)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(engine, "command", lambda args, **_: ran.append(list(args)) or (1, "", ""))
+    assert engine.state_identity() is None
+    (tmp_path / "terraform.tfstate").write_text(
+        json.dumps({"version": 4, "serial": 7, "lineage": "l-1", "resources": []})
+    )
+    assert engine.state_identity() == {"lineage": "l-1", "serial": 7}
+    assert ran == []
+    (tmp_path / BACKEND_FILE).write_text('terraform {\n  backend "s3" {}\n}\n')
+    assert engine.state_identity() is None  # a backend: Terraform is asked (here it fails)
+    assert ran == [["state", "pull"]]
