@@ -12,7 +12,7 @@ perf over a mixed run put 37-49% of the pytest processes' CPU in the collector.
 and then a freeze run once the tests are collected, and again once each test's fixtures are
 set up, so a collection during a test walks only what that test made since. The collection
 before each freeze matters: frozen without it, the previous test's garbage stayed for good and
-a worker grew from 0.7 GB to 1.7 GB over 370 tests, and a whole `make test` got no faster.
+a worker grew from 0.7 GB to 1.7 GB over some 190 tests, and `make test` got no faster.
 
 Measured (2-core VM, tests/integration/aws, tests/unit/aws and tests/unit/runtime on 2
 workers): the workers' CPU 31.4 s -> 22.1 s, the run's CPU 78.5 s -> 62.7 s, the same peak
