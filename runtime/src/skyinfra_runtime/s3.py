@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
+    import http.client
     import xml.etree.ElementTree as ET
 
 # http.client (with ssl) and xml.etree load on the first request, not with the module: every
@@ -101,14 +102,20 @@ class Credentials:
     token: str | None = None
 
 
-def _request(url: str, method: str, headers: dict[str, str], timeout: float = 10) -> bytes:
+def _connection(
+    url: str, timeout: float
+) -> tuple[http.client.HTTPConnection, urllib.parse.SplitResult]:
+    """A connection to ``url``'s host, HTTPS or HTTP by its scheme (not yet open), and the
+    URL's parts. http.client, and ssl with it, loads here on the first request."""
     import http.client
 
     parts = urllib.parse.urlsplit(url)
-    conn_cls = (
-        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    )
-    conn = conn_cls(parts.netloc, timeout=timeout)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.netloc, timeout=timeout), parts
+
+
+def _request(url: str, method: str, headers: dict[str, str], timeout: float = 10) -> bytes:
+    conn, parts = _connection(url, timeout)
     try:
         conn.request(method, parts.path or "/", headers=headers)
         resp = conn.getresponse()
@@ -320,11 +327,7 @@ class Bucket:
         headers.update(headers_in or {})
         if body is not None:
             headers["content-length"] = str(size if not isinstance(body, bytes) else len(body))
-        import http.client
-
-        parts = urllib.parse.urlsplit(url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = cls(parts.netloc, timeout=self.timeout)
+        conn, parts = _connection(url, self.timeout)
         try:
             path = parts.path + (f"?{parts.query}" if parts.query else "")
             conn.request(method, path, body=body, headers=headers)
