@@ -50,6 +50,9 @@ from tests.support.collector import (  # noqa: E402, F401
 # Test files go to the pytest-xdist workers longest first.
 from tests.support.schedule import pytest_xdist_make_scheduler  # noqa: E402, F401
 
+# make bench-suite-then: only the tests an earlier suite had (SKYINFRA_SUITE_THEN names them).
+from tests.support.suite_then import pytest_collection_modifyitems  # noqa: E402, F401
+
 # After every run: seconds per tests/ folder, split into fixture set-up, calls and teardown.
 from tests.support.timings import (  # noqa: E402, F401
     pytest_runtest_logreport,
