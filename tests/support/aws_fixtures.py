@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -73,18 +74,46 @@ def terraform(plugin_mirror: Path, tf_plugin_cache: Path) -> TerraformFactory:
     return lambda workdir: EmbeddedTerraform(workdir, env=env)
 
 
+def log_retried_calls(handler: type) -> None:
+    """Make moto's server log, beside its line per request, each call that is an AWS SDK's
+    retry (`amz-sdk-request: attempt=N` over 1, the same invocation id each attempt). Evidence
+    for a known flake: the AWS provider now and then meets moto's answer to its own earlier
+    attempt (a revoke that finds the rule gone); a failing test's captured log shows whether
+    that call was a retry."""
+    plain = handler.log_request
+
+    def log_request(self: Any, code: int | str = "-", size: int | str = "-") -> None:
+        headers = getattr(self, "headers", None)
+        attempt = headers.get("amz-sdk-request", "") if headers is not None else ""
+        if attempt and not attempt.startswith("attempt=1;"):
+            self.log(
+                "info",
+                "retried call (%s, invocation %s) answered %s",
+                attempt,
+                headers.get("amz-sdk-invocation-id", "?"),
+                code,
+            )
+        plain(self, code, size)
+
+    handler.log_request = log_request  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
     """moto's server in this process, on 127.0.0.1 (its backends are reachable for seeding)."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
     from moto.server import ThreadedMotoServer
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MotoRequestHandler, "log_request", MotoRequestHandler.log_request)
+        log_retried_calls(MotoRequestHandler)
+        port = free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.stop()
 
 
 @pytest.fixture
