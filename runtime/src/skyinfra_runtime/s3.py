@@ -474,15 +474,13 @@ class Bucket:
 
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix`` (ListObjectsV2, page by page)."""
-        import xml.etree.ElementTree as ET
-
         token = ""
         while True:
             query = {"list-type": "2", "prefix": prefix}
             if token:
                 query["continuation-token"] = token
             data = self._call("GET", "", query=query) or b""
-            root = ET.fromstring(data)
+            root = _xml("GET", prefix, data)
             ns = _S3_NS if root.tag.startswith(_S3_NS) else ""
             for item in root.iter(f"{ns}Contents"):
                 key = item.findtext(f"{ns}Key")
