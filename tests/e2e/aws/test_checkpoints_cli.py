@@ -16,8 +16,8 @@ import pytest
 
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.reach import TARGET_FILE
-from tests.e2e.aws.test_cli import aws_workspace
 from tests.support.aws import emptied_bucket
+from tests.support.aws_e2e import aws_workspace
 
 BUCKET = "ckpt-cli"
 URL = f"s3://{BUCKET}/team/ckpts"

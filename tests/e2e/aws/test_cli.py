@@ -7,24 +7,15 @@ unreachable (saying why) and `run` refuses to start, until SKYINFRA_AWS_EMULATED
 them to the tests' real sshd: then the rendered provisioning script runs for real in a
 temporary root per node, and `status` and `run` go over SSH end to end.
 
-moto's server runs in this test process (conftest), so the public Deep Learning AMI SSM
-parameter, which moto refuses to create through its API, is seeded into moto's in-process
-SSM backend. Its value is one of moto's built-in AMIs: the Ubuntu Deep Learning AMI, and later
-the Amazon Linux one, standing in for a new release.
-
-Two places where moto 5.2 answers differently from EC2 would make every second `up` plan
-changes that AWS itself would not show, and a third keeps a terminated instance's private
-address taken; `moto_like_ec2` corrects them in-process for these tests (see its docstring).
-Nothing else of moto is touched.
+moto's server runs in this test process; the AWS end-to-end tests share the seeded Deep
+Learning AMI, `moto_like_ec2` (moto read back like EC2 where it differs) and the other helpers
+of tests/support/aws_e2e.py.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +24,7 @@ import pytest
 import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from skyinfra.spec import ClusterSpec, validate_spec
+from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.endpoints import (
     EMULATED_NODES_ENV_VAR,
     EMULATOR_CONFIG_FILE,
@@ -41,7 +32,6 @@ from skyinfra.targets.aws.endpoints import (
     Emulator,
 )
 from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
-from skyinfra.terraform import MIRROR_ENV
 from skyinfra.terraform.external import ENGINE_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
@@ -49,162 +39,20 @@ from skyinfra.workspace import Workspace
 from tests.conftest import (
     REPO_ROOT,
     content_of,
-    skyinfra_argv,
 )
 from tests.support.aws import REGION, user_data_text
-from tests.support.aws_fixtures import seed_dlami, unseed_dlami
+from tests.support.aws_e2e import (
+    AMAZON_LINUX_DLAMI,
+    NO_SPACE,
+    UBUNTU_DLAMI,
+    aws_workspace,
+    count_cluster_resources,
+    instances_by_id,
+    skyinfra,
+    write_spec,
+)
+from tests.support.aws_fixtures import seed_dlami
 from tests.support.engines import terraform_binary
-
-# moto's built-in AMIs (moto/ec2/resources/amis.json.gz).
-UBUNTU_DLAMI = "ami-dca37ea5"  # "Deep Learning AMI Ubuntu Linux - 2.4_Oct2017"
-AMAZON_LINUX_DLAMI = "ami-999844e0"  # "Deep Learning AMI Amazon Linux - 3.3_Oct2017"
-NO_SPACE = {"instances": 0, "security_groups": 0, "subnets": 0, "vpcs": 0}
-
-
-@pytest.fixture
-def dlami(aws_env: str) -> Iterator[None]:
-    seed_dlami(UBUNTU_DLAMI)
-    try:
-        yield
-    finally:
-        unseed_dlami()
-
-
-@pytest.fixture
-def moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
-    patch_moto_like_ec2(monkeypatch)
-
-
-def patch_moto_like_ec2(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make moto's EC2 do three things the way EC2 does (in this process's server).
-
-    1. An instance launched with its groups on the primary network interface (the AWS provider
-       launches that way when it sets associate_public_ip_address) has those groups in its
-       own groupSet in DescribeInstances; moto reports an empty list, so the provider would
-       plan to add vpc_security_group_ids on every `up`.
-    2. DescribeSecurityGroupRules returns the description of a rule that references a group;
-       moto keeps it but only reports descriptions of CIDR rules.
-    3. A terminated instance's private addresses are free again ("Private IPv4 addresses",
-       Amazon EC2 User Guide: the address "is released when the instance is terminated");
-       moto keeps them taken until the instance object is garbage collected, which a
-       terminated instance, still listed, never is: the instance Terraform makes in its place
-       on the same fixed address (a lost node replaced) got HTTP 500 "IP already in use".
-    """
-    from moto.ec2.models.instances import Instance
-    from moto.ec2.models.security_groups import SecurityGroupRule
-
-    def get_groups(self: Any) -> list[Any]:
-        groups = self.__dict__.get("_moto_like_ec2_groups", self.__dict__.get("security_groups"))
-        nics = self.__dict__.get("nics") or {}
-        if not groups and 0 in nics:
-            return list(nics[0]._group_set)
-        return list(groups)
-
-    def set_groups(self: Any, value: list[Any]) -> None:
-        self.__dict__["_moto_like_ec2_groups"] = value
-
-    monkeypatch.setattr(Instance, "security_groups", property(get_groups, set_groups), False)
-
-    terminate = Instance.terminate
-
-    def terminate_and_release(self: Any) -> Any:
-        state = terminate(self)
-        subnet = self.ec2_backend.get_subnet(self.subnet_id) if self.subnet_id else None
-        for ip in list(self._private_ips) if subnet is not None else []:
-            subnet.del_subnet_ip(ip)
-        return state
-
-    monkeypatch.setattr(Instance, "terminate", terminate_and_release)
-    monkeypatch.setattr(
-        SecurityGroupRule,
-        "description",
-        property(
-            lambda self: self.ip_range.get("Description") or self.source_group.get("Description")
-        ),
-    )
-
-
-@pytest.fixture
-def ssh_key(tmp_path: Path) -> Path:
-    key = tmp_path / "keys" / "id_ed25519"
-    key.parent.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    return key
-
-
-@pytest.fixture
-def cli_env(
-    aws_env: str,
-    plugin_mirror: Path,
-    minimal_runtime_dir: Path,
-    tmp_path: Path,
-    tf_plugin_cache: Path,
-) -> dict[str, str]:
-    """What a user's shell would hold: the emulator, dummy credentials, the provider mirror."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env.update(
-        {
-            ENDPOINT_ENV_VAR: aws_env,
-            MIRROR_ENV: str(plugin_mirror),
-            "SKYINFRA_CACHE": str(tmp_path / "cache"),
-            "SKYINFRA_TF_PLUGIN_CACHE": str(tf_plugin_cache),
-            # The Terraform layer is under test, not the runtime (integration/runtime, e2e/local).
-            "SKYINFRA_RUNTIME_DIR": str(minimal_runtime_dir),
-        }
-    )
-    return env
-
-
-def write_spec(path: Path, name: str, instance_type: str, ssh_key: Path) -> Path:
-    path.write_text(
-        f'name = "{name}"\n'
-        'provider = "aws"\n'
-        "nodes = 2\n"
-        "[aws]\n"
-        f'region = "{REGION}"\n'
-        f'instance_type = "{instance_type}"\n'
-        'ssh_cidrs = ["203.0.113.7/32"]\n'
-        f'ssh_key = "{ssh_key}"\n'
-        "placement_group = false  # moto has no CreatePlacementGroup\n"
-    )
-    return path
-
-
-def skyinfra(
-    *args: str, cwd: Path, env: dict[str, str], timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def count_cluster_resources(ec2: Any, cluster: str) -> dict[str, int]:
-    """What of the cluster exists, counted through the EC2 API (tags and names)."""
-    tag = [{"Name": "tag:skyinfra:cluster", "Values": [cluster]}]
-    named = [{"Name": "tag:Name", "Values": [f"{cluster}-*"]}]
-    live = [
-        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
-    ]
-    instances = [
-        inst
-        for res in ec2.describe_instances(Filters=tag + live)["Reservations"]
-        for inst in res["Instances"]
-    ]
-    return {
-        "instances": len(instances),
-        "security_groups": len(
-            ec2.describe_security_groups(
-                Filters=[{"Name": "group-name", "Values": [f"{cluster}-nodes"]}]
-            )["SecurityGroups"]
-        ),
-        "subnets": len(ec2.describe_subnets(Filters=named)["Subnets"]),
-        "vpcs": len(ec2.describe_vpcs(Filters=named)["Vpcs"]),
-    }
-
-
-def instances_by_id(ec2: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
-    reservations = ec2.describe_instances(InstanceIds=ids)["Reservations"]
-    return {i["InstanceId"]: i for r in reservations for i in r["Instances"]}
 
 
 @pytest.mark.slow
@@ -446,31 +294,6 @@ def test_skip_preflight_bypasses_the_checks(
         "emulator_secret_key": "test",
     }
     assert any("checkpoints kept under s3://" in line for line in lines)
-
-
-def aws_workspace(
-    tmp_path: Path, name: str, ssh_key: Path, **aws: str
-) -> tuple[Workspace, ClusterSpec]:
-    """A workspace holding a 2-node AWS spec (g5.xlarge), as `up` leaves it, for transport
-    tests that need no Terraform."""
-    ws = Workspace(tmp_path / "clusters" / name)
-    ws.path.mkdir(parents=True)
-    spec = validate_spec(
-        {
-            "name": name,
-            "provider": "aws",
-            "nodes": 2,
-            "aws": {
-                "region": REGION,
-                "instance_type": "g5.xlarge",
-                "ssh_cidrs": ["203.0.113.7/32"],
-                "ssh_key": str(ssh_key),
-                **aws,
-            },
-        }
-    )
-    ws.write_json(ws.spec_file, spec.to_dict())
-    return ws, spec
 
 
 def test_transport_uses_the_spec_key_and_public_or_private_address(

@@ -2,8 +2,6 @@
 target; `gc` and `down` check by tag (moved out of test_cli.py so that `make test`'s workers
 can run it beside the other AWS end-to-end tests)."""
 
-# ruff: noqa: F811 (the fixtures imported from test_cli are named as parameters)
-
 from __future__ import annotations
 
 import json
@@ -16,19 +14,15 @@ import pytest
 
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.target import TARGET_FILE
-from tests.e2e.aws.test_cli import (  # noqa: F401 (fixtures)
+from tests.support.aws import REGION, user_data_text
+from tests.support.aws_e2e import (
     NO_SPACE,
     UBUNTU_DLAMI,
-    cli_env,
     count_cluster_resources,
-    dlami,
     instances_by_id,
-    moto_like_ec2,
     skyinfra,
-    ssh_key,
     write_spec,
 )
-from tests.support.aws import REGION, user_data_text
 
 PLANTED = {
     "AWS_ACCESS_KEY_ID": "AKIAPLANTED0KEY04242",

@@ -14,16 +14,12 @@ from typing import Any
 import pytest
 
 from skyinfra import exitcodes
-from tests.e2e.aws.test_cli import (  # noqa: F401 (fixtures)
+from tests.support.aws import REGION
+from tests.support.aws_e2e import (
     AMAZON_LINUX_DLAMI,
     UBUNTU_DLAMI,
-    cli_env,
-    dlami,
-    moto_like_ec2,
     skyinfra,
-    ssh_key,
 )
-from tests.support.aws import REGION
 from tests.support.golden_plans import check_golden, check_recorded_changes, record_plan
 
 # About 45 s per `plan` against moto on a 2-core machine (preflight, wheel staging, the AWS
@@ -68,10 +64,10 @@ def golden(name: str, project: Path, out: str, text: str) -> None:
 
 
 def test_plan_md_for_gpu_cluster_changes(
-    cli_env: dict[str, str],  # noqa: F811
-    dlami: None,  # noqa: F811
-    moto_like_ec2: None,  # noqa: F811
-    ssh_key: Path,  # noqa: F811
+    cli_env: dict[str, str],
+    dlami: None,
+    moto_like_ec2: None,
+    ssh_key: Path,
     tmp_path: Path,
 ) -> None:
     project = tmp_path / "project"

@@ -35,15 +35,15 @@ from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.terraform import MIRROR_ENV
 from tests.conftest import REPO_ROOT, skyinfra_argv
-from tests.e2e.aws.test_cli import (
+from tests.e2e.aws.test_run_over_ssh import provision_in_root
+from tests.support.aws import REGION, user_data_text
+from tests.support.aws_e2e import (
     NO_SPACE,
     UBUNTU_DLAMI,
     count_cluster_resources,
     patch_moto_like_ec2,
     skyinfra,
 )
-from tests.e2e.aws.test_run_over_ssh import provision_in_root
-from tests.support.aws import REGION, user_data_text
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
 pytestmark = pytest.mark.slow
@@ -110,7 +110,7 @@ def env(
 ) -> Iterator[dict[str, str]]:
     """The operator's shell for the module (dummy credentials, the emulator, the provider
     mirror, the real runtime, the nodes mapped to the sshd); moto seeded and read back like
-    EC2 (test_cli.py) for as long as the module's cluster lives."""
+    EC2 (tests/support/aws_e2e.py) for as long as the module's cluster lives."""
     target, key = sshd
     base = tmp_path_factory.mktemp("aws-recovery")
     roots = {f"node-{i}": base / f"emulated-node-{i}" for i in range(2)}

@@ -3,8 +3,6 @@
 root per node, then `status` and `run` over SSH end to end (moved out of test_cli.py so that
 `make test`'s workers can run it beside the other AWS end-to-end tests)."""
 
-# ruff: noqa: F811 (the fixtures imported from test_cli are named as parameters)
-
 from __future__ import annotations
 
 import hashlib
@@ -30,19 +28,13 @@ from tests.conftest import (
     offline_pip_env,
     require_wheelhouse,
 )
-from tests.e2e.aws.test_cli import (  # noqa: F401 (fixtures)
+from tests.support.aws import REGION, user_data_text
+from tests.support.aws_e2e import (
     NO_SPACE,
     aws_workspace,
-    cli_env,
     count_cluster_resources,
-    dlami,
-    instances_by_id,
-    moto_like_ec2,
     skyinfra,
-    ssh_key,
-    write_spec,
 )
-from tests.support.aws import REGION, user_data_text
 
 # The node paths the user data writes to; the stand-in for a node keeps them under its root.
 NODE_PATH_PREFIXES = ("/etc/skyinfra", "/opt/skyinfra", "/var/lib/skyinfra")

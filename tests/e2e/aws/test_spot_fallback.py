@@ -3,7 +3,7 @@ On-Demand under `aws.spot_fallback` (real Terraform and the real AWS provider ag
 behind the fault-injecting proxy, as in test_zone_failover.py; a file of its own so that
 `make test`'s workers run it beside the zone move, whose file it would otherwise double)."""
 
-# ruff: noqa: F811 (the fixtures imported from test_cli and test_zone_failover are parameters)
+# ruff: noqa: F811 (the fixtures imported from test_zone_failover are parameters)
 
 from __future__ import annotations
 
@@ -13,15 +13,6 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.aws.test_cli import (  # noqa: F401 (fixtures)
-    NO_SPACE,
-    cli_env,
-    count_cluster_resources,
-    dlami,
-    moto_like_ec2,
-    skyinfra,
-    ssh_key,
-)
 from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
     TIMEOUT_S,
     A,
@@ -31,6 +22,11 @@ from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
     live_instances,
     project_with_spec,
     proxy,
+)
+from tests.support.aws_e2e import (
+    NO_SPACE,
+    count_cluster_resources,
+    skyinfra,
 )
 from tests.support.fault_proxy import FaultProxy, no_spot_capacity
 

@@ -19,7 +19,7 @@ from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.topology import Node, Topology
 from tests.conftest import skyinfra_argv
-from tests.e2e.aws.test_cli import aws_workspace, skyinfra
+from tests.support.aws_e2e import aws_workspace, skyinfra
 
 pytestmark = pytest.mark.slow
 

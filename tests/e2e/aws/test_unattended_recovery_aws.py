@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from tests.conftest import skyinfra_argv
-from tests.e2e.aws.test_cli import NO_SPACE, count_cluster_resources, skyinfra
 from tests.e2e.aws.test_recovery_aws import (
     BUCKET,
     CKPT_PREFIX,
@@ -42,6 +41,7 @@ from tests.e2e.aws.test_recovery_aws import (
 from tests.e2e.aws.test_recovery_aws import env as recovery_env  # noqa: F401 (the fixture)
 from tests.e2e.aws.test_recovery_aws import provision as recovery_provision
 from tests.e2e.aws.test_run_over_ssh import files_holding
+from tests.support.aws_e2e import NO_SPACE, count_cluster_resources, skyinfra
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
-from tests.e2e.aws.test_cli import NO_SPACE, count_cluster_resources, skyinfra, write_spec
 from tests.support.aws import REGION
+from tests.support.aws_e2e import NO_SPACE, count_cluster_resources, skyinfra, write_spec
 from tests.support.fault_proxy import (
     FaultProxy,
     capacity_reservations_body,

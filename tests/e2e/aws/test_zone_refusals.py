@@ -3,7 +3,7 @@ quota refusal that no other zone can change (real Terraform and the real AWS pro
 moto behind the fault-injecting proxy, as in test_zone_failover.py; a file of their own so
 that `make test`'s workers run them beside the zone move)."""
 
-# ruff: noqa: F811 (the fixtures imported from test_cli and test_zone_failover are parameters)
+# ruff: noqa: F811 (the fixtures imported from test_zone_failover are parameters)
 
 from __future__ import annotations
 
@@ -12,16 +12,6 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.aws.test_cli import (  # noqa: F401 (fixtures)
-    NO_SPACE,
-    cli_env,
-    count_cluster_resources,
-    dlami,
-    moto_like_ec2,
-    skyinfra,
-    ssh_key,
-    write_spec,
-)
 from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
     TIMEOUT_S,
     A,
@@ -30,6 +20,11 @@ from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
     live_instances,
     project_with_spec,
     proxy,
+)
+from tests.support.aws_e2e import (
+    NO_SPACE,
+    count_cluster_resources,
+    skyinfra,
 )
 from tests.support.fault_proxy import (
     FaultProxy,
