@@ -69,7 +69,9 @@ def run_worker(
     status_path: Path,
     ready: list[Plugin] | None = None,
 ) -> int:
-    """Set up, run, tear down; returns the exit code. ``ready`` receives the set-up plugins."""
+    """Set up, run, tear down; returns the exit code. ``ready`` receives each plugin whose
+    set-up began: a set-up that fails midway may hold what it made (torch's process group,
+    when only the barrier after its init failed), and its teardown undoes that too."""
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     def phase(name: str) -> None:
@@ -97,8 +99,8 @@ def run_worker(
             for plugin in plugins:
                 phase(f"setup:{plugin.name}")
                 started = time.monotonic()
+                ready.append(plugin)  # torn down whatever its set-up got to
                 plugin.setup(info, topology, script=entry.runs_as_main)
-                ready.append(plugin)
                 _log(f"plugin {plugin.name} ready in {time.monotonic() - started:.1f}s")
         except RuntimeSetupError as exc:
             _log(f"set-up failed: {exc}")

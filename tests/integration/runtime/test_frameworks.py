@@ -218,6 +218,25 @@ def test_torch_worker_ends_before_the_interpreter_tears_down_gloo(tmp_path: Path
     assert seen is None, f"the interpreter tore down with {seen} gloo threads running"
 
 
+def test_a_failed_torch_barrier_destroys_the_group_before_the_worker_ends(tmp_path: Path) -> None:
+    # Node 1 is gone right after its init_process_group returned, so node 0's barrier after
+    # its own init fails. Node 0's group exists by then: the plugin's teardown must still
+    # destroy it, and the worker end before the interpreter's teardown (a group left to that
+    # teardown can abort the process, SIGABRT, in place of the set-up failure's exit code).
+    gone = {"PYTHONPATH": str(ENTRIES / "gone_after_init")}
+    runs = run_nodes(
+        tmp_path,
+        topology(nodes=2, plugins=[TORCH]),
+        f"{ENTRIES}/torch_ddp.py:started",
+        node_env={1: gone},
+    )
+    node_0 = runs[0]
+    assert node_0.returncode == 3, node_0.stderr
+    err = node_0.stderr
+    assert "set-up failed: torch barrier after init_process_group('gloo') failed" in err, err
+    assert err.index("set-up failed") < err.index("plugin torch torn down"), err
+
+
 def test_no_torch_rank_starts_its_function_before_every_rank_finished_its_init(
     tmp_path: Path,
 ) -> None:
