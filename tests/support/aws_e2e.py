@@ -1,7 +1,8 @@
 """What the AWS end-to-end tests share (tests/e2e/aws; conftest.py there registers the
 fixtures): the user's shell pointed at moto's server with dummy credentials and the provider
 mirror, the seeded Deep Learning AMI, moto read back like EC2, an SSH key, the CLI as a user
-runs it, and counts of what a cluster left in the emulator.
+runs it, counts of what a cluster left in the emulator, and an emulated node: a node's user
+data run as cloud-init would, in a root of its own (provision_in_root).
 
 moto's server runs in the test process (tests/support/aws_fixtures.py), so the public Deep
 Learning AMI SSM parameter, which moto refuses to create through its API, is seeded into moto's
@@ -23,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.terraform import MIRROR_ENV
 from skyinfra.workspace import Workspace
-from tests.conftest import skyinfra_argv
+from tests.conftest import content_of, offline_pip_env, require_wheelhouse, skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
@@ -207,3 +209,34 @@ def aws_workspace(
     )
     ws.write_json(ws.spec_file, spec.to_dict())
     return ws, spec
+
+
+# The node paths the user data writes to; the stand-in for a node keeps them under its root.
+NODE_PATH_PREFIXES = ("/etc/skyinfra", "/opt/skyinfra", "/var/lib/skyinfra")
+
+
+def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess[str]:
+    """Do what cloud-init would do with the node's user data, under ``root``: write every
+    write_files entry and run runcmd's provisioning script, with the node paths moved there."""
+
+    def moved(text: str) -> str:
+        for prefix in NODE_PATH_PREFIXES:
+            text = text.replace(prefix, f"{root}{prefix}")
+        return text
+
+    document = yaml.safe_load(user_data)
+    for entry in document["write_files"]:
+        path = Path(moved(entry["path"]))
+        if not str(path).startswith(str(root)):
+            continue  # systemd units of the idle timer (off in this spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(moved(content_of(entry)))
+        path.chmod(int(entry["permissions"], 8))
+    command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
+    # A real node installs uv from PyPI; this one takes it from the dependency wheelhouse and
+    # never asks an index (the loopback guard caught provision.sh asking pypi.org).
+    env = offline_pip_env(dict(os.environ))
+    env["PIP_FIND_LINKS"] = str(require_wheelhouse())
+    return subprocess.run(
+        [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
+    )

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.errors import ConfigError
@@ -22,62 +19,18 @@ from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.targets.aws.target import transport
 from skyinfra.topology import Node, Topology
-from tests.conftest import (
-    REPO_ROOT,
-    content_of,
-    offline_pip_env,
-    require_wheelhouse,
-)
+from tests.conftest import REPO_ROOT
 from tests.support.aws import REGION, user_data_text
 from tests.support.aws_e2e import (
     NO_SPACE,
     aws_workspace,
     count_cluster_resources,
+    provision_in_root,
     skyinfra,
 )
-
-# The node paths the user data writes to; the stand-in for a node keeps them under its root.
-NODE_PATH_PREFIXES = ("/etc/skyinfra", "/opt/skyinfra", "/var/lib/skyinfra")
-
-
-def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess[str]:
-    """Do what cloud-init would do with the node's user data, under ``root``: write every
-    write_files entry and run runcmd's provisioning script, with the node paths moved there."""
-
-    def moved(text: str) -> str:
-        for prefix in NODE_PATH_PREFIXES:
-            text = text.replace(prefix, f"{root}{prefix}")
-        return text
-
-    document = yaml.safe_load(user_data)
-    for entry in document["write_files"]:
-        path = Path(moved(entry["path"]))
-        if not str(path).startswith(str(root)):
-            continue  # systemd units of the idle timer (off in this spec)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(moved(content_of(entry)))
-        path.chmod(int(entry["permissions"], 8))
-    command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
-    # A real node installs uv from PyPI; this one takes it from the dependency wheelhouse and
-    # never asks an index (the loopback guard caught provision.sh asking pypi.org).
-    env = offline_pip_env(dict(os.environ))
-    env["PIP_FIND_LINKS"] = str(require_wheelhouse())
-    return subprocess.run(
-        [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
-    )
-
+from tests.support.leaks import files_holding
 
 PLANTED = "planted-" + "aws-secret-3b9e0c"
-
-
-def files_holding(root: Path, value: str) -> list[str]:
-    found = []
-    for folder, _, files in os.walk(root):
-        for name in files:
-            path = Path(folder) / name
-            if not path.is_symlink() and path.is_file() and value.encode() in path.read_bytes():
-                found.append(str(path))
-    return found
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ On-Demand under `aws.spot_fallback` (real Terraform and the real AWS provider ag
 behind the fault-injecting proxy, as in test_zone_failover.py; a file of its own so that
 `make test`'s workers run it beside the zone move, whose file it would otherwise double)."""
 
-# ruff: noqa: F811 (the fixtures imported from test_zone_failover are parameters)
+# ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
+from tests.support.aws_e2e import (
+    NO_SPACE,
+    count_cluster_resources,
+    skyinfra,
+)
+from tests.support.capacity_e2e import (  # noqa: F401 (fixtures)
     TIMEOUT_S,
     A,
     B,
@@ -22,11 +27,6 @@ from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
     live_instances,
     project_with_spec,
     proxy,
-)
-from tests.support.aws_e2e import (
-    NO_SPACE,
-    count_cluster_resources,
-    skyinfra,
 )
 from tests.support.fault_proxy import FaultProxy, no_spot_capacity
 

@@ -26,7 +26,9 @@ import pytest
 import yaml
 
 from tests.conftest import skyinfra_argv
-from tests.e2e.aws.test_recovery_aws import (
+from tests.support.aws import user_data_text
+from tests.support.aws_e2e import NO_SPACE, count_cluster_resources, skyinfra
+from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     BUCKET,
     CKPT_PREFIX,
     ENTRY,
@@ -35,13 +37,11 @@ from tests.e2e.aws.test_recovery_aws import (
     kill_all,
     node_root,
     processes_under,
+    recovery_env,
     saved_step,
-    user_data_text,
 )
-from tests.e2e.aws.test_recovery_aws import env as recovery_env  # noqa: F401 (the fixture)
-from tests.e2e.aws.test_recovery_aws import provision as recovery_provision
-from tests.e2e.aws.test_run_over_ssh import files_holding
-from tests.support.aws_e2e import NO_SPACE, count_cluster_resources, skyinfra
+from tests.support.aws_recovery_e2e import provision as recovery_provision
+from tests.support.leaks import files_holding
 
 pytestmark = pytest.mark.slow
 

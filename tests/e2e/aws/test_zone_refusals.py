@@ -3,7 +3,7 @@ quota refusal that no other zone can change (real Terraform and the real AWS pro
 moto behind the fault-injecting proxy, as in test_zone_failover.py; a file of their own so
 that `make test`'s workers run them beside the zone move)."""
 
-# ruff: noqa: F811 (the fixtures imported from test_zone_failover are parameters)
+# ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
+from tests.support.aws_e2e import (
+    NO_SPACE,
+    count_cluster_resources,
+    skyinfra,
+)
+from tests.support.capacity_e2e import (  # noqa: F401 (fixtures)
     TIMEOUT_S,
     A,
     capacity_log,
@@ -20,11 +25,6 @@ from tests.e2e.aws.test_zone_failover import (  # noqa: F401 (fixtures)
     live_instances,
     project_with_spec,
     proxy,
-)
-from tests.support.aws_e2e import (
-    NO_SPACE,
-    count_cluster_resources,
-    skyinfra,
 )
 from tests.support.fault_proxy import (
     FaultProxy,

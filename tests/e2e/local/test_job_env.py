@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.leaks import files_holding
 from tests.support.local_jobs import cli as run_cli
 from tests.support.local_jobs import cluster_up, module_env
 
@@ -85,18 +86,6 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
 
 def workspace(project: Path) -> Path:
     return project / ".skyinfra" / "clusters" / NAME
-
-
-def files_holding(root: Path, value: str) -> list[str]:
-    """Every file under ``root`` (the workspace: state, runs/, logs, and the local nodes'
-    folders with their logs, records and run copies) whose bytes hold ``value``."""
-    found = []
-    for folder, _, files in os.walk(root):
-        for name in files:
-            path = Path(folder) / name
-            if not path.is_symlink() and path.is_file() and value.encode() in path.read_bytes():
-                found.append(str(path))
-    return found
 
 
 def test_env_and_secrets_reach_every_worker_before_the_plugins(

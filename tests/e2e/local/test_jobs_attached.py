@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.local.test_shared_state import bucket, cli, env, shared_cache  # noqa: F401
 from tests.support.aws import REGION
 from tests.support.ports import free_port_pair
+from tests.support.shared_state_e2e import bucket, cli, env, shared_cache  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

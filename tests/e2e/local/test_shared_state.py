@@ -10,14 +10,14 @@ terraform binary and one with the embedded Terraform.
 - `skyinfra state push` moves a cluster's local state to S3; the cluster then works from it.
 """
 
+# ruff: noqa: F811 (the fixtures imported from tests/support/shared_state_e2e.py are parameters)
+
 from __future__ import annotations
 
 import json
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -27,30 +27,14 @@ from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.engines import terraform_binary
 from tests.support.ports import free_port_pair
+from tests.support.shared_state_e2e import (  # noqa: F401 (fixtures)
+    bucket,
+    cli,
+    env,
+    shared_cache,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def cli(
-    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-@pytest.fixture
-def bucket(moto_url: str) -> Iterator[str]:
-    s3 = boto3.client(
-        "s3",
-        region_name=REGION,
-        endpoint_url=moto_url,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
-    name = f"team-state-{time.monotonic_ns() % 10**9}"
-    s3.create_bucket(Bucket=name)
-    yield name
 
 
 def s3_client(moto_url: str):  # type: ignore[no-untyped-def]
@@ -66,28 +50,6 @@ def s3_client(moto_url: str):  # type: ignore[no-untyped-def]
 def keys(moto_url: str, bucket: str) -> list[str]:
     listed = s3_client(moto_url).list_objects_v2(Bucket=bucket).get("Contents", [])
     return sorted(o["Key"] for o in listed)
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One wheel cache for the module: the runtime wheel is built once."""
-    return tmp_path_factory.mktemp("shared-state-cache")
-
-
-@pytest.fixture
-def env(clean_env: dict[str, str], moto_url: str, shared_cache: Path) -> dict[str, str]:
-    """Emulator mode: the S3 backend goes to moto; dummy credentials only."""
-    return {
-        **clean_env,
-        "SKYINFRA_CACHE": str(shared_cache / "cache"),
-        "SKYINFRA_TF_PLUGIN_CACHE": str(shared_cache / "tf-plugins"),
-        "SKYINFRA_AWS_ENDPOINT_URL": moto_url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    }
 
 
 def terraform_in(workdir: Path, binary: str) -> list[int]:
