@@ -37,7 +37,7 @@ def emulator() -> Iterator[dict[str, str]]:
     sys.path.insert(0, str(REPO))
     from moto.server import ThreadedMotoServer
 
-    from tests.support.aws import find_plugin_mirror
+    from tests.support.aws import DUMMY_AWS_ENV, find_plugin_mirror
     from tests.support.aws_fixtures import free_port, seed_dlami
 
     mirror = find_plugin_mirror()
@@ -52,12 +52,7 @@ def emulator() -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="skyinfra-bench-aws-") as tmp:
         env = {
             **base_env(),
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_EC2_METADATA_DISABLED": "true",
+            **DUMMY_AWS_ENV,
             "SKYINFRA_AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
             "SKYINFRA_TF_PROVIDER_MIRROR": str(mirror),
             "SKYINFRA_TF_PLUGIN_CACHE": str(Path(tmp) / "tf-plugins"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,19 @@ from skyinfra.terraform import EmbeddedTerraform, provider_mirror
 from skyinfra.workspace import Workspace
 
 REGION = "us-east-1"
+# The environment every emulated AWS test runs with: dummy credentials, never real ones, and
+# no AWS config files. No instance metadata service either: without credentials boto3 would ask
+# 169.254.169.254, a packet beyond loopback, which the loopback guard refuses.
+DUMMY_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+# What a user's environment may hold that would mix other credentials with the dummy ones.
+AMBIENT_AWS_CREDENTIALS = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 # The `terraform` fixture: the product's engine for a folder, wired to the provider mirror.
 TerraformFactory = Callable[[Path], EmbeddedTerraform]
 REPO = Path(__file__).resolve().parents[2]

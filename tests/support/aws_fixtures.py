@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,13 @@ from moto.ssm.models import Parameter, ssm_backends
 from skyinfra.targets.aws.preflight import DEFAULT_DLAMI_PARAMETER
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.terraform import MIRROR_ENV, PLUGIN_CACHE_ENV, EmbeddedTerraform
-from tests.support.aws import REGION, TerraformFactory, find_plugin_mirror
+from tests.support.aws import (
+    AMBIENT_AWS_CREDENTIALS,
+    DUMMY_AWS_ENV,
+    REGION,
+    TerraformFactory,
+    find_plugin_mirror,
+)
 from tests.support.tools import require_system_tool
 
 
@@ -74,13 +80,12 @@ def terraform(plugin_mirror: Path, tf_plugin_cache: Path) -> TerraformFactory:
     return lambda workdir: EmbeddedTerraform(workdir, env=env)
 
 
-def log_retried_calls(handler: type) -> None:
+def logging_retried_calls(plain: Callable[..., None]) -> Callable[..., None]:
     """Make moto's server log, beside its line per request, each call that is an AWS SDK's
     retry (`amz-sdk-request: attempt=N` over 1, the same invocation id each attempt). Evidence
     for a known flake: the AWS provider now and then meets moto's answer to its own earlier
     attempt (a revoke that finds the rule gone); a failing test's captured log shows whether
-    that call was a retry."""
-    plain = handler.log_request
+    that call was a retry. Wraps the handler's ``log_request``."""
 
     def log_request(self: Any, code: int | str = "-", size: int | str = "-") -> None:
         headers = getattr(self, "headers", None)
@@ -95,7 +100,7 @@ def log_retried_calls(handler: type) -> None:
             )
         plain(self, code, size)
 
-    handler.log_request = log_request  # type: ignore[attr-defined]
+    return log_request
 
 
 @pytest.fixture(scope="session")
@@ -105,8 +110,8 @@ def moto_url() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(MotoRequestHandler, "log_request", MotoRequestHandler.log_request)
-        log_retried_calls(MotoRequestHandler)
+        logged = logging_retried_calls(MotoRequestHandler.log_request)
+        mp.setattr(MotoRequestHandler, "log_request", logged)
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
@@ -119,16 +124,10 @@ def moto_url() -> Iterator[str]:
 @pytest.fixture
 def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Dummy credentials for boto3 and Terraform; never real ones from the environment."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+    for name, value in DUMMY_AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in AMBIENT_AWS_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    # Without credentials boto3 would ask the instance metadata service (169.254.169.254):
-    # a packet beyond loopback, which the loopback guard refuses.
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     return moto_url
 
 

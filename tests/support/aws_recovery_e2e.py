@@ -24,7 +24,12 @@ from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_
 from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.terraform import MIRROR_ENV
 from tests.conftest import REPO_ROOT
-from tests.support.aws import REGION, user_data_text
+from tests.support.aws import (
+    AMBIENT_AWS_CREDENTIALS,
+    DUMMY_AWS_ENV,
+    REGION,
+    user_data_text,
+)
 from tests.support.aws_e2e import UBUNTU_DLAMI, patch_moto_like_ec2, provision_in_root
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
 
@@ -93,19 +98,10 @@ def recovery_env(
     target, key = sshd
     base = tmp_path_factory.mktemp("aws-recovery")
     roots = {f"node-{i}": base / f"emulated-node-{i}" for i in range(2)}
-    # Dummy credentials, never real ones; no instance metadata service (beyond loopback).
-    aws = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
     shell = {k: v for k, v in os.environ.items() if not k.startswith(("SKYINFRA_", "AWS_"))}
     shell.update(
         {
-            **aws,
+            **DUMMY_AWS_ENV,
             ENDPOINT_ENV_VAR: moto_url,
             MIRROR_ENV: str(plugin_mirror),
             "SKYINFRA_CACHE": str(base / "cache"),
@@ -133,9 +129,9 @@ def recovery_env(
         )
         patch_moto_like_ec2(mp)
         # The stand-in nodes' provisioning (fetch-s3-object.py) takes this process's env.
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        for name in AMBIENT_AWS_CREDENTIALS:
             mp.delenv(name, raising=False)
-        for name, value in aws.items():
+        for name, value in DUMMY_AWS_ENV.items():
             mp.setenv(name, value)
         try:
             yield shell

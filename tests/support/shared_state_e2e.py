@@ -1,12 +1,11 @@
 """What the shared-state end-to-end tests share (tests/e2e/local: test_shared_state.py,
-test_jobs_attached.py): the CLI as a user runs it, a state bucket on moto's server over
-loopback, and the operators' shell in emulator mode (the S3 backend on moto, dummy credentials
-only), with one wheel cache per module. The fixtures are imported by the modules that use them.
+test_jobs_attached.py): a state bucket on moto's server over loopback, and the operators' shell
+in emulator mode (the S3 backend on moto, dummy credentials only), with one wheel cache per
+module. The fixtures are imported by the modules that use them.
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,16 +13,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
-
-
-def cli(
-    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture

@@ -24,18 +24,11 @@ import pytest
 
 from skyinfra.targets.local.transport import LocalTransport
 from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import cli
 
 pytestmark = pytest.mark.slow
 
 NAME = "faults"
-
-
-def cli(
-    args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")

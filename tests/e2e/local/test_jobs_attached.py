@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.aws import REGION
+from tests.support.local_jobs import cli
 from tests.support.ports import free_port_pair
-from tests.support.shared_state_e2e import bucket, cli, env, shared_cache  # noqa: F401
+from tests.support.shared_state_e2e import bucket, env, shared_cache  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

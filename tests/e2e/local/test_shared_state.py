@@ -26,10 +26,10 @@ import pytest
 from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.engines import terraform_binary
+from tests.support.local_jobs import cli
 from tests.support.ports import free_port_pair
 from tests.support.shared_state_e2e import (  # noqa: F401 (fixtures)
     bucket,
-    cli,
     env,
     shared_cache,
 )
