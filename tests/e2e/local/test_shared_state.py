@@ -23,6 +23,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from skyinfra.terraform._embedded import SCRIPT as EMBEDDED_SCRIPT
 from tests.conftest import skyinfra_argv
 from tests.support.aws import REGION
 from tests.support.engines import terraform_binary
@@ -69,7 +70,7 @@ def terraform_in(workdir: Path, binary: str) -> list[int]:
         except OSError:
             continue
         # PATH's terraform, or the forwarding one (it execs the embedded Terraform's module).
-        if argv and (argv[0] == binary.encode() or b"skyinfra.terraform._embedded" in argv):
+        if argv and (argv[0] == binary.encode() or EMBEDDED_SCRIPT.encode() in argv):
             found[int(entry.name)] = parent
     return sorted(pid for pid, parent in found.items() if parent not in found)
 
