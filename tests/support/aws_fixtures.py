@@ -152,12 +152,18 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshTarget, 
     authorized.write_text((base / "user_ed25519.pub").read_text())
     authorized.chmod(0o600)
     port = free_port()
+    # The login user's HOME is a fresh folder, as a new node's user has: bash, started by sshd,
+    # sources ~/.bashrc even for a command, and this machine's own user's (pyenv's init and
+    # rehash, about 0.1 s of CPU a command) is no part of a node.
+    home = base / "home"
+    home.mkdir()
     config = base / "sshd_config"
     config.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
         f"AuthorizedKeysFile {authorized}\nPidFile {base}/sshd.pid\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
         "StrictModes no\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
+        f"SetEnv HOME={home}\n"
     )
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
     proc = subprocess.Popen(
