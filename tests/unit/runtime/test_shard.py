@@ -6,12 +6,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
-import jax.numpy as jnp
 import numpy as np
-import pandas as pd
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from skyinfra_runtime import shard, shard_indices
@@ -70,6 +68,8 @@ def test_same_permutation_in_separate_processes() -> None:
 @settings(deadline=None, max_examples=30)
 @given(st.integers(min_value=1, max_value=60), counts, seeds)
 def test_equal_length_arrays_stay_aligned_across_types(length: int, count: int, seed: int) -> None:
+    import torch
+
     keys = list(range(length))
     x = np.arange(length) * 10
     t = torch.arange(length) * 100
@@ -79,20 +79,41 @@ def test_equal_length_arrays_stay_aligned_across_types(length: int, count: int, 
         assert [v * 100 for v in k] == ts.tolist()
 
 
-SAMPLES = [
-    (list(range(10)), list),
-    (tuple(range(10)), tuple),
-    (np.arange(10), np.ndarray),
-    (np.ma.masked_array(np.arange(10)), np.ma.MaskedArray),
-    (torch.arange(10), torch.Tensor),
-    (pd.DataFrame({"a": range(10)}), pd.DataFrame),
-    (pd.Series(range(10)), pd.Series),
-]
+# torch, jax and pandas are imported by the tests that use them, not when the suite is
+# collected: every pytest worker collects every file, and torch alone is about 1.5 s of CPU.
+def _torch_tensor() -> tuple[object, type]:
+    import torch
+
+    return torch.arange(10), torch.Tensor
 
 
-@pytest.mark.parametrize(("data", "kind"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
+def _data_frame() -> tuple[object, type]:
+    import pandas as pd
+
+    return pd.DataFrame({"a": range(10)}), pd.DataFrame
+
+
+def _series() -> tuple[object, type]:
+    import pandas as pd
+
+    return pd.Series(range(10)), pd.Series
+
+
+SAMPLES: dict[str, Callable[[], tuple[object, type]]] = {
+    "list": lambda: (list(range(10)), list),
+    "tuple": lambda: (tuple(range(10)), tuple),
+    "ndarray": lambda: (np.arange(10), np.ndarray),
+    "MaskedArray": lambda: (np.ma.masked_array(np.arange(10)), np.ma.MaskedArray),
+    "Tensor": _torch_tensor,
+    "DataFrame": _data_frame,
+    "Series": _series,
+}
+
+
+@pytest.mark.parametrize("kind_name", SAMPLES)
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_types_are_preserved(data: object, kind: type, drop_last: bool) -> None:
+def test_types_are_preserved(kind_name: str, drop_last: bool) -> None:
+    data, kind = SAMPLES[kind_name]()
     part = shard(data, index=1, count=3, shuffle=True, seed=1, drop_last=drop_last)
     assert type(part) is kind
     assert len(part) == 3
@@ -100,6 +121,7 @@ def test_types_are_preserved(data: object, kind: type, drop_last: bool) -> None:
 
 def test_jax_arrays_stay_jax_arrays() -> None:
     import jax
+    import jax.numpy as jnp
 
     part = shard(jnp.arange(10), index=0, count=3)
     assert isinstance(part, jax.Array)
@@ -107,12 +129,16 @@ def test_jax_arrays_stay_jax_arrays() -> None:
 
 
 def test_empty_torch_shard_is_still_a_tensor() -> None:
+    import torch
+
     part = shard(torch.arange(2), index=2, count=3)
     assert isinstance(part, torch.Tensor)
     assert part.numel() == 0
 
 
 def test_pandas_shards_by_position_not_label() -> None:
+    import pandas as pd
+
     frame = pd.DataFrame({"a": range(6)}, index=[50, 40, 30, 20, 10, 0])
     part = shard(frame, index=0, count=2)
     assert part["a"].tolist() == [0, 1, 2]
