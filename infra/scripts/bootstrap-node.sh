@@ -60,10 +60,17 @@ done
 [ -n "$node_dir" ] || die "--node-dir is required"
 case "$node_dir" in /*) ;; *) die "--node-dir must be absolute, got '$node_dir'" ;; esac
 
-# When process $1 started (field 22 of /proc/PID/stat, after the command name in
-# parentheses, which may hold spaces), or nothing if it is gone.
-start_time() {
-    sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20
+# Sets REPLY to field $2 of /proc/$1/stat counted after the command name (in parentheses, and
+# it may hold spaces): 1 the state, 2 the parent's pid, 20 the start time (field 22 of the
+# whole line). Empty if the process is gone. Builtins only, no subshell: it runs for every pid
+# file and every ancestor, several times a bootstrap (sed and cut were about 40 processes).
+stat_field() {
+    local line
+    local -a fields
+    REPLY=""
+    { read -r line < "/proc/$1/stat"; } 2>/dev/null || return 0
+    read -r -a fields <<< "${line##*) }"
+    REPLY="${fields[$2 - 1]:-}"
 }
 
 # The recorded process groups that still exist and are still ours: a live process with the
@@ -76,11 +83,13 @@ recorded_groups() {
         pid="" start=""
         read -r pid start < "$f" || true
         case "$pid" in '' | *[!0-9]*) continue ;; esac
-        now="$(start_time "$pid")"
+        stat_field "$pid" 20
+        now="$REPLY"
         [ -n "$now" ] && [ "$now" != "$start" ] && continue
         # A leader that ended but that no one reaped yet (an orphan where init is slow to
         # reap) is gone: kill -0 would still find its group; its children carry the mark.
-        [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ] && continue
+        stat_field "$pid" 1
+        [ "$REPLY" = Z ] && continue
         kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
     done
     return 0
@@ -91,7 +100,8 @@ marked_processes() {
     local spared=" " p=$$ f pid
     while [ -n "$p" ] && [ "$p" != 0 ]; do
         spared+="$p "
-        p="$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)"
+        stat_field "$p" 2
+        p="$REPLY"
     done
     { grep -lzxF -- "SKYINFRA_LOCAL_NODE_DIR=$node_dir" /proc/[0-9]*/environ 2>/dev/null || true; } |
         while read -r f; do
