@@ -69,7 +69,7 @@ def terraform_in(workdir: Path, binary: str) -> list[int]:
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-        # PATH's terraform, or the forwarding one (it execs the embedded Terraform's module).
+        # PATH's terraform, or the forwarding one (it execs the embedded Terraform's script).
         if argv and (argv[0] == binary.encode() or EMBEDDED_SCRIPT.encode() in argv):
             found[int(entry.name)] = parent
     return sorted(pid for pid, parent in found.items() if parent not in found)
