@@ -122,23 +122,51 @@ def lose_node_0(workspace: Path, job: str) -> None:
 
 
 def lose_node(workspace: Path, node: int) -> None:
-    """A node lost, as a machine is: its folder gone at once (moved aside, so nothing starts
-    there any more: a follower's command started during the deletion wrote into it, once),
-    every process of it SIGKILLed (its agent, launcher and worker: their environment names
-    its folder), then the folder deleted."""
+    """A node lost, as a machine is: every process of it stopped at once, its folder gone
+    (moved aside, so nothing starts there any more: a follower's command started during the
+    deletion wrote into it, once), the processes SIGKILLed (its agent, launcher and worker:
+    their environment names its folder), then the folder deleted."""
     node_dir = workspace / "nodes" / f"node-{node}"
     gone = workspace / f".lost-node-{node}-{time.time_ns()}"
-    node_dir.rename(gone)
-    kill_node_processes(workspace, node, standin_too=True)
+    kill_node_processes(
+        workspace, node, standin_too=True, before_kill=lambda: node_dir.rename(gone)
+    )
     shutil.rmtree(gone)
 
 
-def kill_node_processes(workspace: Path, node: int, *, standin_too: bool = False) -> None:
+def kill_node_processes(
+    workspace: Path,
+    node: int,
+    *,
+    standin_too: bool = False,
+    before_kill: Callable[[], None] | None = None,
+) -> None:
     """Every process of a node SIGKILLed (its agent, launcher and worker: their environment
     names its folder); the folder stays. Its metadata service's stand-in is the cloud's, not
-    the node's (skyinfra_runtime.imds_standin): it goes only ``standin_too``, with the node."""
-    node_dir = workspace / "nodes" / f"node-{node}"
+    the node's (skyinfra_runtime.imds_standin): it goes only ``standin_too``, with the node.
+
+    All of them are stopped (SIGSTOP) before any is killed, as a machine's processes end
+    together: killed one by one, a launcher outlived its worker by the time a scan of /proc
+    takes and wrote the worker's result into the node's folder, which a lost node had no more
+    (a 6-worker `make test`: `up` then refused to replace a node folder without its marker).
+    ``before_kill`` runs while they are stopped."""
+    stopped: set[int] = set()
+    while found := _node_pids(workspace / "nodes" / f"node-{node}", standin_too) - stopped:
+        for pid in found:  # again until no new one: a child forked during the scan
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= found
+    if before_kill is not None:
+        before_kill()
+    # And what a follower started there meanwhile (its environment names the folder too).
+    for pid in stopped | _node_pids(workspace / "nodes" / f"node-{node}", standin_too):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _node_pids(node_dir: Path, standin_too: bool) -> set[int]:
     mark = f"SKYINFRA_LOCAL_NODE_DIR={node_dir}".encode()
+    pids = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -150,8 +178,8 @@ def kill_node_processes(workspace: Path, node: int, *, standin_too: bool = False
             and int(pid) != os.getpid()
             and (standin_too or b"imds-standin" not in argv)
         ):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+            pids.add(int(pid))
+    return pids
 
 
 def restarted_after_kill(
