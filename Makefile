@@ -53,10 +53,12 @@ wheels: $(STAMP)
 # once; files go out longest first, by the seconds in tests/durations.json
 # (tests/support/schedule.py; `make test-durations` records them anew). (loadgroup would share out the AWS e2e files test by test, but pytest-xdist 3.8 marks
 # groups by rewriting item._nodeid, which pytest 9.2 no longer reads: it groups nothing.)
-# 4 workers on 2 cores: a worker waiting on an AWS provider poll or a node's timeout leaves
-# its core to another (README, "Development"). Every run ends with the 25 slowest tests and the
-# seconds per folder (tests/support/timings.py). Random order is make test-random's.
-TEST_WORKERS ?= 4
+# 5 workers on 2 cores: a worker waiting on an AWS provider poll or a node's timeout leaves
+# its core to another (README, "Development"). With 4, the cores idled 10-35% of the time in
+# half-minute stretches while three AWS files waited on the provider at once; with 5 they are
+# busy nearly throughout, at the same CPU in all. Every run ends with the 25 slowest tests and
+# the seconds per folder (tests/support/timings.py). Random order is make test-random's.
+TEST_WORKERS ?= 5
 WORKERS = --dist loadfile \
 	--tx '$(TEST_WORKERS)*popen//python=$(CURDIR)/tests/loopback-only.sh $(CURDIR)/$(BIN)/python'
 # Terraform and its providers are Go programs that live for one command: about a fifth of their
