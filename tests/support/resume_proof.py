@@ -146,9 +146,9 @@ def kill_node_processes(
     the node's (skyinfra_runtime.imds_standin): it goes only ``standin_too``, with the node.
 
     All of them are stopped (SIGSTOP) before any is killed, as a machine's processes end
-    together: killed one by one, a launcher outlived its worker by the time a scan of /proc
-    takes and wrote the worker's result into the node's folder, which a lost node had no more
-    (a 6-worker `make test`: `up` then refused to replace a node folder without its marker).
+    together: killed one by one as a scan of /proc found them, the others ran on meanwhile, and
+    one writing into a lost node's folder by its path made the folder anew, without its marker
+    (a 6-worker `make test`: `up` then refused to replace the node; test_node_loss.py).
     ``before_kill`` runs while they are stopped."""
     stopped: set[int] = set()
     while found := _node_pids(workspace / "nodes" / f"node-{node}", standin_too) - stopped:
