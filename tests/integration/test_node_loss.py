@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from skyinfra.targets.local.processes import NODE_ENV
 from tests.support.resume_proof import kill_node_processes, lose_node
 
 # A stand-in for a node's supervisor: writes its heartbeat into the node's folder (by the
@@ -34,7 +35,7 @@ def start_supervisor(node_dir: Path) -> subprocess.Popen[str]:
     beat = node_dir / "runs" / "job" / "heartbeat"
     supervisor = subprocess.Popen(
         [sys.executable, "-c", SUPERVISOR, str(beat)],
-        env={**os.environ, "SKYINFRA_LOCAL_NODE_DIR": str(node_dir)},
+        env={**os.environ, NODE_ENV: str(node_dir)},
         stdout=subprocess.PIPE,
         text=True,
     )

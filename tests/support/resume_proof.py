@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from skyinfra.targets.local.processes import NODE_ENV
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
 from tests.support.workers import wait_for_line, worker_pid
@@ -150,8 +151,9 @@ def kill_node_processes(
     one writing into a lost node's folder by its path made the folder anew, without its marker
     (a 6-worker `make test`: `up` then refused to replace the node; test_node_loss.py).
     ``before_kill`` runs while they are stopped."""
+    node_dir = workspace / "nodes" / f"node-{node}"
     stopped: set[int] = set()
-    while found := _node_pids(workspace / "nodes" / f"node-{node}", standin_too) - stopped:
+    while found := _node_pids(node_dir, standin_too) - stopped:
         for pid in found:  # again until no new one: a child forked during the scan
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
@@ -159,13 +161,13 @@ def kill_node_processes(
     if before_kill is not None:
         before_kill()
     # And what a follower started there meanwhile (its environment names the folder too).
-    for pid in stopped | _node_pids(workspace / "nodes" / f"node-{node}", standin_too):
+    for pid in stopped | _node_pids(node_dir, standin_too):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
 def _node_pids(node_dir: Path, standin_too: bool) -> set[int]:
-    mark = f"SKYINFRA_LOCAL_NODE_DIR={node_dir}".encode()
+    mark = f"{NODE_ENV}={node_dir}".encode()
     pids = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
