@@ -47,6 +47,13 @@ from tests.support.collector import (  # noqa: E402, F401
     pytest_runtest_setup,
 )
 
+# A test's timeout counts the test alone; fixture set-up and teardown have deadlines of their
+# own, which name the stage that ran out (tests/support/deadlines.py).
+from tests.support.deadlines import (  # noqa: E402, F401
+    pytest_fixture_setup,
+    pytest_runtest_teardown,
+)
+
 # Test files go to the pytest-xdist workers longest first.
 from tests.support.schedule import pytest_xdist_make_scheduler  # noqa: E402, F401
 

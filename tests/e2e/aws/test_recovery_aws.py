@@ -48,8 +48,11 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     recovery_env,
     saved_step,
 )
+from tests.support.deadlines import PROVISION_S, UP_S, setup_deadline, stage
 
-pytestmark = pytest.mark.slow
+# The waits inside (a run to step 3, Terraform replacing a node, the resumed attempt) have
+# bounds of their own that name what is slow; the test's timeout is only the last resort.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 NAME = "aws-recovery"
 
@@ -64,6 +67,7 @@ def ws(project: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+@setup_deadline(UP_S + 2 * PROVISION_S)
 def project(
     env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, sshd: Any
 ) -> Iterator[Path]:
@@ -78,16 +82,19 @@ def project(
         f'checkpoints_url = "s3://{BUCKET}/{CKPT_PREFIX}"\n'
     )
     (proj / "entry.py").write_text(ENTRY)
-    up = skyinfra("up", cwd=proj, env=env)
+    with stage(f"`up` of {NAME} (emulated AWS)", UP_S):
+        up = skyinfra("up", cwd=proj, env=env, timeout=2 * UP_S)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         for node in range(2):
-            provision(proj, env, node, NAME)
+            with stage(f"provisioning of node {node} (its user data, as cloud-init)", PROVISION_S):
+                provision(proj, env, node, NAME)
         yield proj
     finally:
         for node in range(2):
             kill_all(processes_under(node_root(env, node)))
-        down = skyinfra("down", "--yes", cwd=proj, env=env)
+        with stage(f"`down` of {NAME}", UP_S):
+            down = skyinfra("down", "--yes", cwd=proj, env=env, timeout=2 * UP_S)
         assert down.returncode == 0, down.stdout + down.stderr
         assert count_cluster_resources(client(env, "ec2"), NAME) == NO_SPACE
 
@@ -166,9 +173,10 @@ def lose_node_during_a_run(
         )  # fmt: skip
         booter = threading.Thread(target=boot_the_replacement, daemon=True)
         try:
-            # The node has uploaded step 3 (the agent's poll takes a file once it settled).
-            until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-            while saved_step(env, name, node) != 3:
+            # Both nodes have uploaded step 3 (the agent's poll takes a file once it settled),
+            # so that both resume from it however slow the machine.
+            until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+            while [saved_step(env, name, i) for i in range(2)] != [3, 3]:
                 assert proc.poll() is None, out_file.read_text()
                 assert time.monotonic() < until, out_file.read_text()
                 time.sleep(0.5)

@@ -41,9 +41,12 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     saved_step,
 )
 from tests.support.aws_recovery_e2e import provision as recovery_provision
+from tests.support.deadlines import PROVISION_S, UP_S, setup_deadline, stage
 from tests.support.leaks import files_holding
 
-pytestmark = pytest.mark.slow
+# The waits inside (a run to step 3, node 0's Terraform replacing node 1, the resumed
+# attempt) have bounds of their own; the test's timeout is only the last resort.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 NAME = "aws-unattended"
 STATE_BUCKET = "team-state-unattended"
@@ -78,6 +81,7 @@ def authorize_the_clusters_key(project: Path, sshd_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
+@setup_deadline(UP_S + 2 * PROVISION_S)
 def project(
     env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, sshd: Any
 ) -> Iterator[Path]:
@@ -94,7 +98,8 @@ def project(
         f'checkpoints_url = "s3://{BUCKET}/{CKPT_PREFIX}"\n'
     )
     (proj / "entry.py").write_text(ENTRY)
-    up = skyinfra("up", cwd=proj, env=env)
+    with stage(f"`up` of {NAME} (emulated AWS, S3 state)", UP_S):
+        up = skyinfra("up", cwd=proj, env=env, timeout=2 * UP_S)
     sshd_dir = key.parent
     authorized = (sshd_dir / "authorized_keys").read_text()
     try:
@@ -103,13 +108,15 @@ def project(
         assert (ws(proj) / "head_key").stat().st_mode & 0o777 == 0o600
         authorize_the_clusters_key(proj, sshd_dir)
         for node in range(2):
-            provision(proj, env, node)
+            with stage(f"provisioning of node {node} (its user data, as cloud-init)", PROVISION_S):
+                provision(proj, env, node)
         yield proj
     finally:
         (sshd_dir / "authorized_keys").write_text(authorized)
         for node in range(2):
             kill_all(processes_under(node_root(env, node)))
-        down = skyinfra("down", "--yes", cwd=proj, env=env)
+        with stage(f"`down` of {NAME}", UP_S):
+            down = skyinfra("down", "--yes", cwd=proj, env=env, timeout=2 * UP_S)
         assert down.returncode == 0, down.stdout + down.stderr
         assert count_cluster_resources(client(env, "ec2"), NAME) == NO_SPACE
 
@@ -158,8 +165,8 @@ def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
     assert (head / "head" / "head_key").stat().st_mode & 0o777 == 0o600
     assert not (kit / "terraform.tfstate").exists()
 
-    until = time.monotonic() + 180  # a bound on the wait, not an assertion on time
-    while saved_step(env, "unattended", 1) != 3:
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while [saved_step(env, "unattended", i) for i in range(2)] != [3, 3]:
         assert time.monotonic() < until, record_of(project, env, job)
         time.sleep(0.5)
     booter, replaced, errors = lose_node_1(project, env, before)
@@ -207,8 +214,8 @@ def test_an_attached_run_follows_the_attempt_node_0_starts(
             stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
-            until = time.monotonic() + 180  # a bound on the wait, not an assertion on time
-            while saved_step(env, "attached", 1) != 3:
+            until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+            while [saved_step(env, "attached", i) for i in range(2)] != [3, 3]:
                 assert proc.poll() is None and time.monotonic() < until, out_file.read_text()
                 time.sleep(0.5)
             # `run` refreshed topology.json from the shared state before it started.
