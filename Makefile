@@ -11,7 +11,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-durations bench-suite-then test-random test-fast test-gpu record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then test-random test-fast test-gpu record-plans lint demo bench clean
 
 venv: $(STAMP)
 
@@ -72,8 +72,15 @@ TF_GC = GOGC=off GOMEMLIMIT=1GiB
 # of CPU per worker with the cache).
 SUITE = env -u PYTHONDONTWRITEBYTECODE $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
 	$(BIN)/python -m pytest --durations=25 $(WORKERS)
+# TESTS="paths": only those, with the same settings (the slow-machine check: README).
+TESTS ?=
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
-	$(SUITE) -p no:randomly
+	$(SUITE) -p no:randomly $(TESTS)
+
+# The suite as a fresh machine runs it: .ci/run in a fresh clone of HEAD with HOME an empty
+# folder (no pip, uv or Terraform caches, nothing built or compiled); prints its seconds.
+test-cold:
+	tests/cold-run.sh
 
 # The same suite, and each test file's seconds written to tests/durations.json (commit it when
 # files were added or their times moved: the order the workers get files in).
@@ -93,10 +100,11 @@ RANDOM_SEED ?=
 test-random: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	$(SUITE) $(if $(RANDOM_SEED),--randomly-seed=$(RANDOM_SEED))
 
-# The inner loop (about 30 s on 2 cores): tests/unit only, the pure functions and in-process
-# checks; no Terraform, no servers, no clusters, no framework processes, no venv builds (slow).
+# The inner loop: tests/unit only, the pure functions and in-process checks; no Terraform, no
+# servers, no clusters, no framework processes, no venv builds (slow). Two workers: about 50 s
+# of work, most of it CLI subprocesses for the bad-spec cases, on the two cores.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -m "not slow" -q -p no:randomly
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest tests/unit -m "not slow" -q -p no:randomly -n 2
 
 # The GPU paths on a machine with an NVIDIA GPU and its own torch and jax (CUDA builds): the
 # runtime from the source tree, no venv; the suite's conftest needs the operator's packages,
