@@ -65,6 +65,30 @@ class UsageError(SkyinfraError):
     exit_code = exitcodes.USAGE
 
 
+class ClusterBusyError(UsageError):
+    """A job holds the cluster's nodes: a second one would join its coordinator and end it.
+    Raised before anything is started; ``job`` is the head's word on the running job."""
+
+    def __init__(self, cluster: str, job: Mapping[str, Any]) -> None:
+        self.job = dict(job)
+        job_id = job.get("id", "?")
+        what = ", ".join(
+            part
+            for part in (
+                f"entry {job['entry']}" if job.get("entry") else "",
+                f"started by {job['started_by']}" if job.get("started_by") else "",
+            )
+            if part
+        )
+        super().__init__(
+            f"cluster {cluster!r} is busy: job {job_id} is {job.get('state') or 'running'} on "
+            f"it{f' ({what})' if what else ''}. A second job would join its coordinator and "
+            "end it, so nothing was started. Wait for it: "
+            f"`skyinfra logs --cluster {cluster} {job_id} --follow`; or end it: "
+            f"`skyinfra cancel --cluster {cluster} {job_id}`"
+        )
+
+
 class ProviderUnavailableError(SkyinfraError):
     """The spec names a provider whose target is not installed in this build."""
 

@@ -28,6 +28,7 @@ from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
 from skyinfra.errors import (
+    ClusterBusyError,
     Detached,
     HeadLostError,
     SkyinfraError,
@@ -234,6 +235,10 @@ def _start_agents(
         out = list(proc.lines())
         code = proc.wait(60)
         said = _json_line(out)
+        if said is not None and isinstance(said.get("busy"), dict):
+            # The head refused: another job's supervisor started first (refuse_if_busy's
+            # look came before it).
+            raise ClusterBusyError(topology.cluster, said["busy"])
         if code != 0 or said is None:
             raise TransportError(
                 f"node {i}: the job's agent did not start (exit {code}): "
@@ -458,6 +463,24 @@ def list_jobs(transport: NodeTransport) -> list[dict[str, Any]]:
     data = _json_any(out)
     jobs = [j for j in data if isinstance(j, dict)] if isinstance(data, list) else []
     return sorted(jobs, key=lambda j: str(j.get("id")), reverse=True)
+
+
+def running_job(transport: NodeTransport) -> dict[str, Any] | None:
+    """The job that holds the cluster's nodes now (its record not final, its supervisor
+    alive), or None."""
+    for job in list_jobs(transport):
+        if job.get("state") not in FINAL_STATES:
+            return job
+    return None
+
+
+def refuse_if_busy(transport: NodeTransport, cluster: str) -> None:
+    """ClusterBusyError (exit 2) while a job runs on the cluster: one job at a time, since
+    every job's coordinator and rendezvous are the cluster's ports. The head checks again,
+    under its lock, when the job's supervisor starts."""
+    job = running_job(transport)
+    if job is not None:
+        raise ClusterBusyError(cluster, job)
 
 
 def find_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:

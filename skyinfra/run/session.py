@@ -57,6 +57,7 @@ from skyinfra.run.job import (
     end_node_part,
     find_job,
     head_gone,
+    refuse_if_busy,
     start_job,
     wait_started,
 )
@@ -176,6 +177,8 @@ def run_on_cluster(
         terminal=terminal,
     )
     startup.mark("ready")
+    if as_job or detach:
+        refuse_if_busy(transport, topology.cluster)
     left_out = secrets_left_out(src, patterns)
     if left_out:
         echo(

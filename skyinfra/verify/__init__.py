@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from skyinfra import lifecycle
-from skyinfra.errors import ClusterDownError, UsageError, VerifyFailedError
+from skyinfra.errors import ClusterDownError, SkyinfraError, UsageError, VerifyFailedError
+from skyinfra.run.job import running_job
 from skyinfra.spec import ClusterSpec
 from skyinfra.topology import Topology, read_topology
 from skyinfra.transport.base import NodeTransport
@@ -70,8 +71,20 @@ def verify_cluster(
     project: Path | None,
     select: str | None = None,
 ) -> VerifyReport:
+    """The checks on every node; those that take the rendezvous ports (the listener, the
+    collective) are skipped, naming the job, while a job runs on the cluster."""
+    try:
+        busy = running_job(transport)
+    except SkyinfraError:
+        busy = None  # the head cannot say (not ready, unreachable): its checks will tell
     return run_verify(
-        transport, topology, expect, topology_file=topology_file, project=project, select=select
+        transport,
+        topology,
+        expect,
+        topology_file=topology_file,
+        project=project,
+        select=select,
+        running_job=busy,
     )
 
 

@@ -25,6 +25,7 @@ from skyinfra.transport.base import NodeProcess, NodeTransport
 from skyinfra.verify.collective import CollectiveOutcome, run_collective
 from skyinfra.verify.hosts import node_host
 from skyinfra.verify.node import script
+from skyinfra.verify.report import NOT_CHECKED
 
 FACTS_PREFIX = "skyinfra-verify-facts "
 # How long the head's listener lives at most (it is ended when the port checks are done).
@@ -67,6 +68,9 @@ class VerifyContext:
     # Whether the probe imports the frameworks (the plugin turns it off when no selected
     # check needs them).
     probe_frameworks: bool = True
+    # The job running on the cluster (the head's record), if any: it holds the rendezvous
+    # ports, and a check that took them would join its coordinator and end it.
+    running_job: dict[str, Any] | None = None
     _facts: dict[int, dict[str, Any]] | None = None
     _listener: tuple[NodeProcess | None, str] | None = None
     _collective: dict[int, CollectiveOutcome] | None = None
@@ -149,6 +153,17 @@ class VerifyContext:
     @property
     def ports(self) -> dict[str, int]:
         return {"jax": self.topology.jax_port, "torch": self.topology.torch_port}
+
+    def ports_held_by_a_job(self) -> str | None:
+        """Why the checks that take the rendezvous ports must not run now (a job holds
+        them), or None."""
+        job = self.running_job
+        if job is None:
+            return None
+        return (
+            f"{NOT_CHECKED}job {job.get('id')} is {job.get('state') or 'running'} and holds the "
+            "rendezvous ports (checking them would end it); verify again once it has ended"
+        )
 
     def start_listener(self) -> str:
         """Hold the rendezvous ports on the head: "listening", or why not."""

@@ -14,6 +14,9 @@ MARKS: dict[str, str] = {"pass": "✓", "fail": "✗", "n/a": "-"}
 # A failure's reason in its cell is cut to this many characters; the full reasons follow the
 # table, one line each.
 CELL_REASON = 40
+# How the reason of a check left out on purpose begins (an n/a that is not "does not apply":
+# a job held what the check needs); the table says each such reason once.
+NOT_CHECKED = "not checked: "
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,14 @@ def render_table(report: VerifyReport) -> str:
 
     lines = [line(header).rstrip(), line(["-" * w for w in widths]).rstrip()]
     lines += [line(row).rstrip() for row in rows]
+    left_out = dict.fromkeys(
+        _one_line(r.reason)
+        for r in report.results
+        if r.status == "n/a" and r.reason.startswith(NOT_CHECKED)
+    )
+    if left_out:
+        lines.append("")
+        lines += [f"{MARKS['n/a']} {reason}" for reason in left_out]
     failures = report.failures()
     if failures:
         lines.append("")

@@ -13,6 +13,7 @@ import io
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
@@ -67,8 +68,9 @@ def run_verify(
     topology_file: Path,
     project: Path | None = None,
     select: str | None = None,
+    running_job: dict[str, Any] | None = None,
 ) -> VerifyReport:
-    context = VerifyContext(transport, topology, expect)
+    context = VerifyContext(transport, topology, expect, running_job=running_job)
     ship_missing_topology(context, topology_file)
     plugin = VerifyPlugin(context, project)
     files = [str(BUILTIN_DIR / name) for name in BUILTIN_CHECKS]

@@ -20,6 +20,7 @@ from skyinfra.errors import ConfigError, SpecError, TransportError
 from skyinfra.run.head_recovery import HeadRecovery, operator_settings
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, Shell, TargetOptions
+from skyinfra.targets.local import registry
 from skyinfra.targets.local.processes import end_processes
 from skyinfra.targets.local.spec import LocalDeclaration, LocalSpec
 from skyinfra.targets.local.transport import LocalTransport, node_problem, node_shell
@@ -120,9 +121,10 @@ def _ports(head_port: int) -> set[int]:
 
 
 def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
-    """Local clusters share this machine's ports, and the coordinators bind every address:
-    two clusters on one port join each other's jobs. Refuse a head_port that another local
-    cluster in the same folder uses, or that something on this machine holds right now."""
+    """Local clusters share this machine's ports: two clusters whose jobs' coordinators meet
+    would end each other's jobs. Refuse a head_port that another local cluster in the same
+    folder uses, the head address and ports of a local cluster of another folder that is up
+    (registry.py), or ports that something on this machine holds right now."""
     mine = _ports(spec.head_port)
     siblings = ws.path.parent.iterdir() if ws.path.parent.is_dir() else iter(())
     for other in sorted(p for p in siblings if p != ws.path and p.is_dir()):
@@ -138,17 +140,35 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
                 f"on {theirs.head_port}-{theirs.head_port + 1}; pick e.g. head_port = "
                 f"{theirs.head_port + 2}",
             )
+    # The same head address and ports as a local cluster of another folder that is up: the
+    # default spec (127.0.0.2:29500) copied to a second project is the common case.
+    head_address = spec.section_as(LocalSpec).base_address
+    workspace = ws.path.resolve()
+    holder = registry.holder_of(
+        workspace, head_address, mine, cluster=spec.name, backend=spec.backend
+    )
+    if holder is not None:
+        raise SpecError(
+            "local.base_address",
+            head_address,
+            f"an address no other local cluster's head uses with these ports: cluster "
+            f"{holder['cluster']!r} ({holder['workspace']}) is up on {head_address} with "
+            f"ports {'-'.join(str(p) for p in holder['ports'])}; give this cluster another "
+            "local.base_address (e.g. 127.0.1.2) or another head_port, or bring that one down",
+        )
+    registry.claim(workspace, spec.name, head_address, mine, spec.backend)
     if ws.topology_file.is_file() and ws.exists():
         current = ws.spec()
         if current.head_port == spec.head_port:
             return  # this cluster's own job may hold them
-    for port in sorted(mine):
+    # jax's coordinator listens on the head's address; torch's rendezvous store on every one.
+    for port, address in ((spec.head_port, head_address), (spec.head_port + 1, "")):
         with socket.socket() as probe:
             # A port a finished job left in TIME_WAIT is free for a listener; only a
             # listening socket makes this bind fail.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind(("", port))
+                probe.bind((address, port))
             except OSError as err:
                 raise SpecError(
                     "head_port",

@@ -12,6 +12,9 @@ from skyinfra.verify.context import VerifyContext
 
 @pytest.fixture(scope="module")
 def listener(cluster: VerifyContext) -> Iterator[str]:
+    held = cluster.ports_held_by_a_job()
+    if held is not None:
+        pytest.skip(held)
     status = cluster.start_listener()
     try:
         yield status

@@ -1,8 +1,8 @@
 """A re-run copies only what changed, end to end through the CLI on one 2-node local cluster
 (shared by the module; each test starts with nothing copied, so any order works): the bytes
 each node got (runs/<id>/copy.json and summary.json), what the entry sees, the earlier run
-left as it was, even while it is still going, a node whose earlier copies are gone, and
-secrets never sent. Real processes only."""
+left as it was, a node whose earlier copies are gone, and secrets never sent. Real processes
+only."""
 
 from __future__ import annotations
 
@@ -24,22 +24,13 @@ NAME = "rerun"
 DATA_FILES, DATA_BYTES = 4, 1024 * 1024
 
 ENTRY = """\
-import os, time
+import os
 
 
 def main():
     sizes = sum(os.path.getsize(os.path.join("data", n)) for n in os.listdir("data"))
     return {"version": open("version.txt").read().strip(), "data": sizes,
             "files": sorted(os.listdir("."))}
-
-
-def slow():
-    # Still going while the next run is copied; reads its own copy once told to end.
-    go = os.path.join(os.environ["SKYINFRA_SHARED_DIR"], "go-" + os.environ["SKYINFRA_RUN_ID"])
-    deadline = time.time() + 120
-    while not os.path.exists(go) and time.time() < deadline:
-        time.sleep(0.1)
-    return main()
 """
 
 
@@ -158,24 +149,15 @@ def snapshot(work: Path) -> dict[str, tuple[int, int, int, bytes]]:
     }
 
 
-def test_a_rerun_never_edits_a_run_that_is_still_going(project: Path, env: dict[str, str]) -> None:
-    """A detached job holds its copy; a re-run with a changed, a new and a deleted file is
-    copied beside it from that copy; the job's files stay as they were, and it reads them."""
-    res = cli(["run", "--cluster", NAME, "--detach", "entry.py:slow"], project, env)
+def test_a_rerun_never_edits_the_run_it_copies_from(project: Path, env: dict[str, str]) -> None:
+    """A detached job's copy is the next run's base: a re-run with a changed, a new and a
+    deleted file is copied beside it from that copy, and the job's files stay as they were,
+    not a byte, inode or mtime changed. One job runs on a cluster at a time, so the re-run
+    comes once the job, which read its files, has ended."""
+    res = cli(["run", "--cluster", NAME, "--detach", "entry.py:main"], project, env)
     assert res.returncode == 0, res.stdout + res.stderr
     job = res.stdout.split("job ", 1)[1].split()[0]
     works = [node_dir(project, i) / "runs" / job / "work" for i in (0, 1)]
-    before = [snapshot(w) for w in works]
-    (project / "version.txt").write_text("2\n")
-    (project / "data" / "part-0.bin").unlink()
-    (project / "data" / "extra.bin").write_bytes(b"x" * 1000)
-    _, summary, _ = run(project, env)
-    for i in (0, 1):
-        assert summary["nodes"][i]["copy"]["base"] == job
-        assert summary["nodes"][i]["copy"]["sent_bytes"] == len("2\n") + 1000
-        assert value(summary, i)["version"] == "2"
-        assert snapshot(works[i]) == before[i]  # not a byte, inode or mtime changed
-        (node_dir(project, i) / "shared" / f"go-{job}").write_text("")
     deadline = time.monotonic() + 120
     while True:
         listed = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
@@ -189,3 +171,13 @@ def test_a_rerun_never_edits_a_run_that_is_still_going(project: Path, env: dict[
         result = json.loads((node_dir(project, i) / "runs" / job / "result.json").read_text())
         assert result["workers"][0]["value"]["version"] == "1"
         assert result["workers"][0]["value"]["data"] == DATA_FILES * DATA_BYTES
+    before = [snapshot(w) for w in works]
+    (project / "version.txt").write_text("2\n")
+    (project / "data" / "part-0.bin").unlink()
+    (project / "data" / "extra.bin").write_bytes(b"x" * 1000)
+    _, summary, _ = run(project, env)
+    for i in (0, 1):
+        assert summary["nodes"][i]["copy"]["base"] == job
+        assert summary["nodes"][i]["copy"]["sent_bytes"] == len("2\n") + 1000
+        assert value(summary, i)["version"] == "2"
+        assert snapshot(works[i]) == before[i]  # not a byte, inode or mtime changed

@@ -146,7 +146,7 @@ def test_local_clusters_cannot_share_a_head_port(project: Path, env: dict[str, s
     assert "cluster 'first'" in proc.stderr and "is up on 29500-29501" in proc.stderr
     assert not (project / ".skyinfra/clusters/second").exists()
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+        taken.bind(("127.0.0.2", 0))  # the head's address (jax's coordinator binds only it)
         taken.listen()
         port = taken.getsockname()[1]
         (project / "third.toml").write_text(f'name = "third"\nhead_port = {port}\n')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from skyinfra_runtime.jobs.records import (
     pid_alive,
     process_start_time,
     read_json,
+    running_job,
     write_json,
 )
 from skyinfra_runtime.jobs.supervisor import Supervisor
@@ -56,6 +58,16 @@ def _daemonize(paths: Paths) -> int | None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     return None
+
+
+def _lock_job_starts(node_dir: Path) -> int:
+    """Take the head's job-start lock for this process's life (a POSIX lock: the daemon a
+    fork makes does not hold it, and the kernel drops it when this process ends)."""
+    lock = node_dir / "jobs" / ".start.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    return fd
 
 
 def _ready(msg: dict[str, Any]) -> None:
@@ -126,7 +138,16 @@ def supervise(ns: argparse.Namespace) -> int:
     sup: Supervisor | None = None
     server = None
     listen = ns.listen
+    start_lock = None
     if ns.node == 0:
+        # One job holds the cluster's nodes and ports at a time: this start is refused while
+        # another job's supervisor runs. The lock (held by this caller until the daemon below
+        # has written its record) makes the check and the record one step for every start.
+        start_lock = _lock_job_starts(Path(ns.node_dir))
+        busy = running_job(Path(ns.node_dir), but=ns.job)
+        if busy is not None:
+            print(json.dumps({"busy": busy}), flush=True)
+            return exitcodes.USAGE
         try:
             server = socket.create_server((listen, 0))
         except OSError:
@@ -145,6 +166,8 @@ def supervise(ns: argparse.Namespace) -> int:
             return exitcodes.SETUP_FAILED
         print(line, end="", flush=True)
         return exitcodes.OK
+    if start_lock is not None:
+        os.close(start_lock)  # the daemon's copy (the caller's lock stays the caller's)
     try:
         agent = Agent(
             paths,

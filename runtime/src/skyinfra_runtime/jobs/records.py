@@ -30,6 +30,8 @@ OUTPUT_EVERY_S = 1.0
 # needs_nodes: a node was lost and restarts are left; the operator replaces it (Terraform) and
 # starts the job again as the next attempt (`skyinfra jobs recover`): nothing runs meanwhile.
 FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "needs_nodes")
+# What a refused start tells of the job that holds the nodes (running_job).
+BUSY_FIELDS = ("state", "entry", "started_by", "created_at", "attempt")
 
 
 def now() -> float:
@@ -108,3 +110,17 @@ class Paths:
     @property
     def record(self) -> Path:
         return self.node_dir / "jobs" / f"{self.job_id}.json"
+
+
+def running_job(node_dir: Path, but: str | None = None) -> dict[str, Any] | None:
+    """A job of this head (other than ``but``) that holds the cluster's nodes: its record is
+    not final and its supervisor runs. Its coordinator and rendezvous are the cluster's ports,
+    so a second job there would join them and end it."""
+    for path in sorted((node_dir / "jobs").glob("*.json")):
+        job_id = path.stem
+        rec = read_json(path)
+        if job_id == but or not isinstance(rec, dict) or rec.get("state") in FINAL_STATES:
+            continue
+        if pid_alive(Paths(node_dir, job_id).pid_file) is not None:
+            return {"id": job_id, **{k: rec.get(k) for k in BUSY_FIELDS}}
+    return None

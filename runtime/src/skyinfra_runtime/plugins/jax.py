@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from skyinfra_runtime.devices import jax_local_devices, node_gpus
@@ -43,6 +44,32 @@ def jax_env(info: InstanceInfo, topology: Topology) -> dict[str, str]:
     if ids is not None:
         env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in ids)
     return env
+
+
+def coordinator_bind_address(topology: Topology) -> str | None:
+    """head_addr:jax_port when this machine has the head's address (a real head, or a local
+    cluster's loopback address); None elsewhere (a stand-in node whose topology names an
+    address of the emulated network), where jax's default, every interface, stays."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in topology.head_addr else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((topology.head_addr, 0))
+    except OSError:
+        return None
+    host = f"[{topology.head_addr}]" if family == socket.AF_INET6 else topology.head_addr
+    return f"{host}:{topology.jax_port}"
+
+
+def _takes_bind_address(initialize: Callable[..., object]) -> bool:
+    """jax 0.4.31 and later: older ones always listen on every interface."""
+    import inspect
+
+    try:
+        return "coordinator_bind_address" in inspect.signature(initialize).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass
@@ -81,6 +108,11 @@ class JaxPlugin:
             "process_id": info.global_index,
             "initialization_timeout": max(1, int(timeout)),
         }
+        bind = coordinator_bind_address(topology)
+        if bind is not None and _takes_bind_address(jax.distributed.initialize):
+            # The coordinator listens on the head's own address, not on every interface (jax's
+            # default): two clusters on one machine, on two addresses, keep apart.
+            kwargs["coordinator_bind_address"] = bind
         if "JAX_LOCAL_DEVICE_IDS" in env:
             # Several processes on a GPU node: each owns its own block of GPUs.
             kwargs["local_device_ids"] = [int(i) for i in env["JAX_LOCAL_DEVICE_IDS"].split(",")]

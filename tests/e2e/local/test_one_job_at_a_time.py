@@ -1,0 +1,192 @@
+"""Nothing kills a running job by accident (issue 42): on a 2-node local cluster with the jax
+plugin, while a detached JAX job holds the cluster (its coordinator on head_port), a second
+`run`, attached or detached, is refused (exit 2) naming the job and how to wait for it or end
+it, and starts nothing; `verify` leaves the job's ports alone and says which job holds them.
+The job then ends as it would have alone (succeeded), and the next `run` gets the cluster.
+Before this, the second job joined the first one's coordinator and both nodes of the first
+aborted. A second cluster on the same machine, on other addresses with the same head_port,
+runs its own JAX job beside it: each coordinator listens on its head's own address (it
+listened on every interface, so the second cluster's processes reached the first's). The
+job waits on a gate file the test opens: nothing here is timed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.local_jobs import cli as run_cli
+from tests.support.local_jobs import cluster_up, module_env
+
+pytestmark = pytest.mark.slow
+
+NAME = "one-job"
+PORT = 47200
+
+
+def spec(name: str, base_address: str) -> str:
+    return (
+        f'name = "{name}"\nnodes = 2\nplugins = ["jax"]\nhead_port = {PORT}\n'
+        f'[local]\nbase_address = "{base_address}"\n'
+    )
+
+
+ENTRY = """\
+import os, pathlib, time
+
+import jax
+
+
+def hold():
+    # The plugin has initialised jax.distributed: the coordinator holds the head's port.
+    gate = pathlib.Path(os.environ["GATE"])
+    while not gate.exists():
+        time.sleep(0.1)
+    return jax.process_count()
+
+
+def quick():
+    return jax.process_count()
+"""
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return run_cli(args, cwd, env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    return module_env(tmp_path_factory, tf_plugin_cache, "one-job")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Path]:
+    proj = tmp_path_factory.mktemp("one-job-project")
+    (proj / "skyinfra.toml").write_text(spec(NAME, "127.0.200.40"))
+    (proj / "work.py").write_text(ENTRY)
+    with cluster_up(proj, env, NAME):
+        yield proj
+
+
+def record(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
+    shown = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    return dict(json.loads(shown.stdout))
+
+
+def wait_for(project: Path, env: dict[str, str], job: str, states: tuple[str, ...]) -> str:
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while True:
+        state = str(record(project, env, job)["state"])
+        if state in states:
+            return state
+        assert time.monotonic() < until, f"job {job} still {state}, waited for {states}"
+        time.sleep(0.5)
+
+
+def runs_on_the_operator(project: Path) -> list[str]:
+    runs = project / ".skyinfra" / "clusters" / NAME / "runs"
+    return sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+
+
+def hold(project: Path, env: dict[str, str], gate: Path) -> str:
+    """A detached JAX job that runs until ``gate`` exists; its id, once it runs."""
+    started = cli(
+        ["run", "--cluster", NAME, "-d", "--env", f"GATE={gate}", "work.py:hold"], project, env
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for(project, env, job, ("running", "failed", "succeeded")) == "running"
+    return job
+
+
+def ended_alone(project: Path, env: dict[str, str], job: str) -> None:
+    """The job ended as it would have alone: succeeded, both processes of it counted."""
+    final = ("succeeded", "failed", "cancelled", "lost")
+    assert wait_for(project, env, job, final) == "succeeded", record(project, env, job)
+    ended = record(project, env, job)
+    assert [n["result"]["workers"][0]["value"] for n in ended["nodes"]] == [2, 2], ended
+
+
+def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    job = hold(project, env, gate)
+    try:
+        before = runs_on_the_operator(project)
+        for detach in ([], ["-d"]):
+            second = cli(["run", "--cluster", NAME, *detach, "work.py:quick"], project, env)
+            assert second.returncode == 2, second.stdout + second.stderr
+            said = second.stderr
+            assert f"cluster '{NAME}' is busy: job {job} is running on it" in said, said
+            assert "entry work.py:hold" in said and "nothing was started" in said, said
+            assert f"skyinfra logs --cluster {NAME} {job} --follow" in said, said
+            assert f"skyinfra cancel --cluster {NAME} {job}" in said, said
+            assert "Traceback" not in said
+        assert runs_on_the_operator(project) == before  # nothing copied, nothing recorded
+
+        checked = cli(["verify", "--cluster", NAME, "--min-free-gb", "0.1", "--json"], project, env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        report = json.loads(checked.stdout)
+        rows = {row["check"]: row["nodes"] for row in report["checks"]}
+        held = f"not checked: job {job} is running and holds the rendezvous ports"
+        for check in ("ports free on head", "ports reachable", "collective"):
+            for node in ("node-0", "node-1"):
+                cell = rows[check][node]
+                assert cell["status"] == "n/a" and cell["reason"].startswith(held), (check, cell)
+        assert rows["runtime"]["node-0"]["status"] == "pass"  # the other checks ran
+        table = cli(["verify", "--cluster", NAME, "--min-free-gb", "0.1"], project, env)
+        assert table.returncode == 0 and held in table.stdout, table.stdout + table.stderr
+        assert record(project, env, job)["state"] == "running"
+    finally:
+        gate.write_text("")
+    ended_alone(project, env, job)
+
+    # The cluster is free again: the next run gets it.
+    after = cli(["run", "--cluster", NAME, "work.py:quick"], project, env)
+    assert after.returncode == 0, after.stdout + after.stderr
+
+
+def another_project(tmp_path: Path, name: str, base_address: str) -> Path:
+    """A second project folder with its own cluster spec (head_port as the module's)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "skyinfra.toml").write_text(spec(name, base_address))
+    (folder / "work.py").write_text(ENTRY)
+    return folder
+
+
+def test_a_second_cluster_with_the_same_head_port_runs_beside_it(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    other = another_project(tmp_path, "one-job-b", "127.0.201.40")
+    gate = tmp_path / "gate"
+    with cluster_up(other, env, "one-job-b"):
+        job = hold(project, env, gate)
+        try:
+            beside = cli(["run", "--cluster", "one-job-b", "work.py:quick"], other, env)
+            assert beside.returncode == 0, beside.stdout + beside.stderr
+            assert record(project, env, job)["state"] == "running"
+        finally:
+            gate.write_text("")
+        ended_alone(project, env, job)
+
+
+def test_a_spec_copied_to_another_folder_is_refused_the_same_address_and_port(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    copy = another_project(tmp_path, "one-job-copy", "127.0.200.40")
+    refused = cli(["up"], copy, env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    said = refused.stderr
+    assert "invalid spec field 'local.base_address': got '127.0.200.40'" in said, said
+    assert f"cluster '{NAME}' ({project / '.skyinfra' / 'clusters' / NAME}) is up" in said, said
+    assert f"127.0.200.40 with ports {PORT}-{PORT + 1}" in said, said
+    assert not (copy / ".skyinfra" / "clusters" / "one-job-copy" / "topology.json").exists()
+    assert "terraform" not in refused.stdout
