@@ -10,6 +10,7 @@ stderr) as attributes so that tests and logs can show exactly what failed.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -392,9 +393,11 @@ class JobNoLongerWaits(SkyinfraError):
 
 
 class Detached(BaseException):
-    """Raised in `run` on SIGHUP: stop following, leave the job running. ``job_id``: the job
-    that goes on ("" when none was started yet)."""
+    """Raised in `run` on SIGHUP or SIGTERM: stop following, leave the job running.
+    ``job_id``: the job that goes on ("" when none was started yet); ``signum``: the signal
+    that said so (`run` exits 130 on SIGHUP, 143 on SIGTERM)."""
 
-    def __init__(self, job_id: str = "") -> None:
+    def __init__(self, job_id: str = "", signum: int = signal.SIGHUP) -> None:
         super().__init__(job_id)
         self.job_id = job_id
+        self.signum = signum

@@ -171,7 +171,7 @@ def run(
     from skyinfra import lifecycle
     from skyinfra.errors import ClusterDownError, Detached
     from skyinfra.run.ignore import topology_path_inside
-    from skyinfra.run.job import follow_hint
+    from skyinfra.run.job import DETACHING_SIGNALS, follow_hint
     from skyinfra.run.report import print_report, raise_for_failure
     from skyinfra.run.session import run_on_cluster
     from skyinfra.topology import read_topology
@@ -193,11 +193,13 @@ def run(
     src = Path.cwd()
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
 
-    # SIGHUP (a closed terminal, a dropped SSH session) stops following, not the job.
+    # SIGHUP (a closed terminal, a dropped SSH session) and SIGTERM (a CI runner's cancel,
+    # `timeout`, `kill`) stop following, not the job.
     def hang_up(signum: int, frame: object) -> None:
-        raise Detached()
+        raise Detached(signum=signum)
 
-    signal.signal(signal.SIGHUP, hang_up)
+    for signum in DETACHING_SIGNALS:
+        signal.signal(signum, hang_up)
     # One operation at a time: an `up` that would replace the nodes waits for the run.
     with ws.lock(f"run {entry}"):
         transport = lifecycle.transport_for(ws, topology, spec=spec)
@@ -232,13 +234,16 @@ def run(
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.
+            said = "SIGTERM" if hup.signum == signal.SIGTERM else "hang-up"
             with contextlib.suppress(OSError):
                 if hup.job_id:
-                    echo("[skyinfra] hang-up: stopped following; the job goes on on the nodes")
+                    echo(f"[skyinfra] {said}: stopped following; the job goes on on the nodes")
                     echo(follow_hint(ws.name, hup.job_id))
                 else:
-                    echo("[skyinfra] hang-up before the job started: nothing was started")
-            raise SystemExit(exitcodes.INTERRUPTED) from None
+                    echo(f"[skyinfra] {said} before the job started: nothing was started")
+            # As a shell reports a command SIGTERM ended (143); a hang-up keeps its 130.
+            code = 128 + signal.SIGTERM if hup.signum == signal.SIGTERM else exitcodes.INTERRUPTED
+            raise SystemExit(code) from None
     if detach:
         echo(f"job {report.run_id} started on every node")
         echo(follow_hint(ws.name, report.run_id))

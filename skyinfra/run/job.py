@@ -40,6 +40,9 @@ from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
+# The signals that make an attached `run` stop following and leave the job running: a closed
+# terminal (SIGHUP), and what CI runners, `timeout` and `kill` send (SIGTERM).
+DETACHING_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 # What an attached run says when the job's head went (head_gone).
 HEAD_LOST = "node-0 (the job's head) was lost: its machine is gone (its folder, or its instance)"
 # How often a client reads the head's record (at most).
@@ -143,17 +146,18 @@ def start_job(
     ``checkpoints``: the job's checkpoint set (None: the job id), on every agent's command
     line (``--checkpoints``) and in the record. ``created_at``: a job started again (after
     ``attempts_before``) keeps its first creation time, from which its timeout counts."""
-    # A hang-up while the agents start waits until every one has (a job whose peers never
-    # start would fail after JOIN_WAIT_S), then reaches the handler `run` installed (which
-    # stops following: Detached). Deferred by a handler of our own, not by blocking the
+    # A hang-up or SIGTERM while the agents start waits until every one has (a job whose peers
+    # never start would fail after JOIN_WAIT_S), then stops following (Detached), as the
+    # handler `run` installed would. Deferred by a handler of our own, not by blocking the
     # signal: a blocked mask would be inherited by the agents and the user's processes.
-    old = None
-    hung_up: list[bool] = []
+    old: dict[int, Any] = {}
+    hung_up: list[int] = []
     if threading.current_thread() is threading.main_thread():
-        current = signal.getsignal(signal.SIGHUP)
-        if callable(current):
-            old = current
-            signal.signal(signal.SIGHUP, lambda *_: hung_up.append(True))
+        for signum in DETACHING_SIGNALS:
+            current = signal.getsignal(signum)
+            if callable(current):
+                old[signum] = current
+                signal.signal(signum, lambda got, _: hung_up.append(got))
     recover = (restarts or Restarts()).head_recovery
     if recover is not None and recover.prepare is not None:
         recover.prepare(transport)  # what node 0's recovery command needs there
@@ -173,10 +177,10 @@ def start_job(
             created_at,
         )
     finally:
-        if old is not None:
-            signal.signal(signal.SIGHUP, old)
+        for number, handler in old.items():
+            signal.signal(number, handler)
     if hung_up:  # every agent started (a failure to start raised above)
-        raise Detached(job_id)
+        raise Detached(job_id, hung_up[0])
 
 
 def _start_agents(

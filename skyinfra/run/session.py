@@ -448,7 +448,7 @@ def _start_and_wait(
         started = True
         wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
     except Detached as hup:
-        raise Detached(hup.job_id or (report.run_id if started else "")) from None
+        raise Detached(hup.job_id or (report.run_id if started else ""), hup.signum) from None
 
 
 def time_left(report: RunReport) -> float | None:
@@ -655,7 +655,7 @@ def _run_all(
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.stop_following()
-            raise Detached(hup.job_id or (report.run_id if started else "")) from None
+            raise Detached(hup.job_id or (report.run_id if started else ""), hup.signum) from None
 
 
 def record_head_lost(

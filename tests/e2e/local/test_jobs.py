@@ -192,16 +192,26 @@ def newest_job(project: Path, env: dict[str, str]) -> str:
     return str(listed[0]["id"])
 
 
-def test_an_attached_run_survives_sighup(project: Path, env: dict[str, str]) -> None:
-    # In a session of its own, as a terminal's: the hang-up reaches skyinfra only.
+@pytest.mark.parametrize(
+    ("sig", "said", "code"),
+    [(signal.SIGHUP, "hang-up", 130), (signal.SIGTERM, "SIGTERM", 143)],
+    ids=["SIGHUP", "SIGTERM"],
+)
+def test_an_attached_run_survives_sighup_and_sigterm(
+    project: Path, env: dict[str, str], sig: signal.Signals, said: str, code: int
+) -> None:
+    """A closed terminal (SIGHUP) and what CI runners, `timeout` and `kill` send (SIGTERM)
+    stop following and leave the job running, saying how to come back to it."""
+    # In a session of its own, as a terminal's: the signal reaches skyinfra only.
     proc = attached_run(
         project, env, ["steps.py:main", "--", "5"], until="step 2 on node 0", own_session=True
     )
     assert proc.stdout is not None
-    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(sig)
     rest = proc.stdout.read()
-    assert proc.wait(30) == 130, rest
-    assert "the job goes on" in rest and "skyinfra logs --cluster" in rest
+    assert proc.wait(30) == code, rest
+    assert f"[skyinfra] {said}: stopped following; the job goes on on the nodes" in rest, rest
+    assert "skyinfra logs --cluster" in rest and "skyinfra cancel --cluster" in rest, rest
     job = newest_job(project, env)
     rec = wait_state(project, env, job)
     assert rec["state"] == "succeeded", rec
