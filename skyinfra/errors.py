@@ -35,7 +35,9 @@ class SpecError(SkyinfraError):
         self.field = field
         self.value = value
         self.expected = expected
-        super().__init__(f"invalid spec field {field!r}: got {value!r}; expected {expected}")
+        # TOML has no null: a None is a field the spec does not have.
+        got = "nothing (the field is missing)" if value is None else repr(value)
+        super().__init__(f"invalid spec field {field!r}: got {got}; expected {expected}")
 
 
 class SpecProblems(SpecError):

@@ -13,6 +13,7 @@ so does every other target whose table is present (a mistake there is still a mi
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -249,11 +250,17 @@ def load_spec(
 
 
 def reject_unknown(raw: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
+    """A SpecError for each key not in ``allowed``: the closest known key first when one is
+    near (a typo), then the list."""
     problems = Problems()
     for key in raw:
         if key not in allowed:
+            near = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean {prefix + near[0]!r}?)" if near else ""
             problems.found.append(
-                SpecError(f"{prefix}{key}", raw[key], f"one of the known keys {list(allowed)}")
+                SpecError(
+                    f"{prefix}{key}", raw[key], f"one of the known keys{hint} {list(allowed)}"
+                )
             )
     problems.raise_any()
 
@@ -381,6 +388,8 @@ def _check_plugin_order(
 
 def check_name(name: Any, field: str = "name") -> str:
     """A cluster name by the one rule (:data:`NAME_RE`); SpecError naming ``field``."""
+    if name is None:
+        raise SpecError(field, None, f"{NAME_EXPECTED}, in the spec file or as --name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise SpecError(field, name, NAME_EXPECTED)
     return name

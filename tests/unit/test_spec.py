@@ -415,3 +415,39 @@ def test_spot_problems_are_named_together() -> None:
     for field in ("'aws.market'", "'aws.spot_max_price'", "'aws.spot_fallback'"):
         assert field in text, text
     assert "'spto'" in text and "['on-demand', 'spot']" in text
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "near"),
+    [
+        ({"name": "a", "nodez": 2}, "nodez", "'nodes'"),
+        ({"name": "a", "plugin": ["jax"]}, "plugin", "'plugins'"),
+        (
+            {"name": "a", "local": {"base_adress": "127.0.0.9"}},
+            "local.base_adress",
+            "'local.base_address'",
+        ),
+    ],
+)
+def test_a_typo_in_a_key_names_the_key_it_is_near(
+    raw: dict[str, object], field: str, near: str
+) -> None:
+    with pytest.raises(SpecError) as err:
+        validate_spec(raw)
+    assert err.value.field == field
+    assert f"(did you mean {near}?)" in str(err.value)
+    assert "one of the known keys" in str(err.value)  # the whole list still follows
+
+
+def test_a_key_near_nothing_gets_the_list_alone() -> None:
+    with pytest.raises(SpecError) as err:
+        validate_spec({"name": "a", "zzzzzz": 1})
+    assert "did you mean" not in str(err.value) and "one of the known keys" in str(err.value)
+
+
+def test_a_missing_name_is_said_in_words() -> None:
+    with pytest.raises(SpecError) as err:
+        validate_spec({"nodes": 2})
+    said = str(err.value)
+    assert "invalid spec field 'name': got nothing (the field is missing)" in said
+    assert "in the spec file or as --name" in said and "None" not in said
