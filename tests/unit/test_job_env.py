@@ -76,6 +76,25 @@ def test_masking_hides_each_secret_and_each_line_of_a_multiline_one() -> None:
     assert SECRET not in repr(JobEnv(env={"A": "1"}, secrets={"K": SECRET}))
 
 
+def test_a_returned_value_is_masked_by_the_secrets_it_names() -> None:
+    environ = {
+        **jobenv.secret_names_env(["TOKEN", "KEY"]),
+        "TOKEN": "tok-12345",
+        "KEY": "line one\nline two",
+        "OTHER": "not-secret",
+    }
+    value = {
+        "tok-12345": ["x tok-12345 y", 7, None, True, {"deep": "line two"}],
+        "kept": "not-secret",
+    }
+    assert jobenv.mask_value(value, environ) == {
+        "***": ["x *** y", 7, None, True, {"deep": "***"}],
+        "kept": "not-secret",
+    }
+    assert jobenv.mask_value(value, {"TOKEN": "tok-12345"}) == value  # no secrets named
+    assert jobenv.secret_names_env([]) == {}
+
+
 def test_spec_env_and_secrets_round_trip_and_are_checked() -> None:
     spec = validate_spec({"name": "c", "env": {"NCCL_DEBUG": "INFO"}, "secrets": ["WANDB_API_KEY"]})
     assert spec.env == (("NCCL_DEBUG", "INFO"),) and spec.secrets == ("WANDB_API_KEY",)

@@ -11,7 +11,8 @@ nodes, and the operator checks names with the same rules.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 # Shell-safe: what `export NAME=...` accepts in every POSIX shell.
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -95,3 +96,37 @@ def mask_bytes(data: bytes, hidden: Iterable[bytes]) -> bytes:
 
 def mask_text(text: str, secrets: Iterable[str]) -> str:
     return mask_bytes(text.encode(), masks(secrets)).decode(errors="replace")
+
+
+# The names (never the values) of a job's secrets, in its workers' environment: what a
+# worker masks in the value it returns before that is written anywhere.
+SECRET_NAMES_ENV = "SKYINFRA_SECRET_NAMES"
+
+
+def secret_names_env(secrets: Iterable[str]) -> dict[str, str]:
+    """The workers' variable naming the job's secrets (empty: no variable)."""
+    names = sorted(secrets)
+    return {SECRET_NAMES_ENV: ",".join(names)} if names else {}
+
+
+def mask_value(value: Any, environ: Mapping[str, str]) -> Any:
+    """A JSON value (what a function entry returned) with every string masked as output lines
+    are: each secret named by $SKYINFRA_SECRET_NAMES, taken from ``environ``, and each line
+    of one, becomes ***, in keys and values at any depth."""
+    names = [n for n in environ.get(SECRET_NAMES_ENV, "").split(",") if n]
+    hidden = masks(environ[n] for n in names if n in environ)
+    if not hidden:
+        return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return mask_bytes(item.encode(errors="surrogatepass"), hidden).decode(
+                errors="surrogatepass"
+            )
+        if isinstance(item, list):
+            return [walk(x) for x in item]
+        if isinstance(item, dict):
+            return {walk(k): walk(v) for k, v in item.items()}
+        return item
+
+    return walk(value)

@@ -24,6 +24,7 @@ from skyinfra_runtime import exitcodes
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import EntrypointError, RuntimeSetupError
 from skyinfra_runtime.info import instance_info
+from skyinfra_runtime.jobenv import mask_value
 from skyinfra_runtime.plugins import Plugin, from_name
 from skyinfra_runtime.topology import load_topology
 
@@ -133,7 +134,9 @@ def run_worker(
         phase("done")
     if code == exitcodes.OK:
         result = {"worker": info.worker, "global_index": info.global_index}
-        result["value"] = json_value(value)
+        # Masked before it is written anywhere: a returned secret is *** in result.json and
+        # in every copy the operator keeps (summary.json, node-N.result.json).
+        result["value"] = mask_value(json_value(value), os.environ)
         result_path.write_text(json.dumps(result))
     return code
 

@@ -55,6 +55,11 @@ def main():
     }
 
 
+def returns_it():
+    secret = os.environ["PLANTED_SECRET"]
+    return {"raw": secret, "inside": f"token={secret};", "listed": [secret], secret: "as a key"}
+
+
 def wait():
     print("secret:", os.environ.get("PLANTED_SECRET", ""), flush=True)
     time.sleep(3)
@@ -126,6 +131,24 @@ def test_env_and_secrets_reach_every_worker_before_the_plugins(
     assert record["secrets"] == ["PLANTED_SECRET"] and record["env"]["FROM_SPEC"] == "spec"
     assert files_holding(workspace(project), SECRET) == []
     assert files_holding(workspace(project), OPERATOR_ONLY) == []
+
+
+def test_a_returned_secret_is_masked_before_it_is_kept_anywhere(
+    project: Path, env: dict[str, str]
+) -> None:
+    """A function that returns the secret (whole, inside a string, in a list, as a key): its
+    value is *** in the nodes' result.json, the operator's summary.json and node-N.result.json,
+    what `run` prints and what `jobs JOB` shows; no file holds the value."""
+    run = cli(["run", "--cluster", NAME, "probe.py:returns_it"], project, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert SECRET not in run.stdout + run.stderr
+    run_dir = max((workspace(project) / "runs").iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    masked = {"raw": "***", "inside": "token=***;", "listed": ["***"], "***": "as a key"}
+    assert [n["result"]["workers"][0]["value"] for n in summary["nodes"]] == [masked, masked]
+    shown = cli(["jobs", "--cluster", NAME, summary["run_id"]], project, env)
+    assert shown.returncode == 0 and SECRET not in shown.stdout, shown.stdout + shown.stderr
+    assert files_holding(workspace(project), SECRET) == []  # the local nodes' folders too
 
 
 def test_a_detached_job_gets_them_and_no_command_line_shows_a_secret(

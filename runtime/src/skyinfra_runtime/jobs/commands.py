@@ -173,7 +173,12 @@ def supervise(ns: argparse.Namespace) -> int:
             paths,
             ns.node,
             argv,
-            env={**private["env"], **private["secrets"], **ckpt_env},
+            env={
+                **private["env"],
+                **private["secrets"],
+                **jobenv.secret_names_env(private["secrets"]),
+                **ckpt_env,
+            },
             hidden=jobenv.masks(private["secrets"].values()),
             attempt=ns.attempt,
         )
