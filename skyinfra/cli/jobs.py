@@ -172,16 +172,16 @@ def jobs(
         DEFAULT_STALL_AFTER_MIN,
         FINAL_STATES,
         annotate,
-        find_job,
         is_function_entry,
         job_results,
         list_jobs,
+        resolve_job,
     )
 
     stall_s = (DEFAULT_STALL_AFTER_MIN if stall_after is None else stall_after) * 60
     _, transport, _ = _cluster(clusters_root, cluster_name)
     if job_id is not None:
-        job = annotate(find_job(transport, job_id), stall_s)
+        job = annotate(resolve_job(transport, job_id), stall_s)
         if is_function_entry(str(job.get("entry"))) and job.get("state") in FINAL_STATES:
             with tempfile.TemporaryDirectory(prefix="skyinfra-results-") as tmp:
                 results = job_results(transport, job, Path(tmp))
@@ -520,14 +520,15 @@ def logs(
     import threading
 
     from skyinfra.errors import UsageError
-    from skyinfra.run.job import STATE_EXIT, find_job, runtime_bin
+    from skyinfra.run.job import STATE_EXIT, find_job, resolve_job, runtime_bin
 
     if node is not None and all_nodes:
         raise UsageError("--node and --all: choose one")
     _, transport, total = _cluster(clusters_root, cluster_name)
     if node is not None and not 0 <= node < total:
         raise UsageError(f"--node {node}: the cluster has nodes 0 to {total - 1}")
-    find_job(transport, job_id)  # an unknown id: exit 2 before anything follows
+    # An unknown or ambiguous id: exit 2 before anything follows.
+    job_id = str(resolve_job(transport, job_id)["id"])
     nodes = list(range(total)) if all_nodes else [node or 0]
     lock = threading.Lock()
 
@@ -568,10 +569,11 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     import sys
 
     from skyinfra.errors import ConfirmationRequired
-    from skyinfra.run.job import FINAL_STATES, cancel_job, find_job
+    from skyinfra.run.job import FINAL_STATES, cancel_job, find_job, resolve_job
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
-    job = find_job(transport, job_id)
+    job = resolve_job(transport, job_id)
+    job_id = str(job["id"])
     # A job that waits for its lost nodes runs nothing; cancelling it means no recovery.
     if job.get("state") in FINAL_STATES and job.get("state") != "needs_nodes":
         echo(f"job {job_id} already ended: {job.get('state')}; nothing to cancel")

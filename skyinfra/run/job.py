@@ -487,6 +487,39 @@ def refuse_if_busy(transport: NodeTransport, cluster: str) -> None:
         raise ClusterBusyError(cluster, job)
 
 
+# The word for the newest job wherever a command takes a job id.
+LAST_JOB = "last"
+
+
+def resolve_job(transport: NodeTransport, given: str) -> dict[str, Any]:
+    """The job a person means by ``given``: its full id, ``last`` (the newest), or a part of
+    an id that only one job's id starts or ends with. UsageError (exit 2) naming the
+    candidates when several match, or when none does."""
+    jobs = list_jobs(transport)  # newest first
+    if given == LAST_JOB:
+        if not jobs:
+            raise UsageError("`last`: this cluster has no jobs yet (`skyinfra jobs` lists them)")
+        return jobs[0]
+    exact = [j for j in jobs if j.get("id") == given]
+    if exact:
+        return exact[0]
+    matches = [
+        j for j in jobs if str(j.get("id")).startswith(given) or str(j.get("id")).endswith(given)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        ids = ", ".join(str(j.get("id")) for j in matches[:10])
+        more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+        raise UsageError(
+            f"job {given!r} matches {len(matches)} jobs: {ids}{more}; give more of the id"
+        )
+    raise UsageError(
+        f"no job {given!r} on this cluster: give a job's id, a part that only one id starts or "
+        f"ends with, or `{LAST_JOB}` (`skyinfra jobs` lists them)"
+    )
+
+
 def find_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
     """The job's record; UsageError (exit 2) naming the id when there is none."""
     for job in list_jobs(transport):

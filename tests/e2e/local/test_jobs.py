@@ -310,3 +310,31 @@ def test_unknown_job_node_out_of_range_and_a_cluster_that_is_down(
 
 
 assert (REPO_ROOT / "runtime" / "src" / "skyinfra_runtime" / "jobs" / "supervisor.py").is_file()
+
+
+def test_a_job_is_named_by_last_or_a_part_of_its_id_only_it_has(
+    project: Path, env: dict[str, str]
+) -> None:
+    """`jobs`, `logs` and `cancel` take `last` (the newest job), or a part of an id that only
+    one job's id starts or ends with; a part several ids share lists them (exit 2)."""
+    first = detach(project, env, "steps.py:main", "--", "1")
+    assert wait_state(project, env, first)["state"] == "succeeded"
+    job = detach(project, env, "steps.py:main", "--", "1")
+    assert wait_state(project, env, job)["state"] == "succeeded"
+    for given in ("last", job[-6:], job[: len(job) - 2]):
+        rec = jobs_json(project, env, given)
+        assert isinstance(rec, dict) and rec["id"] == job, (given, rec)
+    logs = cli(["logs", "--cluster", NAME, job[-6:]], project, env)
+    assert logs.returncode == 0 and "[node-0] step 1 on node 0" in logs.stdout, logs.stderr
+    done = cli(["cancel", "--cluster", NAME, "--yes", "last"], project, env)
+    assert done.returncode == 0 and f"job {job} already ended" in done.stdout, done.stderr
+    same = 0
+    while first[same] == job[same]:
+        same += 1
+    shared = job[:same]  # ids begin with the date and time: the two share at least the date
+    both = cli(["jobs", "--cluster", NAME, shared], project, env)
+    assert both.returncode == 2, both.stdout + both.stderr
+    assert f"job '{shared}' matches" in both.stderr and first in both.stderr, both.stderr
+    assert job in both.stderr and "give more of the id" in both.stderr, both.stderr
+    none = cli(["logs", "--cluster", NAME, "no-such-job"], project, env)
+    assert none.returncode == 2 and "no job 'no-such-job' on this cluster" in none.stderr
