@@ -85,6 +85,11 @@ def prune(run_dir: Path, keep: int, pids: Path | None) -> list[Path]:
     return removed
 
 
+# What a run's launcher is called on its command line: the console script, the module, or
+# the operator's CLI that started it.
+LAUNCHER_NAMES = frozenset({"skyinfra-runtime", "skyinfra_runtime", "skyinfra"})
+
+
 def _still_running(pid_file: Path) -> bool:
     """Whether the run that recorded ``pid_file`` still runs (a launcher of it is alive).
 
@@ -105,7 +110,10 @@ def _still_running(pid_file: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
-    return b"skyinfra" in cmdline
+    # One of its arguments is the launcher (a script or module named so), not merely a path
+    # that passes through a folder called skyinfra (a checkout, a venv).
+    names = (os.path.basename(arg) for arg in cmdline.decode(errors="replace").split("\0"))
+    return any(name in LAUNCHER_NAMES for name in names)
 
 
 def _say(message: str) -> None:

@@ -398,6 +398,43 @@ def test_the_shared_dir_is_made_and_old_runs_pruned(tmp_path: Path) -> None:
     assert prepare({**env, "SKYINFRA_KEEP_RUNS": "0"}) == []
 
 
+def test_a_live_process_that_only_lives_under_a_skyinfra_folder_is_not_a_launcher(
+    tmp_path: Path,
+) -> None:
+    """A pid file naming a live process whose command line passes through a folder called
+    skyinfra (a checkout, a venv: this suite's own workers in a clone named so) but is no
+    launcher: its run is pruned like any finished one."""
+    runs = tmp_path / "node" / "runs"
+    old, current = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
+    (runs / old).mkdir(parents=True)
+    (runs / current).mkdir()
+    pids = tmp_path / "node" / "pids"
+    pids.mkdir()
+    folder = tmp_path / "skyinfra" / "skyinfra-cold.x"
+    folder.mkdir(parents=True)
+    script = folder / "sleep.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    sleeper = subprocess.Popen([sys.executable, str(script)])
+    try:
+        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while b"sleep.py" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the child has exec'd
+        (pids / f"{old}.pid").write_text(str(sleeper.pid))
+        from skyinfra_runtime.rundirs import prepare
+
+        env = {
+            "SKYINFRA_NODE_DIR": str(tmp_path / "node"),
+            "SKYINFRA_RUN_DIR": str(runs / current),
+            "SKYINFRA_SHARED_DIR": str(tmp_path / "node" / "shared"),
+            "SKYINFRA_KEEP_RUNS": "1",
+        }
+        assert [p.name for p in prepare(env)] == [old]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_a_run_still_going_is_not_pruned(tmp_path: Path) -> None:
     runs = tmp_path / "node" / "runs"
     old, current = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
