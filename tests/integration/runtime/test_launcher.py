@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -398,61 +400,52 @@ def test_the_shared_dir_is_made_and_old_runs_pruned(tmp_path: Path) -> None:
     assert prepare({**env, "SKYINFRA_KEEP_RUNS": "0"}) == []
 
 
+OLD_RUN, CURRENT_RUN = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
+
+
+@contextlib.contextmanager
+def old_run_held_by(tmp_path: Path, argv: list[str], marker: bytes) -> Iterator[Path]:
+    """A node folder with two runs whose older one's pid file names a live process started
+    from ``argv`` (once its command line shows ``marker``: it has exec'd); the runs folder."""
+    runs = tmp_path / "node" / "runs"
+    (runs / OLD_RUN).mkdir(parents=True)
+    (runs / CURRENT_RUN).mkdir()
+    pids = tmp_path / "node" / "pids"
+    pids.mkdir()
+    sleeper = subprocess.Popen(argv)
+    try:
+        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while marker not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the child has exec'd
+        (pids / f"{OLD_RUN}.pid").write_text(str(sleeper.pid))
+        yield runs
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_a_live_process_that_only_lives_under_a_skyinfra_folder_is_not_a_launcher(
     tmp_path: Path,
 ) -> None:
     """A pid file naming a live process whose command line passes through a folder called
     skyinfra (a checkout, a venv: this suite's own workers in a clone named so) but is no
     launcher: its run is pruned like any finished one."""
-    runs = tmp_path / "node" / "runs"
-    old, current = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
-    (runs / old).mkdir(parents=True)
-    (runs / current).mkdir()
-    pids = tmp_path / "node" / "pids"
-    pids.mkdir()
+    from skyinfra_runtime.rundirs import prune
+
     folder = tmp_path / "skyinfra" / "skyinfra-cold.x"
     folder.mkdir(parents=True)
     script = folder / "sleep.py"
     script.write_text("import time\ntime.sleep(60)\n")
-    sleeper = subprocess.Popen([sys.executable, str(script)])
-    try:
-        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
-        deadline = time.monotonic() + 30
-        while b"sleep.py" not in cmdline.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the child has exec'd
-        (pids / f"{old}.pid").write_text(str(sleeper.pid))
-        from skyinfra_runtime.rundirs import prepare
-
-        env = {
-            "SKYINFRA_NODE_DIR": str(tmp_path / "node"),
-            "SKYINFRA_RUN_DIR": str(runs / current),
-            "SKYINFRA_SHARED_DIR": str(tmp_path / "node" / "shared"),
-            "SKYINFRA_KEEP_RUNS": "1",
-        }
-        assert [p.name for p in prepare(env)] == [old]
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+    with old_run_held_by(tmp_path, [sys.executable, str(script)], b"sleep.py") as runs:
+        removed = prune(runs / CURRENT_RUN, 1, runs.parent / "pids")
+        assert [p.name for p in removed] == [OLD_RUN]
 
 
 def test_a_run_still_going_is_not_pruned(tmp_path: Path) -> None:
-    runs = tmp_path / "node" / "runs"
-    old, current = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
-    (runs / old).mkdir(parents=True)
-    (runs / current).mkdir()
-    pids = tmp_path / "node" / "pids"
-    pids.mkdir()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "skyinfra"])
-    try:
-        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
-        deadline = time.monotonic() + 30
-        while b"skyinfra" not in cmdline.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the child has exec'd
-        (pids / f"{old}.pid").write_text(str(sleeper.pid))
-        from skyinfra_runtime.rundirs import prune
+    from skyinfra_runtime.rundirs import prune
 
-        assert prune(runs / current, 1, pids) == []
-        assert (runs / old).is_dir()
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "skyinfra"]
+    with old_run_held_by(tmp_path, argv, b"skyinfra") as runs:
+        assert prune(runs / CURRENT_RUN, 1, runs.parent / "pids") == []
+        assert (runs / OLD_RUN).is_dir()
