@@ -74,8 +74,13 @@ class RuntimeSource:
         return f"{_escape(self.name)}-{_escape_version(self.version)}.dist-info"
 
 
+def cache_root() -> Path:
+    """skyinfra's cache on this machine: $SKYINFRA_CACHE, else ~/.cache/skyinfra."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "skyinfra")
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "skyinfra") / "wheels"
+    return cache_root() / "wheels"
 
 
 def _escape(name: str) -> str:

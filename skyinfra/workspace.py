@@ -144,7 +144,7 @@ class Workspace:
             target = self.path / name
             target.parent.mkdir(parents=True, exist_ok=True)
             # Scripts keep their execute bit; everything else is readable by the owner only.
-            _write_private(target, text, 0o700 if name.endswith(".sh") else PRIVATE_FILE_MODE)
+            write_private(target, text, 0o700 if name.endswith(".sh") else PRIVATE_FILE_MODE)
         for name in retired:
             if name not in files:
                 (self.path / name).unlink(missing_ok=True)
@@ -223,12 +223,12 @@ class Workspace:
 
     def write_json(self, target: Path, data: Any) -> None:
         self.ensure()
-        _write_private(target, json.dumps(data, indent=2, sort_keys=False) + "\n")
+        write_private(target, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
     def write_text(self, target: Path, text: str) -> None:
         """A private (0600) file in the workspace, replaced atomically."""
         self.ensure()
-        _write_private(target, text)
+        write_private(target, text)
 
     def read_json(self, target: Path) -> Any:
         try:
@@ -244,7 +244,7 @@ class Workspace:
             ) from err
 
 
-def _write_private(target: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> None:
+def write_private(target: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> None:
     """Replace ``target`` atomically (a crash leaves old or new) with a file of ``mode``."""
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.unlink(missing_ok=True)

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from skyinfra.wheel import CACHE_ENV
-from skyinfra.workspace import Workspace
+from skyinfra.wheel import cache_root
+from skyinfra.workspace import Workspace, write_private
 
 REGISTRY_DIR = "local-clusters"
 
 
 def registry_dir() -> Path:
-    base = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "skyinfra"
-    return Path(base) / REGISTRY_DIR
+    return cache_root() / REGISTRY_DIR
 
 
 def _entry_file(workspace: Path) -> Path:
@@ -72,6 +70,4 @@ def claim(
         "ports": sorted(ports),
         "backend": backend,
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entry, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_private(path, json.dumps(entry, indent=2) + "\n")
