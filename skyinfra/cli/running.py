@@ -204,8 +204,11 @@ def run(
     with ws.lock(f"run {entry}"):
         transport = lifecycle.transport_for(ws, topology, spec=spec)
         if verify_first or spec.verify:
+            from skyinfra.run.job import refuse_if_busy
             from skyinfra.verify import gate
 
+            # Before the checks: verify's collective would join the running job's coordinator.
+            refuse_if_busy(transport, topology.cluster)
             gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=echo)
         try:
             report = run_on_cluster(

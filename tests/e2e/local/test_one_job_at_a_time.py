@@ -120,9 +120,11 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
     job = hold(project, env, gate)
     try:
         before = runs_on_the_operator(project)
-        for detach in ([], ["-d"]):
-            second = cli(["run", "--cluster", NAME, *detach, "work.py:quick"], project, env)
+        # --verify too: its port and collective checks would meet the job's coordinator.
+        for flags in ([], ["-d"], ["--verify"]):
+            second = cli(["run", "--cluster", NAME, *flags, "work.py:quick"], project, env)
             assert second.returncode == 2, second.stdout + second.stderr
+            assert "verify:" not in second.stdout, second.stdout  # refused before checking
             said = second.stderr
             assert f"cluster '{NAME}' is busy: job {job} is running on it" in said, said
             assert "entry work.py:hold" in said and "nothing was started" in said, said
