@@ -11,7 +11,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then test-random test-fast test-gpu record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans lint demo bench clean
 
 venv: $(STAMP)
 
@@ -93,6 +93,18 @@ test-durations: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 # added since are deselected (tests/support/suite_then.py).
 bench-suite-then: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	SKYINFRA_SUITE_THEN=$(CURDIR)/tests/bench/suite_at_issue_21.txt $(SUITE) -p no:randomly
+
+# Where the suite's CPU goes: `make test` (TESTS= works) with a sampler reading each worker's
+# network namespace, then the CPU seconds of each test file (tests/bench/cpu_by_file.py); the
+# report also goes to tests/bench/results/cpu-by-file.json.
+CPU_PROFILE ?= $(CURDIR)/.cpu-profile
+bench-suite-cpu: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
+	rm -rf $(CPU_PROFILE) && mkdir -p $(CPU_PROFILE)
+	$(BIN)/python tests/bench/cpu_by_file.py sample $(CPU_PROFILE) & sampler=$$!; \
+	SKYINFRA_CPU_PROFILE=$(CPU_PROFILE) $(SUITE) -p no:randomly $(TESTS); rc=$$?; \
+	kill $$sampler; wait $$sampler; \
+	$(BIN)/python tests/bench/cpu_by_file.py report $(CPU_PROFILE) \
+		--json tests/bench/results/cpu-by-file.json; exit $$rc
 
 # The same suite in a random order (pytest-randomly prints its seed; `make test-random
 # RANDOM_SEED=N` repeats that order): proves no test depends on another having run first.

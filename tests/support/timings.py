@@ -3,7 +3,9 @@ tests/e2e/aws, tests/unit, ...) split into set-up (fixtures: servers, Terraform 
 the tests' own calls and teardown. With pytest-xdist the figures are summed over workers.
 Beside `--durations` (the slowest tests), this shows which folders and fixtures to speed up.
 With SKYINFRA_RECORD_DURATIONS=1 (`make test-durations`) it also writes each test file's seconds
-to tests/durations.json, the order tests/support/schedule.py hands files out in."""
+to tests/durations.json, the order tests/support/schedule.py hands files out in. With
+SKYINFRA_CPU_PROFILE=FOLDER each xdist worker writes when each file's phases ran, and in which
+network namespace, for tests/bench/cpu_by_file.py (`make bench-suite-cpu`)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ _seconds: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(PHASES
 _tests: dict[str, set[str]] = defaultdict(set)
 _file_seconds: dict[str, float] = defaultdict(float)
 RECORD_ENV = "SKYINFRA_RECORD_DURATIONS"
+CPU_PROFILE_ENV = "SKYINFRA_CPU_PROFILE"
 
 
 def folder_of(nodeid: str) -> str:
@@ -33,6 +36,22 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _seconds[folder][report.when] += report.duration
     _tests[folder].add(report.nodeid)
     _file_seconds[report.nodeid.split("::", 1)[0]] += report.duration
+    profile = os.environ.get(CPU_PROFILE_ENV)
+    if profile and os.environ.get("PYTEST_XDIST_WORKER"):
+        _write_phase(profile, report)
+
+
+def _write_phase(folder: str, report: pytest.TestReport) -> None:
+    """One phase of a test (set-up holds a module's fixtures), in this worker's namespace."""
+    netns = os.readlink("/proc/self/ns/net")[5:-1]  # "net:[4026532281]"
+    phase = {
+        "netns": int(netns),
+        "start": report.start,
+        "stop": report.stop,
+        "file": report.nodeid.split("::", 1)[0],
+    }
+    with open(os.path.join(folder, f"phases-{os.getpid()}.jsonl"), "a") as out:
+        out.write(json.dumps(phase) + "\n")
 
 
 def row(name: str, tests: int, seconds: list[float]) -> str:
