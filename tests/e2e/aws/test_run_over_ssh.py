@@ -1,12 +1,14 @@
-"""`skyinfra run` on the AWS target over SSH: moto's instances mapped to the tests' real sshd
-(SKYINFRA_AWS_EMULATED_NODES), the rendered provisioning script run for real in a temporary
-root per node, then `status` and `run` over SSH end to end (moved out of test_cli.py so that
-`make test`'s workers can run it beside the other AWS end-to-end tests)."""
+"""`skyinfra` on the AWS target over SSH, one cluster from `up` to `down`: moto's instances
+mapped to the tests' real sshd (SKYINFRA_AWS_EMULATED_NODES), the rendered provisioning script
+run for real in a temporary root per node, then `status` and `run` over SSH end to end, `gc`,
+and `down` checking by tag. The operator's shell holds planted AWS credentials throughout:
+none may land in a file of the project, the workspace or a node, a tag or an output."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,33 +19,62 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from skyinfra.errors import ConfigError
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.ssh import SshTarget
-from skyinfra.targets.aws.target import transport
+from skyinfra.targets.aws.target import TARGET_FILE, transport
 from skyinfra.topology import Node, Topology
 from tests.conftest import REPO_ROOT
 from tests.support.aws import REGION, user_data_text
 from tests.support.aws_e2e import (
     NO_SPACE,
+    UBUNTU_DLAMI,
     aws_workspace,
     count_cluster_resources,
+    instances_by_id,
     provision_in_root,
     skyinfra,
 )
 from tests.support.leaks import files_holding
 
 PLANTED = "planted-" + "aws-secret-3b9e0c"
+# Recognisable credentials that moto accepts (it checks none): none may be written anywhere.
+PLANTED_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIAPLANTED0KEY04242",
+    "AWS_SECRET_ACCESS_KEY": "PlantedSecret/4242/DoNotLeak+xQzVbNmKlJhGfDsA",
+    "AWS_SESSION_TOKEN": "PlantedSessionToken4242DoNotLeakIQoJb3JpZ2luX2VjEXAMPLE==",
+}
 
 
+def tagged_instance(ec2: Any, tags: dict[str, str]) -> str:
+    made = ec2.run_instances(
+        ImageId=UBUNTU_DLAMI,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="t3.micro",
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )
+    return str(made["Instances"][0]["InstanceId"])
+
+
+# One cluster's whole life (up, two nodes provisioned, a run, gc, two downs): bounded as the
+# recovery modules' tests are, not by the default 300 s that fits a single step.
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_run_over_ssh_on_emulated_aws_nodes(
     cli_env: dict[str, str],
     dlami: None,
+    moto_like_ec2: None,
     sshd: tuple[SshTarget, Path],
     ec2: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """up -> status (pending) -> the real provisioning script -> status (ready) -> run over SSH
-    (a function entry returning instance_info()) -> down, through the CLI on the AWS target."""
+    (a function entry returning instance_info()) -> gc -> down, through the CLI on the AWS
+    target, with planted credentials in the shell. Every resource carries the cluster and the
+    workspace id; the nodes' role reads the staged wheel; `gc` lists a tagged instance no
+    state knows; `down` refuses while the API still shows one of the workspace's instances,
+    and once clean deletes the staged wheel and keeps the checkpoints."""
     target, key = sshd
     # The nodes' consoles show the stand-in sshd's host key, as cloud-init prints a node's
     # own at first boot: the transport pins it from there (GetConsoleOutput, moto's here).
@@ -78,6 +109,7 @@ def test_run_over_ssh_on_emulated_aws_nodes(
     roots = {f"node-{i}": tmp_path / f"emulated-node-{i}" for i in range(2)}
     env = {
         **cli_env,
+        **PLANTED_CREDENTIALS,
         # The real runtime: the entry calls instance_info() on the node.
         "SKYINFRA_RUNTIME_DIR": str(REPO_ROOT / "runtime"),
         EMULATED_NODES_ENV_VAR: json.dumps(
@@ -88,16 +120,40 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         ),
     }
     ws = project / ".skyinfra" / "clusters" / "ssh-run"
+    runs: list[subprocess.CompletedProcess[str]] = []
     up = skyinfra("up", cwd=project, env=env)
+    runs.append(up)
+    stray = ghost = None
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         topology = json.loads((ws / "topology.json").read_text())
+        ids = [n["instance_id"] for n in topology["nodes"]]
+        ws_id = json.loads((ws / "workspace-id.json").read_text())["id"]
+        settings = json.loads((ws / TARGET_FILE).read_text())
+        assert settings["workspace_id"] == ws_id
+        for instance in instances_by_id(ec2, ids).values():
+            tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+            assert (tags["skyinfra:cluster"], tags["skyinfra:workspace"]) == ("ssh-run", ws_id)
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "tag:skyinfra:workspace", "Values": [ws_id]}])
+        assert len(vpcs["Vpcs"]) == 1
+        # The user data names the object, not a presigned URL; the role may read the prefix.
+        tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
+        prefix = settings["staging_prefix"]
+        head_data = user_data_text(tfvars["user_data"]["node-0"])
+        assert f"/{settings['staging_bucket']}/{prefix}" in head_data
+        assert "X-Amz-" not in head_data
+        iam = boto3.client("iam", region_name=REGION, endpoint_url=cli_env[ENDPOINT_ENV_VAR])
+        policy = iam.get_role_policy(RoleName="ssh-run-node", PolicyName="ssh-run-staged-read")
+        (statement,) = policy["PolicyDocument"]["Statement"]
+        assert statement["Action"] == "s3:GetObject"
+        assert statement["Resource"] == f"arn:aws:s3:::{settings['staging_bucket']}/{prefix}*"
+
         first = skyinfra("status", "--json", cwd=project, env=env)
+        runs.append(first)
         pending = json.loads(first.stdout)
         assert [n["readiness"] for n in pending["nodes"]] == ["pending", "pending"]
         assert "matches the key it published on its console" in first.stderr
 
-        tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
         for name, root in roots.items():
             done = provision_in_root(user_data_text(tfvars["user_data"][name]), root)
             assert done.returncode == 0, done.stdout + done.stderr
@@ -105,6 +161,7 @@ def test_run_over_ssh_on_emulated_aws_nodes(
             assert (root / "var/lib/skyinfra/ready").is_file()
 
         ready = skyinfra("status", "--json", cwd=project, env=env)
+        runs.append(ready)
         assert ready.returncode == 0, ready.stdout + ready.stderr
         assert [n["readiness"] for n in json.loads(ready.stdout)["nodes"]] == ["ready", "ready"]
 
@@ -114,6 +171,7 @@ def test_run_over_ssh_on_emulated_aws_nodes(
             "run", "--env", "FROM_CLI=over ssh", "--secret", "PLANTED_SECRET",
             "where_am_i.py:main", cwd=project, env={**env, "PLANTED_SECRET": PLANTED},
         )  # fmt: skip
+        runs.append(run)
         assert run.returncode == 0, run.stdout + run.stderr
         assert "[node-0] secret: ***" in run.stdout and PLANTED not in run.stdout + run.stderr
         run_dir = next((ws / "runs").iterdir())
@@ -127,7 +185,6 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         sha = hashlib.sha256(PLANTED.encode()).hexdigest()
         assert [(i["from_cli"], i["sha"]) for i in infos] == [("over ssh", sha)] * 2
         assert files_holding(tmp_path, PLANTED) == []
-        ids = [n["instance_id"] for n in topology["nodes"]]
         assert [[p["instance_id"] for p in i["peers"]] for i in infos] == [ids, ids]
         # Each node ran in its own root, the run in its own directory there: the work copy
         # and the result are in runs/<id>/, and the shared directory exists.
@@ -146,11 +203,40 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         listed = s3.list_objects_v2(Bucket=ckpt_bucket, Prefix=prefix).get("Contents", [])
         manifests = sorted(o["Key"][len(prefix) :] for o in listed if o["Key"].endswith(".json"))
         assert manifests == ["node-0/manifest.json", "node-1/manifest.json"]
+
+        # An instance tagged like a cluster's that no state knows about: `gc` lists it.
+        ghost = tagged_instance(
+            ec2, {"skyinfra:cluster": "gone", "skyinfra:workspace": "ws-00000000000000aa"}
+        )
+        gc = skyinfra("gc", cwd=project, env=env)
+        runs.append(gc)
+        assert gc.returncode == 0, gc.stdout + gc.stderr
+        assert f"{REGION} instance {ghost} (skyinfra:cluster=gone" in gc.stdout
+        assert not any(i in gc.stdout for i in ids)  # the cluster's own are in its state
+        assert "nothing was deleted" in gc.stdout
+        ec2.terminate_instances(InstanceIds=[ghost])
+        # One of this workspace's instances that Terraform does not know: `down` says so.
+        stray = tagged_instance(ec2, {"skyinfra:cluster": "ssh-run", "skyinfra:workspace": ws_id})
     finally:
         down = skyinfra("down", "--yes", cwd=project, env=env)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert f"kept the checkpoints under s3://{ckpt_bucket}/ssh-run/checkpoints/" in down.stdout
+        runs.append(down)
+    assert down.returncode != 0, down.stdout + down.stderr
+    assert f"aws still shows 1 of its resource(s): instance {stray}" in down.stderr
+    ec2.terminate_instances(InstanceIds=[stray])
+    again = skyinfra("down", "--yes", cwd=project, env=env)
+    runs.append(again)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "checked with aws: nothing of cluster 'ssh-run' is left" in again.stdout
+    assert f"kept the checkpoints under s3://{ckpt_bucket}/ssh-run/checkpoints/" in again.stdout
     assert count_cluster_resources(ec2, "ssh-run") == NO_SPACE
+    listed = s3.list_objects_v2(Bucket=settings["staging_bucket"], Prefix=prefix)
+    assert listed["KeyCount"] == 0  # `down` deleted the staged wheel
+
+    # The project, the workspace and both nodes' roots (all under tmp_path), and every output.
+    for name, value in PLANTED_CREDENTIALS.items():
+        assert files_holding(tmp_path, value) == [], name
+        for done in runs:
+            assert value not in done.stdout + done.stderr, name
 
 
 def test_transport_in_emulator_mode_dials_only_mapped_nodes(
