@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# What `make demo` alone installs into .venv (the demo extra); $(STAMP) implies it.
+DEMO_STAMP := $(VENV)/.demo-stamp
 # checkov gets its own environment: it pins an older boto3 than the project needs.
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
@@ -15,12 +17,35 @@ DIST             := dist
 
 venv: $(STAMP)
 
+# torch is pinned, and the pin alone does not choose the CPU build: pip takes the best
+# 2.13.0 it finds. The CPU build is the local version 2.13.0+cpu (==2.13.0 matches it, and it
+# sorts above plain 2.13.0): this project's machine image has one in pip's find-links,
+# and PyTorch's CPU index (TORCH_INDEX, below) serves it with torch's dependencies. Against
+# PyPI alone, 2.13.0 on Linux x86_64 is the CUDA build, which pulls several GB of nvidia-*
+# packages (macOS wheels are CPU-only anyway). On a fresh Linux machine:
+#   make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# Not the default: where that index is out of reach (a registry-only network such as this
+# project's machines) pip retries it for every one of torch's dependencies, over a minute.
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX   ?=
+
+# Everything: the dev extra (test tools, and the demo extra inside it) and torch.
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch is pinned: 2.13.0 installs from a local CPU wheel; unpinned pulls GB of CUDA.
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e runtime -e '.[dev]'
+	touch $@ $(DEMO_STAMP)
+
+# `make demo` on a fresh machine: only skyinfra and the demo extra (jax, keras,
+# scikit-learn), into the same .venv, with pip's progress shown; make venv/test add the rest.
+$(DEMO_STAMP): pyproject.toml runtime/pyproject.toml
+	@echo "[make demo] step 1/3: a virtual environment in $(VENV)"
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "[make demo] step 2/3: pip itself"
+	$(BIN)/python -m pip install --upgrade pip
+	@echo "[make demo] step 3/3: skyinfra, skyinfra-runtime and the demo extra (jax, keras, scikit-learn)"
+	$(BIN)/python -m pip install -e runtime -e '.[demo]'
 	touch $@
 
 system-deps:
@@ -137,7 +162,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m skyinfra.demo
 
 # Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures;

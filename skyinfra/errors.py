@@ -403,3 +403,23 @@ class Detached(BaseException):
         super().__init__(job_id)
         self.job_id = job_id
         self.signum = signum
+
+
+class MissingFrameworkError(SpecError):
+    """A plugin's framework does not import with the interpreter local nodes are made from
+    (their environments see its site-packages and install nothing else): the spec is fine,
+    this machine lacks a package. Exits USAGE, like the spec errors it is listed with."""
+
+    def __init__(
+        self, field: str, value: str, *, what: str, needs: str, python: str, install: str
+    ) -> None:
+        self.field = field
+        self.value = value
+        self.expected = f"{needs} importable by {python}"
+        Exception.__init__(
+            self,
+            f"{what} ({field}) needs {needs}, which does not import with {python} (local "
+            f"nodes use that interpreter's site-packages): install it with `{python} -m pip "
+            f"install {install}`, or list it in python_packages to install it on the nodes "
+            "alone; nothing was changed",
+        )

@@ -103,6 +103,11 @@ class TargetDeclaration(Protocol):
         SpecError's field says which: ``guardrails.*`` for a guardrail)."""
         ...
 
+    def environment_problems(self, spec: Any) -> list[SpecError]:
+        """What this machine lacks to run the (valid) ClusterSpec ``spec`` here: `validate`
+        and `up` ask; a target whose nodes install everything themselves finds nothing."""
+        ...
+
 
 @dataclass(frozen=True)
 class Entry:

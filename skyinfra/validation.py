@@ -5,7 +5,8 @@ No credentials, no network, nothing written: the spec's fields and every target 
 file (:func:`skyinfra.spec.validate_spec`, which collects every problem), plugin options (the
 runtime's plugin table), the files the spec names and the guardrails the spec alone breaks
 (each target's ``offline_problems``). So a bad spec gets the same answer with and without
-credentials, in a CI job as on a laptop.
+credentials, in a CI job as on a laptop. `validate` also lists what this machine lacks to run
+the spec (``environment_problems``: on the local target, a plugin's framework).
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def offline_errors(spec: ClusterSpec, *, guardrails: bool = True) -> list[SpecEr
     return [e for e in _flat(found) if guardrails or not e.field.startswith(GUARDRAIL_PREFIX)]
 
 
+def environment_errors(spec: ClusterSpec) -> list[SpecError]:
+    """What this machine lacks to run ``spec`` (local: a plugin's framework that does not
+    import where the nodes find their packages): `validate` lists it, `up` raises it."""
+    return _flat(declaration(spec.provider).environment_problems(spec))
+
+
 def require_valid(spec: ClusterSpec, *, guardrails: bool = True) -> None:
     """Raise what :func:`offline_errors` finds, before any credential or network call:
     SpecError (exit 2) for the spec's own mistakes, then GuardrailError (exit 8) for a
@@ -97,7 +104,7 @@ def validate_file(
         except SpecError as err:
             errors += _flat([err])
     if spec is not None:
-        errors += offline_errors(spec)
+        errors += offline_errors(spec) + environment_errors(spec)
     file = str(path) if path is not None else None
     return (spec if not errors else None), [
         Problem(file, _line_of(text, e.field), e.field, e.value, e.expected, str(e)) for e in errors

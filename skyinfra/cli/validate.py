@@ -17,7 +17,8 @@ from skyinfra.cli.options import DEFAULT_SPEC, json_option, spec_option
 @click.pass_context
 def validate(ctx: click.Context, /, spec_path: Path | None, as_json: bool) -> None:
     """Check the spec with no cloud and no workspace: every field and target table, plugin
-    options, the files it names (aws.ssh_key) and the guardrails it breaks by itself.
+    options, the files it names (aws.ssh_key) and the guardrails it breaks by itself; on the
+    local target, that each plugin's framework imports where the nodes will find it.
 
     Needs no credentials and no network, and writes nothing. Every problem is listed, not
     only the first; --json prints them as a list (file, line, field, value, expected) for a

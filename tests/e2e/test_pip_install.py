@@ -136,3 +136,54 @@ def test_installed_skyinfra_runs_a_cluster_from_an_empty_directory(
     assert "is down" in down.stdout
     after = run([skyinfra, "status", "--json"], cwd=project, env=env)
     assert json.loads(after.stdout)["state"] == "down"
+
+
+def test_validate_and_up_name_a_plugin_framework_the_nodes_interpreter_lacks(
+    installed: Path, tmp_path: Path
+) -> None:
+    """This installation has no jax or keras, and local nodes use its site-packages: a spec
+    with the jax and keras plugins is refused at `validate` and at `up` (exit 2, nothing
+    made), naming what to install; the nodes' own python_packages, or a local.python that
+    has them, are enough."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["SKYINFRA_CACHE"] = str(tmp_path / "cache")
+    project = tmp_path / "project"
+    project.mkdir()
+    skyinfra = str(installed / "skyinfra")
+    python = str(installed / "python")
+    spec = 'name = "nojax"\nprovider = "local"\nnodes = 2\nplugins = ["jax", "keras:backend=jax"]\n'
+    (project / "skyinfra.toml").write_text(spec)
+
+    def cli(*argv: str, cwd: Path = project) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [skyinfra, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    validate = cli("validate")
+    assert validate.returncode == 2, validate.stdout + validate.stderr
+    said = validate.stderr
+    assert f"plugin 'jax' (plugins[0]) needs jax, which does not import with {python}" in said
+    assert f'`{python} -m pip install "jax[cpu]"`' in said, said
+    # keras's backend is jax, named once (at the jax plugin).
+    assert "plugin 'keras' (plugins[1]) needs keras" in said and "backend" not in said, said
+    assert "Traceback" not in said
+    problems = json.loads(cli("validate", "--json").stdout)
+    assert [(p["field"], p["value"], p["line"]) for p in problems] == [
+        ("plugins[0]", "jax", 4),
+        ("plugins[1]", "keras", 4),
+    ]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    up = cli("up", "--name", "nojax", "--provider", "local", "--nodes", "2", "--plugin", "jax",
+             cwd=empty)  # fmt: skip
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert f'`{python} -m pip install "jax[cpu]"`' in up.stderr and "Traceback" not in up.stderr
+    assert list(empty.iterdir()) == [], "up made nothing"
+
+    # Installed on the nodes by the spec, or present in the interpreter the nodes use.
+    (project / "skyinfra.toml").write_text(spec + 'python_packages = ["jax[cpu]", "Keras>=3"]\n')
+    assert cli("validate").returncode == 0
+    local = f"[local]\npython = {json.dumps(sys.executable)}\n"
+    (project / "skyinfra.toml").write_text(spec + local)
+    assert cli("validate").returncode == 0, "this suite's own interpreter has jax and keras"

@@ -225,3 +225,31 @@ def test_bad_spot_settings_exit_2_naming_the_field_in_validate_and_up(
         assert field in proc.stderr and value in proc.stderr, proc.stderr
         assert "expected" in proc.stderr and "Traceback" not in proc.stderr
     assert listing(root) == before
+
+
+def test_a_plugin_framework_the_nodes_interpreter_lacks_exits_2_in_validate_and_up(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    """Local nodes reuse this interpreter's site-packages, which has jax and keras but not
+    tensorflow: keras on the tensorflow backend is refused before anything is made, naming the
+    package; listed in python_packages, the nodes install it and validate passes."""
+    text = 'name = "tf"\nnodes = 2\nplugins = ["jax", "keras:backend=tensorflow"]\n'
+    root = project(tmp_path, text)
+    before = listing(root)
+    proc = skyinfra(["validate", "--json"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    [problem] = json.loads(proc.stdout)
+    assert (problem["field"], problem["value"], problem["line"]) == (
+        "plugins[1].options.backend",
+        "tensorflow",
+        3,
+    )
+    assert "keras backend 'tensorflow'" in problem["message"]
+    assert "-m pip install tensorflow`" in problem["message"]
+    up = skyinfra(["up", "--yes"], root, no_credentials)
+    assert up.returncode == exitcodes.USAGE, up.stdout + up.stderr
+    assert "needs tensorflow" in up.stderr and "Traceback" not in up.stderr
+    assert listing(root) == before  # no workspace, no lock, no registry entry
+    (root / "skyinfra.toml").write_text(text + 'python_packages = ["tensorflow_cpu>=2"]\n')
+    proc = skyinfra(["validate"], root, no_credentials)
+    assert proc.returncode == exitcodes.OK, proc.stdout + proc.stderr

@@ -14,7 +14,7 @@ from skyinfra_runtime.s3 import URL_EXPECTED, url_problem
 
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
-from skyinfra.spec import Problems, read_bool, read_int, read_str, reject_unknown
+from skyinfra.spec import ClusterSpec, Problems, read_bool, read_int, read_str, reject_unknown
 from skyinfra.target_registry import DiagramPart, PlanTraits, TargetOption
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 from skyinfra.targets.aws.capacity import parse_zones
@@ -551,6 +551,10 @@ class AwsDeclaration:
 
     def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
         return parse_aws_section(raw)
+
+    def environment_problems(self, spec: ClusterSpec) -> list[SpecError]:
+        # Nodes install their frameworks themselves (cloud-init): nothing from this machine.
+        return []
 
     def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
         problems = Problems()

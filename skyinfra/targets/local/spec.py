@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
-from skyinfra.spec import read_bool, reject_unknown
+from skyinfra.spec import ClusterSpec, read_bool, reject_unknown
 from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
 
 LOCAL_KEYS = ("base_address", "python", "recover")
@@ -87,3 +88,11 @@ class LocalDeclaration:
     def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
         # local.python is checked when parsed; local nodes cost nothing and have no SSH.
         return []
+
+    def environment_problems(self, spec: ClusterSpec) -> list[SpecError]:
+        """The plugins' frameworks that the nodes' interpreter cannot import (frameworks.py):
+        local nodes reuse its site-packages."""
+        from skyinfra.targets.local.frameworks import framework_problems
+
+        python = spec.section_as(LocalSpec).python or sys.executable
+        return framework_problems(spec, python)

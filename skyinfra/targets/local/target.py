@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import render, timeline
-from skyinfra.errors import ConfigError, SpecError, TransportError
+from skyinfra.errors import ConfigError, SpecError, TransportError, spec_problems
 from skyinfra.run.head_recovery import HeadRecovery, operator_settings
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Echo, Shell, TargetOptions
@@ -188,6 +188,11 @@ class LocalTarget(LocalDeclaration):
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
+        # Before the ports are claimed: a node without its plugins' frameworks would come
+        # up "ready" and fail only at `run`.
+        missing = spec_problems(self.environment_problems(spec))
+        if missing is not None:
+            raise missing
         check_head_port(spec, ws)
         timeline.lap("validate and port check")
         local = spec.section_as(LocalSpec)
