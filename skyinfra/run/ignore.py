@@ -19,7 +19,7 @@ IGNORE_FILE = ".skyinfraignore"
 # Never shipped: VCS data, environments, caches, and skyinfra's own workspaces.
 BUILD_IGNORES = (
     ".git",
-    ".venv",
+    ".venv*",  # .venv, and the .venv-<tool> environments beside it
     "venv",
     ".skyinfra",
     "__pycache__",

@@ -50,9 +50,10 @@ SECRETS = [
 
 def test_defaults_keep_workspaces_and_environments_out(tmp_path: Path) -> None:
     ignored = make_ignore(read_ignore_patterns(tmp_path))
-    for rel in (".skyinfra", ".git", ".venv", "pkg/__pycache__", "pkg/mod.pyc"):
+    # .venv-checkov: the repository's second environment, which `make demo` copied to nodes.
+    for rel in (".skyinfra", ".git", ".venv", ".venv-checkov", "pkg/__pycache__", "pkg/mod.pyc"):
         assert ignored(rel), rel
-    for rel in ("train.py", "data/digits.csv", "pkg/mod.py"):
+    for rel in ("train.py", "data/digits.csv", "pkg/mod.py", "venv_tools.py"):
         assert not ignored(rel), rel
 
 
