@@ -186,18 +186,28 @@ def down(
 def status(
     cluster_name: str | None, clusters_root: Path | None, as_json: bool, terraform_bin: str | None
 ) -> None:
-    """Show whether a cluster is up, its Terraform resources and its nodes."""
-    from skyinfra import lifecycle
+    """Show whether a cluster is up, its Terraform resources and its nodes.
+
+    Exits 11 when an `up` did not finish (state incomplete) or a node failed."""
+    from skyinfra import exitcodes, lifecycle
 
     ws = workspace(clusters_root, cluster_name, changes_something=False)
     info = lifecycle.status(ws, engine_factory=engine_factory(terraform_bin, ws.spec()))
     if as_json:
         click.echo(json.dumps(info, indent=2))
-        return
+    else:
+        _print_status(info)
+    if not info["healthy"]:
+        click.get_current_context().exit(exitcodes.CLUSTER_UNHEALTHY)
+
+
+def _print_status(info: dict[str, Any]) -> None:
     echo(
         f"cluster {info['cluster']} ({info['provider']}): {info['state']}, "
         f"{len(info['resources'])} resource(s)"
     )
+    if info["state"] == "incomplete":
+        echo(f"  {info['problems'][0]}")
     echo(f"  workspace: {info['workspace']}")
     for name, requirement in info.get("node_installs", {}).items():
         echo(f"  nodes install {name}: {requirement}")
