@@ -25,6 +25,7 @@ import pytest
 from skyinfra import exitcodes
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.terraform._embedded import SCRIPT as EMBEDDED_SCRIPT
+from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
 
@@ -231,6 +232,10 @@ def test_status_of_an_interrupted_up_says_incomplete_and_what_to_run(
     info = json.loads(as_json.stdout)
     assert info["state"] == "incomplete" and info["healthy"] is False
     assert "an `up` did not finish" in info["problems"][0]
+    with Workspace(ws).lock("up"):  # while an `up` holds the cluster, wait for that one
+        busy = cli(["status", "--cluster", NAME], project, env)
+    assert busy.returncode == exitcodes.CLUSTER_UNHEALTHY, busy.stdout + busy.stderr
+    assert f"`skyinfra up` (pid {os.getpid()}) is changing the cluster now" in busy.stdout
     # What it says to run finishes the cluster; then it is up and healthy.
     up_converges(project, env)
     finished = cli(["status", "--cluster", NAME, "--json"], project, env)
