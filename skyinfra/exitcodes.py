@@ -21,6 +21,8 @@ PLAN_CHANGES = 2
 GUARDRAIL = 8  # plan/up/apply: a guardrail failed (plan.md says which); nothing was changed
 STALE_PLAN = 9  # apply/up --plan: the planfile no longer matches (state, spec or sha256)
 NO_CAPACITY = 10  # `skyinfra up`: no zone tried had capacity for the nodes (aws)
+# `skyinfra status`: the cluster is incomplete (an `up` did not finish) or a node failed.
+CLUSTER_UNHEALTHY = 11
 INTERRUPTED = 130  # Ctrl-C (SIGINT)
 
 MEANINGS: dict[int, str] = {
@@ -35,5 +37,6 @@ MEANINGS: dict[int, str] = {
     GUARDRAIL: "a guardrail failed; nothing was changed",
     STALE_PLAN: "the planfile is stale or not the reviewed one; nothing was changed",
     NO_CAPACITY: "skyinfra up: no zone had capacity for the nodes; none was left running",
+    CLUSTER_UNHEALTHY: "skyinfra status: an up did not finish, or a node failed",
     INTERRUPTED: "interrupted",
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ from skyinfra.workspace import Workspace, clusters_in
 Echo = Callable[[str], None]
 # The saved plan `up` applies (deleted afterwards: it can hold variable values).
 PLAN_FILE = "skyinfra.tfplan"
+# Written when `up` (or `apply`) starts to change the cluster, removed once topology.json is
+# written: left behind, it tells `status` that an `up` was interrupted or failed halfway.
+UNFINISHED_FILE = "unfinished.json"
 # `status` asks every node whether it is ready; a node that does not answer within this many
 # seconds shows as unreachable.
 STATUS_CONNECT_TIMEOUT_S = 5.0
@@ -175,6 +179,15 @@ def up(
         raise
 
 
+def mark_unfinished(ws: Workspace, command: str) -> None:
+    """From here until :func:`mark_finished`, the cluster is being changed by ``command``."""
+    ws.write_json(ws.path / UNFINISHED_FILE, {"command": command, "since": time.time()})
+
+
+def mark_finished(ws: Workspace) -> None:
+    (ws.path / UNFINISHED_FILE).unlink(missing_ok=True)
+
+
 def _first_missing(path: Path) -> Path | None:
     """The outermost folder of ``path`` that does not exist yet (None: it all exists)."""
     missing = None
@@ -261,6 +274,7 @@ def _apply(
                     _check_plan(spec, engine, echo, confirm, repairs=set(replace))
                 keep()
                 on_keep()
+                mark_unfinished(ws, "up")
                 ws.write_json(ws.spec_file, spec.to_dict())
                 ws.write_json(
                     ws.origin_file,
@@ -282,6 +296,7 @@ def _apply(
     with timeline.stage("topology"):
         topology = topology_from_outputs(engine.output(), spec)
         ws.write_json(ws.topology_file, topology.to_dict())
+    mark_finished(ws)
     return summary, topology
 
 
@@ -374,6 +389,7 @@ def down(
         echo(f"[skyinfra] terraform destroy in {ws.path}")
         engine.destroy(on_event=progress_printer(echo))
         ws.topology_file.unlink(missing_ok=True)
+        mark_finished(ws)
         remaining = engine.state_list()
         if remaining:
             raise WorkspaceError(
@@ -552,6 +568,30 @@ def node_readiness(
             close()
 
 
+def _state(ws: Workspace, resources: Sequence[str], topology: Topology | None) -> tuple[str, str]:
+    """The cluster's state for `status` (up, down or incomplete), and for an incomplete one
+    what happened and what to run."""
+    if not resources:
+        return "down", ""
+    marker = ws.path / UNFINISHED_FILE
+    if topology is not None and not marker.is_file():
+        return "up", ""
+    command = "up"
+    with contextlib.suppress(WorkspaceError, OSError, ValueError, AttributeError):
+        command = str(ws.read_json(marker).get("command") or "up")
+    holder = ws.lock_holder()
+    if holder is not None:
+        return "incomplete", (
+            f"`skyinfra {holder.get('command')}` (pid {holder.get('pid')}) is changing the "
+            "cluster now: wait for it to end"
+        )
+    return "incomplete", (
+        f"an `{command}` did not finish (interrupted, or it failed) and left the cluster "
+        f"part-made: run `skyinfra up --name {ws.name}` again to finish it, or "
+        f"`skyinfra down --cluster {ws.name}` to destroy what it made"
+    )
+
+
 def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) -> dict[str, Any]:
     """The cluster's state, resources and nodes; each node says whether it is ready
     (``readiness``: ready, pending, failed or unreachable, with ``readiness_detail``)."""
@@ -591,13 +631,23 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
     jobs_error = ""
     if topology is not None and nodes and nodes[0]["readiness"] == "ready":
         jobs, jobs_error = _running_jobs(ws, spec, topology)
+    state, unfinished = _state(ws, resources, topology)
+    problems = [unfinished] if unfinished else []
+    for n in nodes:
+        if n["readiness"] == "failed":
+            problems.append(f"{n['name']} failed: {n['readiness_detail'] or 'no detail'}")
     # What the nodes install, where the target says (aws: the pinned jax).
     installs = getattr(target_of(spec), "node_installs", None)
     info = {
         "cluster": spec.name,
         "provider": spec.provider,
         "workspace": str(ws.path),
-        "state": "up" if resources else "down",
+        # up, down, or incomplete: an `up` (or `apply`) did not finish ("problems" says what
+        # to run).
+        "state": state,
+        # Nothing incomplete, no node failed: `status` exits 0 (else CLUSTER_UNHEALTHY).
+        "healthy": not problems,
+        "problems": problems,
         "engine": engine.describe(),
         "backend": spec.backend or "local (the workspace)",
         "resources": resources,

@@ -372,11 +372,13 @@ def apply_planfile(
                 # The workspace holds what is applied (the AWS pins of the next render).
                 ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
                 echo(f"[skyinfra] terraform apply {planfile.name} ({counts.line})")
+                lifecycle.mark_unfinished(ws, "apply")
                 engine.apply(str(planfile), on_event=lifecycle.progress_printer(echo))
             ws.write_json(ws.spec_file, spec.to_dict())
             ws.write_json(ws.origin_file, {"spec_file": meta.get("spec_file")})
             topology = topology_from_outputs(engine.output(), spec)
             ws.write_json(ws.topology_file, topology.to_dict())
+            lifecycle.mark_finished(ws)
     except BaseException:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)

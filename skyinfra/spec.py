@@ -14,6 +14,7 @@ so does every other target whose table is present (a mistake there is still a mi
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -244,6 +245,87 @@ def load_spec(
     elif default_path is not None and default_path.is_file():
         raw = read_spec_file(default_path)
     return validate_spec(merge_overrides(raw, overrides))
+
+
+# The fields `up`'s flags set, each with its flag. Neither in the spec file nor given as a
+# flag, such a field of an existing cluster keeps the value the cluster was applied with: a
+# bare `up --name X` again must not shrink the cluster or drop its plugins.
+FLAG_KEYS: dict[str, str] = {
+    "provider": "--provider",
+    "nodes": "--nodes",
+    "procs_per_node": "--procs-per-node",
+    "plugins": "--plugin",
+    "python_packages": "--package",
+    "backend": "--backend",
+    "engine": "--terraform-bin",
+}
+
+
+@dataclass(frozen=True)
+class KeptValue:
+    """A field an existing cluster keeps from its applied spec (spec.json)."""
+
+    key: str
+    value: Any  # in the spec file's shape (ClusterSpec.to_dict)
+    flag: str | None  # the command's flag that changes it (None: only the file does)
+
+    def line(self, spec_file: str) -> str:
+        how = f"{self.flag} or {spec_file}" if self.flag else spec_file
+        return (
+            f"[skyinfra] kept {self.key} = {_shown(self.key, self.value)} from the applied "
+            f"cluster (change it with {how})"
+        )
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "plugins":  # as --plugin takes them
+        return json.dumps([_plugin_flag(p["name"], p.get("options") or {}) for p in value])
+    return json.dumps(value)
+
+
+def _plugin_flag(name: str, options: Mapping[str, Any]) -> str:
+    if not options:
+        return name
+    shown = (f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in options.items())
+    return f"{name}:{','.join(shown)}"
+
+
+def load_spec_keeping_applied(
+    spec_path: Path | None,
+    overrides: Mapping[str, Any],
+    *,
+    default_path: Path | None,
+    applied: Callable[[Any], ClusterSpec | None],
+    flags: Mapping[str, str],
+) -> tuple[ClusterSpec, list[KeptValue]]:
+    """``load_spec``, where the cluster exists already (``applied(name)``: its spec.json, or
+    None) keeping its applied value of each field that no flag gives and the spec file does
+    not hold: a field of :data:`FLAG_KEYS`, or, with no spec file at all, every field.
+
+    The kept values that differ from the defaults come back, each with the flag among
+    ``flags`` (field -> flag of the calling command) that changes it."""
+    file = spec_path
+    if file is None and default_path is not None and default_path.is_file():
+        file = default_path
+    raw = read_spec_file(file) if file is not None else {}
+    merged = merge_overrides(raw, overrides)
+    previous = applied(merged.get("name"))
+    if previous is None:
+        return validate_spec(merged), []
+    try:  # what a bare name would get on the cluster's target: keeping those says nothing
+        defaults = validate_spec({"name": previous.name, "provider": previous.provider}).to_dict()
+    except SpecError:
+        defaults = {}
+    kept: list[KeptValue] = []
+    for key, value in previous.to_dict().items():
+        if key == "name" or overrides.get(key) is not None or key in raw:
+            continue
+        if file is not None and key not in FLAG_KEYS:
+            continue  # the file is the place for it, and it leaves it out: its default
+        merged[key] = value
+        if defaults.get(key) != value:
+            kept.append(KeptValue(key, value, flags.get(key)))
+    return validate_spec(merged), kept
 
 
 # ---------------------------------------------------------------- field readers (pure)

@@ -124,6 +124,25 @@ class Workspace:
         finally:
             os.close(fd)
 
+    def lock_holder(self) -> dict[str, Any] | None:
+        """Who holds the workspace now (what :meth:`lock` wrote), or None. Only read, never
+        locked: a command that starts meanwhile is not refused because of it."""
+        try:
+            holder = json.loads((self.path / LOCK_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # no lock file, or an empty one: nobody holds it
+        if not isinstance(holder, dict):
+            return None
+        pid = holder.get("pid")
+        if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return None  # killed while it held it: the kernel dropped the lock
+            except PermissionError:
+                pass  # another user's live process
+        return holder
+
     def write_files(
         self,
         files: Mapping[str, str],

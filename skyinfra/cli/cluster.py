@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -11,7 +10,6 @@ from typing import Any
 import click
 
 from skyinfra.cli.options import (
-    DEFAULT_SPEC,
     backend_option,
     cluster_option,
     dir_option,
@@ -31,6 +29,7 @@ from skyinfra.cli.resolve import (
     int_or_raw,
     new_workspace,
     spec_file_or_default,
+    spec_keeping_applied,
     workspace,
 )
 from skyinfra.target_registry import target_names
@@ -92,7 +91,7 @@ def up(
     """Create or update a cluster: validate the spec, render Terraform, apply it."""
     from skyinfra import lifecycle
     from skyinfra.errors import UsageError
-    from skyinfra.spec import load_spec, parse_plugin_flag
+    from skyinfra.spec import FLAG_KEYS, parse_plugin_flag
 
     if planfile is not None:
         given = [
@@ -128,11 +127,9 @@ def up(
         "backend": backend,
         "engine": terraform_bin,
     }
-    spec = checked(load_spec(spec_path, overrides, default_path=DEFAULT_SPEC))
+    spec = checked(spec_keeping_applied(spec_path, overrides, clusters_root, flags=FLAG_KEYS))
     spec_file = spec_file_or_default(spec_path)
     ws = new_workspace(clusters_root, spec.name)
-    if spec.engine is None and ws.exists():  # the engine the cluster was made with
-        spec = dataclasses.replace(spec, engine=ws.spec().engine)
     engine = engine_factory(terraform_bin, spec)
     options = {name: value for name, value in flags.items() if value}
     _, topology = lifecycle.up(
@@ -189,18 +186,28 @@ def down(
 def status(
     cluster_name: str | None, clusters_root: Path | None, as_json: bool, terraform_bin: str | None
 ) -> None:
-    """Show whether a cluster is up, its Terraform resources and its nodes."""
-    from skyinfra import lifecycle
+    """Show whether a cluster is up, its Terraform resources and its nodes.
+
+    Exits 11 when an `up` did not finish (state incomplete) or a node failed."""
+    from skyinfra import exitcodes, lifecycle
 
     ws = workspace(clusters_root, cluster_name, changes_something=False)
     info = lifecycle.status(ws, engine_factory=engine_factory(terraform_bin, ws.spec()))
     if as_json:
         click.echo(json.dumps(info, indent=2))
-        return
+    else:
+        _print_status(info)
+    if not info["healthy"]:
+        click.get_current_context().exit(exitcodes.CLUSTER_UNHEALTHY)
+
+
+def _print_status(info: dict[str, Any]) -> None:
     echo(
         f"cluster {info['cluster']} ({info['provider']}): {info['state']}, "
         f"{len(info['resources'])} resource(s)"
     )
+    if info["state"] == "incomplete":
+        echo(f"  {info['problems'][0]}")
     echo(f"  workspace: {info['workspace']}")
     for name, requirement in info.get("node_installs", {}).items():
         echo(f"  nodes install {name}: {requirement}")

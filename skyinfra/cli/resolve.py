@@ -8,9 +8,9 @@ The library behind the commands is imported inside these functions, when a comma
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -64,6 +64,34 @@ def new_workspace(clusters_root: Path | None, name: str) -> Workspace:
     from skyinfra.workspace import Workspace, clusters_dir
 
     return Workspace(clusters_dir(clusters_root) / name)
+
+
+def spec_keeping_applied(
+    spec_path: Path | None,
+    overrides: dict[str, Any],
+    clusters_root: Path | None,
+    *,
+    flags: dict[str, str],
+    say: Callable[[str], None] = echo,
+) -> ClusterSpec:
+    """The spec of `up`, `plan` and `render`: the spec file and the flags, and where the
+    cluster exists, the applied value of each field that neither gives (each kept value that
+    is not the default said in a line through ``say``, with the flag among ``flags``)."""
+    from skyinfra.spec import NAME_RE, load_spec_keeping_applied
+
+    def applied(name: Any) -> ClusterSpec | None:
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            return None  # the spec's own check names the problem
+        ws = new_workspace(clusters_root, name)
+        return ws.spec() if ws.exists() else None
+
+    spec, kept = load_spec_keeping_applied(
+        spec_path, overrides, default_path=DEFAULT_SPEC, applied=applied, flags=flags
+    )
+    shown_file = str(spec_path) if spec_path is not None else str(DEFAULT_SPEC)
+    for value in kept:
+        say(value.line(shown_file))
+    return spec
 
 
 def checked(spec: ClusterSpec, *, guardrails: bool = True) -> ClusterSpec:

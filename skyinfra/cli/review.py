@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from skyinfra.cli.resolve import (
     int_or_raw,
     new_workspace,
     spec_file_or_default,
+    spec_keeping_applied,
 )
 
 if TYPE_CHECKING:
@@ -34,12 +36,18 @@ if TYPE_CHECKING:
 
 
 def _spec_and_overrides(
-    spec_path: Path | None, name: str | None, provider: str | None, nodes: str | None
+    spec_path: Path | None,
+    name: str | None,
+    nodes: str | None,
+    clusters_root: Path | None,
+    say: Callable[[str], None] = echo,
 ) -> tuple[ClusterSpec, Path | None]:
-    from skyinfra.spec import load_spec
-
-    overrides = {"name": name, "provider": provider, "nodes": int_or_raw(nodes)}
-    spec = load_spec(spec_path, overrides, default_path=DEFAULT_SPEC)
+    # An existing cluster keeps its applied fields as `up` does, so that `plan` plans what
+    # `up` would apply.
+    overrides: dict[str, Any] = {"name": name, "nodes": int_or_raw(nodes)}
+    spec = spec_keeping_applied(
+        spec_path, overrides, clusters_root, flags={"nodes": "--nodes"}, say=say
+    )
     # The guardrails are plan.md's to report (and `up`'s to refuse): only the spec here.
     return checked(spec, guardrails=False), spec_file_or_default(spec_path)
 
@@ -70,7 +78,7 @@ def render(
     same spec renders the same bytes; `plan --from DIR` plans from it."""
     from skyinfra import planning
 
-    spec, _ = _spec_and_overrides(spec_path, name, None, nodes)
+    spec, _ = _spec_and_overrides(spec_path, name, nodes, clusters_root)
     ws = new_workspace(clusters_root, spec.name)
     target = out or Path("skyinfra-render") / spec.name
     options = {key: value for key, value in flags.items() if value}
@@ -126,7 +134,7 @@ def plan(
 
     say = (lambda line: click.echo(line, err=True)) if as_json else echo
     try:
-        spec, spec_file = _spec_and_overrides(spec_path, name, None, nodes)
+        spec, spec_file = _spec_and_overrides(spec_path, name, nodes, clusters_root, say)
         ws = new_workspace(clusters_root, spec.name)
         options = {key: value for key, value in flags.items() if value}
         result = planning.plan(
@@ -172,6 +180,8 @@ def apply_planfile(
     spec_now = load_spec(DEFAULT_SPEC, {}) if DEFAULT_SPEC.is_file() else None
     if spec_now is not None and spec_now.name != ws.name:
         spec_now = None  # ./skyinfra.toml describes another cluster
+    elif spec_now is not None:  # as `plan` read it: the fields it leaves out kept as applied
+        spec_now = spec_keeping_applied(None, {}, clusters_root, flags={}, say=lambda _: None)
     spec, topology = planning.apply_planfile(
         planfile,
         ws,

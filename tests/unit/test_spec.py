@@ -11,7 +11,15 @@ from skyinfra_runtime.errors import PluginOptionError
 from skyinfra_runtime.plugins import from_name
 
 from skyinfra.errors import SpecError, SpecProblems
-from skyinfra.spec import load_spec, parse_plugin_flag, validate_spec
+from skyinfra.spec import (
+    FLAG_KEYS,
+    ClusterSpec,
+    KeptValue,
+    load_spec,
+    load_spec_keeping_applied,
+    parse_plugin_flag,
+    validate_spec,
+)
 from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.targets.local.spec import LocalSpec
 from skyinfra.workspace import Workspace
@@ -25,6 +33,46 @@ def test_minimal_spec_gets_defaults() -> None:
     assert spec.nodes == 1
     assert spec.head_port == 29500
     assert isinstance(spec.section, LocalSpec) and spec.section.base_address == "127.0.0.2"
+
+
+def test_an_existing_cluster_keeps_what_neither_a_flag_nor_the_file_gives(tmp_path: Path) -> None:
+    """Issue 42: with no spec file every applied field is kept; with one, the fields `up`'s
+    flags set are kept where the file leaves them out, the others follow the file; a flag wins
+    over both. Only kept values that differ from the defaults are said."""
+    applied = validate_spec(
+        {
+            "name": "made",
+            "nodes": 2,
+            "head_port": 47200,
+            "plugins": ["jax", "keras:backend=jax"],
+            "local": {"base_address": "127.0.9.2"},
+        }
+    )
+
+    def load(path: Path | None, **flags: object) -> tuple[ClusterSpec, dict[str, KeptValue]]:
+        spec, kept = load_spec_keeping_applied(
+            path,
+            {"name": "made", **flags},
+            default_path=None,
+            applied=lambda _: applied,
+            flags=FLAG_KEYS,
+        )
+        return spec, {k.key: k for k in kept}
+
+    spec, kept = load(None)
+    assert spec == applied
+    assert set(kept) == {"nodes", "head_port", "plugins", "local"}
+    assert kept["plugins"].line("skyinfra.toml") == (
+        '[skyinfra] kept plugins = ["jax", "keras:backend=jax"] from the applied cluster '
+        "(change it with --plugin or skyinfra.toml)"
+    )
+    assert "(change it with skyinfra.toml)" in kept["head_port"].line("skyinfra.toml")
+    path = tmp_path / "skyinfra.toml"
+    path.write_text('name = "made"\nprocs_per_node = 2\n')
+    spec, kept = load(path, nodes=3)
+    assert (spec.nodes, spec.procs_per_node, spec.head_port) == (3, 2, 29500)
+    assert spec.plugins == applied.plugins and spec.section.base_address == "127.0.0.2"
+    assert set(kept) == {"plugins"}
 
 
 def test_file_then_flags_override(tmp_path: Path) -> None:

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from skyinfra import exitcodes
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.terraform._embedded import SCRIPT as EMBEDDED_SCRIPT
+from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
 
@@ -70,9 +72,14 @@ def state_list(project: Path, env: dict[str, str]) -> list[str]:
 
 
 def readiness(project: Path, env: dict[str, str]) -> dict[str, str]:
+    """Each node's readiness by `status --json`, which exits CLUSTER_UNHEALTHY when one failed."""
     result = cli(["status", "--cluster", NAME, "--json"], project, env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return {n["name"]: n["readiness"] for n in json.loads(result.stdout)["nodes"]}
+    found = {n["name"]: n["readiness"] for n in json.loads(result.stdout)["nodes"]}
+    failed = "failed" in found.values()
+    expected = exitcodes.CLUSTER_UNHEALTHY if failed else exitcodes.OK
+    assert result.returncode == expected, result.stdout + result.stderr
+    assert json.loads(result.stdout)["healthy"] is not failed
+    return found
 
 
 def terraform_running(ws: Path) -> bool:
@@ -184,6 +191,58 @@ def test_up_killed_during_apply_loses_no_node(
     down_leaves_nothing(project, env)
 
 
+def test_status_of_an_interrupted_up_says_incomplete_and_what_to_run(
+    project: Path, env: dict[str, str]
+) -> None:
+    """Ctrl-C during `up` left resources in the state and no topology.json; `status` said
+    `up, 2 resource(s)` and exited 0 while `run` said the cluster is down (issue 42, item 5).
+    The SIGINT lands once a node's bootstrap has begun (its folder exists), so that Terraform,
+    allowed to finish, leaves that node in the state."""
+    ws = workspace(project)
+    proc = subprocess.Popen(
+        [*skyinfra_argv(), "up", "--name", NAME, "--nodes", "2"],
+        cwd=project,
+        env={**env, "SKYINFRA_NODE_INSTALLER": "pip"},  # a bootstrap of seconds to land in
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((ws / "nodes").glob("node-*/.skyinfra-node")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no node bootstrap began"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == exitcodes.INTERRUPTED, output
+    wait_for_terraform(ws)
+    assert state_list(project, env) and not (ws / "topology.json").exists(), output
+    status = cli(["status", "--cluster", NAME], project, env)
+    assert status.returncode == exitcodes.CLUSTER_UNHEALTHY, status.stdout + status.stderr
+    assert f"cluster {NAME} (local): incomplete," in status.stdout
+    assert "an `up` did not finish (interrupted, or it failed)" in status.stdout
+    assert f"`skyinfra up --name {NAME}` again to finish it" in status.stdout
+    assert f"`skyinfra down --cluster {NAME}`" in status.stdout
+    as_json = cli(["status", "--cluster", NAME, "--json"], project, env)
+    assert as_json.returncode == exitcodes.CLUSTER_UNHEALTHY, as_json.stdout + as_json.stderr
+    info = json.loads(as_json.stdout)
+    assert info["state"] == "incomplete" and info["healthy"] is False
+    assert "an `up` did not finish" in info["problems"][0]
+    with Workspace(ws).lock("up"):  # while an `up` holds the cluster, wait for that one
+        busy = cli(["status", "--cluster", NAME], project, env)
+    assert busy.returncode == exitcodes.CLUSTER_UNHEALTHY, busy.stdout + busy.stderr
+    assert f"`skyinfra up` (pid {os.getpid()}) is changing the cluster now" in busy.stdout
+    # What it says to run finishes the cluster; then it is up and healthy.
+    up_converges(project, env)
+    finished = cli(["status", "--cluster", NAME, "--json"], project, env)
+    assert finished.returncode == 0 and json.loads(finished.stdout)["state"] == "up"
+    down_leaves_nothing(project, env)
+
+
 def test_up_applies_a_plan_that_changes_only_outputs(project: Path, env: dict[str, str]) -> None:
     """Terraform stopped after it saved the nodes but before the outputs: `up` must apply the
     output-only plan rather than call it "no changes" and fail reading the outputs."""
@@ -219,6 +278,10 @@ def test_up_repairs_a_node_folder_deleted_by_hand(project: Path, env: dict[str, 
     ws = workspace(project)
     shutil.rmtree(ws / "nodes" / "node-1")
     assert readiness(project, env) == {"node-0": "ready", "node-1": "failed"}
+    # A failed node is not a healthy cluster: `status` says so and exits non-zero (issue 42).
+    status = cli(["status", "--cluster", NAME], project, env)
+    assert status.returncode == exitcodes.CLUSTER_UNHEALTHY, status.stdout + status.stderr
+    assert "node-1: 127.0.0.3 local-faults-1 FAILED" in status.stdout
     repaired = up(project, env)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert readiness(project, env) == {"node-0": "ready", "node-1": "ready"}

@@ -112,6 +112,39 @@ def test_up_that_removes_nodes_shows_them_and_asks(project: Path, env: dict[str,
     assert not (ws / "nodes/node-1").exists()
 
 
+def test_up_again_keeps_what_was_applied(project: Path, env: dict[str, str]) -> None:
+    """The README's "run the same command again" as a bare `up --name X` (issue 42, item 4)
+    planned to destroy node-1 and drop the plugins, and `--yes` did it. A field that neither a
+    flag nor the spec file gives now keeps its applied value, said in a line; a flag changes it.
+    """
+    up(project, env, "--name", "kept", "--nodes", "2", "--procs-per-node", "2", "--plugin", "jax")
+    ws = project / ".skyinfra/clusters/kept"
+
+    def applied() -> dict[str, object]:
+        spec: dict[str, object] = json.loads((ws / "spec.json").read_text())
+        return {key: spec[key] for key in ("nodes", "procs_per_node", "plugins")}
+
+    made = applied()
+    how = "from the applied cluster (change it with {} or skyinfra.toml)"
+    again = up(project, env, "--name", "kept", "--yes")
+    assert f"kept nodes = 2 {how.format('--nodes')}" in again.stdout
+    assert f"kept procs_per_node = 2 {how.format('--procs-per-node')}" in again.stdout
+    assert f'kept plugins = ["jax"] {how.format("--plugin")}' in again.stdout
+    assert "no changes: the cluster already matches the spec" in again.stdout
+    assert applied() == made and (ws / "nodes/node-1/.skyinfra-node").is_file()
+    plan = skyinfra(["plan", "--name", "kept"], project, env)  # plans what `up` would apply
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "kept nodes = 2" in plan.stdout
+    # A spec file that leaves the fields out keeps them the same way.
+    (project / "skyinfra.toml").write_text('name = "kept"\n')
+    again = up(project, env, "--yes")
+    assert "kept nodes = 2" in again.stdout and "no changes" in again.stdout
+    # A flag changes its field; the others are still kept.
+    fewer = up(project, env, "--nodes", "1", "--yes")
+    assert "kept nodes" not in fewer.stdout and 'kept plugins = ["jax"]' in fewer.stdout
+    assert applied() == {**made, "nodes": 1} and not (ws / "nodes/node-1").exists()
+
+
 def test_another_spec_file_cannot_reshape_a_cluster(
     project: Path, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -107,12 +107,18 @@ def test_two_operators_one_s3_backend(
     assert not (ws / "terraform.tfstate").exists()
     assert (ws / "terraform.tfstate.local-backup").stat().st_mode & 0o777 == 0o600
     assert json.loads((ws / "spec.json").read_text())["backend"] == url
-    # Pushing again, or an `up` from a spec without the backend, moves nothing.
+    # Pushing again moves nothing; an `up` from a spec without the backend keeps it (issue 42:
+    # `up` keeps what was applied), and one that names another backend is refused.
     again = cli(["state", "push", "--backend", url], alice, env)
     assert again.returncode == 1 and "already keeps its state in" in again.stderr
-    local_up = cli(["up"], alice, env)
-    assert local_up.returncode == 1, local_up.stdout + local_up.stderr
-    assert f"keeps its state in {url}" in local_up.stderr
+    kept_up = cli(["up"], alice, env)
+    assert kept_up.returncode == 0, kept_up.stdout + kept_up.stderr
+    assert f'kept backend = "{url}" from the applied cluster' in kept_up.stdout
+    assert "no changes" in kept_up.stdout and not (ws / "terraform.tfstate").exists()
+    elsewhere = f"s3://{bucket}/elsewhere?region={REGION}"
+    other_up = cli(["up", "--backend", elsewhere], alice, env)
+    assert other_up.returncode == 1, other_up.stdout + other_up.stderr
+    assert f"keeps its state in {url}" in other_up.stderr
     (alice / "skyinfra.toml").write_text(bob.joinpath("skyinfra.toml").read_text())
 
     # Alice's `up` (a second node) is applying; Bob's `up` meets her lock.
