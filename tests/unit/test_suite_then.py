@@ -55,7 +55,8 @@ def defined_tests(path: Path) -> set[str]:
 def test_every_function_of_issue_21s_suite_still_exists_where_the_list_says() -> None:
     """A test renamed or moved must be renamed in the list too, or the measure shrinks."""
     listed = read_list(ISSUE_21_LIST)
-    assert len(listed) == 389
+    # 389 functions then; the credentials test is now part of the run-over-SSH one.
+    assert len(listed) == 388
     missing = []
     for entry in sorted(listed):
         path, _, name = entry.partition("::")
