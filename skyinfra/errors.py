@@ -35,9 +35,13 @@ class SpecError(SkyinfraError):
         self.field = field
         self.value = value
         self.expected = expected
+        # A flag ("--env", "--plugin keras:backend") is named as the flag the user typed.
+        flag = field.startswith("--")
         # TOML has no null: a None is a field the spec does not have.
-        got = "nothing (the field is missing)" if value is None else repr(value)
-        super().__init__(f"invalid spec field {field!r}: got {got}; expected {expected}")
+        missing = "nothing" if flag else "nothing (the field is missing)"
+        got = missing if value is None else repr(value)
+        what = f"value for {field}" if flag else f"spec field {field!r}"
+        super().__init__(f"invalid {what}: got {got}; expected {expected}")
 
 
 class SpecProblems(SpecError):
