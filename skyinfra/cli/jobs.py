@@ -495,7 +495,9 @@ def _show_job(job: dict[str, Any]) -> None:
             echo(f"  node-{n.get('node')} result: none (the function did not return there)")
             continue
         for worker in result.get("workers", []):
-            value = json.dumps(worker.get("value"), sort_keys=True)
+            if "value" not in worker:  # a script's: it returns nothing
+                continue
+            value = json.dumps(worker["value"], sort_keys=True)
             echo(f"  node-{n.get('node')} worker {worker.get('worker')}: {value}")
 
 
