@@ -185,6 +185,13 @@ class ConfirmationRequired(SkyinfraError):
     exit_code = exitcodes.USAGE
 
 
+class Declined(SkyinfraError):
+    """The user answered no at a confirmation prompt; nothing was done. Said as it is (the CLI
+    prints no "error:" before it), and exit 1 so that a command after `&&` does not run."""
+
+    exit_code = exitcodes.DECLINED
+
+
 class GuardrailError(SkyinfraError):
     """A guardrail of the spec (or a fixed check) failed on the plan; nothing was applied."""
 

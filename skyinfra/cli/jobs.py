@@ -570,7 +570,7 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     runs. A job that already ended: said, exit 0."""
     import sys
 
-    from skyinfra.errors import ConfirmationRequired
+    from skyinfra.errors import ConfirmationRequired, Declined
     from skyinfra.run.job import FINAL_STATES, cancel_job, find_job, resolve_job
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
@@ -584,7 +584,7 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise ConfirmationRequired(f"cancel job {job_id}: --yes is needed off a terminal")
         if not click.confirm(f"Cancel job {job_id} ({job.get('entry')}) on every node?"):
-            raise SystemExit(exitcodes.USAGE)
+            raise Declined(f"cancel cancelled: you answered no; job {job_id} goes on")
     said = cancel_job(transport, job_id)
     state = find_job(transport, job_id).get("state")
     echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))
