@@ -414,3 +414,14 @@ class Detached(BaseException):
         super().__init__(job_id)
         self.job_id = job_id
         self.signum = signum
+
+
+class CancelledByCtrlC(KeyboardInterrupt):
+    """Raised in an attached `run` on Ctrl-C once it has ended the job's nodes (Ctrl-C cancels
+    the job it follows). ``job_id``: the job; ``started``: False when Ctrl-C came while its
+    agents were being started (some may have started before it)."""
+
+    def __init__(self, job_id: str, *, started: bool) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+        self.started = started

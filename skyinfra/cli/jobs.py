@@ -17,7 +17,7 @@ from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
-    from skyinfra.transport.base import NodeTransport
+    from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
 
@@ -521,18 +521,29 @@ def logs(
     """A job's output from the nodes, prefixed by node as in `run` (default node 0)."""
     import threading
 
-    from skyinfra.errors import UsageError
-    from skyinfra.run.job import STATE_EXIT, find_job, resolve_job, runtime_bin
+    from skyinfra.errors import SkyinfraError, UsageError
+    from skyinfra.run.job import (
+        FINAL_STATES,
+        STATE_EXIT,
+        find_job,
+        follow_hint,
+        resolve_job,
+        runtime_bin,
+    )
 
     if node is not None and all_nodes:
         raise UsageError("--node and --all: choose one")
-    _, transport, total = _cluster(clusters_root, cluster_name)
+    ws, transport, total = _cluster(clusters_root, cluster_name)
     if node is not None and not 0 <= node < total:
         raise UsageError(f"--node {node}: the cluster has nodes 0 to {total - 1}")
     # An unknown or ambiguous id: exit 2 before anything follows.
     job_id = str(resolve_job(transport, job_id)["id"])
     nodes = list(range(total)) if all_nodes else [node or 0]
     lock = threading.Lock()
+    # Without --follow each node's lines are kept and printed in node order once all are in;
+    # --follow prints each line as it comes, whichever node it is from.
+    kept: dict[int, list[str]] = {i: [] for i in nodes}
+    procs: list[NodeProcess] = []
 
     def show(i: int) -> None:
         root = transport.node_root(i)
@@ -540,16 +551,39 @@ def logs(
         argv += ["--follow"] if follow else []
         argv += ["--tail", str(tail)] if tail is not None else []
         proc = transport.start(i, argv, env={}, cwd=root, tag=f"{job_id}-logs-{i}-{time.time_ns()}")
+        with lock:
+            procs.append(proc)
         for line in proc.lines():
-            with lock:
+            if not follow:
+                kept[i].append(line)
+                continue
+            with lock, contextlib.suppress(BrokenPipeError):
                 echo(f"[node-{i}] {line}")
         proc.wait(30)
 
     threads = [threading.Thread(target=show, args=(i,), daemon=True) for i in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        # Following reads the nodes' logs; the job goes on: say so, and how to come back.
+        for proc in procs:
+            with contextlib.suppress(SkyinfraError, OSError):
+                proc.kill(grace_s=1.0)
+        with contextlib.suppress(OSError):
+            click.echo(f"\n[skyinfra] Ctrl-C: stopped following job {job_id}", err=True)
+            job = find_job(transport, job_id)
+            if job.get("state") not in FINAL_STATES:
+                click.echo("[skyinfra] the job goes on on the nodes", err=True)
+                click.echo(follow_hint(ws.name, job_id), err=True)
+            else:
+                click.echo(f"[skyinfra] the job has ended: {job.get('state')}", err=True)
+        raise SystemExit(exitcodes.INTERRUPTED) from None
+    for i in nodes:
+        for line in kept[i]:
+            echo(f"[node-{i}] {line}")
     if follow:
         # Every node's log ended: the record's final state follows within a moment.
         for _ in range(50):

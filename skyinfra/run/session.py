@@ -38,6 +38,7 @@ from skyinfra_runtime.rundirs import (
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
 from skyinfra.errors import (
+    CancelledByCtrlC,
     Detached,
     HeadLostError,
     InternalError,
@@ -650,7 +651,9 @@ def _run_all(
             )
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
-            raise
+            if topology is None:
+                raise
+            raise CancelledByCtrlC(report.run_id, started=started) from None
         except Detached as hup:
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
