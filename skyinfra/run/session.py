@@ -51,6 +51,7 @@ from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import (
     HEAD_LOST,
+    JOB_COPY,
     RECOVERABLE_STATES,
     JobClient,
     JobNodeProcess,
@@ -72,8 +73,6 @@ from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
 from skyinfra.transport.tree import scan
 
-# The copy of the job's record (from the head) in runs/<id>/.
-JOB_COPY = "job.json"
 # Replaces a job's lost nodes (their indexes): the transport and topology to go on with.
 ReplaceNodes = Callable[[list[int]], tuple[NodeTransport, Topology]]
 # The cluster as it is now (its transport and topology), after someone else replaced nodes.
