@@ -35,9 +35,13 @@ class SpecError(SkyinfraError):
         self.field = field
         self.value = value
         self.expected = expected
+        # A flag ("--env", "--plugin keras:backend") is named as the flag the user typed.
+        flag = field.startswith("--")
         # TOML has no null: a None is a field the spec does not have.
-        got = "nothing (the field is missing)" if value is None else repr(value)
-        super().__init__(f"invalid spec field {field!r}: got {got}; expected {expected}")
+        missing = "nothing" if flag else "nothing (the field is missing)"
+        got = missing if value is None else repr(value)
+        what = f"value for {field}" if flag else f"spec field {field!r}"
+        super().__init__(f"invalid {what}: got {got}; expected {expected}")
 
 
 class SpecProblems(SpecError):
@@ -179,6 +183,13 @@ class ConfirmationRequired(SkyinfraError):
     """A destructive step needs the user's yes (a terminal prompt, or --yes); nothing done."""
 
     exit_code = exitcodes.USAGE
+
+
+class Declined(SkyinfraError):
+    """The user answered no at a confirmation prompt; nothing was done. Said as it is (the CLI
+    prints no "error:" before it), and exit 1 so that a command after `&&` does not run."""
+
+    exit_code = exitcodes.DECLINED
 
 
 class GuardrailError(SkyinfraError):
@@ -423,3 +434,14 @@ class MissingFrameworkError(SpecError):
             f"install {install}`, or list it in python_packages to install it on the nodes "
             "alone; nothing was changed",
         )
+
+
+class CancelledByCtrlC(KeyboardInterrupt):
+    """Raised in an attached `run` on Ctrl-C once it has ended the job's nodes (Ctrl-C cancels
+    the job it follows). ``job_id``: the job; ``started``: False when Ctrl-C came while its
+    agents were being started (some may have started before it)."""
+
+    def __init__(self, job_id: str, *, started: bool) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+        self.started = started

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 OK = 0
 ERROR = 1  # anything else: Terraform, a transport, a workspace, an internal invariant
+# A "no" at a confirmation prompt: nothing was done. Not an error (no "error:"), but not
+# success either, so that `skyinfra down && rm -r ...` stops there (Terraform's "Destroy
+# cancelled." exits 1 too, since its 0.11 returned 0 and scripts went on).
+DECLINED = ERROR
 USAGE = 2  # the spec, a flag or a setting (such as an environment variable) is wrong
 PREFLIGHT = 3  # a cloud check before Terraform failed (credentials, quota, AMI, ...)
 NODE_FAILED = 4  # `skyinfra run`: the entry failed on a node (its own code is in the report)
@@ -27,7 +31,7 @@ INTERRUPTED = 130  # Ctrl-C (SIGINT)
 
 MEANINGS: dict[int, str] = {
     OK: "success",
-    ERROR: "error (Terraform, transport, workspace or internal)",
+    ERROR: "error (Terraform, transport, workspace or internal), or a declined confirmation",
     USAGE: "bad spec, flag or setting; nothing was changed",
     PREFLIGHT: "cloud preflight failed; nothing was changed",
     NODE_FAILED: "skyinfra run: a node failed",

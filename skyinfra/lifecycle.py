@@ -385,7 +385,10 @@ def down(
                 + "; nothing was changed. Confirm at the prompt on a terminal, or pass --yes"
             )
         if jobs:
+            from skyinfra.run.job import mark_ended_by_down
+
             echo(f"[skyinfra] ending the running job(s) {', '.join(jobs)} with the cluster")
+            mark_ended_by_down(ws.runs_dir, jobs)
         echo(f"[skyinfra] terraform destroy in {ws.path}")
         engine.destroy(on_event=progress_printer(echo))
         ws.topology_file.unlink(missing_ok=True)
@@ -408,11 +411,18 @@ def down(
 
 def _jobs_that_end(ws: Workspace, spec: ClusterSpec, echo: Echo) -> list[str]:
     """The ids of the cluster's running jobs, each listed for `down`'s confirmation."""
-    from skyinfra.run.job import announce_running
+    from skyinfra.run.job import announce_running, cluster_jobs, is_running, keep_job_copies
 
     if not ws.topology_file.is_file():
         return []
-    return announce_running(_running_jobs(ws, spec, read_topology(ws.topology_file)), echo)
+    topology = read_topology(ws.topology_file)
+    timeout = STATUS_CONNECT_TIMEOUT_S
+    found, why = cluster_jobs(
+        lambda: transport_for(ws, topology, spec=spec, connect_timeout_s=timeout)
+    )
+    # The head's records go with the cluster: `jobs` lists these copies once it is down.
+    keep_job_copies(ws.runs_dir, found)
+    return announce_running(([j for j in found if is_running(j)], why), echo)
 
 
 def _interruptions(

@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 
 from skyinfra_runtime import checkpoints as runtime_checkpoints
 from skyinfra_runtime import jobenv
-from skyinfra_runtime.errors import PluginFlagError, PluginOptionError
+from skyinfra_runtime.errors import PluginFlagError
 from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
-from skyinfra_runtime.plugins import validate_plugins
+from skyinfra_runtime.plugins import plugin_problems
 from skyinfra_runtime.restarts import RETRY_ON as RUNTIME_RETRY_ON
 from skyinfra_runtime.topology import PluginRef
 
@@ -238,13 +238,50 @@ def merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
 def load_spec(
     spec_path: Path | None, overrides: Mapping[str, Any], *, default_path: Path | None = None
 ) -> ClusterSpec:
-    """Read the spec file (explicit, else ``default_path`` when it exists) and apply flags."""
+    """Read the spec file (explicit, else ``default_path`` when it exists) and apply flags.
+    A problem in a value a flag gave is named as that flag (``--nodes``), not as the field."""
     raw: dict[str, Any] = {}
     if spec_path is not None:
         raw = read_spec_file(spec_path)
     elif default_path is not None and default_path.is_file():
         raw = read_spec_file(default_path)
-    return validate_spec(merge_overrides(raw, overrides))
+    try:
+        return validate_spec(merge_overrides(raw, overrides))
+    except SpecError as err:
+        found = getattr(err, "problems", (err,))
+        named = spec_problems([as_flag_problem(problem, overrides) for problem in found])
+        raise (named or err) from None
+
+
+# The command-line flags (`up`, `plan`, `render`) that stand for a spec field.
+FLAG_OF_FIELD = {
+    "name": "--name",
+    "provider": "--provider",
+    "nodes": "--nodes",
+    "procs_per_node": "--procs-per-node",
+    "plugins": "--plugin",
+    "python_packages": "--package",
+    "backend": "--backend",
+    "engine": "--terraform-bin",
+}
+_FIELD_PATH = re.compile(r"(?P<key>[a-z_]+)(?:\[(?P<index>\d+)\])?(?:\.(?P<rest>.+))?$")
+
+
+def as_flag_problem(problem: SpecError, overrides: Mapping[str, Any]) -> SpecError:
+    """``problem`` named as the flag that gave its field's value (``plugins[1].options.backend``
+    from ``--plugin keras:backend=x``: ``--plugin keras:backend``); as it is otherwise."""
+    path = _FIELD_PATH.match(problem.field)
+    if path is None or path["key"] not in FLAG_OF_FIELD or overrides.get(path["key"]) is None:
+        return problem
+    flag = FLAG_OF_FIELD[path["key"]]
+    given = overrides[path["key"]]
+    if path["key"] == "plugins" and path["index"] is not None and path["rest"] != "name":
+        entry = given[int(path["index"])] if int(path["index"]) < len(given) else None
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            option = (path["rest"] or "").removeprefix("options.")
+            flag = f"{flag} {name}" + (f":{option}" if option else "")
+    return SpecError(flag, problem.value, problem.expected)
 
 
 # The fields `up`'s flags set, each with its flag. Neither in the spec file nor given as a
@@ -376,19 +413,29 @@ def _plugins(value: Any) -> tuple[PluginSpec, ...]:
     """The spec's plugin list, checked by the runtime's plugin table (one set of rules)."""
     if not isinstance(value, list):
         raise SpecError("plugins", value, 'a list like ["jax", "keras:backend=jax"]')
+    # Every plugin's problems together: an unknown name must not hide another's bad option.
+    problems = Problems()
     refs: list[PluginRef] = []
+    indexes: list[int] = []  # each ref's place in the spec's list (a malformed entry has none)
     for i, item in enumerate(value):
         path = f"plugins[{i}]"
-        entry = parse_plugin_flag(item, path) if isinstance(item, str) else item
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise SpecError(path, item, 'a plugin name or a table {name = "...", options = {}}')
-        reject_unknown(entry, ("name", "options"), f"{path}.")
+        try:
+            entry = parse_plugin_flag(item, path) if isinstance(item, str) else item
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise SpecError(path, item, 'a plugin name or a table {name = "...", options = {}}')
+            reject_unknown(entry, ("name", "options"), f"{path}.")
+        except SpecError as err:
+            problems.found.append(err)
+            continue
         refs.append(PluginRef(entry["name"], entry.get("options", {})))
-    try:
-        return validate_plugins(refs)
-    except PluginOptionError as err:
-        where = f"plugins[{err.index}]" + (f".{err.field}" if err.field else "")
-        raise SpecError(where, err.value, err.expected) from None
+        indexes.append(i)
+    valid, wrong = plugin_problems(refs)
+    for problem in wrong:
+        where = f"plugins[{indexes[problem.index or 0]}]"
+        where += f".{problem.field}" if problem.field else ""
+        problems.found.append(SpecError(where, problem.value, problem.expected))
+    problems.raise_any()
+    return valid
 
 
 def _packages(value: Any) -> tuple[str, ...]:

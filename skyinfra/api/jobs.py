@@ -13,13 +13,13 @@ from typing import Any
 from skyinfra.errors import SupervisorGoneError, UsageError
 from skyinfra.run.job import (
     FINAL_STATES,
+    JOB_COPY,
     RECORD_EVERY_S,
     JobClient,
     cancel_job,
     runtime_bin,
 )
 from skyinfra.run.report import NodeOutcome, RunReport
-from skyinfra.run.session import JOB_COPY
 from skyinfra.transport.base import NodeTransport
 from skyinfra.workspace import Workspace
 

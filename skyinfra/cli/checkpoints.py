@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option
 from skyinfra.cli.resolve import echo, workspace
 from skyinfra.spec import ClusterSpec
@@ -164,7 +163,7 @@ def delete(obj: tuple[str | None, Path | None], yes: bool, name: str) -> None:
     """Delete checkpoint set NAME and everything in it (asks on a terminal; --yes elsewhere).
     A set that a job of the cluster runs on is refused."""
     from skyinfra.checkpoints import delete_set, find_set, human_size
-    from skyinfra.errors import ConfirmationRequired, UsageError
+    from skyinfra.errors import ConfirmationRequired, Declined, UsageError
 
     cluster_name, clusters_root = obj
     ws = workspace(clusters_root, cluster_name, changes_something=True)
@@ -202,7 +201,7 @@ def delete(obj: tuple[str | None, Path | None], yes: bool, name: str) -> None:
             raise ConfirmationRequired(f"delete {what}: --yes is needed off a terminal; "
                                        "nothing was deleted")  # fmt: skip
         if not click.confirm(f"Delete {what} in {where}?"):
-            raise SystemExit(exitcodes.USAGE)
+            raise Declined(f"delete cancelled: you answered no; {what} was not deleted")
     if spec.provider == "aws":
         from skyinfra.targets.aws.checkpoint_store import delete_stored
 

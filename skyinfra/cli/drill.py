@@ -19,7 +19,7 @@ import click
 
 from skyinfra.cli.options import cluster_option, dir_option
 from skyinfra.cli.resolve import echo, workspace
-from skyinfra.errors import UsageError
+from skyinfra.errors import Declined, UsageError
 
 if TYPE_CHECKING:
     from skyinfra.spec import ClusterSpec
@@ -153,7 +153,7 @@ def _interrupt_on_aws(
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError("drill interrupt on AWS: pass --yes to interrupt off a terminal")
         if not click.confirm(f"Interrupt {name} ({instance})?"):
-            raise UsageError("drill interrupt: not confirmed; nothing was sent")
+            raise Declined("drill cancelled: you answered no; nothing was sent")
     sent = send_interruption(
         clients_for(spec),
         cluster=spec.name,

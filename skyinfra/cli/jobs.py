@@ -17,7 +17,7 @@ from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
-    from skyinfra.transport.base import NodeTransport
+    from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
 
@@ -26,12 +26,19 @@ def _cluster(
 ) -> tuple[Workspace, NodeTransport, int]:
     """The workspace, its transport and its node count; a cluster that is down: exit 2; one
     whose node 0 is gone: HeadLostError unless ``head_may_be_gone``."""
+    ws = workspace(clusters_root, name, changes_something=False)
+    refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
+    return _cluster_of(ws, head_may_be_gone=head_may_be_gone)
+
+
+def _cluster_of(
+    ws: Workspace, *, head_may_be_gone: bool = False
+) -> tuple[Workspace, NodeTransport, int]:
+    """:func:`_cluster` of a workspace already chosen (its shared state refreshed)."""
     from skyinfra import lifecycle
     from skyinfra.errors import ClusterDownError
     from skyinfra.topology import read_topology
 
-    ws = workspace(clusters_root, name, changes_something=False)
-    refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
     if not ws.topology_file.is_file():
         raise ClusterDownError(ws.name)
     topology = read_topology(ws.topology_file)
@@ -64,7 +71,8 @@ def _when(t: Any) -> str:
 
 def _duration(job: dict[str, Any]) -> str:
     start = job.get("started_at") or job.get("created_at")
-    if not start:
+    # A kept copy of a job that had not ended: when it did is not known.
+    if not start or str(job.get("state")).startswith(("unknown", "ended by down")):
         return "-"
     end = job.get("ended_at") or time.time()
     s = int(end - start)
@@ -179,7 +187,21 @@ def jobs(
     )
 
     stall_s = (DEFAULT_STALL_AFTER_MIN if stall_after is None else stall_after) * 60
-    _, transport, _ = _cluster(clusters_root, cluster_name)
+    ws = workspace(clusters_root, cluster_name, changes_something=False)
+    refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
+    kept = kept_job_copies(ws) if job_id is None and not ws.topology_file.is_file() else []
+    if kept:
+        # The cluster is down, its job records with it; the copies `run` kept in runs/ stay.
+        if as_json:
+            click.echo(json.dumps([{**j, "cluster_down": True} for j in kept], indent=2))
+            return
+        echo(
+            f"cluster {ws.name!r} is down: the jobs below are this workspace's copies of their "
+            f"records ({ws.runs_dir}), as last seen; `skyinfra up` makes a new cluster"
+        )
+        _print_jobs([_as_last_seen(j) for j in kept])
+        return
+    _, transport, _ = _cluster_of(ws)
     if job_id is not None:
         job = annotate(resolve_job(transport, job_id), stall_s)
         if is_function_entry(str(job.get("entry"))) and job.get("state") in FINAL_STATES:
@@ -199,6 +221,38 @@ def jobs(
     if not found:
         echo("no jobs on this cluster")
         return
+    _print_jobs(found)
+
+
+def kept_job_copies(ws: Workspace) -> list[dict[str, Any]]:
+    """The job records `run` copied into the workspace's runs/<id>/job.json, newest first."""
+    from skyinfra.run.job import JOB_COPY
+
+    found = []
+    for copy in ws.runs_dir.glob(f"*/{JOB_COPY}"):
+        try:
+            record = json.loads(copy.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("id") == copy.parent.name:
+            found.append(record)
+    return sorted(found, key=lambda j: float(j.get("created_at") or 0), reverse=True)
+
+
+def _as_last_seen(job: dict[str, Any]) -> dict[str, Any]:
+    """A kept copy of a job's record, for the table: a job the copy saw unfinished ended
+    with the cluster or before, when is unknown (no duration, no last output)."""
+    from skyinfra.run.job import FINAL_STATES
+
+    shown = {k: v for k, v in job.items() if k not in ("last_output_age_s", "stalled")}
+    if job.get("ended_by_down"):
+        shown["state"] = f"ended by down (was {job.get('state')})"
+    elif job.get("state") not in FINAL_STATES:
+        shown["state"] = f"unknown (last seen {job.get('state')})"
+    return shown
+
+
+def _print_jobs(found: list[dict[str, Any]]) -> None:
     rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")]
     for j in found:
         entry = " ".join([str(j.get("entry")), *map(str, j.get("args", []))])
@@ -428,8 +482,7 @@ def _job_copy(ws: Workspace, job_id: str) -> dict[str, Any]:
     """This workspace's copy of a job's record (runs/JOB/job.json, kept by the `run` that
     started it); HeadLostError when there is none (the job was started elsewhere)."""
     from skyinfra.errors import HeadLostError
-    from skyinfra.run.job import HEAD_LOST
-    from skyinfra.run.session import JOB_COPY
+    from skyinfra.run.job import HEAD_LOST, JOB_COPY
 
     copy = ws.runs_dir / job_id / JOB_COPY
     try:
@@ -495,7 +548,9 @@ def _show_job(job: dict[str, Any]) -> None:
             echo(f"  node-{n.get('node')} result: none (the function did not return there)")
             continue
         for worker in result.get("workers", []):
-            value = json.dumps(worker.get("value"), sort_keys=True)
+            if "value" not in worker:  # a script's: it returns nothing
+                continue
+            value = json.dumps(worker["value"], sort_keys=True)
             echo(f"  node-{n.get('node')} worker {worker.get('worker')}: {value}")
 
 
@@ -519,18 +574,29 @@ def logs(
     """A job's output from the nodes, prefixed by node as in `run` (default node 0)."""
     import threading
 
-    from skyinfra.errors import UsageError
-    from skyinfra.run.job import STATE_EXIT, find_job, resolve_job, runtime_bin
+    from skyinfra.errors import SkyinfraError, UsageError
+    from skyinfra.run.job import (
+        FINAL_STATES,
+        STATE_EXIT,
+        find_job,
+        follow_hint,
+        resolve_job,
+        runtime_bin,
+    )
 
     if node is not None and all_nodes:
         raise UsageError("--node and --all: choose one")
-    _, transport, total = _cluster(clusters_root, cluster_name)
+    ws, transport, total = _cluster(clusters_root, cluster_name)
     if node is not None and not 0 <= node < total:
         raise UsageError(f"--node {node}: the cluster has nodes 0 to {total - 1}")
     # An unknown or ambiguous id: exit 2 before anything follows.
     job_id = str(resolve_job(transport, job_id)["id"])
     nodes = list(range(total)) if all_nodes else [node or 0]
     lock = threading.Lock()
+    # Without --follow each node's lines are kept and printed in node order once all are in;
+    # --follow prints each line as it comes, whichever node it is from.
+    kept: dict[int, list[str]] = {i: [] for i in nodes}
+    procs: list[NodeProcess] = []
 
     def show(i: int) -> None:
         root = transport.node_root(i)
@@ -538,16 +604,39 @@ def logs(
         argv += ["--follow"] if follow else []
         argv += ["--tail", str(tail)] if tail is not None else []
         proc = transport.start(i, argv, env={}, cwd=root, tag=f"{job_id}-logs-{i}-{time.time_ns()}")
+        with lock:
+            procs.append(proc)
         for line in proc.lines():
-            with lock:
+            if not follow:
+                kept[i].append(line)
+                continue
+            with lock, contextlib.suppress(BrokenPipeError):
                 echo(f"[node-{i}] {line}")
         proc.wait(30)
 
     threads = [threading.Thread(target=show, args=(i,), daemon=True) for i in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        # Following reads the nodes' logs; the job goes on: say so, and how to come back.
+        for proc in procs:
+            with contextlib.suppress(SkyinfraError, OSError):
+                proc.kill(grace_s=1.0)
+        with contextlib.suppress(OSError):
+            click.echo(f"\n[skyinfra] Ctrl-C: stopped following job {job_id}", err=True)
+            job = find_job(transport, job_id)
+            if job.get("state") not in FINAL_STATES:
+                click.echo("[skyinfra] the job goes on on the nodes", err=True)
+                click.echo(follow_hint(ws.name, job_id), err=True)
+            else:
+                click.echo(f"[skyinfra] the job has ended: {job.get('state')}", err=True)
+        raise SystemExit(exitcodes.INTERRUPTED) from None
+    for i in nodes:
+        for line in kept[i]:
+            echo(f"[node-{i}] {line}")
     if follow:
         # Every node's log ended: the record's final state follows within a moment.
         for _ in range(50):
@@ -568,7 +657,7 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     runs. A job that already ended: said, exit 0."""
     import sys
 
-    from skyinfra.errors import ConfirmationRequired
+    from skyinfra.errors import ConfirmationRequired, Declined
     from skyinfra.run.job import FINAL_STATES, cancel_job, find_job, resolve_job
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
@@ -582,7 +671,7 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise ConfirmationRequired(f"cancel job {job_id}: --yes is needed off a terminal")
         if not click.confirm(f"Cancel job {job_id} ({job.get('entry')}) on every node?"):
-            raise SystemExit(exitcodes.USAGE)
+            raise Declined(f"cancel cancelled: you answered no; job {job_id} goes on")
     said = cancel_job(transport, job_id)
     state = find_job(transport, job_id).get("state")
     echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))

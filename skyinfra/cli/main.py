@@ -24,7 +24,7 @@ from skyinfra.cli import (
     validate,
     verify,
 )
-from skyinfra.errors import SkyinfraError
+from skyinfra.errors import Declined, SkyinfraError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
         sys.exit(exitcodes.INTERRUPTED)
+    except Declined as err:
+        click.echo(f"[skyinfra] {err}", err=True)
+        sys.exit(err.exit_code)
     except SkyinfraError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)

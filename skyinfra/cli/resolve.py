@@ -105,14 +105,20 @@ def checked(spec: ClusterSpec, *, guardrails: bool = True) -> ClusterSpec:
 
 
 def confirmer(yes: bool) -> Confirm:
-    """--yes, else a prompt on a terminal; without either nothing is destroyed."""
+    """--yes, else a prompt on a terminal; without either nothing is destroyed. A "no" at the
+    prompt is the user's answer, not a missing flag: Declined, not ConfirmationRequired."""
+    from skyinfra.errors import Declined
 
     def confirm(changes: Sequence[ResourceChange]) -> bool:
         if yes:
             return True
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             return False
-        return click.confirm(f"Destroy or replace these {len(changes)} resource(s)?")
+        if not click.confirm(f"Destroy or replace these {len(changes)} resource(s)?"):
+            command = click.get_current_context(silent=True)
+            name = command.info_name if command is not None else "skyinfra"
+            raise Declined(f"{name} cancelled: you answered no; nothing was changed")
+        return True
 
     return confirm
 

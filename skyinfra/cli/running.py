@@ -24,6 +24,7 @@ from skyinfra.cli.resolve import (
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
+    from skyinfra.errors import CancelledByCtrlC
     from skyinfra.run.job import Restarts
     from skyinfra.run.jobenv import JobEnv
     from skyinfra.spec import ClusterSpec
@@ -169,7 +170,7 @@ def run(
     `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
     """
     from skyinfra import lifecycle
-    from skyinfra.errors import ClusterDownError, Detached
+    from skyinfra.errors import CancelledByCtrlC, ClusterDownError, Detached
     from skyinfra.run.ignore import topology_path_inside
     from skyinfra.run.job import DETACHING_SIGNALS, follow_hint
     from skyinfra.run.report import print_report, raise_for_failure
@@ -247,12 +248,34 @@ def run(
             # As a shell reports a command SIGTERM ended (143); a hang-up keeps its 130.
             code = 128 + signal.SIGTERM if hup.signum == signal.SIGTERM else exitcodes.INTERRUPTED
             raise SystemExit(code) from None
+        except CancelledByCtrlC as stop:
+            with contextlib.suppress(OSError):
+                _say_cancelled(ws.name, stop)
+            raise SystemExit(exitcodes.INTERRUPTED) from None
     if detach:
         echo(f"job {report.run_id} started on every node")
         echo(follow_hint(ws.name, report.run_id))
         return
     print_report(report, echo)
     raise_for_failure(report)
+
+
+def _say_cancelled(cluster: str, stop: CancelledByCtrlC) -> None:
+    """What Ctrl-C did to the job an attached `run` followed, and where to see it."""
+    job = stop.job_id
+    if stop.started:
+        echo(
+            f"\n[skyinfra] Ctrl-C: job {job} cancelled on every node (Ctrl-C cancels the job "
+            "an attached run follows; `run --detach` or a closed terminal leaves it running)"
+        )
+    else:
+        echo(
+            f"\n[skyinfra] Ctrl-C while job {job} was starting: the nodes that had started it "
+            f"were ended; if `skyinfra jobs --cluster {cluster}` lists it running, "
+            f"`skyinfra cancel --cluster {cluster} {job}` ends it"
+        )
+    echo(f"  state:   skyinfra jobs --cluster {cluster} {job}")
+    echo(f"  output:  skyinfra logs --cluster {cluster} {job} --all")
 
 
 def _restarts(ws: Workspace, flag: int | None, retry_on: str | None) -> Restarts:

@@ -622,6 +622,19 @@ def running_jobs(
 ) -> tuple[list[dict[str, Any]], str]:
     """The jobs still running on the cluster (its head's records), newest first, and why
     they could not be read ("" when they could): for `status` and `down`."""
+    found, why = cluster_jobs(make_transport)
+    return [j for j in found if is_running(j)], why
+
+
+def is_running(job: Mapping[str, Any]) -> bool:
+    return job.get("state") in ("starting", "running")
+
+
+def cluster_jobs(
+    make_transport: Callable[[], NodeTransport],
+) -> tuple[list[dict[str, Any]], str]:
+    """Every job on the cluster (its head's records), newest first, and why they could not be
+    read ("" when they could)."""
     try:
         transport = make_transport()
         try:
@@ -632,7 +645,41 @@ def running_jobs(
                 close()
     except (SkyinfraError, OSError) as err:
         return [], str(err)
-    return [j for j in found if j.get("state") in ("starting", "running")], ""
+    return found, ""
+
+
+# The copy of the job's record (from the head) in runs/<id>/.
+JOB_COPY = "job.json"
+
+
+def keep_job_copies(runs_dir: Path, jobs: Sequence[Mapping[str, Any]]) -> None:
+    """Each job's record as the head has it now, into the copy a `run` from this workspace
+    keeps (runs/<id>/job.json): `down` takes the head's records with the cluster, and a
+    detached job's copy was last written when it started."""
+    for job in jobs:
+        folder = runs_dir / str(job.get("id"))
+        if not folder.is_dir():  # started from another workspace
+            continue
+        kept = {k: v for k, v in job.items() if k != "checked_at"}  # the head's clock, now
+        _write_copy(folder / JOB_COPY, kept)
+
+
+def mark_ended_by_down(runs_dir: Path, job_ids: Sequence[str]) -> None:
+    """The kept copies of the running jobs `down` ends with the cluster say so."""
+    for job_id in job_ids:
+        copy = runs_dir / job_id / JOB_COPY
+        try:
+            kept = json.loads(copy.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(kept, dict):
+            _write_copy(copy, {**kept, "ended_by_down": True})
+
+
+def _write_copy(path: Path, record: Mapping[str, Any]) -> None:
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    part.replace(path)
 
 
 def job_line(job: dict[str, Any]) -> str:

@@ -130,7 +130,9 @@ def print_report(
         echo(f"  node-{outcome.node}: {describe_exit(outcome)}")
     for outcome in report.outcomes.values():
         for worker in worker_results(outcome):
-            value = json.dumps(worker.get("value"), sort_keys=True)
+            if "value" not in worker:  # a script's: it returns nothing
+                continue
+            value = json.dumps(worker["value"], sort_keys=True)
             echo(f"  node-{outcome.node} worker {worker.get('worker')}: {value}")
     echo(f"{prefix} results and logs: {report.run_dir}")
 

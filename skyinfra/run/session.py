@@ -38,6 +38,7 @@ from skyinfra_runtime.rundirs import (
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
 from skyinfra.errors import (
+    CancelledByCtrlC,
     Detached,
     HeadLostError,
     InternalError,
@@ -50,6 +51,7 @@ from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import (
     HEAD_LOST,
+    JOB_COPY,
     RECOVERABLE_STATES,
     JobClient,
     JobNodeProcess,
@@ -71,8 +73,6 @@ from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
 from skyinfra.transport.tree import scan
 
-# The copy of the job's record (from the head) in runs/<id>/.
-JOB_COPY = "job.json"
 # Replaces a job's lost nodes (their indexes): the transport and topology to go on with.
 ReplaceNodes = Callable[[list[int]], tuple[NodeTransport, Topology]]
 # The cluster as it is now (its transport and topology), after someone else replaced nodes.
@@ -650,7 +650,9 @@ def _run_all(
             )
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
-            raise
+            if topology is None:
+                raise
+            raise CancelledByCtrlC(report.run_id, started=started) from None
         except Detached as hup:
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):

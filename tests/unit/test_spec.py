@@ -271,16 +271,16 @@ BAD_SPECS = [
     ("nodes = 2\n", [], "'name'"),  # name missing
     ('name = "c"\nprovider = "gcp"\n', [], "'provider'"),
     ('name = "c"\nnodes = 0\n', [], "'nodes'"),
-    ('name = "c"\n', ["--nodes", "abc"], "'nodes'"),
+    ('name = "c"\n', ["--nodes", "abc"], "--nodes: got 'abc'"),
     ('name = "c"\nnodes = 33\n', [], "'nodes'"),
     ('name = "c"\nnodes = true\n', [], "'nodes'"),
     ('name = "c"\nplugins = ["tensorflow"]\n', [], "'plugins[0].name'"),
-    ('name = "c"\n', ["--plugin", "keras:backend=mxnet"], "'plugins[0].options.backend'"),
+    ('name = "c"\n', ["--plugin", "keras:backend=mxnet"], "--plugin keras:backend: got"),
     ('name = "c"\nplugins = ["jax:speed=fast"]\n', [], "'plugins[0].options.speed'"),
     ('name = "c"\nplugins = ["jax", "jax"]\n', [], "'plugins[1]'"),
-    ('name = "c"\n', ["--plugin", "jax:init_timeout=soon"], "'plugins[0].options.init_timeout'"),
-    ('name = "c"\n', ["--plugin", "torch:init_timeout=0"], "'plugins[0].options.init_timeout'"),
-    ('name = "c"\n', ["--plugin", "torch:backend=ucc"], "'plugins[0].options.backend'"),
+    ('name = "c"\n', ["--plugin", "jax:init_timeout=soon"], "--plugin jax:init_timeout: got"),
+    ('name = "c"\n', ["--plugin", "torch:init_timeout=0"], "--plugin torch:init_timeout: got"),
+    ('name = "c"\n', ["--plugin", "torch:backend=ucc"], "--plugin torch:backend: got"),
     (
         'name = "c"\nplugins = ["jax", {name = "keras", options = {mesh_shape = [1, 2]}}]\n',
         [],
@@ -330,7 +330,7 @@ BAD_SPECS = [
     (_aws(spot_max_price=1.5), [], "'aws.spot_max_price'"),  # no Spot node to cap
     (_aws(market="spot", spot_fallback="always"), [], "'aws.spot_fallback'"),
     (_aws(market="spot", capacity_reservation_id="cr-0123456789abcdef0"), [], "'aws.market'"),
-    ("name = [\n", [], "'--spec'"),  # not TOML
+    ("name = [\n", [], "--spec: got"),  # not TOML
 ]
 
 
@@ -499,3 +499,54 @@ def test_a_missing_name_is_said_in_words() -> None:
     said = str(err.value)
     assert "invalid spec field 'name': got nothing (the field is missing)" in said
     assert "in the spec file or as --name" in said and "None" not in said
+
+
+def test_an_unknown_plugin_does_not_hide_the_other_plugins_problems() -> None:
+    raw = {
+        "name": "demo",
+        "plugins": [
+            "nope",
+            "keras:backend=xx",
+            {"name": "torch", "options": {"backend": "zz"}},
+            3,
+            "jax",
+            "jax",
+        ],
+    }
+    with pytest.raises(SpecProblems) as err:
+        validate_spec(raw)
+    fields = [problem.field for problem in err.value.problems]
+    assert fields == [
+        "plugins[3]",
+        "plugins[0].name",
+        "plugins[1].options.backend",
+        "plugins[2].options.backend",
+        "plugins[5]",
+    ]
+
+
+def test_a_flags_problem_names_the_flag_not_a_spec_field(tmp_path: Path) -> None:
+    assert str(SpecError("--env", "bad-name", "NAME=VALUE")) == (
+        "invalid value for --env: got 'bad-name'; expected NAME=VALUE"
+    )
+    flags = {
+        "name": "ok",
+        "nodes": 0,
+        "procs_per_node": 0,
+        "plugins": [parse_plugin_flag("nope"), parse_plugin_flag("keras:backend=xx")],
+    }
+    with pytest.raises(SpecProblems) as err:
+        load_spec(None, flags)
+    said = [str(problem) for problem in err.value.problems]
+    assert said == [
+        "invalid value for --nodes: got 0; expected an integer from 1 to 32",
+        "invalid value for --procs-per-node: got 0; expected an integer from 1 to 64, or 'auto'",
+        "invalid value for --plugin: got 'nope'; expected one of ['jax', 'keras', 'torch']",
+        "invalid value for --plugin keras:backend: got 'xx'; expected one of jax, torch, "
+        "tensorflow",
+    ]
+    # The same values from the file are the file's fields.
+    path = tmp_path / "skyinfra.toml"
+    path.write_text('name = "ok"\nnodes = 0\n')
+    with pytest.raises(SpecError, match="invalid spec field 'nodes': got 0"):
+        load_spec(path, {"nodes": None})

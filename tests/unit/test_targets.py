@@ -106,7 +106,7 @@ def test_flag_of_another_target_is_refused_naming_its_target(tmp_path: Path) -> 
         timeout=120,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "'--skip-preflight'" in proc.stderr
+    assert "invalid value for --skip-preflight: got" in proc.stderr
     assert "a flag of target 'aws' only; cluster 'c' uses target 'local'" in proc.stderr
     assert list(tmp_path.iterdir()) == []
 

@@ -134,9 +134,11 @@ def run_worker(
         phase("done")
     if code == exitcodes.OK:
         result = {"worker": info.worker, "global_index": info.global_index}
-        # Masked before it is written anywhere: a returned secret is *** in result.json and
-        # in every copy the operator keeps (summary.json, node-N.result.json).
-        result["value"] = mask_value(json_value(value), os.environ)
+        # A script (or -m module) returns nothing: no "value", where a function's None is null.
+        if not entry.runs_as_main:
+            # Masked before it is written anywhere: a returned secret is *** in result.json
+            # and in every copy the operator keeps (summary.json, node-N.result.json).
+            result["value"] = mask_value(json_value(value), os.environ)
         result_path.write_text(json.dumps(result))
     return code
 

@@ -85,7 +85,7 @@ def test_cluster_names_are_checked_everywhere(
     ):
         proc = skyinfra(command, project, env)
         assert proc.returncode == 2, proc.stdout + proc.stderr
-        assert "invalid spec field '--cluster'" in proc.stderr
+        assert "invalid value for --cluster: got" in proc.stderr
 
 
 def test_down_off_a_terminal_needs_yes(project: Path, env: dict[str, str]) -> None:

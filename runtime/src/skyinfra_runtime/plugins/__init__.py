@@ -14,6 +14,7 @@ from skyinfra_runtime.plugins.keras import KerasPlugin
 from skyinfra_runtime.plugins.table import (
     PLUGINS,
     parse_plugin_flag,
+    plugin_problems,
     validate_plugin,
     validate_plugins,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "jax",
     "keras",
     "parse_plugin_flag",
+    "plugin_problems",
     "torch",
     "validate_plugin",
     "validate_plugins",

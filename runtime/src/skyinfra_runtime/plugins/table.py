@@ -324,26 +324,43 @@ def validate_plugin(name: object, options: object = None) -> dict[str, Any]:
 
 
 def validate_plugins(plugins: Iterable[PluginRef]) -> tuple[PluginRef, ...]:
-    """Every plugin checked (errors carry its ``index``); each plugin at most once."""
+    """Every plugin checked (errors carry its ``index``); each plugin at most once. Raises
+    the first problem (:func:`plugin_problems` finds them all)."""
+    result, problems = plugin_problems(plugins)
+    if problems:
+        raise problems[0]
+    return result
+
+
+def plugin_problems(
+    plugins: Iterable[PluginRef],
+) -> tuple[tuple[PluginRef, ...], list[PluginOptionError]]:
+    """The plugins that are valid (normalised) and a problem for each that is not, each
+    carrying its ``index``: one bad plugin does not hide another's problem."""
     seen: set[str] = set()
     result: list[PluginRef] = []
+    problems: list[PluginOptionError] = []
     for index, ref in enumerate(plugins):
         try:
             options = validate_plugin(ref.name, ref.options)
         except PluginOptionError as err:
             err.index = index
-            raise
+            problems.append(err)
+            continue
         if ref.name in seen:
-            raise PluginOptionError(
-                f"plugin {ref.name!r} is listed twice; each plugin is set up at most once",
-                field="",
-                value=ref.name,
-                expected="each plugin at most once",
-                index=index,
+            problems.append(
+                PluginOptionError(
+                    f"plugin {ref.name!r} is listed twice; each plugin is set up at most once",
+                    field="",
+                    value=ref.name,
+                    expected="each plugin at most once",
+                    index=index,
+                )
             )
+            continue
         seen.add(ref.name)
         result.append(PluginRef(ref.name, options))
-    return tuple(result)
+    return tuple(result), problems
 
 
 def _split_options(text: str) -> list[str]:
