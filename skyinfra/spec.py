@@ -245,8 +245,14 @@ def load_spec(
         raw = read_spec_file(spec_path)
     elif default_path is not None and default_path.is_file():
         raw = read_spec_file(default_path)
+    return validate_with_flags(merge_overrides(raw, overrides), overrides)
+
+
+def validate_with_flags(merged: Mapping[str, Any], overrides: Mapping[str, Any]) -> ClusterSpec:
+    """``validate_spec`` of the file's values merged with the flags', a problem in a value a
+    flag gave named as that flag (``--nodes``), not as the field."""
     try:
-        return validate_spec(merge_overrides(raw, overrides))
+        return validate_spec(merged)
     except SpecError as err:
         found = getattr(err, "problems", (err,))
         named = spec_problems([as_flag_problem(problem, overrides) for problem in found])
@@ -348,7 +354,7 @@ def load_spec_keeping_applied(
     merged = merge_overrides(raw, overrides)
     previous = applied(merged.get("name"))
     if previous is None:
-        return validate_spec(merged), []
+        return validate_with_flags(merged, overrides), []
     try:  # what a bare name would get on the cluster's target: keeping those says nothing
         defaults = validate_spec({"name": previous.name, "provider": previous.provider}).to_dict()
     except SpecError:
@@ -362,7 +368,7 @@ def load_spec_keeping_applied(
         merged[key] = value
         if defaults.get(key) != value:
             kept.append(KeptValue(key, value, flags.get(key)))
-    return validate_spec(merged), kept
+    return validate_with_flags(merged, overrides), kept
 
 
 # ---------------------------------------------------------------- field readers (pure)
