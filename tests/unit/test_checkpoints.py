@@ -5,6 +5,7 @@ spec's `checkpoints`, listing and deleting."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,32 @@ def test_job_env_resolves_by_the_topology_and_creates_the_directory(tmp_path: Pa
     want = tmp_path / "ws" / "checkpoints" / "shared"
     assert env == {"SKYINFRA_CHECKPOINT_DIR": str(want), "SKYINFRA_CHECKPOINTS": "shared"}
     assert want.is_dir()
+
+
+def test_only_a_set_the_job_never_used_is_removed(tmp_path: Path) -> None:
+    unused = tmp_path / "unused"
+    unused.mkdir()
+    assert checkpoints.remove_if_unused(unused, checkpoints.unused_mark(unused))
+    assert not unused.exists()
+    # Written to: kept, with what it holds.
+    written = tmp_path / "written"
+    written.mkdir()
+    mark = checkpoints.unused_mark(written)
+    (written / "step-1").mkdir()
+    (written / "step-1" / "w.bin").write_bytes(b"x")
+    assert not checkpoints.remove_if_unused(written, mark)
+    assert (written / "step-1" / "w.bin").is_file()
+    # Used, then emptied by the job (Keras deletes its backups when training ends): kept.
+    emptied = tmp_path / "emptied"
+    emptied.mkdir()
+    os.utime(emptied, ns=(0, emptied.stat().st_mtime_ns - 10**9))  # made a second ago
+    mark = checkpoints.unused_mark(emptied)
+    (emptied / "latest").write_bytes(b"x")
+    (emptied / "latest").unlink()
+    assert not checkpoints.remove_if_unused(emptied, mark)
+    assert emptied.is_dir()
+    assert not checkpoints.remove_if_unused(tmp_path / "none", {"ino": 1, "mtime_ns": 1})
+    assert not checkpoints.remove_if_unused(emptied, None)
 
 
 def test_only_committed_steps_count(tmp_path: Path) -> None:

@@ -79,10 +79,39 @@ def provider_of(node_dir: str | Path) -> str:
 
 
 def job_env(node_dir: str | Path, name: str) -> dict[str, str]:
-    """The variables the agent adds to the launcher's environment (the directory created)."""
+    """The variables the agent adds to the launcher's environment (the directory created, so
+    that a worker writes into it as it is; remove_if_unused takes it away again at the job's
+    end when the job never used it)."""
     path = checkpoint_dir(node_dir, name, provider_of(node_dir))
     path.mkdir(parents=True, exist_ok=True)
     return {CHECKPOINT_DIR_ENV: str(path), CHECKPOINTS_NAME_ENV: name}
+
+
+def unused_mark(path: str | Path) -> dict[str, int]:
+    """The set's directory as the job found it (its inode and mtime), taken when the job's
+    agent starts: remove_if_unused compares with it at the end."""
+    st = os.lstat(path)
+    return {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+
+
+def remove_if_unused(path: str | Path, mark: dict[str, int] | None) -> bool:
+    """Remove the set's directory when the job never used it: empty, and the folder it found
+    (``mark``, unused_mark) unchanged, so nothing was ever created or removed in it (a file
+    written under it and deleted again since changed it: a set that was used stays, emptied
+    or not). A job that wrote no checkpoint leaves no set. Called once none of the job's
+    workers can write any more; rmdir never removes a folder that holds anything, so a file
+    written meanwhile keeps the set. True when the set is gone."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if mark is None or (st.st_ino, st.st_mtime_ns) != (mark.get("ino"), mark.get("mtime_ns")):
+        return False
+    try:
+        os.rmdir(path)
+    except OSError:  # not empty (or not a folder): used
+        return False
+    return True
 
 
 def directory() -> Path | None:

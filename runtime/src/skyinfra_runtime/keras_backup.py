@@ -20,8 +20,15 @@ This one keeps Keras's arguments and what it restores (weights, optimizer state,
 and changes how: process 0 alone writes each backup into a new step folder
 (``step-<optimizer iteration>/``) and marks it complete last (``COMMITTED``,
 skyinfra_runtime.checkpoints); a folder without the mark is ignored. On restore process 0
-picks the newest complete step and every process loads that same step (a broadcast), with
-the optimizer built first so Adam's moments are restored. The two newest steps are kept.
+picks the newest complete step of its own ``backup_dir``, reads it, and sends its bytes to
+every process (a broadcast, as the replicated weights are), with the optimizer built first
+so Adam's moments are restored. So only process 0's ``backup_dir`` matters: one folder the
+nodes share and a folder per node (``backup_dir=f".../node-{i}"``, the usual way around
+Keras's own callback) both resume, bit-identically. The two newest steps are kept.
+
+What could not resume is refused in ``on_train_begin``, before the first step, on every
+process: a variable split across processes (ModelParallel: process 0 does not hold it), and a
+``backup_dir`` that process 0 cannot write (the first backup would fail after an epoch).
 
 A save is two phases (as CheckFreq's): at the epoch's end process 0 copies every variable's
 local replica (data parallel: each process holds the whole value) into host memory, which
@@ -31,7 +38,7 @@ while training goes on. At most one write is in flight (the next save waits for 
 end of training waits for the last. Keras's ``model.save_weights`` took 25-30 ms an epoch on
 every process (it reads each variable across processes), which was the whole overhead of a
 checkpoint per epoch (BENCHMARKS figure 14). A step written by an earlier version
-(``latest.weights.h5``) still restores.
+(``latest.weights.h5``) still restores, from a folder every process sees (each loads it).
 
 The keras plugin puts this class in place of ``keras.callbacks.BackupAndRestore`` when a job
 runs on several JAX processes, so a script that uses Keras's name gets it unchanged; import
@@ -42,6 +49,7 @@ it from here to use it by name. Data parallel only (replicated variables): with 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -53,6 +61,8 @@ KEEP_STEPS = 2
 WEIGHTS = "latest.weights.h5"  # what earlier versions wrote: still restored
 STATE = "state.npz"  # every variable of the model and its optimizer, by Keras path
 METADATA = "training_metadata.json"
+# What process 0 tells the others on restore (with the step and the epoch).
+RESTORE_NONE, RESTORE_STATE, RESTORE_LEGACY, RESTORE_FAILED = 0, 1, 2, 3
 
 _made: dict[str, Any] = {}
 # Step folders being written in the background, so that a worker that leaves fit() another way
@@ -94,14 +104,41 @@ def _process() -> tuple[int, int]:
     return int(jax.process_index()), int(jax.process_count())
 
 
-def _agree(step: int) -> int:
-    """Process 0's ``step``, on every process (-1: none)."""
+def _agree(values: list[int]) -> list[int]:
+    """Process 0's ``values`` (small integers), on every process."""
     if _process()[1] == 1:
-        return step
+        return values
     import numpy as np
     from jax.experimental import multihost_utils
 
-    return int(multihost_utils.broadcast_one_to_all(np.asarray(step, dtype=np.int64)))
+    # int32: JAX without x64 would narrow an int64 anyway.
+    sent = multihost_utils.broadcast_one_to_all(np.asarray(values, dtype=np.int32))
+    return [int(v) for v in np.asarray(sent)]
+
+
+def _share(layout: list[tuple[Any, tuple[int, ...]]], arrays: list[Any] | None) -> list[Any]:
+    """Process 0's ``arrays`` (dtype and shape as ``layout``), on every process, bit for bit:
+    their bytes travel as int32 words (a sum with the other processes' zeros, exact for
+    integers, where a float sum would turn -0.0 into 0.0). The others pass None."""
+    if _process()[1] == 1:
+        assert arrays is not None  # one process: process 0 itself
+        return arrays
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for dtype, shape in layout]
+    data = np.zeros((sum(sizes) + 3) // 4 * 4, dtype=np.uint8)
+    if arrays is not None:
+        at = 0
+        for a, n in zip(arrays, sizes, strict=True):
+            data[at : at + n] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            at += n
+    data = np.asarray(multihost_utils.broadcast_one_to_all(data.view(np.int32))).view(np.uint8)
+    out, at = [], 0
+    for (dtype, shape), n in zip(layout, sizes, strict=True):
+        out.append(np.frombuffer(data[at : at + n].tobytes(), dtype=dtype).reshape(shape))
+        at += n
+    return out
 
 
 def _make() -> Any:
@@ -141,33 +178,79 @@ def _make() -> Any:
                     "To use the BackupAndRestore callback, your model must be built before "
                     f"you call `fit()`. Model {self.model} is unbuilt."
                 )
+            # The same model on every process: each refuses a split variable by itself.
+            _refuse_split(_variables(self.model))
             index, _ = _process()
-            mine = checkpoints.latest_step(self.backup_dir)
-            step = _agree(mine if (index == 0 and mine is not None) else -1)
-            if step < 0:
-                return
-            folder = checkpoints.step_dir(self.backup_dir, step)
-            if not (folder / checkpoints.COMMIT_MARKER).is_file():
-                raise FileNotFoundError(
-                    f"process {index}: backup step {step} chosen by process 0 is not complete "
-                    f"in {folder}: every process must see the same checkpoint directory"
+            # Process 0 alone reads: its newest complete step, whatever the others' folders.
+            header, state, problem = [RESTORE_NONE, -1, 0], None, None
+            if index == 0:
+                try:
+                    header, state = self._read_own_backup()
+                except (OSError, ValueError, KeyError) as err:
+                    header, problem = [RESTORE_FAILED, -1, 0], err
+            code, step, epoch = _agree(header)
+            if code == RESTORE_FAILED:
+                if problem is not None:
+                    raise problem
+                raise RuntimeError(
+                    f"process {index}: BackupAndRestore: process 0 could not use its "
+                    "backup_dir (its error is in node-0's output); nothing was trained"
                 )
+            if code == RESTORE_NONE:
+                return
             optimizer = self.model.optimizer
             if optimizer is not None and not optimizer.built:
                 optimizer.build(self.model.trainable_variables)
-            if (folder / STATE).is_file():
-                _assign(self.model, folder / STATE)
+            folder = checkpoints.step_dir(self.backup_dir, step)
+            if code == RESTORE_LEGACY:
+                self._load_legacy(folder, step, index)
             else:
-                self.model.load_weights(str(folder / WEIGHTS))
-            meta = json.loads((folder / METADATA).read_text(encoding="utf-8"))
-            self.model._initial_epoch = int(meta["epoch"])
-            self._current_epoch = int(meta["epoch"])
+                variables = _variables(self.model)
+                layout = [(v.value.dtype, tuple(v.value.shape)) for v in variables]
+                for v, value in zip(variables, _share(layout, state), strict=True):
+                    v.assign(value)
+            self.model._initial_epoch = epoch
+            self._current_epoch = epoch
             self.restored_step = step
+            # The others' backup_dir may be folders of their own: what they got is process 0's.
+            source = folder if index == 0 or code == RESTORE_LEGACY else "process 0's backup"
             print(
-                f"skyinfra-runtime: BackupAndRestore: resumed from {folder} "
-                f"(epoch {meta['epoch']}, step {step})",
+                f"skyinfra-runtime: BackupAndRestore: resumed from {source} "
+                f"(epoch {epoch}, step {step})",
                 flush=True,
             )
+
+        def _read_own_backup(self) -> tuple[list[int], list[Any] | None]:
+            """Process 0: its backup_dir made and written to (a folder it cannot write is
+            refused now, not after an epoch), then its newest complete step read: what to
+            tell the others ([code, step, epoch]) and the state, in _variables' order."""
+            root = Path(self.backup_dir)
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".skyinfra-writable-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+            step = checkpoints.latest_step(root)
+            if step is None:
+                return [RESTORE_NONE, -1, 0], None
+            folder = checkpoints.step_dir(root, step)
+            epoch = int(json.loads((folder / METADATA).read_text(encoding="utf-8"))["epoch"])
+            if not (folder / STATE).is_file():
+                return [RESTORE_LEGACY, step, epoch], None
+            optimizer = self.model.optimizer
+            if optimizer is not None and not optimizer.built:
+                optimizer.build(self.model.trainable_variables)
+            return [RESTORE_STATE, step, epoch], _read_state(self.model, folder / STATE)
+
+        def _load_legacy(self, folder: Path, step: int, index: int) -> None:
+            """A step of an earlier version (latest.weights.h5): Keras's loader reads it on
+            every process, so every process must see the folder."""
+            if not (folder / checkpoints.COMMIT_MARKER).is_file():
+                raise FileNotFoundError(
+                    f"process {index}: backup step {step} chosen by process 0 is not complete "
+                    f"in {folder}: a backup written by an earlier version "
+                    f"({WEIGHTS}) restores only from a backup_dir every process sees"
+                )
+            self.model.load_weights(str(folder / WEIGHTS))
 
         # ---------------------------------------------------------------- save
         def _save_model(self) -> None:
@@ -240,9 +323,23 @@ def _snapshot(model: Any) -> dict[str, Any]:
     return out
 
 
-def _assign(model: Any, path: Path) -> None:
-    """Every variable from ``path`` (a state.npz), matched by Keras path: a variable the file
-    lacks, or one it has that the model lacks, is an error naming it."""
+def _refuse_split(variables: list[Any]) -> None:
+    """A variable split across processes (a ModelParallel layout) has no whole replica on
+    process 0, which alone saves: refused before training, never at the first save."""
+    split = [v.path for v in variables if getattr(v.value, "is_fully_replicated", True) is False]
+    if split:
+        raise ValueError(
+            f"BackupAndRestore: {len(split)} variable(s) are split across processes "
+            f"(ModelParallel: {', '.join(split[:3])}{', ...' if len(split) > 3 else ''}); "
+            "this callback saves data-parallel (replicated) models only: use DataParallel, "
+            "or a checkpointer that saves every process's shards (Orbax)"
+        )
+
+
+def _read_state(model: Any, path: Path) -> list[Any]:
+    """Every variable's value from ``path`` (a state.npz), in _variables' order, with the
+    variable's dtype and shape: a variable the file lacks, one it has that the model lacks,
+    or one of another shape, is an error naming it."""
     import numpy as np
 
     with np.load(path, allow_pickle=False) as saved:
@@ -255,8 +352,16 @@ def _assign(model: Any, path: Path) -> None:
                 f"BackupAndRestore: {path} does not match the model (missing: {missing}, "
                 f"unknown: {extra}); was it written by another model?"
             )
+        out = []
         for v in variables:
-            v.assign(saved[v.path])
+            value = np.asarray(saved[v.path])
+            if tuple(value.shape) != tuple(v.value.shape):
+                raise ValueError(
+                    f"BackupAndRestore: {path}: {v.path} has shape {tuple(value.shape)}, the "
+                    f"model's has {tuple(v.value.shape)}; was it written by another model?"
+                )
+            out.append(value.astype(v.value.dtype, copy=False))
+        return out
 
 
 class _Writer(threading.Thread):

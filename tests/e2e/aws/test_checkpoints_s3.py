@@ -287,6 +287,52 @@ def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends
 
 
 @pytest.mark.slow
+def test_a_node_that_writes_no_checkpoint_leaves_no_set_on_the_node_nor_in_s3(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    """Two nodes, each with a folder of its own: node 1 writes a checkpoint, node 0 none.
+    Node 1's set and its upload stay; node 0's folder goes at its agent's end and nothing of
+    it is in S3 (a job that writes nothing leaves no set)."""
+    settings = {"url": f"s3://{BUCKET}/team/ckpts", "region": REGION}
+    settings["bucket_url"] = f"{aws_env}/{BUCKET}"
+    entry = (
+        "import os, pathlib\n"
+        "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
+        "if os.environ['NODE'] == '1':\n"
+        "    (d / 'step-1').mkdir()\n"
+        "    (d / 'step-1/state.bin').write_bytes(b'node 1')\n"
+    )
+    dirs = [tmp_path / f"node-{i}" for i in range(2)]
+    head = ""
+    for i, node_dir in enumerate(dirs):
+        node_dir.mkdir()
+        (node_dir / "checkpoints.json").write_text(json.dumps(settings))
+        where = ["--nodes", "2", "--listen", "127.0.0.1"] if i == 0 else ["--head", head]
+        argv = [
+            sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-3",
+            "--node-dir", str(node_dir), "--node", str(i), *where,
+            "--", sys.executable, "-c", entry,
+        ]  # fmt: skip
+        out = subprocess.run(argv, env=node_env(NODE=str(i)), capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        if i == 0:
+            said = json.loads(out.stdout.strip().splitlines()[-1])
+            head = f"{said['host']}:{said['port']}"
+    states = [d / "runs" / "job-3" / "node.json" for d in dirs]
+    until = time.monotonic() + 60
+    while not all(
+        json.loads(p.read_text() if p.is_file() else "{}").get("state") == "ended" for p in states
+    ):
+        assert time.monotonic() < until, "the agents did not end"
+        time.sleep(0.2)
+    assert json.loads((dirs[0] / "jobs" / "job-3.json").read_text())["state"] == "succeeded"
+    assert not (dirs[0] / "checkpoints" / "job-3").exists()
+    assert files_of(dirs[1] / "checkpoints" / "job-3") == {"step-1/state.bin": b"node 1"}
+    assert keys(s3, "team/ckpts/job-3/nodes/node-0/") == []
+    assert list(manifest(s3, "job-3", 1)["files"]) == ["step-1/state.bin"]
+
+
+@pytest.mark.slow
 def test_a_restore_that_fails_fails_the_node_instead_of_starting_from_scratch(
     s3: Any, aws_env: str, tmp_path: Path
 ) -> None:

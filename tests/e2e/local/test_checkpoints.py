@@ -7,7 +7,9 @@ bit-identical (sha256) to the uninterrupted run's; a half-written step is ignore
 so does one whose node 1 is lost (its folder deleted, its processes gone: `run` replaces it),
 and one whose node 1 gets a Spot interruption notice from `skyinfra drill interrupt` (it saves
 within the notice, the node goes and is replaced, the job restarts);
-`skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
+a Keras job whose nodes each have their own backup_dir restarts by itself and ends
+bit-identical too (node 1 gets process 0's backup); a job that never uses its set leaves
+none; `skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
 
 from __future__ import annotations
 
@@ -73,6 +75,25 @@ def main():
 
 def where():
     return os.environ["SKYINFRA_CHECKPOINT_DIR"]
+
+
+def writes_on_node_1():
+    if os.environ["SKYINFRA_NODE"] == "1":
+        with open(os.path.join(os.environ["SKYINFRA_CHECKPOINT_DIR"], "node-1.bin"), "wb") as f:
+            f.write(b"state")
+
+
+def per_node():
+    # The usual way around Keras's own BackupAndRestore on several processes: a backup_dir of
+    # each node's own, under the job's directory.
+    import keras
+
+    keras_backup = keras.callbacks.BackupAndRestore
+    node = os.environ["SKYINFRA_NODE"]
+    keras.callbacks.BackupAndRestore = lambda backup_dir, **kw: keras_backup(
+        os.path.join(backup_dir, "keras-backup", f"node-{node}"), **kw
+    )
+    return main()
 
 
 def on_notice():
@@ -182,6 +203,28 @@ def test_every_worker_gets_the_jobs_own_directory_by_default(
     assert values == [str(sets_dir(project) / "from-spec")] * 2
 
 
+def test_a_job_that_writes_no_checkpoint_leaves_no_set(project: Path, env: dict[str, str]) -> None:
+    def listed() -> list[str]:
+        out = cli(["checkpoints", "--json"], project, env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return [s["name"] for s in json.loads(out.stdout)]
+
+    before = listed()
+    runs = project / ".skyinfra" / "clusters" / NAME / "runs"
+    results(project, cli(["run", "train.py:where"], project, env))
+    assert not (sets_dir(project) / max(runs.iterdir()).name).exists()
+    results(project, cli(["run", "--checkpoints", "named", "train.py:where"], project, env))
+    assert not (sets_dir(project) / "named").exists()
+    assert listed() == before
+    # One node's file keeps the set (one folder of every node's here: node 0, which wrote
+    # nothing, leaves it to the head's end, once every node's launcher has ended).
+    run = cli(["run", "--checkpoints", "one-file", "train.py:writes_on_node_1"], project, env)
+    results(project, run)
+    assert [p.name for p in (sets_dir(project) / "one-file").iterdir()] == ["node-1.bin"]
+    assert sorted(listed()) == sorted([*before, "one-file"])
+    assert cli(["checkpoints", "delete", "one-file", "--yes"], project, env).returncode == 0
+
+
 @pytest.fixture(scope="module")
 def reference(project: Path, env: dict[str, str]) -> list[dict[str, object]]:
     """The uninterrupted run's results (checkpoint set "ref")."""
@@ -262,6 +305,26 @@ def test_a_killed_job_restarts_by_itself_and_ends_bit_identical(
     values = resumed_from_epoch_2_bit_identical(project, "restart", run.stdout, summary, reference)
     assert {v["epochs_run"] for v in values} == {3}  # epochs 3, 4 and 5, in attempt 2
     print(f"attempts: {attempts}")
+
+
+def test_a_backup_dir_per_node_restarts_and_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    # Process 0 wrote every backup into node-0's folder; node-1's holds none: attempt 2
+    # restores from node-0's and sends the state to node 1, as the weights are.
+    ws = project / ".skyinfra" / "clusters" / NAME
+    run, summary = restarted_after_kill(project, env, ws, "per-node", ["train.py:per_node"])
+    assert run.returncode == 0, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[1]["outcome"] == "succeeded", attempts
+    node_0 = sets_dir(project) / "per-node" / "keras-backup" / "node-0"
+    said = f"resumed from {node_0 / STEP_EPOCH_2} (epoch 2, step 16)"
+    assert said in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["epochs_run"] for v in values} == {3}  # epochs 3, 4 and 5, in attempt 2
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
 
 
 def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(

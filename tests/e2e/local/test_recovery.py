@@ -546,6 +546,9 @@ def test_checkpoints_delete_refuses_a_set_that_a_running_job_uses(
 ) -> None:
     job = start_detached(project, env, "--checkpoints", "busy", "entry.py:waits_in_attempt_1")
     busy = ws(project) / "checkpoints" / "busy"
+    # A checkpoint of the job's: a set the job wrote nothing to goes at its end by itself.
+    (busy / "step-1").mkdir()
+    (busy / "step-1" / "state.bin").write_bytes(b"state")
     refused = cli(["checkpoints", "delete", "busy", "--yes"], project, env)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"job(s) {job} of cluster 'recovery' use it" in refused.stderr, refused.stderr

@@ -195,6 +195,33 @@ def test_keras_model_parallel_layout_splits_a_kernel_across_processes(tmp_path: 
     assert values[0]["kernel_sum"] == values[1]["kernel_sum"]
 
 
+def test_keras_backup_of_a_model_split_across_processes_is_refused_before_the_first_step(
+    tmp_path: Path,
+) -> None:
+    keras_mp = {
+        "name": "keras",
+        "options": {
+            "backend": "jax",
+            "mesh_shape": [1, 2],
+            "axis_names": ["batch", "model"],
+            "layout_map": {".*wide/kernel": [None, "model"]},
+        },
+    }
+    runs = run_nodes(
+        tmp_path,
+        topology(nodes=2, plugins=[JAX, keras_mp]),
+        f"{ENTRIES}/keras_model_parallel.py:with_backup",
+    )
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        (value,) = run.values()
+        assert value["steps"] == 0, value
+        assert "split across processes (ModelParallel: sequential/wide/kernel)" in str(
+            value["refused"]
+        ), value
+        assert "use DataParallel" in str(value["refused"])
+
+
 def test_torch_worker_ends_before_the_interpreter_tears_down_gloo(tmp_path: Path) -> None:
     # torch 2.13: a process group that outlives destroy_process_group() (DDP keeps it) is
     # destroyed in the interpreter's teardown, and one of gloo's threads can then abort the

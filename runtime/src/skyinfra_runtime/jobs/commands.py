@@ -31,6 +31,9 @@ from skyinfra_runtime.jobs.records import (
 from skyinfra_runtime.jobs.supervisor import Supervisor
 from skyinfra_runtime.restarts import RETRY_ON
 
+# In the node's folder of the job: its checkpoint set's directory as the job found it.
+UNUSED_MARK = "checkpoints-unused.json"
+
 
 def _daemonize(paths: Paths) -> int | None:
     """Detach: the caller gets the read end of a pipe the daemon writes its first line to (its
@@ -129,11 +132,13 @@ def supervise(ns: argparse.Namespace) -> int:
     if ns.node != 0 and not ns.head:
         print("skyinfra-runtime supervise: a peer needs --head HOST:PORT", file=sys.stderr)
         return exitcodes.USAGE
-    # The job's checkpoint set (default: one of its own, named by the job id).
-    try:
-        ckpt_env = checkpoints.job_env(ns.node_dir, ns.checkpoints or ns.job)
-    except (ValueError, OSError) as err:
-        print(f"skyinfra-runtime supervise: --checkpoints: {err}", file=sys.stderr)
+    name = ns.checkpoints or ns.job
+    if checkpoints.name_problem(name):
+        print(
+            f"skyinfra-runtime supervise: --checkpoints: checkpoint set name {name!r}: "
+            f"expected {checkpoints.name_problem(name)}",
+            file=sys.stderr,
+        )
         return exitcodes.USAGE
     sup: Supervisor | None = None
     server = None
@@ -155,6 +160,16 @@ def supervise(ns: argparse.Namespace) -> int:
             # machine), whose peers are on loopback too. The operator tells peers what we say.
             listen = "127.0.0.1"
             server = socket.create_server((listen, 0))
+    # The job's checkpoint set (default: one of its own, named by the job id); made only for
+    # a job that starts (not for one refused above).
+    try:
+        ckpt_env = checkpoints.job_env(ns.node_dir, name)
+        unused = checkpoints.unused_mark(ckpt_env[checkpoints.CHECKPOINT_DIR_ENV])
+    except (ValueError, OSError) as err:
+        if server is not None:
+            server.close()
+        print(f"skyinfra-runtime supervise: --checkpoints: {err}", file=sys.stderr)
+        return exitcodes.USAGE
     r = _daemonize(paths)
     if r is not None:  # the caller: say what the daemon said, then go
         if server is not None:
@@ -183,6 +198,9 @@ def supervise(ns: argparse.Namespace) -> int:
             attempt=ns.attempt,
         )
         paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        # For the end of the job, and for a cancel of one that waits for its lost nodes.
+        set_dir = ckpt_env[checkpoints.CHECKPOINT_DIR_ENV]
+        write_json(paths.run / UNUSED_MARK, {**unused, "dir": set_dir})
         write_json(paths.node_state, {"node": ns.node, "state": "starting"})
         pid_tmp = paths.pid_file.with_name(f".{paths.pid_file.name}.tmp")
         fd = os.open(pid_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -213,6 +231,7 @@ def supervise(ns: argparse.Namespace) -> int:
             report_to_head(agent, ns.head, private["token"])
         if agent.after_end is not None:  # not made above when the head could not be reached
             agent.after_end()
+        _drop_unused_set(ns, sup, paths)
     finally:
         paths.pid_file.unlink(missing_ok=True)
         # Last: a follower that sees "ended" finds nothing of the node's part left.
@@ -221,6 +240,26 @@ def supervise(ns: argparse.Namespace) -> int:
         # After every trace of this attempt's agent is gone: the next attempt's reuses them.
         recovery.run(sup.recover or {}, private["secrets"], paths, sup.attempt)
     return exitcodes.OK
+
+
+def _drop_unused_set(ns: argparse.Namespace, sup: Supervisor | None, paths: Paths) -> None:
+    """A job that never used its checkpoint set leaves none (checkpoints.remove_if_unused),
+    removed when none of its workers can write any more. The local target's set is one folder
+    that every node's workers write: the head removes it, once every node's launcher has
+    ended (its supervisor's end), never a peer at its own end while the others may still
+    write. Elsewhere each node has a folder of its own (AWS: after its final upload, so S3
+    has no set either). A job that waits for a lost node goes on later on the same set."""
+    if sup is not None and sup.state == "needs_nodes":
+        return
+    if ns.node != 0 and checkpoints.provider_of(ns.node_dir) == "local":
+        return
+    _remove_set_if_unused(paths)
+
+
+def _remove_set_if_unused(paths: Paths) -> None:
+    mark = read_json(paths.run / UNUSED_MARK)
+    if isinstance(mark, dict) and isinstance(mark.get("dir"), str):
+        checkpoints.remove_if_unused(mark["dir"], mark)
 
 
 def _checkpoints(agent: Agent, paths: Paths) -> None:
@@ -342,6 +381,8 @@ def cancel(ns: argparse.Namespace) -> int:
         # not be recovered.
         record["state"] = "cancelled"
         write_json(paths.record, record)
+        # It will not go on on its set: one it never used goes (_drop_unused_set).
+        _remove_set_if_unused(paths)
     print(json.dumps({"was_running": pid is not None, "state": record.get("state")}))
     return exitcodes.OK
 

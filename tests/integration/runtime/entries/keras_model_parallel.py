@@ -27,3 +27,30 @@ def main() -> dict[str, object]:
         "global_shape": list(kernel.shape),
         "kernel_sum": round(float(np.asarray(whole).sum()), 5),
     }
+
+
+def with_backup() -> dict[str, object]:
+    """BackupAndRestore on a split kernel: process 0 alone saves, and does not hold the whole
+    kernel. Refused before the first step, not at the first backup."""
+    import tempfile
+
+    import keras
+    import numpy as np
+
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(4, name="wide"), keras.layers.Dense(1, name="out")]
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((32, 8), dtype="float32")
+    steps = []
+
+    class Steps(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+            steps.append(batch)
+
+    backup = keras.callbacks.BackupAndRestore(tempfile.mkdtemp())
+    try:
+        model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[backup, Steps()])
+    except ValueError as err:
+        return {"refused": str(err), "steps": len(steps)}
+    return {"refused": None, "steps": len(steps)}
