@@ -40,7 +40,7 @@ def test_every_error_exits_with_a_code_from_the_table() -> None:
 
 def test_the_manual_documents_every_exit_code() -> None:
     readme = (REPO_ROOT / "docs" / "commands.md").read_text()
-    table = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    table = readme.split("## Exit codes", 1)[1].split("\n#", 1)[0]
     documented = {int(m) for m in re.findall(r"^\| (\d+) +\|", table, re.MULTILINE)}
     assert documented == set(exitcodes.MEANINGS)
 
