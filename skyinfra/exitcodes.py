@@ -1,4 +1,4 @@
-"""Exit codes of the `skyinfra` command: one table, documented in README.md ("Exit codes").
+"""Exit codes of the `skyinfra` command: one table, documented in docs/commands.md ("Exit codes").
 
 Each error class in :mod:`skyinfra.errors` carries one of these as ``exit_code``. A node's
 own exit code (the runtime's table, :mod:`skyinfra_runtime.exitcodes`) is never passed

@@ -1,7 +1,7 @@
 """The `skyinfra` group, assembled from the command modules, and `main`, the console script.
 
 Every user-caused error is a SkyinfraError: printed as one message, exit with its exit_code
-(the table in skyinfra.exitcodes, documented in README.md). Anything else is a bug and keeps
+(the table in skyinfra.exitcodes, documented in docs/commands.md). Anything else is a bug and keeps
 its traceback.
 """
 

@@ -1,0 +1,54 @@
+"""The README and the manual in docs/ link to each other by file and heading: every relative
+link names a file that exists and, with `#anchor`, a heading of that file (as GitHub makes
+anchors), so a moved section or a renamed heading fails here rather than for a reader."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#+ (.+)$")
+
+
+def pages() -> list[Path]:
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+
+
+def anchor_of(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found, fenced = set(), False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (heading := HEADING.match(line)):
+            found.add(anchor_of(heading.group(1)))
+    return found
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
+    broken = []
+    for page in pages():
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"^[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_the_readme_is_a_front_page_and_every_docs_page_is_on_its_map() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200  # the manual lives in docs/
+    for page in sorted((REPO_ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in readme, page.name
