@@ -72,6 +72,17 @@ class UsageError(SkyinfraError):
     exit_code = exitcodes.USAGE
 
 
+class UnsupportedByTarget(UsageError):
+    """A verb the cluster's target does not do (skyinfra.targets.base: say, `ssh --config` on
+    local nodes, which have no SSH). ``target`` and ``verb`` name them; the message says why
+    and what to do instead."""
+
+    def __init__(self, target: str, verb: str, message: str) -> None:
+        self.target = target
+        self.verb = verb
+        super().__init__(message)
+
+
 class ClusterBusyError(UsageError):
     """A job holds the cluster's nodes: a second one would join its coordinator and end it.
     Raised before anything is started; ``job`` is the head's word on the running job."""

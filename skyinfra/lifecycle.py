@@ -153,22 +153,10 @@ def up(
 
             try:
                 # A target may render and apply more than once (aws: zone by zone until one
-                # has capacity, targets/aws/failover.py); the others render once.
-                launch = getattr(target, "launch", None)
-                if launch is not None:
-                    result: tuple[PlanSummary, Topology] = launch(
-                        spec,
-                        ws,
-                        echo=echo,
-                        options=options,
-                        apply=apply,
-                        engine_factory=engine_factory,
-                    )
-                    return result
-                # Preflight, wheel build and staging happen here: before any workspace write.
-                with timeline.stage("prepare"):
-                    files = target.render(spec, ws, echo=echo, options=options)
-                return apply(files)
+                # has capacity, targets/aws/failover.py); local renders once.
+                return target.launch(
+                    spec, ws, echo=echo, options=options, apply=apply, engine_factory=engine_factory
+                )
             finally:
                 if changed:  # the workspace holds what was applied: keep how long it took
                     ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())
@@ -303,8 +291,7 @@ def _apply(
 def spot_prices(spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
     """The Spot prices the review judges Spot nodes by (a target's ``spot_prices``, issue 26);
     None on a target without them or without Spot nodes."""
-    found = getattr(target_of(spec), "spot_prices", None)
-    return found(spec, echo) if callable(found) else None
+    return target_of(spec).spot_prices(spec, echo)
 
 
 def _check_plan(
@@ -455,9 +442,7 @@ def _interruptions(
             if isinstance(notice, dict) and notice:
                 found[i] = notice
     finally:
-        close = getattr(transport, "close", None)
-        if callable(close):
-            close()
+        transport.close()
     return found
 
 
@@ -498,9 +483,8 @@ def transport_for(
 
 def applies_as_is(ws: Workspace, spec: ClusterSpec) -> bool:
     """Whether this workspace's root module is applied as it is, never rendered again: node
-    0's copy of the operator's workspace (a target's optional verb ``applies_as_is``)."""
-    verb = getattr(target_of(spec), "applies_as_is", None)
-    return bool(verb(ws)) if verb is not None else False
+    0's copy of the operator's workspace (the target's verb ``applies_as_is``)."""
+    return target_of(spec).applies_as_is(ws)
 
 
 def replace_from_root_module(
@@ -546,10 +530,8 @@ def replace_from_root_module(
 
 def head_recovery_of(ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
     """The command node 0's supervisor runs to recover a job that lost nodes, when the
-    cluster's target has one (optional verb ``head_recovery``) and its spec turns it on."""
-    verb = getattr(target_of(spec), "head_recovery", None)
-    found = verb(ws, spec) if verb is not None else None
-    return found if isinstance(found, HeadRecovery) else None
+    cluster's target has one (verb ``head_recovery``) and its spec turns it on."""
+    return target_of(spec).head_recovery(ws, spec)
 
 
 def default_wait_ready_s(spec: ClusterSpec) -> float:
@@ -573,9 +555,7 @@ def node_readiness(
     try:
         return check_readiness(transport, topology)
     finally:
-        close = getattr(transport, "close", None)
-        if callable(close):
-            close()
+        transport.close()
 
 
 def _state(ws: Workspace, resources: Sequence[str], topology: Topology | None) -> tuple[str, str]:
@@ -646,8 +626,7 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
     for n in nodes:
         if n["readiness"] == "failed":
             problems.append(f"{n['name']} failed: {n['readiness_detail'] or 'no detail'}")
-    # What the nodes install, where the target says (aws: the pinned jax).
-    installs = getattr(target_of(spec), "node_installs", None)
+    target = target_of(spec)
     info = {
         "cluster": spec.name,
         "provider": spec.provider,
@@ -664,10 +643,9 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
         "nodes": nodes,
         "jobs": jobs,  # the running ones (the head's records)
         "jobs_error": jobs_error,
-        "node_installs": installs(ws, spec) if callable(installs) else {},
+        # What the nodes install, where the target says (aws: the pinned jax).
+        "node_installs": target.node_installs(ws, spec),
     }
     # A target's own facts (aws: the zone, and why it is not the first choice).
-    details = getattr(target_of(spec), "status_details", None)
-    if details is not None:
-        info.update(details(ws, spec))
+    info.update(target.status_details(ws, spec))
     return info

@@ -245,7 +245,7 @@ class Cluster:
             return fetch_results(transport, report)
         finally:
             self._restore(transport)
-            _close(transport)  # an SSH target's connections: a notebook lives long
+            transport.close()  # an SSH target's connections: a notebook lives long
 
     def submit(
         self,
@@ -262,7 +262,7 @@ class Cluster:
 
         with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
             transport, report, call = self._start(fn, args, kwargs, nodes, Path(tmp), detach=True)
-        _close(transport)  # the job's handle connects again when it needs to
+        transport.close()  # the job's handle connects again when it needs to
         self._echo(f"[skyinfra] job {report.run_id} ({call.name}) started on every node")
         return Job(
             self._ws,
@@ -347,7 +347,7 @@ class Cluster:
                     try:
                         gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
                     finally:
-                        _close(everyone)
+                        everyone.close()
                 report = run_on_cluster(
                     transport=transport,
                     topology=topology,
@@ -376,7 +376,7 @@ class Cluster:
             except BaseException:
                 with contextlib.suppress(Exception):  # a call on some nodes: theirs back
                     self._restore(transport)
-                _close(transport)
+                transport.close()
                 raise
         return transport, report, call
 
@@ -405,12 +405,6 @@ class Cluster:
         }
         first = index[report.first_failure]
         raise remote_error(transport, call.name, report.run_id, report.run_dir, first, outcomes)
-
-
-def _close(transport: NodeTransport) -> None:
-    close = getattr(transport, "close", None)
-    if callable(close):
-        close()
 
 
 def _renumbered(echo: Echo, chosen: Sequence[int]) -> Echo:

@@ -75,7 +75,13 @@ class SubsetTransport:
     def fetch(self, node: int, remote: str, local: Path) -> bool:
         return self.inner.fetch(self.chosen[node], remote, local)
 
-    def __getattr__(self, name: str) -> Any:  # close() and the like
+    def node_gone(self, node: int) -> bool:
+        return self.inner.node_gone(self.chosen[node])
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # a transport's own extras (aws: ssh_client)
         return getattr(self.inner, name)
 
 

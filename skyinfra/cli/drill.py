@@ -9,22 +9,14 @@ interruption through the Fault Injection Service (targets/aws/drill.py), asked f
 
 from __future__ import annotations
 
-import secrets
 import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from skyinfra.cli.options import cluster_option, dir_option
 from skyinfra.cli.resolve import echo, workspace
-from skyinfra.errors import Declined, UsageError
-
-if TYPE_CHECKING:
-    from skyinfra.spec import ClusterSpec
-    from skyinfra.topology import Topology
-    from skyinfra.workspace import Workspace
+from skyinfra.errors import UsageError
 
 DEFAULT_NOTICE_S = 120  # EC2's: about two minutes
 
@@ -87,6 +79,7 @@ def interrupt(
     at the notice's time); an attached `run --max-restarts` replaces it and restarts the job,
     a detached job waits for `skyinfra jobs recover JOB`. AWS: a real interruption of the
     node's Spot instance through the Fault Injection Service (asked first, as `down` asks)."""
+    from skyinfra import lifecycle
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, cluster_name, changes_something=True)
@@ -95,80 +88,9 @@ def interrupt(
         raise UsageError(f"cluster {ws.name!r} is not up (no topology): nothing to interrupt")
     topology = read_topology(ws.topology_file)
     node = node_index(node_text, len(topology.nodes))
-    if spec.provider == "local":
-        from skyinfra.targets.local.drill import send_notice
-
-        notice = send_notice(ws.nodes_dir / topology.nodes[node].name, node, notice_s)
-        echo(
-            f"[skyinfra] drill: Spot interruption notice sent to node-{node}: "
-            f"{notice.get('action')} at {notice.get('time')} (in {notice_s} s)"
-        )
-        echo(
-            "[skyinfra] its job's workers get SIGTERM and the time left "
-            "($SKYINFRA_PREEMPT_DEADLINE); the node goes once its part of the job has ended, "
-            "or at that time"
-        )
-        return
-    if spec.provider != "aws":
-        raise UsageError(f"drill interrupt: the {spec.provider} target has no Spot notices")
-    _interrupt_on_aws(ws, spec, topology, node, notice_s, role_arn, yes)
-
-
-def _interrupt_on_aws(
-    ws: Workspace,
-    spec: ClusterSpec,
-    topology: Topology,
-    node: int,
-    notice_s: int,
-    role_arn: str | None,
-    yes: bool,
-) -> None:
-    from skyinfra.targets.aws.drill import MAX_NOTICE_S, MIN_NOTICE_S, send_interruption
-    from skyinfra.targets.aws.failover import launched_markets
-    from skyinfra.targets.aws.session import clients_for
-
-    if not MIN_NOTICE_S <= notice_s <= MAX_NOTICE_S:
-        raise UsageError(
-            f"--notice-seconds {notice_s}: expected {MIN_NOTICE_S} to {MAX_NOTICE_S} on AWS "
-            "(FIS's durationBeforeInterruption is at least two minutes)"
-        )
-    if not role_arn or not role_arn.startswith("arn:"):
-        raise UsageError(
-            f"--fis-role-arn {role_arn!r}: expected the ARN of an IAM role FIS may assume, with "
-            "ec2:SendSpotInstanceInterruptions on the cluster's instances"
-        )
-    name = topology.nodes[node].name
-    market = launched_markets(spec, ws, len(topology.nodes)).get(name, "on-demand")
-    if market != "spot":
-        raise UsageError(
-            f"NODE {node}: {name} runs {market}, not Spot (aws.market): only a Spot "
-            "instance can be sent an interruption"
-        )
-    instance = topology.nodes[node].instance_id
-    echo(
-        f"[skyinfra] drill: a real Spot interruption of {name} ({instance}) through FIS: "
-        f"its notice now, the instance interrupted {notice_s} s later"
-    )
-    if not yes:
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
-            raise UsageError("drill interrupt on AWS: pass --yes to interrupt off a terminal")
-        if not click.confirm(f"Interrupt {name} ({instance})?"):
-            raise Declined("drill cancelled: you answered no; nothing was sent")
-    sent = send_interruption(
-        clients_for(spec),
-        cluster=spec.name,
-        node=node,
-        instance_id=str(instance),
-        seconds=notice_s,
-        role_arn=role_arn,
-        client_token=f"skyinfra-drill-{int(time.time())}-{secrets.token_hex(4)}",
-    )
-    said = f"[skyinfra] FIS experiment {sent['experiment']} ({sent['state'] or 'started'})"
-    if sent["template_left"]:
-        echo(
-            f"{said}; its template {sent['template']} could not be deleted "
-            f"({sent['template_left']}): aws fis delete-experiment-template --id "
-            f"{sent['template']}"
-        )
-    else:
-        echo(f"{said}; its template {sent['template']} deleted (the experiment runs on)")
+    # Asked on a terminal only; a target that asks (aws) refuses without --yes elsewhere.
+    ask = click.confirm if sys.stdin.isatty() and sys.stdout.isatty() else None
+    lifecycle.target_of(spec).interrupt_node(
+        ws, spec, topology, node, notice_s=notice_s, role_arn=role_arn, yes=yes, ask=ask,
+        echo=echo,
+    )  # fmt: skip

@@ -61,13 +61,8 @@ def ssh(
     if print_config:
         if words:
             raise UsageError(f"--config takes no NODE or command (got {' '.join(words)!r})")
-        config = getattr(target, "ssh_config", None)
-        if config is None:
-            raise UsageError(
-                f"--config: the {spec.provider} target's nodes have no SSH (they are folders on "
-                "this machine); `skyinfra ssh [NODE] [-- CMD]` opens a shell in one"
-            )
-        click.echo(config(ws, spec, topology, echo=echo), nl=False)
+        # A target whose nodes have no SSH (local) says so: UnsupportedByTarget, exit 2.
+        click.echo(target.ssh_config(ws, spec, topology, echo=echo), nl=False)
         return
     node = 0
     command = list(words)
@@ -77,7 +72,7 @@ def ssh(
         command = command[1:]
     if not 0 <= node < total:
         raise UsageError(f"NODE {node}: the cluster has nodes 0 to {total - 1}")
-    shell = target.shell(ws, spec, topology, node, command)  # type: ignore[attr-defined]
+    shell = target.shell(ws, spec, topology, node, command)
     sys.stdout.flush()
     sys.stderr.flush()
     if shell.cwd is not None:

@@ -532,8 +532,7 @@ def head_gone(transport: NodeTransport) -> bool:
     """Node 0 is certainly gone, not just unreachable for a moment: only a transport that can
     tell says so (the local target: its folder; AWS: EC2 says its instance is terminated);
     elsewhere a failed read stays an error."""
-    gone = getattr(transport, "node_gone", None)
-    return callable(gone) and bool(gone(0))
+    return transport.node_gone(0)
 
 
 def end_node_part(transport: NodeTransport, node: int, job_id: str) -> None:
@@ -640,9 +639,7 @@ def cluster_jobs(
         try:
             found = list_jobs(transport)
         finally:
-            close = getattr(transport, "close", None)
-            if callable(close):
-                close()
+            transport.close()
     except (SkyinfraError, OSError) as err:
         return [], str(err)
     return found, ""

@@ -3,27 +3,56 @@
 A target owns its section of the spec (``[local]``, ``[aws]``), renders the cluster's root
 module (doing first whatever must happen before Terraform: the AWS preflight and wheel
 staging), says how to reach the nodes and how long they take to become ready, and cleans up
-after ``down``. The lifecycle (skyinfra/lifecycle.py) drives every target through these verbs
-and nothing else: it has no branch on a target's name.
+after ``down``. The lifecycle (skyinfra/lifecycle.py) and the commands (skyinfra/cli/) drive
+every target through the verbs declared here and nothing else: they never look a verb up by
+name and never branch on a target's name (tests/unit/test_target_conformance.py checks both).
+
+Every target implements every verb. Where a target lacks a capability it says so, one way
+for each kind of verb:
+
+- a verb that answers a question (``spot_prices``, ``status_details``, ``node_installs``,
+  ``applies_as_is``, ``head_recovery``) answers with its empty value (None, ``{}``, False),
+  the same answer a capable target gives when it has nothing to add;
+- a verb that does something (``ssh_config``, ``interrupt_node``, the checkpoint verbs)
+  raises :class:`~skyinfra.errors.UnsupportedByTarget` (a usage error: exit 2) carrying the
+  target's name, the verb and, in words, why and what to do instead.
+
+The model is Ray's NodeProvider and SkyPilot's provision verbs: a target is a peer behind a
+declared protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from skyinfra.target_registry import TargetDeclaration, TargetOption, TargetSection
 
 if TYPE_CHECKING:
+    from skyinfra.review.cost import SpotPrices
+    from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.spec import ClusterSpec
+    from skyinfra.terraform import EngineFactory, PlanSummary
     from skyinfra.topology import Topology
     from skyinfra.transport.base import NodeTransport
     from skyinfra.workspace import Workspace
 
-__all__ = ["Echo", "Shell", "Target", "TargetOption", "TargetOptions", "TargetSection"]
+__all__ = [
+    "Ask",
+    "CheckpointListing",
+    "CheckpointSetInfo",
+    "Echo",
+    "Shell",
+    "Target",
+    "TargetOption",
+    "TargetOptions",
+    "TargetSection",
+]
 
 Echo = Callable[[str], None]
+# A yes/no question put to the user on a terminal (True: go on).
+Ask = Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -36,26 +65,52 @@ class Shell:
     cwd: str | None = None
 
 
+@dataclass(frozen=True)
+class CheckpointSetInfo:
+    """One checkpoint set where its target keeps it, as `skyinfra checkpoints` shows it."""
+
+    name: str
+    size_bytes: int
+    items: int  # the files of its folder, the objects under its prefix
+    item_unit: str  # what ``items`` counts, singular: "file", "object"
+    modified: str | None  # the newest item's time, ISO 8601 to the second (None: empty)
+    jobs: tuple[str, ...]  # the jobs that used it, oldest first
+    location: str  # the set's folder or URL
+    location_key: str  # the key ``--json`` names ``location`` by: "path", "url"
+    place: str  # where `checkpoints delete` says it deletes from
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set as ``skyinfra checkpoints --json`` prints it."""
+        return {
+            "name": self.name,
+            self.location_key: self.location,
+            "size_bytes": self.size_bytes,
+            "files": self.items,
+            "modified": self.modified,
+            "jobs": list(self.jobs),
+        }
+
+
+@dataclass(frozen=True)
+class CheckpointListing:
+    """The cluster's checkpoint sets and where they are kept, in words ("in <folder>",
+    "under <url>/"), as the listing's last line names the place."""
+
+    sets: list[CheckpointSetInfo]
+    where: str
+
+
 # The target-specific flags the user gave (name -> value); only flags that were set.
 TargetOptions = Mapping[str, Any]
+# What `up` gets back from applying a rendered root module (lifecycle.up's ``apply``).
+Apply = Callable[[dict[str, str]], "tuple[PlanSummary, Topology]"]
 
 
+@runtime_checkable
 class Target(TargetDeclaration, Protocol):
-    """One kind of place clusters run; see the module docstring. It declares what its
-    declaration does (name, max_nodes, options, parse_section: skyinfra.target_registry).
-
-    Two verbs are optional (the lifecycle looks them up with ``getattr``):
-    ``launch(spec, ws, *, echo, options, apply, engine_factory)`` renders and calls
-    ``apply(files)`` itself, as often as it needs (aws: zone by zone until one has capacity,
-    targets/aws/failover.py), instead of `up` rendering once; ``status_details(ws, spec)``
-    returns extra keys for `status` (aws: ``zone``, ``zone_reason``). `skyinfra ssh` looks up
-    ``shell(ws, spec, topology, node, command) -> Shell`` (a shell, or ``command`` run by the
-    node's shell, on node ``node``) and ``ssh_config(ws, spec, topology, *, echo) -> str`` (an
-    OpenSSH config block per node; absent: the target's nodes have no SSH).
-    ``head_recovery(ws, spec) -> HeadRecovery | None``: the command node 0's supervisor runs
-    to replace a detached job's lost nodes itself (skyinfra.run.head_recovery; absent, or
-    None: the job waits for `skyinfra jobs recover`).
-    """
+    """One kind of place clusters run; see the module docstring for what a target without a
+    capability answers. It declares what its declaration does (name, max_nodes, options,
+    parse_section: skyinfra.target_registry)."""
 
     # How long `run` waits by default for nodes whose bootstrap is still going (0: nodes are
     # ready when `up` returns).
@@ -66,6 +121,21 @@ class Target(TargetDeclaration, Protocol):
     ) -> dict[str, str]:
         """The root module's files (relative path -> text). Runs what must come before
         Terraform (checks, staging) but writes nothing into the workspace."""
+        ...
+
+    def launch(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        *,
+        echo: Echo,
+        options: TargetOptions,
+        apply: Apply,
+        engine_factory: EngineFactory,
+    ) -> tuple[PlanSummary, Topology]:
+        """`up`'s render and apply: renders (``render``) and calls ``apply(files)``, once
+        (local) or as often as it needs (aws: zone by zone until one has capacity,
+        targets/aws/failover.py), and returns what the last ``apply`` returned."""
         ...
 
     def transport(
@@ -103,4 +173,87 @@ class Target(TargetDeclaration, Protocol):
         """What this target made (by its tags) that the state of none of ``workspaces``
         knows about, searched where ``specs`` run (AWS: their regions). Lists, never
         deletes; one line each."""
+        ...
+
+    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+        """The Spot prices `up`'s review judges Spot nodes by (issue 26). None: no Spot nodes,
+        no prices to be had, or a target without Spot."""
+        ...
+
+    def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
+        """The target's own keys for `status` (aws: ``zone``, ``zone_reason``, ``markets``,
+        ...). ``{}``: nothing to add."""
+        ...
+
+    def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
+        """What the nodes install that `status` shows (aws: the pinned jax). ``{}``: nothing
+        pinned (the local nodes install the operator's own packages)."""
+        ...
+
+    def applies_as_is(self, ws: Workspace) -> bool:
+        """Whether this workspace's root module is applied as it is, never rendered again
+        (aws: node 0's copy of the operator's workspace). False: a target whose workspaces
+        are always the operator's."""
+        ...
+
+    def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
+        """The command node 0's supervisor runs to replace a detached job's lost nodes
+        itself (skyinfra.run.head_recovery). None: the spec does not turn it on, or the target
+        cannot, and the job waits for `skyinfra jobs recover`."""
+        ...
+
+    def shell(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        node: int,
+        command: Sequence[str],
+    ) -> Shell:
+        """What `skyinfra ssh` executes here for a shell on node ``node`` (an index of
+        ``topology``), or ``command`` run by the node's shell when given."""
+        ...
+
+    def ssh_config(
+        self, ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo
+    ) -> str:
+        """An OpenSSH config block per node, for `skyinfra ssh --config`. A target whose
+        nodes have no SSH raises UnsupportedByTarget."""
+        ...
+
+    def interrupt_node(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        node: int,
+        *,
+        notice_s: int,
+        role_arn: str | None,
+        yes: bool,
+        ask: Ask | None,
+        echo: Echo,
+    ) -> None:
+        """`skyinfra drill interrupt`: send worker ``node`` a Spot interruption notice,
+        ``notice_s`` seconds ahead, and say what was sent. ``role_arn``: the role a cloud's
+        fault service acts as (aws: FIS); ``yes``: do not ask; ``ask``: how to ask (None: not
+        on a terminal). A target without Spot notices raises UnsupportedByTarget."""
+        ...
+
+    def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
+        """The cluster's checkpoint sets where the target keeps them (local: folders of the
+        workspace; aws: S3 prefixes under the cluster's checkpoints URL), each with the jobs
+        that used it. A target without checkpoint sets raises UnsupportedByTarget."""
+        ...
+
+    def checkpoint_set(self, ws: Workspace, spec: ClusterSpec, name: str) -> CheckpointSetInfo:
+        """Set ``name``; a UsageError naming it (and the sets there are) when it is not a
+        valid name or the cluster has no such set."""
+        ...
+
+    def delete_checkpoint_set(
+        self, ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo
+    ) -> str:
+        """Delete set ``found`` and everything in it; what more to say after "deleted <set>"
+        ("" or, say, ": 12 object(s) under s3://.../")."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.tree import CopyStats
@@ -49,7 +49,11 @@ class NodeProcess(Protocol):
         ...
 
 
+@runtime_checkable
 class NodeTransport(Protocol):
+    """How skyinfra reaches a target's nodes (``Target.transport``); every transport
+    implements every verb (``node_gone`` answers False where it cannot tell)."""
+
     def node_root(self, node: int) -> str:
         """The node's own directory (holds venv/, work/, runs/)."""
         ...
@@ -84,4 +88,15 @@ class NodeTransport(Protocol):
 
     def fetch(self, node: int, remote: str, local: Path) -> bool:
         """Copy a file back; False when it does not exist on the node."""
+        ...
+
+    def node_gone(self, node: int) -> bool:
+        """Whether the node is certainly gone, not just unreachable for a moment (local: its
+        folder is; aws: EC2 says its instance is terminated). False where the transport
+        cannot tell: a failed read then stays an error."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what the transport holds open (aws: its SSH connections); nothing to do
+        for a transport that holds nothing (local). Safe to call more than once."""
         ...

@@ -118,9 +118,7 @@ def verify_workspace(
                 select=select,
             )
         finally:
-            close = getattr(transport, "close", None)
-            if callable(close):
-                close()
+            transport.close()
     if not report.results:
         raise_for_failures(report)
     return report

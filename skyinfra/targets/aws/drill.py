@@ -11,9 +11,19 @@ template, any running experiments that use the template are not affected" (AWS F
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+
+from skyinfra.errors import Declined, UsageError
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.failover import launched_markets
+from skyinfra.targets.aws.session import clients_for
+from skyinfra.targets.base import Ask, Echo
+from skyinfra.topology import Topology
+from skyinfra.workspace import Workspace
 
 # FIS's lower bound on durationBeforeInterruption: two minutes, EC2's own notice.
 MIN_NOTICE_S = 120
@@ -95,3 +105,64 @@ def send_interruption(
         "state": str((experiment.get("state") or {}).get("status", "")),
         "template_left": left,
     }
+
+
+def interrupt(
+    ws: Workspace,
+    spec: ClusterSpec,
+    topology: Topology,
+    node: int,
+    *,
+    notice_s: int,
+    role_arn: str | None,
+    yes: bool,
+    ask: Ask | None,
+    echo: Echo,
+) -> None:
+    """The target's ``interrupt_node``: refuse what FIS would (a notice under two minutes,
+    no role, an On-Demand node) before any AWS call, ask unless ``yes``, then send."""
+    if not MIN_NOTICE_S <= notice_s <= MAX_NOTICE_S:
+        raise UsageError(
+            f"--notice-seconds {notice_s}: expected {MIN_NOTICE_S} to {MAX_NOTICE_S} on AWS "
+            "(FIS's durationBeforeInterruption is at least two minutes)"
+        )
+    if not role_arn or not role_arn.startswith("arn:"):
+        raise UsageError(
+            f"--fis-role-arn {role_arn!r}: expected the ARN of an IAM role FIS may assume, with "
+            "ec2:SendSpotInstanceInterruptions on the cluster's instances"
+        )
+    name = topology.nodes[node].name
+    market = launched_markets(spec, ws, len(topology.nodes)).get(name, "on-demand")
+    if market != "spot":
+        raise UsageError(
+            f"NODE {node}: {name} runs {market}, not Spot (aws.market): only a Spot "
+            "instance can be sent an interruption"
+        )
+    instance = topology.nodes[node].instance_id
+    echo(
+        f"[skyinfra] drill: a real Spot interruption of {name} ({instance}) through FIS: "
+        f"its notice now, the instance interrupted {notice_s} s later"
+    )
+    if not yes:
+        if ask is None:
+            raise UsageError("drill interrupt on AWS: pass --yes to interrupt off a terminal")
+        if not ask(f"Interrupt {name} ({instance})?"):
+            raise Declined("drill cancelled: you answered no; nothing was sent")
+    sent = send_interruption(
+        clients_for(spec),
+        cluster=spec.name,
+        node=node,
+        instance_id=str(instance),
+        seconds=notice_s,
+        role_arn=role_arn,
+        client_token=f"skyinfra-drill-{int(time.time())}-{secrets.token_hex(4)}",
+    )
+    said = f"[skyinfra] FIS experiment {sent['experiment']} ({sent['state'] or 'started'})"
+    if sent["template_left"]:
+        echo(
+            f"{said}; its template {sent['template']} could not be deleted "
+            f"({sent['template_left']}): aws fis delete-experiment-template --id "
+            f"{sent['template']}"
+        )
+    else:
+        echo(f"{said}; its template {sent['template']} deleted (the experiment runs on)")

@@ -86,7 +86,13 @@ from skyinfra.targets.aws.staging import (
     staging_prefix,
 )
 from skyinfra.targets.aws.tagged import count_tagged, orphans
-from skyinfra.targets.base import Shell, TargetOptions
+from skyinfra.targets.base import (
+    Ask,
+    CheckpointListing,
+    CheckpointSetInfo,
+    Shell,
+    TargetOptions,
+)
 from skyinfra.targets.identity import (
     CLUSTER_TAG,
     WORKSPACE_TAG,
@@ -530,6 +536,45 @@ class AwsTarget(AwsDeclaration):
         self, ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo
     ) -> str:
         return aws_shell.ssh_config(ws, spec, topology, echo=echo)
+
+    def interrupt_node(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        node: int,
+        *,
+        notice_s: int,
+        role_arn: str | None,
+        yes: bool,
+        ask: Ask | None,
+        echo: Echo,
+    ) -> None:
+        """A real interruption of the node's Spot instance through FIS (drill.py)."""
+        from skyinfra.targets.aws import drill
+
+        drill.interrupt(
+            ws, spec, topology, node, notice_s=notice_s, role_arn=role_arn, yes=yes, ask=ask,
+            echo=echo,
+        )  # fmt: skip
+
+    def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
+        """The sets under the cluster's checkpoint store's prefix (checkpoint_sets.py)."""
+        from skyinfra.targets.aws import checkpoint_sets
+
+        return checkpoint_sets.listing(ws, spec)
+
+    def checkpoint_set(self, ws: Workspace, spec: ClusterSpec, name: str) -> CheckpointSetInfo:
+        from skyinfra.targets.aws import checkpoint_sets
+
+        return checkpoint_sets.find(ws, spec, name)
+
+    def delete_checkpoint_set(
+        self, ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo
+    ) -> str:
+        from skyinfra.targets.aws import checkpoint_sets
+
+        return checkpoint_sets.delete(ws, spec, found)
 
     def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
         """What the nodes install, as `up` rendered it (status shows the jax pin)."""

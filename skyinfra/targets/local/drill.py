@@ -14,6 +14,7 @@ from skyinfra_runtime.imds_standin import INTERRUPT_PATH
 from skyinfra_runtime.spot import direct_opener, read_settings
 
 from skyinfra.errors import TransportError, UsageError
+from skyinfra.targets.base import Echo
 from skyinfra.targets.local.transport import node_problem
 
 
@@ -47,3 +48,17 @@ def send_notice(node_dir: Path, node: int, seconds: int) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise TransportError(f"node {node}: the IMDS stand-in answered {answer!r}")
     return answer
+
+
+def interrupt(node_dir: Path, node: int, notice_s: int, echo: Echo) -> None:
+    """Send node ``node`` (its folder ``node_dir``) the notice and say what happens next."""
+    notice = send_notice(node_dir, node, notice_s)
+    echo(
+        f"[skyinfra] drill: Spot interruption notice sent to node-{node}: "
+        f"{notice.get('action')} at {notice.get('time')} (in {notice_s} s)"
+    )
+    echo(
+        "[skyinfra] its job's workers get SIGTERM and the time left "
+        "($SKYINFRA_PREEMPT_DEADLINE); the node goes once its part of the job has ended, "
+        "or at that time"
+    )

@@ -16,10 +16,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import render, timeline
-from skyinfra.errors import ConfigError, SpecError, TransportError, spec_problems
+from skyinfra.errors import (
+    ConfigError,
+    SpecError,
+    TransportError,
+    UnsupportedByTarget,
+    spec_problems,
+)
 from skyinfra.run.head_recovery import HeadRecovery, operator_settings
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.base import Echo, Shell, TargetOptions
+from skyinfra.targets.base import (
+    Apply,
+    Ask,
+    CheckpointListing,
+    CheckpointSetInfo,
+    Echo,
+    Shell,
+    TargetOptions,
+)
 from skyinfra.targets.local import registry
 from skyinfra.targets.local.processes import end_processes
 from skyinfra.targets.local.spec import LocalDeclaration, LocalSpec
@@ -29,7 +43,10 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
+    from skyinfra.checkpoints import CheckpointSet
+    from skyinfra.review.cost import SpotPrices
     from skyinfra.targets.base import Target
+    from skyinfra.terraform import EngineFactory, PlanSummary
 
 # uv's package cache, one per workspace, shared by all of the cluster's nodes: the first node
 # fills it and the others link from it (uv's cache is safe for concurrent use).
@@ -211,6 +228,38 @@ class LocalTarget(LocalDeclaration):
         timeline.lap("render")
         return files
 
+    def launch(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        *,
+        echo: Echo,
+        options: TargetOptions,
+        apply: Apply,
+        engine_factory: EngineFactory,
+    ) -> tuple[PlanSummary, Topology]:
+        """Render once and apply: a local node never lacks capacity."""
+        # The wheel build and the port check happen here: before any workspace write.
+        with timeline.stage("prepare"):
+            files = self.render(spec, ws, echo=echo, options=options)
+        return apply(files)
+
+    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+        """None: local nodes cost nothing and have no market."""
+        return None
+
+    def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
+        """{}: a local cluster has no zone or market to tell of."""
+        return {}
+
+    def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
+        """{}: the nodes install the operator's own versions (no pin to show)."""
+        return {}
+
+    def applies_as_is(self, ws: Workspace) -> bool:
+        """False: every local workspace is the operator's, rendered by `up`."""
+        return False
+
     def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
         """``local.recover``: node 0 is a folder of this machine, so the command node 0's
         supervisor runs is this skyinfra on this workspace (skyinfra.run.head_recovery)."""
@@ -248,6 +297,53 @@ class LocalTarget(LocalDeclaration):
             raise TransportError(f"node {node}: {problem}")
         argv, env = node_shell(node_dir, node, command)
         return Shell(argv, env, str(node_dir))
+
+    def ssh_config(
+        self, ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo
+    ) -> str:
+        """Unsupported: local nodes are folders of this machine, with no SSH server."""
+        raise UnsupportedByTarget(
+            self.name,
+            "ssh_config",
+            f"--config: the {self.name} target's nodes have no SSH (they are folders on this "
+            "machine); `skyinfra ssh [NODE] [-- CMD]` opens a shell in one",
+        )
+
+    def interrupt_node(
+        self,
+        ws: Workspace,
+        spec: ClusterSpec,
+        topology: Topology,
+        node: int,
+        *,
+        notice_s: int,
+        role_arn: str | None,
+        yes: bool,
+        ask: Ask | None,
+        echo: Echo,
+    ) -> None:
+        """The notice goes to the node's IMDS stand-in (drill.py), at once: nothing is
+        asked and no role is needed, as nothing outside this machine is touched."""
+        from skyinfra.targets.local.drill import interrupt
+
+        interrupt(ws.nodes_dir / topology.nodes[node].name, node, notice_s, echo)
+
+    def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
+        """The folders under the workspace's checkpoints/ (skyinfra.checkpoints)."""
+        from skyinfra.checkpoints import list_sets, local_root
+
+        return CheckpointListing([_set_info(s) for s in list_sets(ws)], f"in {local_root(ws)}")
+
+    def checkpoint_set(self, ws: Workspace, spec: ClusterSpec, name: str) -> CheckpointSetInfo:
+        from skyinfra.checkpoints import find_set
+
+        return _set_info(find_set(ws, name))
+
+    def delete_checkpoint_set(
+        self, ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo
+    ) -> str:
+        shutil.rmtree(found.location)
+        return ""
 
     def nodes_to_replace(
         self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
@@ -293,6 +389,20 @@ class LocalTarget(LocalDeclaration):
                 continue
             lines += [f"node folder {p}" for p in sorted(ws.nodes_dir.glob("*")) if p.is_dir()]
         return lines
+
+
+def _set_info(found: CheckpointSet) -> CheckpointSetInfo:
+    return CheckpointSetInfo(
+        name=found.name,
+        size_bytes=found.size_bytes,
+        items=found.files,
+        item_unit="file",
+        modified=found.to_dict()["modified"],
+        jobs=found.jobs,
+        location=str(found.path),
+        location_key="path",
+        place=str(found.path),
+    )
 
 
 def _processes_under(folder: Path) -> list[tuple[int, str]]:

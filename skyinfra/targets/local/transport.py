@@ -146,6 +146,9 @@ class LocalTransport:
         d = self._dirs.get(node)
         return d is not None and node_problem(d) is not None
 
+    def close(self) -> None:
+        """Nothing to let go of: each command is a process of its own."""
+
     def readiness(self, node: int) -> Readiness:
         """Ready once the bootstrap made the node directory; `up` is synchronous, so a node
         that is not ready here will not become ready by waiting."""

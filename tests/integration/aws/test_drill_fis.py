@@ -11,9 +11,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from skyinfra.cli.drill import _interrupt_on_aws, node_index
+from skyinfra.cli.drill import node_index
+from skyinfra.cli.resolve import echo
 from skyinfra.errors import UsageError
 from skyinfra.spec import ClusterSpec, validate_spec
+from skyinfra.targets import get_target
 from skyinfra.targets.aws.drill import ACTION_ID, instance_arn, send_interruption, template_request
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
 from skyinfra.targets.aws.session import AwsClients
@@ -137,7 +139,9 @@ def test_a_refused_aws_drill_sends_nothing(
     ws, spec, topology = aws_cluster(tmp_path, market)
     # Off a terminal (pytest's stdin is not one) and without --yes.
     with pytest.raises(UsageError) as err:
-        _interrupt_on_aws(ws, spec, topology, 1, seconds, role, yes=False)
+        get_target("aws").interrupt_node(
+            ws, spec, topology, 1, notice_s=seconds, role_arn=role, yes=False, ask=None, echo=echo
+        )
     assert named in str(err.value) and err.value.exit_code == 2
 
 
@@ -149,7 +153,9 @@ def test_a_confirmed_aws_drill_starts_the_experiment(
 ) -> None:
     monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
     ws, spec, topology = aws_cluster(tmp_path, "spot")
-    _interrupt_on_aws(ws, spec, topology, 1, 150, ROLE, yes=True)
+    get_target("aws").interrupt_node(
+        ws, spec, topology, 1, notice_s=150, role_arn=ROLE, yes=True, ask=None, echo=echo
+    )
     said = capsys.readouterr().out
     assert "a real Spot interruption of node-1 (i-0123456789abcdef)" in said
     fis = boto3.client("fis", region_name=REGION, endpoint_url=aws_env)
