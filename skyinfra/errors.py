@@ -159,10 +159,17 @@ class ClusterDownError(WorkspaceError):
 
     exit_code = exitcodes.USAGE
 
-    def __init__(self, cluster: str) -> None:
-        super().__init__(
-            f"cluster {cluster!r} is down (no topology.json); bring it up with `skyinfra up`"
-        )
+    def __init__(self, cluster: str, *, unfinished: str | None = None) -> None:
+        self.unfinished = unfinished  # the command that left the cluster part-made, if one did
+        if unfinished is None:
+            said = f"cluster {cluster!r} is down (no topology.json); bring it up with `skyinfra up`"
+        else:
+            said = (
+                f"cluster {cluster!r} is not up: an `{unfinished}` did not finish (interrupted, "
+                f"or it failed) and left it part-made; run `skyinfra up --name {cluster}` again "
+                f"to finish it, or `skyinfra down --cluster {cluster}` to destroy what it made"
+            )
+        super().__init__(said)
 
 
 class WorkspaceBusyError(WorkspaceError):

@@ -17,6 +17,7 @@ from typing import Any
 
 from skyinfra import shared_state
 from skyinfra.errors import (
+    ClusterDownError,
     ConfirmationRequired,
     SkyinfraError,
     SpecError,
@@ -174,6 +175,18 @@ def mark_unfinished(ws: Workspace, command: str) -> None:
 
 def mark_finished(ws: Workspace) -> None:
     (ws.path / UNFINISHED_FILE).unlink(missing_ok=True)
+
+
+def not_up_error(ws: Workspace) -> ClusterDownError:
+    """What a command that needs the nodes raises when there is no topology.json: the cluster
+    is down, or an `up` left it part-made (its marker), which takes another `up` or a `down`."""
+    marker = ws.path / UNFINISHED_FILE
+    if not marker.is_file():
+        return ClusterDownError(ws.name)
+    command = "up"
+    with contextlib.suppress(WorkspaceError, OSError, ValueError, AttributeError):
+        command = str(ws.read_json(marker).get("command") or "up")
+    return ClusterDownError(ws.name, unfinished=command)
 
 
 def _first_missing(path: Path) -> Path | None:

@@ -277,10 +277,10 @@ def phase_words(node: dict[str, Any]) -> str:
 @dir_option
 def topology(cluster_name: str | None, clusters_root: Path | None) -> None:
     """Print the cluster's topology.json (schema 1)."""
-    from skyinfra.errors import ClusterDownError
+    from skyinfra import lifecycle
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, cluster_name, changes_something=False)
     if not ws.topology_file.is_file():
-        raise ClusterDownError(ws.name)
+        raise lifecycle.not_up_error(ws)
     click.echo(json.dumps(read_topology(ws.topology_file).to_dict(), indent=2))

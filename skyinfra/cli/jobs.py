@@ -36,11 +36,10 @@ def _cluster_of(
 ) -> tuple[Workspace, NodeTransport, int]:
     """:func:`_cluster` of a workspace already chosen (its shared state refreshed)."""
     from skyinfra import lifecycle
-    from skyinfra.errors import ClusterDownError
     from skyinfra.topology import read_topology
 
     if not ws.topology_file.is_file():
-        raise ClusterDownError(ws.name)
+        raise lifecycle.not_up_error(ws)
     topology = read_topology(ws.topology_file)
     transport = lifecycle.transport_for(ws, topology, spec=ws.spec())
     if not head_may_be_gone:

@@ -170,7 +170,7 @@ def run(
     `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
     """
     from skyinfra import lifecycle
-    from skyinfra.errors import CancelledByCtrlC, ClusterDownError, Detached
+    from skyinfra.errors import CancelledByCtrlC, Detached
     from skyinfra.run.ignore import topology_path_inside
     from skyinfra.run.job import DETACHING_SIGNALS, follow_hint
     from skyinfra.run.report import print_report, raise_for_failure
@@ -188,7 +188,7 @@ def run(
     restarts = _restarts(ws, max_restarts, retry_on)
     refresh_shared_topology(ws)
     if not ws.topology_file.is_file():
-        raise ClusterDownError(ws.name)
+        raise lifecycle.not_up_error(ws)
     topology = read_topology(ws.topology_file)
     spec = ws.spec()
     src = Path.cwd()

@@ -47,13 +47,13 @@ def ssh(
     the node's folder with the same environment. NODE is 3, node-3 or <cluster>-node-3.
     """
     from skyinfra import lifecycle
-    from skyinfra.errors import ClusterDownError, UsageError
+    from skyinfra.errors import UsageError
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, cluster_name, changes_something=False)
     refresh_shared_topology(ws)  # state in S3: another operator may have changed the cluster
     if not ws.topology_file.is_file():
-        raise ClusterDownError(ws.name)
+        raise lifecycle.not_up_error(ws)
     topology = read_topology(ws.topology_file)
     spec = ws.spec()
     target = lifecycle.target_of(spec)

@@ -232,6 +232,11 @@ def test_status_of_an_interrupted_up_says_incomplete_and_what_to_run(
     info = json.loads(as_json.stdout)
     assert info["state"] == "incomplete" and info["healthy"] is False
     assert "an `up` did not finish" in info["problems"][0]
+    # `run` agrees with `status`: not "down", but part-made, with the same two ways out.
+    run = cli(["run", "--cluster", NAME, "work.py:main"], project, env)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"cluster '{NAME}' is not up: an `up` did not finish" in run.stderr, run.stderr
+    assert f"`skyinfra up --name {NAME}` again to finish it" in run.stderr, run.stderr
     with Workspace(ws).lock("up"):  # while an `up` holds the cluster, wait for that one
         busy = cli(["status", "--cluster", NAME], project, env)
     assert busy.returncode == exitcodes.CLUSTER_UNHEALTHY, busy.stdout + busy.stderr
