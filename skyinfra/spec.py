@@ -340,13 +340,22 @@ def load_spec_keeping_applied(
     default_path: Path | None,
     applied: Callable[[Any], ClusterSpec | None],
     flags: Mapping[str, str],
+    overrides_are_flags: bool = True,
 ) -> tuple[ClusterSpec, list[KeptValue]]:
     """``load_spec``, where the cluster exists already (``applied(name)``: its spec.json, or
     None) keeping its applied value of each field that no flag gives and the spec file does
     not hold: a field of :data:`FLAG_KEYS`, or, with no spec file at all, every field.
 
     The kept values that differ from the defaults come back, each with the flag among
-    ``flags`` (field -> flag of the calling command) that changes it."""
+    ``flags`` (field -> flag of the calling command) that changes it. A problem in a value of
+    ``overrides`` is named as the CLI's flag for it unless ``overrides_are_flags`` is False
+    (the Python API's arguments: named as the spec's field)."""
+
+    def validated(merged: Mapping[str, Any]) -> ClusterSpec:
+        if overrides_are_flags:
+            return validate_with_flags(merged, overrides)
+        return validate_spec(merged)
+
     file = spec_path
     if file is None and default_path is not None and default_path.is_file():
         file = default_path
@@ -354,7 +363,7 @@ def load_spec_keeping_applied(
     merged = merge_overrides(raw, overrides)
     previous = applied(merged.get("name"))
     if previous is None:
-        return validate_with_flags(merged, overrides), []
+        return validated(merged), []
     try:  # what a bare name would get on the cluster's target: keeping those says nothing
         defaults = validate_spec({"name": previous.name, "provider": previous.provider}).to_dict()
     except SpecError:
@@ -368,7 +377,7 @@ def load_spec_keeping_applied(
         merged[key] = value
         if defaults.get(key) != value:
             kept.append(KeptValue(key, value, flags.get(key)))
-    return validate_with_flags(merged, overrides), kept
+    return validated(merged), kept
 
 
 # ---------------------------------------------------------------- field readers (pure)

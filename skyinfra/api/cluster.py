@@ -9,7 +9,6 @@ the library behind it is imported when a method runs.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import re
 import sys
@@ -65,12 +64,24 @@ class Cluster:
         target_options: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> None:
-        from skyinfra.spec import validate_spec
+        from skyinfra.spec import load_spec_keeping_applied
 
         raw = {key: value for key, value in fields.items() if value is not None}
         if name is not None:
             raw["name"] = name
-        self._init(validate_spec(raw), None, dir, keep, yes, adopt, all_logs, echo, target_options)
+        # An existing cluster keeps what was applied where these arguments say nothing (as a
+        # bare `skyinfra up --name N`): Cluster(name=N) must not shrink it to the defaults.
+        spec, kept = load_spec_keeping_applied(
+            None,
+            raw,
+            default_path=None,
+            applied=_applied_in(dir),
+            flags=_arguments(),
+            overrides_are_flags=False,
+        )
+        self._init(spec, None, dir, keep, yes, adopt, all_logs, echo, target_options)
+        for value in kept:
+            self._echo(value.line("Cluster.from_spec's file"))
 
     @classmethod
     def from_spec(
@@ -87,12 +98,21 @@ class Cluster:
         **overrides: Any,
     ) -> Cluster:
         """The cluster of a spec file; ``overrides`` replace its fields (as the CLI's flags)."""
-        from skyinfra.spec import load_spec
+        from skyinfra.spec import load_spec_keeping_applied
 
         spec_file = Path(path).absolute()  # `up` records it: where the cluster came from
-        spec = load_spec(spec_file, overrides)
+        spec, kept = load_spec_keeping_applied(
+            spec_file,
+            overrides,
+            default_path=None,
+            applied=_applied_in(dir),
+            flags=_arguments(),
+            overrides_are_flags=False,
+        )
         self = cls.__new__(cls)
         self._init(spec, spec_file, dir, keep, yes, adopt, all_logs, echo, target_options)
+        for value in kept:
+            self._echo(value.line(str(spec_file)))
         return self
 
     def _init(
@@ -149,9 +169,7 @@ class Cluster:
         """Create or update the cluster as `skyinfra up` does; returns its topology."""
         from skyinfra import lifecycle
 
-        spec = self.spec
-        if spec.engine is None and self._ws.exists():  # the engine the cluster was made with
-            spec = dataclasses.replace(spec, engine=self._ws.spec().engine)
+        spec = self.spec  # with what an existing cluster keeps (its engine too): __init__
         _, topology = lifecycle.up(
             spec,
             self._ws,
@@ -417,3 +435,26 @@ def _renumbered(echo: Echo, chosen: Sequence[int]) -> Echo:
         echo(line)
 
     return say
+
+
+def _arguments() -> dict[str, str]:
+    """The arguments that set the fields an existing cluster otherwise keeps (spec.FLAG_KEYS),
+    named for the kept-value lines as the CLI names its flags."""
+    from skyinfra.spec import FLAG_KEYS
+
+    return {key: f"{key}=" for key in FLAG_KEYS}
+
+
+def _applied_in(clusters_root: str | Path | None) -> Callable[[Any], ClusterSpec | None]:
+    """The applied spec (spec.json) of the cluster of a name under ``clusters_root``, or None
+    where there is none (or the name is not one: the spec's own check names it)."""
+    from skyinfra.spec import NAME_RE
+    from skyinfra.workspace import Workspace, clusters_dir
+
+    def applied(name: Any) -> ClusterSpec | None:
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            return None
+        ws = Workspace(clusters_dir(clusters_root) / name)
+        return ws.spec() if ws.exists() else None
+
+    return applied

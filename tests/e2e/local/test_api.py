@@ -223,6 +223,22 @@ def _snapshot(ws: Path) -> list[str]:
     return sorted(str(p.relative_to(ws)) for p in ws.rglob("*") if "venv" not in p.parts)
 
 
+def test_a_new_object_for_an_existing_cluster_keeps_what_was_applied(
+    cluster: skyinfra.Cluster,
+) -> None:
+    """Cluster(name=N) of a cluster made with nodes=2 is that cluster, not a 1-node default
+    whose `up` plans to destroy node-1 (issue 42, item 4, for the Python API); it says what
+    it kept, and its `up` changes nothing (no confirmation needed)."""
+    said: list[str] = []
+    again = skyinfra.Cluster(name=NAME, echo=said.append)
+    assert again.spec.nodes == 2
+    kept = "[skyinfra] kept nodes = 2 from the applied cluster (change it with nodes= or "
+    assert [line for line in said if line.startswith(kept)], said
+    assert [n.instance_id for n in again.up().nodes] == [
+        n.instance_id for n in cluster.topology.nodes
+    ]
+
+
 def test_bad_arguments_raise_naming_the_value_and_change_nothing(
     cluster: skyinfra.Cluster, project: Path
 ) -> None:
