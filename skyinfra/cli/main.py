@@ -33,6 +33,44 @@ def cli() -> None:
     """Multi-node clusters from reviewable Terraform; run JAX, Keras and PyTorch code on them."""
 
 
+# Each command's line in `skyinfra --help` (and a group's subcommands' in the group's): whole,
+# where click would cut a docstring's first sentence to the terminal's width.
+SUMMARIES = {
+    "apply": "Apply a saved, reviewed plan (from `plan`) exactly.",
+    "attach": "Join a cluster whose state is in a shared backend.",
+    "cancel": "End a job on every node.",
+    "checkpoints": "List the cluster's checkpoint sets; delete one.",
+    "checkpoints delete": "Delete a checkpoint set and everything in it.",
+    "down": "Destroy the cluster (shown and confirmed first).",
+    "drill": "Rehearse failures on a running cluster.",
+    "drill interrupt": "Send a node a Spot interruption notice.",
+    "gc": "List tagged resources that no workspace's state knows.",
+    "jobs": "The cluster's jobs, newest first, or one in full.",
+    "logs": "A job's output from the nodes.",
+    "plan": "Plan a change for review: plan.md and the planfile.",
+    "prices": "Refresh On-Demand prices from the AWS Price List.",
+    "render": "Write the root module into a folder for review.",
+    "run": "Run ENTRY on every node, as a job.",
+    "ssh": "A shell, or a command, on a node.",
+    "state": "Where a cluster's Terraform state lives.",
+    "state push": "Move a cluster's state from its workspace to S3.",
+    "status": "Whether a cluster is up, and its nodes' health.",
+    "tf": "Run the cluster's Terraform in its workspace.",
+    "topology": "Print the cluster's topology.json.",
+    "unlock": "Release a state lock that a killed process left.",
+    "up": "Create or update a cluster from its spec.",
+    "validate": "Check the spec offline: every field and file.",
+    "verify": "Check every node before a run.",
+}
+
+
+def _summarize(command: click.Command, path: str) -> None:
+    command.short_help = SUMMARIES[path]
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            _summarize(sub, f"{path} {name}")
+
+
 for command in (
     cluster.up,
     cluster.down,
@@ -58,6 +96,7 @@ for command in (
     validate.validate,
 ):
     cli.add_command(command)
+    _summarize(command, str(command.name))
 
 
 def main(argv: list[str] | None = None) -> None:
