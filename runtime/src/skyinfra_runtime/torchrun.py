@@ -7,10 +7,12 @@ sets for its workers around it (``TORCHELASTIC_ERROR_FILE`` in elastic/multiproc
 processes per node in run.py). ``TORCHELASTIC_RUN_ID`` is what
 ``torch.distributed.is_torchelastic_launched()`` checks (Lightning and Accelerate use it).
 
-Two values differ from a static-rendezvous torchrun, on purpose:
-- ``TORCHELASTIC_USE_AGENT_STORE=False``: there is no torchrun agent hosting a TCPStore, so
-  rank 0's ``init_process_group`` hosts it on ``MASTER_PORT`` (torch/distributed/rendezvous.py,
-  ``_create_c10d_store``);
+``TORCHELASTIC_USE_AGENT_STORE=True`` as torchrun's: the torch plugin in rank 0's worker hosts
+the TCPStore on ``MASTER_ADDR:MASTER_PORT`` as torchrun's agent does (on the head's own address,
+not every interface), so every ``init_process_group`` connects to it as a client
+(torch/distributed/rendezvous.py, ``_create_c10d_store``).
+
+One value differs from torchrun's, on purpose:
 - ``TORCHELASTIC_ERROR_FILE=""``: no agent reads an error file (torchrun's own value when it
   keeps no logs); the worker's traceback goes to the run's log instead.
 ``NODE_RANK`` is added (torchrun's ``--node-rank``; Lightning reads it).
@@ -57,7 +59,7 @@ def torchrun_env(
         "TORCHELASTIC_RESTART_COUNT": _restarts_so_far(inherited),
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": run_id or DEFAULT_RUN_ID,
-        "TORCHELASTIC_USE_AGENT_STORE": str(False),
+        "TORCHELASTIC_USE_AGENT_STORE": str(True),
         "TORCHELASTIC_ERROR_FILE": "",
         "TORCHELASTIC_SIGNALS_TO_HANDLE": inherited.get(
             "TORCHELASTIC_SIGNALS_TO_HANDLE", SIGNALS_TO_HANDLE

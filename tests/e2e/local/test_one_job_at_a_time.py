@@ -5,9 +5,10 @@ it, and starts nothing; `verify` leaves the job's ports alone and says which job
 The job then ends as it would have alone (succeeded), and the next `run` gets the cluster.
 Before this, the second job joined the first one's coordinator and both nodes of the first
 aborted. A second cluster on the same machine, on other addresses with the same head_port,
-runs its own JAX job beside it: each coordinator listens on its head's own address (it
-listened on every interface, so the second cluster's processes reached the first's). The
-job waits on a gate file the test opens: nothing here is timed."""
+runs its own JAX and torch job beside it: each JAX coordinator and each torch rendezvous store
+listens on its head's own address (they listened on every interface, so the second cluster's
+processes reached the first's JAX coordinator, and its torch store could not listen at all).
+The job waits on a gate file the test opens: nothing here is timed."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ PORT = 47200
 
 def spec(name: str, base_address: str) -> str:
     return (
-        f'name = "{name}"\nnodes = 2\nplugins = ["jax"]\nhead_port = {PORT}\n'
+        f'name = "{name}"\nnodes = 2\nplugins = ["jax", "torch"]\nhead_port = {PORT}\n'
         f'[local]\nbase_address = "{base_address}"\n'
     )
 
@@ -40,18 +41,20 @@ ENTRY = """\
 import os, pathlib, time
 
 import jax
+import torch.distributed as dist
 
 
 def hold():
-    # The plugin has initialised jax.distributed: the coordinator holds the head's port.
+    # The plugins have initialised jax.distributed and torch's process group: the coordinator
+    # holds the head's port, the torch store the next one.
     gate = pathlib.Path(os.environ["GATE"])
     while not gate.exists():
         time.sleep(0.1)
-    return jax.process_count()
+    return min(jax.process_count(), dist.get_world_size())
 
 
 def quick():
-    return jax.process_count()
+    return min(jax.process_count(), dist.get_world_size())
 """
 
 

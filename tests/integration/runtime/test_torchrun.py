@@ -82,7 +82,7 @@ def test_a_torchrun_script_sees_what_torchrun_gives_it_on_2_nodes_by_2(tmp_path:
         assert probe["path0"] == str(ENTRIES)  # the script's directory, as `python script.py`
         assert probe["cwd"] == str(tmp_path)
     # Exactly torchrun's variables (NODE_RANK added), with torchrun's values where they can
-    # be the same; TORCHELASTIC_USE_AGENT_STORE and _ERROR_FILE differ on purpose (no agent).
+    # be the same; TORCHELASTIC_ERROR_FILE differs on purpose (no agent reads it).
     torchrun_keys = _added(expected[0]["env"], base)  # type: ignore[arg-type]
     assert "TORCHELASTIC_RUN_ID" in torchrun_keys and "OMP_NUM_THREADS" in torchrun_keys
     for probe in seen:
@@ -95,7 +95,7 @@ def test_a_torchrun_script_sees_what_torchrun_gives_it_on_2_nodes_by_2(tmp_path:
         assert env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "4"
         assert env["LOCAL_WORLD_SIZE"] == "2" and env["GROUP_WORLD_SIZE"] == "2"
         assert env["MASTER_PORT"] == str(topo["head_port"] + 1)
-        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # rank 0's plugin hosts it
         same = ("ROLE_NAME", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                 "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS")  # fmt: skip
         for name in same:

@@ -42,8 +42,8 @@ def test_every_torchrun_variable_for_rank_3_of_4() -> None:
     assert (e["ROLE_RANK"], e["ROLE_WORLD_SIZE"], e["ROLE_NAME"]) == ("3", "4", "default")
     assert (e["MASTER_ADDR"], e["MASTER_PORT"]) == ("10.0.0.5", "29501")
     assert e["TORCHELASTIC_RUN_ID"] == "20261123-abc"  # is_torchelastic_launched() reads it
-    # No agent hosts a store: rank 0's init_process_group does.
-    assert e["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+    # As under torchrun, a store is hosted for the ranks (rank 0's torch plugin: its agent).
+    assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert e["OMP_NUM_THREADS"] == "1"  # torchrun's default with several processes per node
 

@@ -2,17 +2,24 @@
 ``init_process_group`` before it and ``destroy_process_group`` after.
 
 A script or ``-m`` entry runs as under torchrun: it gets the environment and calls
-``init_process_group`` itself (the plugin leaves the group alone). Mixing the two (a function
+``init_process_group`` itself (the plugin leaves the group alone).
+
+Rank 0's worker hosts the rendezvous store (torch's TCPStore) itself, as torchrun's agent
+does, and every worker is told so (``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun.py): it listens on
+the head's own address, where torch's own would listen on every interface and so meet the
+rendezvous of another cluster on the same machine and port (issue 42). Mixing the two (a function
 entry that initialises again, a script that expects the plugin's group) ends with the
 framework's own error plus one line from :meth:`TorchPlugin.explain` saying how to choose.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from skyinfra_runtime.devices import torch_device
 from skyinfra_runtime.errors import PluginError
@@ -38,6 +45,9 @@ class TorchPlugin:
     end_before_teardown: ClassVar[bool] = True
     _initialized: bool = field(default=False, init=False, repr=False)
     _script: bool = field(default=False, init=False, repr=False)
+    # Rank 0's rendezvous store and its listening socket: alive until teardown.
+    _store: Any = field(default=None, init=False, repr=False)
+    _listener: socket.socket | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         validate_plugin(
@@ -74,6 +84,8 @@ class TorchPlugin:
         if torch.cuda.is_available():
             # Refused before any wait when two processes would share a GPU (NCCL can hang).
             device = torch_device(info.worker, info.workers_per_node, torch.cuda.device_count())
+        if info.global_index == 0:  # the store every rank's rendezvous uses (torchrun_env)
+            self._host_store(dist, topology, timeout)
         if script:
             return  # the script calls init_process_group itself, as under torchrun
         backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
@@ -105,6 +117,25 @@ class TorchPlugin:
                 f" {info.global_index} of {info.total_workers}: {exc}"
             ) from exc
 
+    def _host_store(self, dist: Any, topology: Topology, timeout: float) -> None:
+        """The rendezvous store on head_addr:torch_port, served by this (rank 0's) process."""
+        self._listener = rendezvous_listener(topology.head_addr, topology.torch_port)
+        try:
+            self._store = dist.TCPStore(
+                topology.head_addr,
+                topology.torch_port,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=timeout),
+                master_listen_fd=self._listener.fileno(),
+            )
+        except Exception as exc:
+            self._listener.close()
+            raise PluginError(
+                f"torch rendezvous store on {topology.head_addr}:{topology.torch_port} could"
+                f" not start: {exc}"
+            ) from exc
+
     def explain(self, exc: BaseException) -> str | None:
         """One line on how to choose, when the user's code failed on the process group."""
         text = str(exc)
@@ -133,3 +164,32 @@ class TorchPlugin:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._initialized = False
+        self._store = None  # stops serving (the peers are past their rendezvous)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+
+def rendezvous_listener(head_addr: str, port: int) -> socket.socket:
+    """A listening socket on head_addr:port when this machine has that address (a real head,
+    or a local cluster's loopback address); on every interface elsewhere (a stand-in node whose
+    topology names an address of the emulated network), as torch's own store would. PluginError
+    when the port is taken."""
+    family = socket.AF_INET6 if ":" in head_addr else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore's own
+    try:
+        try:
+            listener.bind((head_addr, port))
+        except OSError as err:
+            if err.errno != errno.EADDRNOTAVAIL:
+                raise
+            listener.bind(("", port))
+        listener.listen(socket.SOMAXCONN)
+    except OSError as err:
+        listener.close()
+        raise PluginError(
+            f"torch rendezvous port {head_addr}:{port} cannot be listened on: {err.strerror}"
+            " (another process holds it? `skyinfra verify` names it)"
+        ) from None
+    return listener
