@@ -2,14 +2,14 @@
 ``init_process_group`` before it and ``destroy_process_group`` after.
 
 A script or ``-m`` entry runs as under torchrun: it gets the environment and calls
-``init_process_group`` itself (the plugin leaves the group alone).
-
-Rank 0's worker hosts the rendezvous store (torch's TCPStore) itself, as torchrun's agent
-does, and every worker is told so (``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun.py): it listens on
-the head's own address, where torch's own would listen on every interface and so meet the
-rendezvous of another cluster on the same machine and port (issue 42). Mixing the two (a function
+``init_process_group`` itself (the plugin leaves the group alone). Mixing the two (a function
 entry that initialises again, a script that expects the plugin's group) ends with the
 framework's own error plus one line from :meth:`TorchPlugin.explain` saying how to choose.
+
+Rank 0's worker hosts the rendezvous store (torch's TCPStore) itself, as torchrun's agent
+does, and every worker is told so (``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun.py): it
+listens on the head's own address, where torch's own would listen on every interface and so
+meet the rendezvous of another cluster on the same machine and port.
 """
 
 from __future__ import annotations
