@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime.jobrecord import FINAL_STATES, JobRecord
-
-__all__ = ["FINAL_STATES"]  # defined once, in skyinfra_runtime.jobrecord: the operator's too
+# The final states are defined once, in skyinfra_runtime.jobrecord (the operator's too).
+from skyinfra_runtime.jobrecord import FINAL_STATES as FINAL_STATES
+from skyinfra_runtime.jobrecord import JobRecord
 
 SCHEMA = 1  # of node.json (the job's record has its own: skyinfra_runtime.jobrecord)
 # Ending a node: SIGTERM to its launcher's process group, SIGKILL after this many seconds
