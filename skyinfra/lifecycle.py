@@ -462,10 +462,15 @@ def _interruptions(
 def _running_jobs(
     ws: Workspace, spec: ClusterSpec, topology: Topology
 ) -> tuple[list[dict[str, Any]], str]:
+    """The running jobs' records as `status` reports them (JSON), and why they could not be
+    read ("" when they could)."""
     from skyinfra.run.job import running_jobs
 
     timeout = STATUS_CONNECT_TIMEOUT_S
-    return running_jobs(lambda: transport_for(ws, topology, spec=spec, connect_timeout_s=timeout))
+    found, why = running_jobs(
+        lambda: transport_for(ws, topology, spec=spec, connect_timeout_s=timeout)
+    )
+    return [job.to_dict() for job in found], why
 
 
 def gc(base: Path, echo: Echo, *, extra_specs: Sequence[ClusterSpec] = ()) -> list[str]:

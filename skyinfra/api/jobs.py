@@ -7,12 +7,14 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime.jobrecord import JobRecord, JobState, NodeResult
+
 from skyinfra.errors import SupervisorGoneError, UsageError
 from skyinfra.run.job import (
-    FINAL_STATES,
     JOB_COPY,
     RECORD_EVERY_S,
     JobClient,
@@ -53,10 +55,13 @@ class Job:
 
     def record(self) -> dict[str, Any]:
         """The head's record of the job, read now (what `skyinfra jobs JOB --json` prints)."""
+        return self._record().to_dict()
+
+    def _record(self) -> JobRecord:
         try:
             rec = self._client.record(fresh=True)
         except SupervisorGoneError as gone:  # killed: its record will never say so itself
-            return {**gone.record, "state": "lost"}
+            return replace(JobRecord.from_dict(gone.record), state=JobState.LOST)
         if rec is None:
             raise UsageError(f"no job {self.id!r} on cluster {self._ws.name!r}")
         return rec
@@ -64,7 +69,7 @@ class Job:
     @property
     def state(self) -> str:
         """starting, running, succeeded, failed, cancelled, timed_out or lost."""
-        return str(self.record().get("state"))
+        return self._record().state.value
 
     def logs(
         self,
@@ -76,7 +81,7 @@ class Job:
         """The job's output as the nodes keep it, each line prefixed by its node (``node``:
         one node, None: every node). ``follow``: print the lines as they come until the job
         ends (as `skyinfra logs --follow`). Returns the text."""
-        total = len(self.record().get("nodes", []))
+        total = len(self._record().nodes)
         if node is not None and not 0 <= node < total:
             raise UsageError(f"logs(node={node}): the job has nodes 0 to {total - 1}")
         nodes = list(range(total)) if node is None else [node]
@@ -110,8 +115,9 @@ class Job:
         """Wait until the job ends; its final state. TimeoutError after ``timeout`` s."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            state = self.state
-            if state in FINAL_STATES:
+            rec = self._record()
+            state = rec.state.value
+            if rec.final:
                 if self._on_end is not None:
                     self._on_end()
                     self._on_end = None
@@ -123,7 +129,7 @@ class Job:
     def cancel(self) -> str:
         """End the job on every node (as `skyinfra cancel`) and wait until nothing of it runs;
         its final state. A job that already ended is left as it is."""
-        if self.state not in FINAL_STATES:
+        if not self._record().final:
             cancel_job(self._transport, self.id)
         return self.state
 
@@ -137,26 +143,26 @@ class Job:
         from skyinfra.errors import RunError
 
         state = self.wait(timeout)
-        rec = self.record()
-        nodes = {int(n["node"]): n for n in rec.get("nodes", [])}
-        if state == "failed" and rec.get("first_failure") is not None:
+        rec = self._record()
+        nodes = {n.node: n for n in rec.nodes}
+        if state == JobState.FAILED and rec.first_failure is not None:
             outcomes = {
                 i: {
-                    "exit_code": n.get("exit_code"),
-                    "meaning": node_exitcodes.describe(n.get("exit_code")),
-                    "ended_by_skyinfra": bool(n.get("ended_reason")),
+                    "exit_code": n.exit_code,
+                    "meaning": node_exitcodes.describe(n.exit_code),
+                    "ended_by_skyinfra": bool(n.ended_reason),
                     "reason": _reason(n),
                 }
                 for i, n in nodes.items()
             }
-            first = int(rec["first_failure"])
+            first = rec.first_failure
             raise remote_error(self._transport, self.name, self.id, self.run_dir, first, outcomes)
-        if state != "succeeded":
-            codes = {i: n.get("exit_code") for i, n in nodes.items()}
+        if state != JobState.SUCCEEDED:
+            codes = {i: n.exit_code for i, n in nodes.items()}
             raise RunError(f"job {self.id} ({self.name}) ended {state}", exit_codes=codes)
         report = RunReport(self.id, self.run_dir)
         for i in nodes:
-            outcome = NodeOutcome(i, exit_code=nodes[i].get("exit_code"))
+            outcome = NodeOutcome(i, exit_code=nodes[i].exit_code)
             local = self.run_dir / f"node-{i}.result.json"
             remote = f"{self._transport.node_root(i)}/runs/{self.id}/result.json"
             if self._transport.fetch(i, remote, local):
@@ -165,8 +171,7 @@ class Job:
         return fetch_results(self._transport, report)
 
 
-def _reason(node: dict[str, Any]) -> str:
-    code = node.get("exit_code")
-    said = f"exit {code} ({node.get('meaning') or ''})".replace(" ()", "")
-    why = node.get("ended_reason")
+def _reason(node: NodeResult) -> str:
+    said = f"exit {node.exit_code} ({node.meaning})".replace(" ()", "")
+    why = node.ended_reason
     return f"ended by the job {why}: {said}" if why else said

@@ -70,7 +70,7 @@ def _jobs_using(ws: Workspace, spec: ClusterSpec, name: str) -> list[str]:
         return []
     from skyinfra import lifecycle
     from skyinfra.errors import SkyinfraError, UsageError
-    from skyinfra.run.job import FINAL_STATES, list_jobs
+    from skyinfra.run.job import JobState, list_jobs
     from skyinfra.topology import read_topology
 
     try:
@@ -83,10 +83,9 @@ def _jobs_using(ws: Workspace, spec: ClusterSpec, name: str) -> list[str]:
             "(`up`) or down (`down`), try again"
         ) from None
     return [
-        str(j.get("id"))
+        j.id
         for j in jobs
-        if j.get("checkpoints") == name
-        and (j.get("state") not in FINAL_STATES or j.get("state") == "needs_nodes")
+        if j.checkpoints == name and (not j.final or j.state is JobState.NEEDS_NODES)
     ]
 
 

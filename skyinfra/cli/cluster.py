@@ -252,14 +252,14 @@ def _print_status(info: dict[str, Any]) -> None:
     if info.get("jobs_error"):
         echo(f"  jobs: unknown ({info['jobs_error']})")
     elif info["nodes"] and info["nodes"][0].get("readiness") == "ready":
-        from skyinfra.run.job import job_line
+        from skyinfra.run.job import JobRecord, job_line
 
         running = info.get("jobs", [])
         echo(
             f"  running jobs: {len(running)}" + ("" if running else " (`skyinfra jobs` lists all)")
         )
         for job in running:
-            echo(f"    {job_line(job)}")
+            echo(f"    {job_line(JobRecord.from_dict(job))}")
 
 
 def phase_words(node: dict[str, Any]) -> str:

@@ -17,6 +17,9 @@ from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
+    from skyinfra_runtime.jobrecord import Interruption, JobRecord
+
+    from skyinfra.run.job import JobView
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -68,12 +71,13 @@ def _when(t: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _duration(job: dict[str, Any]) -> str:
-    start = job.get("started_at") or job.get("created_at")
+def _duration(view: JobView) -> str:
+    job = view.record
+    start = job.started_at or job.created_at
     # A kept copy of a job that had not ended: when it did is not known.
-    if not start or str(job.get("state")).startswith(("unknown", "ended by down")):
+    if not start or view.shown_state is not None:
         return "-"
-    end = job.get("ended_at") or time.time()
+    end = job.ended_at or time.time()
     s = int(end - start)
     return (
         f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
@@ -82,11 +86,8 @@ def _duration(job: dict[str, Any]) -> str:
     )
 
 
-def _codes(job: dict[str, Any]) -> str:
-    return " ".join(
-        f"{n.get('node')}:{'-' if n.get('exit_code') is None else n.get('exit_code')}"
-        for n in job.get("nodes", [])
-    )
+def _codes(job: JobRecord) -> str:
+    return " ".join(f"{n.node}:{'-' if n.exit_code is None else n.exit_code}" for n in job.nodes)
 
 
 def _age(seconds: Any) -> str:
@@ -100,19 +101,19 @@ def _age(seconds: Any) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m ago"
 
 
-def interruption_words(item: dict[str, Any]) -> str:
+def interruption_words(item: Interruption) -> str:
     """One Spot interruption notice of a job's record in words."""
     return (
-        f"node-{item.get('node')} interrupted at {_when(item.get('noticed_at'))} (Spot notice: "
-        f"{item.get('action')} at {_when(item.get('time'))})"
+        f"node-{item.node} interrupted at {_when(item.noticed_at)} (Spot notice: "
+        f"{item.action} at {_when(item.time)})"
     )
 
 
-def _state(job: dict[str, Any]) -> str:
-    state = str(job.get("state"))
-    if int(job.get("attempt") or 1) > 1:
-        state += f" (attempt {job.get('attempt')})"
-    return f"{state} (STALLED)" if job.get("stalled") else state
+def _state(view: JobView) -> str:
+    state = view.state
+    if view.record.attempt > 1:
+        state += f" (attempt {view.record.attempt})"
+    return f"{state} (STALLED)" if view.stalled else state
 
 
 @click.command("jobs")
@@ -175,9 +176,10 @@ def jobs(
         )
     job_id = words[0] if words else None
 
+    from dataclasses import replace
+
     from skyinfra.run.job import (
         DEFAULT_STALL_AFTER_MIN,
-        FINAL_STATES,
         annotate,
         is_function_entry,
         job_results,
@@ -192,7 +194,7 @@ def jobs(
     if kept:
         # The cluster is down, its job records with it; the copies `run` kept in runs/ stay.
         if as_json:
-            click.echo(json.dumps([{**j, "cluster_down": True} for j in kept], indent=2))
+            click.echo(json.dumps([{**j.to_dict(), "cluster_down": True} for j in kept], indent=2))
             return
         echo(
             f"cluster {ws.name!r} is down: the jobs below are this workspace's copies of their "
@@ -202,20 +204,19 @@ def jobs(
         return
     _, transport, _ = _cluster_of(ws)
     if job_id is not None:
-        job = annotate(resolve_job(transport, job_id), stall_s)
-        if is_function_entry(str(job.get("entry"))) and job.get("state") in FINAL_STATES:
+        view = annotate(resolve_job(transport, job_id), stall_s)
+        if is_function_entry(view.record.entry) and view.record.final:
             with tempfile.TemporaryDirectory(prefix="skyinfra-results-") as tmp:
-                results = job_results(transport, job, Path(tmp))
-            for n in job.get("nodes", []):
-                n["result"] = results.get(int(n.get("node")))
+                results = job_results(transport, view.record, Path(tmp))
+            view = replace(view, results=results)
         if as_json:
-            click.echo(json.dumps(job, indent=2))
+            click.echo(json.dumps(view.to_dict(), indent=2))
             return
-        _show_job(job)
+        _show_job(view)
         return
     found = [annotate(j, stall_s) for j in list_jobs(transport)]
     if as_json:
-        click.echo(json.dumps(found, indent=2))
+        click.echo(json.dumps([j.to_dict() for j in found], indent=2))
         return
     if not found:
         echo("no jobs on this cluster")
@@ -223,92 +224,94 @@ def jobs(
     _print_jobs(found)
 
 
-def kept_job_copies(ws: Workspace) -> list[dict[str, Any]]:
+def kept_job_copies(ws: Workspace) -> list[JobRecord]:
     """The job records `run` copied into the workspace's runs/<id>/job.json, newest first."""
-    from skyinfra.run.job import JOB_COPY
+    from skyinfra.run.job import JOB_COPY, JobRecord
 
     found = []
     for copy in ws.runs_dir.glob(f"*/{JOB_COPY}"):
         try:
-            record = json.loads(copy.read_text(encoding="utf-8"))
+            record = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and record.get("id") == copy.parent.name:
+        if record.id == copy.parent.name:
             found.append(record)
-    return sorted(found, key=lambda j: float(j.get("created_at") or 0), reverse=True)
+    return sorted(found, key=lambda j: float(j.created_at or 0), reverse=True)
 
 
-def _as_last_seen(job: dict[str, Any]) -> dict[str, Any]:
+def _as_last_seen(job: JobRecord) -> JobView:
     """A kept copy of a job's record, for the table: a job the copy saw unfinished ended
     with the cluster or before, when is unknown (no duration, no last output)."""
-    from skyinfra.run.job import FINAL_STATES
+    from skyinfra.run.job import JobView
 
-    shown = {k: v for k, v in job.items() if k not in ("last_output_age_s", "stalled")}
-    if job.get("ended_by_down"):
-        shown["state"] = f"ended by down (was {job.get('state')})"
-    elif job.get("state") not in FINAL_STATES:
-        shown["state"] = f"unknown (last seen {job.get('state')})"
-    return shown
+    if job.ended_by_down:
+        return JobView(job, shown_state=f"ended by down (was {job.state})")
+    if not job.final:
+        return JobView(job, shown_state=f"unknown (last seen {job.state})")
+    return JobView(job)
 
 
-def _print_jobs(found: list[dict[str, Any]]) -> None:
+def _print_jobs(found: list[JobView]) -> None:
+    from skyinfra.run.job import JobState
+
     rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")]
-    for j in found:
-        entry = " ".join([str(j.get("entry")), *map(str, j.get("args", []))])
+    for view in found:
+        j = view.record
         rows.append(
             (
-                str(j.get("id")),
-                entry,
-                _state(j),
-                _when(j.get("created_at")),
-                _duration(j),
-                _age(j.get("last_output_age_s")),
+                j.id,
+                " ".join([j.entry, *j.args]),
+                _state(view),
+                _when(j.created_at),
+                _duration(view),
+                _age(view.last_output_age_s),
                 _codes(j),
             )
         )
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
-    for j in found:
-        for item in j.get("interruptions") or []:
-            echo(f"job {j.get('id')}: {interruption_words(item)}")
-        if j.get("state") == "needs_nodes":
-            echo(f"job {j.get('id')} lost a node and waits for it: {_needs_nodes_words(j)}")
-        if j.get("state") == "lost":
-            echo(f"job {j.get('id')}: {_supervisor_gone_words(j)}")
+    for view in found:
+        j = view.record
+        for item in j.interruptions:
+            echo(f"job {j.id}: {interruption_words(item)}")
+        if view.shown_state is None and j.state is JobState.NEEDS_NODES:
+            echo(f"job {j.id} lost a node and waits for it: {_needs_nodes_words(j)}")
+        if view.shown_state is None and j.state is JobState.LOST:
+            echo(f"job {j.id}: {_supervisor_gone_words(j)}")
 
 
-def _needs_nodes_words(job: dict[str, Any], *, in_full: bool = False) -> str:
+def _needs_nodes_words(job: JobRecord, *, in_full: bool = False) -> str:
     """Who replaces a job's lost nodes: node 0 itself (unattended recovery, running or
     failed), or the operator, and what to run (``in_full``: as `jobs JOB` says it)."""
     run = (
-        f"from the project's folder run: skyinfra jobs recover {job.get('id')}"
+        f"from the project's folder run: skyinfra jobs recover {job.id}"
         if in_full
-        else f"from the project's folder run `skyinfra jobs recover {job.get('id')}`"
+        else f"from the project's folder run `skyinfra jobs recover {job.id}`"
     )
-    said = job.get("head_recovery")
-    if not isinstance(said, dict):
+    said = job.head_recovery
+    if said is None:
         return run
-    if said.get("state") == "failed":
+    if said.failed:
         return (
-            f"node-0's unattended recovery failed (exit {said.get('exit_code')}; its log: "
-            f"{said.get('log')} on node-0): {run}"
+            f"node-0's unattended recovery failed (exit {said.exit_code}; its log: "
+            f"{said.log} on node-0): {run}"
         )
     return (
         "node-0 is replacing it and starting the next attempt itself (unattended recovery; "
-        f"its log: {said.get('log')} on node-0)"
+        f"its log: {said.log} on node-0)"
     )
 
 
-def _supervisor_gone_words(job: dict[str, Any]) -> str:
+def _supervisor_gone_words(job: JobRecord) -> str:
     """What a job whose supervisor was killed (state lost, node 0 there) needs."""
     said = "its supervisor on node-0 was killed (nothing of it runs any more)"
-    if int(job.get("restarts_left") or 0) > 0:
+    if job.restarts_left > 0:
         return (
-            f"{said}: from the project's folder, `skyinfra jobs recover {job.get('id')}` "
+            f"{said}: from the project's folder, `skyinfra jobs recover {job.id}` "
             "starts it again on the same nodes"
         )
-    name = job.get("checkpoints") or job.get("id")
+    name = job.checkpoints or job.id
     return f"{said}: `skyinfra run --checkpoints {name} ...` starts it again from its checkpoints"
 
 
@@ -324,7 +327,14 @@ def _recover(
     from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
     from skyinfra.errors import UsageError
-    from skyinfra.run.job import HEAD_LOST, RECOVERABLE_STATES, Restarts, find_job, head_gone
+    from skyinfra.run.job import (
+        HEAD_LOST,
+        RECOVERABLE_STATES,
+        JobState,
+        Restarts,
+        find_job,
+        head_gone,
+    )
     from skyinfra.run.jobenv import resolve
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
     from skyinfra.run.session import (
@@ -342,35 +352,33 @@ def _recover(
         # The record went with node 0: this workspace's copy of it (`run` keeps one from the
         # job's start) says what the job was; it goes on as a job that lost its head.
         job = _job_copy(ws, job_id)
-        state = "lost"
+        state = JobState.LOST
     else:
         job = find_job(transport, job_id)
-        state = str(job.get("state"))
+        state = job.state
     if state not in RECOVERABLE_STATES:
         raise UsageError(
             f"job {job_id} is {state}: only a job that lost a node and waits for it "
             "(needs_nodes), or whose supervisor was killed (lost), is recovered; "
             "`skyinfra run` starts a new one"
         )
-    name = str(job.get("checkpoints") or job_id)
-    if head_lost and int(job.get("restarts_left") or 0) <= 0:
+    name = job.checkpoints or job_id
+    if head_lost and job.restarts_left <= 0:
         raise UsageError(
             f"job {job_id} lost node-0, its head, and has no restart left (--max-restarts "
-            f"{job.get('max_restarts') or 0}): `skyinfra up` replaces node-0, then "
+            f"{job.max_restarts}): `skyinfra up` replaces node-0, then "
             f"`skyinfra run --checkpoints {name} ...` starts it again from its checkpoint set"
         )
-    if state == "lost" and int(job.get("restarts_left") or 0) <= 0:
+    if state is JobState.LOST and job.restarts_left <= 0:
         raise UsageError(
             f"job {job_id}'s supervisor on node-0 was killed and the job has no restart left "
-            f"(--max-restarts {job.get('max_restarts') or 0}): `skyinfra run --checkpoints "
+            f"(--max-restarts {job.max_restarts}): `skyinfra run --checkpoints "
             f"{name} ...` starts it again from its checkpoint set's last checkpoint"
         )
-    env = job.get("env")
-    names = job.get("secrets")
     # The env from the record, the secrets' values from this environment (as `run` took them).
     job_env = resolve(
-        spec_env=sorted(env.items()) if isinstance(env, dict) else [],
-        spec_secrets=[str(n) for n in names] if isinstance(names, list) else [],
+        spec_env=sorted(job.env.items()),
+        spec_secrets=list(job.secrets),
         cli_env=(),
         cli_secrets=(),
         environ=os.environ,
@@ -386,7 +394,7 @@ def _recover(
             f"{_when(report.created_at)}): it is not started again; `skyinfra run "
             f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
         )
-    entry, args = str(job.get("entry")), [str(a) for a in job.get("args") or []]
+    entry, args = job.entry, list(job.args)
     # The next attempt recovers itself too, when the cluster says so.
     restarts = Restarts(
         report.max_restarts, report.retry_on, lifecycle.head_recovery_of(ws, ws.spec())
@@ -396,10 +404,10 @@ def _recover(
     copy_cache = None if unattended else ws.copy_cache_file  # node 0's copy: not the project
 
     def still_needed() -> bool:
-        return str(find_job(transport, job_id).get("state")) in RECOVERABLE_STATES
+        return find_job(transport, job_id).state in RECOVERABLE_STATES
 
     with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended, still_needed=still_needed):
-        if state == "lost":
+        if state is JobState.LOST:
             # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
             # other node's part is ended, the attempt recorded, and the job goes on on the same
             # nodes (or on a new node 0, replaced as `up` does).
@@ -477,18 +485,18 @@ def _workspace_lock(
         yield
 
 
-def _job_copy(ws: Workspace, job_id: str) -> dict[str, Any]:
+def _job_copy(ws: Workspace, job_id: str) -> JobRecord:
     """This workspace's copy of a job's record (runs/JOB/job.json, kept by the `run` that
     started it); HeadLostError when there is none (the job was started elsewhere)."""
     from skyinfra.errors import HeadLostError
-    from skyinfra.run.job import HEAD_LOST, JOB_COPY
+    from skyinfra.run.job import HEAD_LOST, JOB_COPY, JobRecord
 
     copy = ws.runs_dir / job_id / JOB_COPY
     try:
-        data = json.loads(copy.read_text(encoding="utf-8"))
+        data: JobRecord | None = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         data = None
-    if not isinstance(data, dict) or data.get("id") != job_id:
+    if data is None or data.id != job_id:
         raise HeadLostError(
             f"cluster {ws.name!r}: {HEAD_LOST}, with job {job_id}'s record, and this workspace "
             f"has no copy of it ({copy}): `skyinfra up` replaces node-0, then `skyinfra run "
@@ -497,60 +505,60 @@ def _job_copy(ws: Workspace, job_id: str) -> dict[str, Any]:
     return data
 
 
-def _show_job(job: dict[str, Any]) -> None:
-    echo(f"job {job.get('id')}: {_state(job)}")
-    for item in job.get("interruptions") or []:
+def _show_job(view: JobView) -> None:
+    from skyinfra.run.job import JobState
+
+    job = view.record
+    echo(f"job {job.id}: {_state(view)}")
+    for item in job.interruptions:
         echo(f"  {interruption_words(item)}")
-    if job.get("state") == "needs_nodes":
-        lost = ", ".join(f"node-{i}" for i in job.get("needs_nodes") or [])
+    if job.state is JobState.NEEDS_NODES:
+        lost = ", ".join(f"node-{i}" for i in job.needs_nodes)
         echo(f"  needs nodes: {lost} lost; {_needs_nodes_words(job, in_full=True)}")
-        for line in (job.get("head_recovery") or {}).get("tail") or []:
+        for line in job.head_recovery.tail if job.head_recovery is not None else ():
             echo(f"    {line}")
-    if job.get("state") == "lost":
+    if job.state is JobState.LOST:
         echo(f"  {_supervisor_gone_words(job)}")
-    echo(f"  entry:      {' '.join([str(job.get('entry')), *map(str, job.get('args', []))])}")
-    echo(f"  started by: {job.get('started_by')}")
-    echo(f"  started:    {_when(job.get('created_at'))}   ended: {_when(job.get('ended_at'))}")
-    echo(f"  duration:   {_duration(job)}")
-    echo(f"  last output: {_age(job.get('last_output_age_s'))}")
-    if job.get("timeout_s"):
-        echo(f"  timeout:    {job.get('timeout_s'):g} s")
-    if job.get("checkpoints"):
-        echo(f"  checkpoints: {job.get('checkpoints')} ($SKYINFRA_CHECKPOINT_DIR)")
-    if job.get("max_restarts"):
+    echo(f"  entry:      {' '.join([job.entry, *job.args])}")
+    echo(f"  started by: {job.started_by}")
+    echo(f"  started:    {_when(job.created_at)}   ended: {_when(job.ended_at)}")
+    echo(f"  duration:   {_duration(view)}")
+    echo(f"  last output: {_age(view.last_output_age_s)}")
+    if job.timeout_s:
+        echo(f"  timeout:    {job.timeout_s:g} s")
+    if job.checkpoints:
+        echo(f"  checkpoints: {job.checkpoints} ($SKYINFRA_CHECKPOINT_DIR)")
+    if job.max_restarts:
         echo(
-            f"  restarts:   up to {job.get('max_restarts')} on the same nodes, after a "
-            + ("signal or an error exit" if job.get("retry_on") == "error" else "signal")
+            f"  restarts:   up to {job.max_restarts} on the same nodes, after a "
+            + ("signal or an error exit" if job.retry_on == "error" else "signal")
         )
     from skyinfra.run.report import attempt_lines
 
-    for line in attempt_lines(job.get("attempts") or []):
+    for line in attempt_lines([a.to_dict() for a in job.attempts]):
         echo(f"  {line}")
     from skyinfra.run.jobenv import shown
 
-    variables = shown(job)
+    variables = shown(job.to_dict())
     if variables:
         echo(f"  env:        {variables[0]}")
         for line in variables[1:]:
             echo(f"              {line}")
-    for n in job.get("nodes", []):
-        code = n.get("exit_code")
-        said = f"exit {code} ({n.get('meaning')})" if n.get("state") == "ended" else n.get("state")
-        why = f", ended by the job {n['ended_reason']}" if n.get("ended_reason") else ""
-        last = f"; last output {_when(n.get('last_output_at'))}" if n.get("last_output_at") else ""
-        echo(f"  node-{n.get('node')}: {said}{why}{last}")
-    for n in job.get("nodes", []):
-        if "result" not in n:
-            continue
-        result = n["result"]
+    for n in job.nodes:
+        said = f"exit {n.exit_code} ({n.meaning})" if n.ended else n.state
+        why = f", ended by the job {n.ended_reason}" if n.ended_reason else ""
+        last = f"; last output {_when(n.last_output_at)}" if n.last_output_at else ""
+        echo(f"  node-{n.node}: {said}{why}{last}")
+    for n in job.nodes if view.results is not None else ():
+        result = (view.results or {}).get(n.node)
         if not isinstance(result, dict):
-            echo(f"  node-{n.get('node')} result: none (the function did not return there)")
+            echo(f"  node-{n.node} result: none (the function did not return there)")
             continue
         for worker in result.get("workers", []):
             if "value" not in worker:  # a script's: it returns nothing
                 continue
             value = json.dumps(worker["value"], sort_keys=True)
-            echo(f"  node-{n.get('node')} worker {worker.get('worker')}: {value}")
+            echo(f"  node-{n.node} worker {worker.get('worker')}: {value}")
 
 
 @click.command("logs")
@@ -575,7 +583,6 @@ def logs(
 
     from skyinfra.errors import SkyinfraError, UsageError
     from skyinfra.run.job import (
-        FINAL_STATES,
         STATE_EXIT,
         find_job,
         follow_hint,
@@ -589,7 +596,7 @@ def logs(
     if node is not None and not 0 <= node < total:
         raise UsageError(f"--node {node}: the cluster has nodes 0 to {total - 1}")
     # An unknown or ambiguous id: exit 2 before anything follows.
-    job_id = str(resolve_job(transport, job_id)["id"])
+    job_id = resolve_job(transport, job_id).id
     nodes = list(range(total)) if all_nodes else [node or 0]
     lock = threading.Lock()
     # Without --follow each node's lines are kept and printed in node order once all are in;
@@ -627,11 +634,11 @@ def logs(
         with contextlib.suppress(OSError):
             click.echo(f"\n[skyinfra] Ctrl-C: stopped following job {job_id}", err=True)
             job = find_job(transport, job_id)
-            if job.get("state") not in FINAL_STATES:
+            if not job.final:
                 click.echo("[skyinfra] the job goes on on the nodes", err=True)
                 click.echo(follow_hint(ws.name, job_id), err=True)
             else:
-                click.echo(f"[skyinfra] the job has ended: {job.get('state')}", err=True)
+                click.echo(f"[skyinfra] the job has ended: {job.state}", err=True)
         raise SystemExit(exitcodes.INTERRUPTED) from None
     for i in nodes:
         for line in kept[i]:
@@ -639,7 +646,7 @@ def logs(
     if follow:
         # Every node's log ended: the record's final state follows within a moment.
         for _ in range(50):
-            state = str(find_job(transport, job_id).get("state"))
+            state = find_job(transport, job_id).state
             if state in STATE_EXIT:
                 raise SystemExit(STATE_EXIT[state])
             time.sleep(0.2)
@@ -657,20 +664,20 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     import sys
 
     from skyinfra.errors import ConfirmationRequired, Declined
-    from skyinfra.run.job import FINAL_STATES, cancel_job, find_job, resolve_job
+    from skyinfra.run.job import JobState, cancel_job, find_job, resolve_job
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
     job = resolve_job(transport, job_id)
-    job_id = str(job["id"])
+    job_id = job.id
     # A job that waits for its lost nodes runs nothing; cancelling it means no recovery.
-    if job.get("state") in FINAL_STATES and job.get("state") != "needs_nodes":
-        echo(f"job {job_id} already ended: {job.get('state')}; nothing to cancel")
+    if job.final and job.state is not JobState.NEEDS_NODES:
+        echo(f"job {job_id} already ended: {job.state}; nothing to cancel")
         return
     if not yes:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise ConfirmationRequired(f"cancel job {job_id}: --yes is needed off a terminal")
-        if not click.confirm(f"Cancel job {job_id} ({job.get('entry')}) on every node?"):
+        if not click.confirm(f"Cancel job {job_id} ({job.entry}) on every node?"):
             raise Declined(f"cancel cancelled: you answered no; job {job_id} goes on")
     said = cancel_job(transport, job_id)
-    state = find_job(transport, job_id).get("state")
+    state = find_job(transport, job_id).state
     echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))

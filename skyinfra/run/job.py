@@ -20,10 +20,17 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime.jobrecord import (
+    FINAL_STATES,
+    RECOVERABLE_STATES,
+    JobRecord,
+    JobState,
+    NodeResult,
+)
 from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
@@ -53,11 +60,8 @@ RECORD_EVERY_S = 0.3
 SUPERVISOR_QUIET_S = 10.0
 # How long `run --detach` waits for every node to report in.
 STARTED_WAIT_S = 60.0
-# needs_nodes: a node of the job was lost; `run` (attached) or `jobs recover` replaces it.
-FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
-# What `jobs recover` starts again: a job that lost nodes and waits for them, or whose
-# supervisor was killed.
-RECOVERABLE_STATES = ("needs_nodes", "lost")
+# FINAL_STATES and RECOVERABLE_STATES: skyinfra_runtime.jobrecord's, the head's too.
+__all__ = ["FINAL_STATES", "RECOVERABLE_STATES", "JobRecord", "JobState"]
 # `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
 # without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
 # pass that prints only at its end: each can take 10-20 minutes), shorter than the idle
@@ -66,12 +70,12 @@ RECOVERABLE_STATES = ("needs_nodes", "lost")
 DEFAULT_STALL_AFTER_MIN = 30.0
 # What `logs --follow` (and a job's exit code in general) comes to, per final state.
 STATE_EXIT = {
-    "succeeded": exitcodes.OK,
-    "failed": exitcodes.NODE_FAILED,
-    "timed_out": exitcodes.RUN_TIMEOUT,
-    "cancelled": exitcodes.INTERRUPTED,
-    "lost": exitcodes.ERROR,
-    "needs_nodes": exitcodes.NODE_FAILED,
+    JobState.SUCCEEDED: exitcodes.OK,
+    JobState.FAILED: exitcodes.NODE_FAILED,
+    JobState.TIMED_OUT: exitcodes.RUN_TIMEOUT,
+    JobState.CANCELLED: exitcodes.INTERRUPTED,
+    JobState.LOST: exitcodes.ERROR,
+    JobState.NEEDS_NODES: exitcodes.NODE_FAILED,
 }
 
 
@@ -290,7 +294,7 @@ class JobClient:
         self._local = local_copy
         self._lock = threading.Lock()
         self._read_at = 0.0
-        self._record: dict[str, Any] | None = None
+        self._record: JobRecord | None = None
         self._cancelled = threading.Event()
         self._cancelling = False
         self.head_lost = False  # node 0 is gone: its supervisor and the record with it
@@ -299,7 +303,7 @@ class JobClient:
         self._quiet_since = time.monotonic()
         self._supervisor_gone: SupervisorGoneError | None = None  # once seen, said every time
 
-    def record(self, *, fresh: bool = False) -> dict[str, Any] | None:
+    def record(self, *, fresh: bool = False) -> JobRecord | None:
         """The head's record, read again at most every RECORD_EVERY_S; HeadLostError once the
         head itself is gone (its last copy stays in ``last_record``)."""
         with self._lock:
@@ -309,7 +313,9 @@ class JobClient:
                 if self._fetch():
                     # Never half-written on the head (atomic); a copy cut short: read again.
                     with contextlib.suppress(ValueError):
-                        self._record = json.loads(self._local.read_text(encoding="utf-8"))
+                        self._record = JobRecord.from_dict(
+                            json.loads(self._local.read_text(encoding="utf-8"))
+                        )
                 self._read_at = time.monotonic()
                 self._check_supervisor()
             return self._record
@@ -319,21 +325,21 @@ class JobClient:
         SUPERVISOR_QUIET_S and the head says its supervisor is gone (a killed supervisor
         never writes the record's end: without this a follower would wait forever)."""
         rec = self._record
-        if rec is None or rec.get("state") in FINAL_STATES:
+        if rec is None or rec.final:
             return
-        if rec.get("saved_at") != self._saved_at:
-            self._saved_at, self._quiet_since = rec.get("saved_at"), time.monotonic()
+        if rec.saved_at != self._saved_at:
+            self._saved_at, self._quiet_since = rec.saved_at, time.monotonic()
             return
         if time.monotonic() - self._quiet_since < SUPERVISOR_QUIET_S:
             return
         self._quiet_since = time.monotonic()  # asked again only after another quiet spell
         for job in list_jobs(self.transport):
-            if job.get("id") == self.job_id and job.get("state") == "lost":
+            if job.id == self.job_id and job.state is JobState.LOST:
                 self.head_lost = True
                 self._supervisor_gone = SupervisorGoneError(
-                    f"the job's supervisor on node-0 is gone (pid {rec.get('supervisor_pid')}:"
+                    f"the job's supervisor on node-0 is gone (pid {rec.supervisor_pid}:"
                     " killed; its record still says the job runs)",
-                    record=dict(rec),
+                    record=rec.to_dict(),
                 )
                 raise self._supervisor_gone
 
@@ -347,16 +353,15 @@ class JobClient:
             raise
 
     @property
-    def last_record(self) -> dict[str, Any] | None:
+    def last_record(self) -> JobRecord | None:
         """The record as last read (the head's, before it was lost)."""
         return self._record
 
-    def node(self, i: int) -> dict[str, Any]:
-        rec = self.record() or {}
-        for n in rec.get("nodes", []):
-            if n.get("node") == i:
-                return dict(n)
-        return {}
+    def node(self, i: int) -> NodeResult:
+        """Node ``i``'s part as the record says (one still starting before the record has
+        it)."""
+        rec = self.record()
+        return (rec.node(i) if rec is not None else None) or NodeResult(i)
 
     def cancel(self) -> None:
         """Ask the supervisor to end every node, wait until it did; one ask, however many
@@ -370,7 +375,8 @@ class JobClient:
             try:
                 # A job that already ended has nothing to end, and one that waits for its lost
                 # nodes must stay so (a cancel would say it is not to be recovered).
-                if (self.record(fresh=True) or {}).get("state") not in FINAL_STATES:
+                rec = self.record(fresh=True)
+                if rec is None or not rec.final:
                     cancel_job(self.transport, self.job_id)
             finally:
                 self._cancelled.set()
@@ -403,13 +409,12 @@ class JobNodeProcess:
 
     def poll(self) -> int | None:
         n = self.client.node(self.node)
-        if n.get("state") != "ended":
+        if not n.ended:
             return None
-        rec = self.client.record() or {}
-        if rec.get("restarts_left") and rec.get("state") not in FINAL_STATES:
+        rec = self.client.record()
+        if rec is not None and rec.restarts_left and not rec.final:
             return None  # the supervisor may start it again as the next attempt
-        code = n.get("exit_code")
-        return int(code) if code is not None else 255  # an agent that vanished: unknown
+        return n.exit_code if n.exit_code is not None else 255  # an agent that vanished
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
@@ -422,20 +427,19 @@ class JobNodeProcess:
     def vanished(self) -> bool:
         """The node ended without an exit code: its agent went away (the node lost), which
         the 255 that ``poll`` returns for it does not say."""
-        n = self.client.node(self.node)
-        return n.get("state") == "ended" and n.get("exit_code") is None
+        return self.client.node(self.node).vanished
 
     def kill(self, grace_s: float = 10.0) -> None:
         self.client.cancel()
 
     def job_reason(self) -> str:
         """Why the job's supervisor ended this node ("" when it ended by itself)."""
-        return str(self.client.node(self.node).get("ended_reason") or "")
+        return self.client.node(self.node).ended_reason
 
     def tail_at_end(self) -> list[str] | None:
         """The node's last lines when the job ended it (before its SIGTERM's own output)."""
-        tail = self.client.node(self.node).get("tail_at_end")
-        return [str(line) for line in tail] if isinstance(tail, list) else None
+        tail = self.client.node(self.node).tail_at_end
+        return None if tail is None else list(tail)
 
     def finish(self, timeout: float = 10.0) -> None:
         """Wait for the follower (it ends once the node's part of the job has), else end it."""
@@ -449,32 +453,36 @@ class JobNodeProcess:
             self.follower.kill(grace_s=1.0)
 
 
-def wait_started(client: JobClient, timeout_s: float = STARTED_WAIT_S) -> dict[str, Any]:
+def wait_started(client: JobClient, timeout_s: float = STARTED_WAIT_S) -> JobRecord:
     """The record once every node has started (or the job already ended)."""
     end = time.monotonic() + timeout_s
     while True:
         rec = client.record(fresh=True)
-        if rec is not None and rec.get("state") != "starting":
+        if rec is not None and rec.state is not JobState.STARTING:
             return rec
         if time.monotonic() >= end:
             raise TransportError(f"job {client.job_id}: not every node started in {timeout_s:g} s")
         time.sleep(RECORD_EVERY_S)
 
 
-def list_jobs(transport: NodeTransport) -> list[dict[str, Any]]:
-    """Every job the head knows, newest first."""
+def list_jobs(transport: NodeTransport) -> list[JobRecord]:
+    """Every job the head knows, newest first: the one place the operator reads the head's
+    records into the type (skyinfra_runtime.jobrecord)."""
     out = _call(transport, 0, ["jobs", "--node-dir", transport.node_root(0)], tag=f"jobs-{_tag()}")
     data = _json_any(out)
-    jobs = [j for j in data if isinstance(j, dict)] if isinstance(data, list) else []
-    return sorted(jobs, key=lambda j: str(j.get("id")), reverse=True)
+    jobs = []
+    for item in data if isinstance(data, list) else []:
+        with contextlib.suppress(ValueError):  # not a job's record: the head skips them too
+            jobs.append(JobRecord.from_dict(item))
+    return sorted(jobs, key=lambda j: j.id, reverse=True)
 
 
 def running_job(transport: NodeTransport) -> dict[str, Any] | None:
     """The job that holds the cluster's nodes now (its record not final, its supervisor
-    alive), or None."""
+    alive), or None; as JSON (what ClusterBusyError and verify say of it)."""
     for job in list_jobs(transport):
-        if job.get("state") not in FINAL_STATES:
-            return job
+        if not job.final:
+            return job.to_dict()
     return None
 
 
@@ -491,7 +499,7 @@ def refuse_if_busy(transport: NodeTransport, cluster: str) -> None:
 LAST_JOB = "last"
 
 
-def resolve_job(transport: NodeTransport, given: str) -> dict[str, Any]:
+def resolve_job(transport: NodeTransport, given: str) -> JobRecord:
     """The job a person means by ``given``: its full id, ``last`` (the newest), or a part of
     an id that only one job's id starts or ends with. UsageError (exit 2) naming the
     candidates when several match, or when none does."""
@@ -500,16 +508,14 @@ def resolve_job(transport: NodeTransport, given: str) -> dict[str, Any]:
         if not jobs:
             raise UsageError("`last`: this cluster has no jobs yet (`skyinfra jobs` lists them)")
         return jobs[0]
-    exact = [j for j in jobs if j.get("id") == given]
+    exact = [j for j in jobs if j.id == given]
     if exact:
         return exact[0]
-    matches = [
-        j for j in jobs if str(j.get("id")).startswith(given) or str(j.get("id")).endswith(given)
-    ]
+    matches = [j for j in jobs if j.id.startswith(given) or j.id.endswith(given)]
     if len(matches) == 1:
         return matches[0]
     if matches:
-        ids = ", ".join(str(j.get("id")) for j in matches[:10])
+        ids = ", ".join(j.id for j in matches[:10])
         more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
         raise UsageError(
             f"job {given!r} matches {len(matches)} jobs: {ids}{more}; give more of the id"
@@ -520,10 +526,10 @@ def resolve_job(transport: NodeTransport, given: str) -> dict[str, Any]:
     )
 
 
-def find_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
+def find_job(transport: NodeTransport, job_id: str) -> JobRecord:
     """The job's record; UsageError (exit 2) naming the id when there is none."""
     for job in list_jobs(transport):
-        if job.get("id") == job_id:
+        if job.id == job_id:
             return job
     raise UsageError(f"no job {job_id!r} on this cluster (`skyinfra jobs` lists them)")
 
@@ -573,22 +579,52 @@ def _tag() -> str:
     return secrets.token_hex(3)
 
 
-def annotate(job: dict[str, Any], stall_after_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JobView:
+    """A job's record as `jobs` shows it: with the newest output of its nodes, that output's
+    age and whether the job is stalled (:func:`annotate`), each node's result when it is
+    known, and the state said otherwise for a copy kept after the cluster went down."""
+
+    record: JobRecord
+    last_output_at: float | None = None
+    last_output_age_s: float | None = None
+    stalled: bool = False
+    results: Mapping[int, Any] | None = None  # each node's result.json (a function's job)
+    shown_state: str | None = None
+
+    @property
+    def state(self) -> str:
+        return self.shown_state or self.record.state.value
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `jobs --json` prints: the record, and the three keys :func:`annotate` adds."""
+        out = {
+            **self.record.to_dict(),
+            "last_output_at": self.last_output_at,
+            "last_output_age_s": self.last_output_age_s,
+            "stalled": self.stalled,
+        }
+        if self.results is not None:
+            for n in out["nodes"]:
+                n["result"] = self.results.get(n["node"])
+        return out
+
+
+def annotate(job: JobRecord, stall_after_s: float) -> JobView:
     """``job`` with ``last_output_at`` (the newest of its nodes'), ``last_output_age_s``
     (from the head's ``checked_at``: one clock; counted from the job's start while no node
     has printed) and ``stalled`` (a running job whose every node has been silent that long)."""
-    times = [n.get("last_output_at") for n in job.get("nodes", []) if n.get("last_output_at")]
+    times = [n.last_output_at for n in job.nodes if n.last_output_at]
     last = max(times) if times else None
-    since = last or job.get("started_at") or job.get("created_at")
-    checked = job.get("checked_at") or time.time()
+    since = last or job.started_at or job.created_at
+    checked = job.checked_at or time.time()
     age = max(0.0, float(checked) - float(since)) if since else None
-    running = job.get("state") in ("starting", "running")
-    return {
-        **job,
-        "last_output_at": last,
-        "last_output_age_s": None if age is None else round(age, 1),
-        "stalled": bool(running and age is not None and age >= stall_after_s),
-    }
+    return JobView(
+        job,
+        last_output_at=last,
+        last_output_age_s=None if age is None else round(age, 1),
+        stalled=bool(job.running and age is not None and age >= stall_after_s),
+    )
 
 
 def is_function_entry(entry: str) -> bool:
@@ -596,13 +632,13 @@ def is_function_entry(entry: str) -> bool:
     return ":" in entry and not entry.startswith("-m ")
 
 
-def job_results(transport: NodeTransport, job: dict[str, Any], into: Path) -> dict[int, Any]:
+def job_results(transport: NodeTransport, job: JobRecord, into: Path) -> dict[int, Any]:
     """Each node's result.json of the job (the launcher writes it when the entry, a function,
     returned on every worker of the node), fetched into ``into``; a node without one: None."""
-    job_id = str(job.get("id"))
+    job_id = job.id
     results: dict[int, Any] = {}
-    for n in job.get("nodes", []):
-        i = int(n.get("node"))
+    for n in job.nodes:
+        i = n.node
         local = into / f"node-{i}.result.json"
         try:  # a lost node (its folder gone) has none: the others' are still shown
             remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
@@ -618,20 +654,20 @@ def job_results(transport: NodeTransport, job: dict[str, Any], into: Path) -> di
 
 def running_jobs(
     make_transport: Callable[[], NodeTransport],
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[JobRecord], str]:
     """The jobs still running on the cluster (its head's records), newest first, and why
     they could not be read ("" when they could): for `status` and `down`."""
     found, why = cluster_jobs(make_transport)
     return [j for j in found if is_running(j)], why
 
 
-def is_running(job: Mapping[str, Any]) -> bool:
-    return job.get("state") in ("starting", "running")
+def is_running(job: JobRecord) -> bool:
+    return job.running
 
 
 def cluster_jobs(
     make_transport: Callable[[], NodeTransport],
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[JobRecord], str]:
     """Every job on the cluster (its head's records), newest first, and why they could not be
     read ("" when they could)."""
     try:
@@ -649,16 +685,16 @@ def cluster_jobs(
 JOB_COPY = "job.json"
 
 
-def keep_job_copies(runs_dir: Path, jobs: Sequence[Mapping[str, Any]]) -> None:
+def keep_job_copies(runs_dir: Path, jobs: Sequence[JobRecord]) -> None:
     """Each job's record as the head has it now, into the copy a `run` from this workspace
     keeps (runs/<id>/job.json): `down` takes the head's records with the cluster, and a
     detached job's copy was last written when it started."""
     for job in jobs:
-        folder = runs_dir / str(job.get("id"))
+        folder = runs_dir / job.id
         if not folder.is_dir():  # started from another workspace
             continue
-        kept = {k: v for k, v in job.items() if k != "checked_at"}  # the head's clock, now
-        _write_copy(folder / JOB_COPY, kept)
+        kept = replace(job, checked_at=None)  # the head's clock, now
+        _write_copy(folder / JOB_COPY, kept.to_dict())
 
 
 def mark_ended_by_down(runs_dir: Path, job_ids: Sequence[str]) -> None:
@@ -666,11 +702,10 @@ def mark_ended_by_down(runs_dir: Path, job_ids: Sequence[str]) -> None:
     for job_id in job_ids:
         copy = runs_dir / job_id / JOB_COPY
         try:
-            kept = json.loads(copy.read_text(encoding="utf-8"))
+            kept = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue
-        if isinstance(kept, dict):
-            _write_copy(copy, {**kept, "ended_by_down": True})
+        _write_copy(copy, replace(kept, ended_by_down=True).to_dict())
 
 
 def _write_copy(path: Path, record: Mapping[str, Any]) -> None:
@@ -679,16 +714,14 @@ def _write_copy(path: Path, record: Mapping[str, Any]) -> None:
     part.replace(path)
 
 
-def job_line(job: dict[str, Any]) -> str:
+def job_line(job: JobRecord) -> str:
     """One running job in words: id, entry, who started it and when."""
-    entry = " ".join([str(job.get("entry")), *map(str, job.get("args", []))])
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.get("created_at") or 0))
-    return f"{job.get('id')} ({entry}; started by {job.get('started_by')} at {started})"
+    entry = " ".join([job.entry, *job.args])
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created_at or 0))
+    return f"{job.id} ({entry}; started by {job.started_by} at {started})"
 
 
-def announce_running(
-    found: tuple[list[dict[str, Any]], str], echo: Callable[[str], None]
-) -> list[str]:
+def announce_running(found: tuple[list[JobRecord], str], echo: Callable[[str], None]) -> list[str]:
     """`down`: say which running jobs end with the cluster (or that they could not be read);
     their ids."""
     jobs, why = found
@@ -696,4 +729,4 @@ def announce_running(
         echo(f"[skyinfra] could not read the cluster's jobs (any still running ends): {why}")
     for job in jobs:
         echo(f"[skyinfra]   running job {job_line(job)}: ends with the cluster")
-    return [str(job.get("id")) for job in jobs]
+    return [job.id for job in jobs]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import exitcodes as node_exitcodes
+from skyinfra_runtime.jobrecord import HeadRecoveryRun, Interruption
 
 from skyinfra import exitcodes
 from skyinfra.errors import RunError, RunTimeoutError
@@ -51,9 +52,9 @@ class RunReport:
     job_state: str = ""  # the job's final state in its record ("" when not a job)
     needs_nodes: list[int] = field(default_factory=list)  # lost nodes (state needs_nodes)
     # The Spot interruption notices of the job's last attempt (node, action, time, noticed_at).
-    interruptions: list[dict[str, Any]] = field(default_factory=list)
+    interruptions: list[Interruption] = field(default_factory=list)
     # Node 0's unattended recovery of the job (its record's head_recovery; None: none).
-    head_recovery: dict[str, Any] | None = None
+    head_recovery: HeadRecoveryRun | None = None
 
     @property
     def exit_code(self) -> int:

@@ -25,7 +25,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.rundirs import (
@@ -55,6 +55,8 @@ from skyinfra.run.job import (
     RECOVERABLE_STATES,
     JobClient,
     JobNodeProcess,
+    JobRecord,
+    JobState,
     Restarts,
     end_node_part,
     find_job,
@@ -301,7 +303,7 @@ def restart_on_replaced_nodes(
         else:
             if transport is not None:
                 wait_for_interrupted_nodes(transport, report, lost, echo)
-            noticed = {i.get("node") for i in report.interruptions}
+            noticed = {i.node for i in report.interruptions}
             how = "interrupted" if noticed >= set(lost) else "lost"
             echo(
                 f"[skyinfra] {', '.join(f'node-{i}' for i in lost)} {how}: replacing "
@@ -353,25 +355,24 @@ def _head_recovered(transport: NodeTransport, report: RunReport, echo: Echo) -> 
     next attempt started (True), or until node 0 says its recovery failed (False: the caller
     replaces the nodes, as without it). No head recovery: False at once."""
     said = report.head_recovery
-    if said is None or said.get("state") == "failed":
+    if said is None or said.failed:
         return False
     echo(
         "[skyinfra] node-0 replaces the lost node(s) and starts the next attempt itself "
-        f"(unattended recovery; its log: {said.get('log')} on node-0): waiting for it"
+        f"(unattended recovery; its log: {said.log} on node-0): waiting for it"
     )
     client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
     attempt = len(report.attempts)
     while True:
-        rec = client.record(fresh=True) or {}
-        if int(rec.get("attempt") or 0) > attempt:
+        rec = client.record(fresh=True)
+        if rec is not None and rec.attempt > attempt:
             take_attempts(report, rec)
-            report.job_state = str(rec.get("state") or "")
             return True
-        said = rec.get("head_recovery")
-        if rec.get("state") != "needs_nodes" or (
-            isinstance(said, dict) and said.get("state") == "failed"
+        said = rec.head_recovery if rec is not None else None
+        if (rec is None or rec.state is not JobState.NEEDS_NODES) or (
+            said is not None and said.failed
         ):
-            tail = said.get("tail") if isinstance(said, dict) else None
+            tail = said.tail if said is not None else None
             echo(
                 "[skyinfra] node-0's recovery did not start the next attempt"
                 + (f" ({tail[-1]})" if tail else "")
@@ -396,10 +397,10 @@ def _start_detached_attempt(
     """The next attempt started on every node, not followed; not when the job's record on
     node 0 no longer waits (cancelled while its nodes were being replaced)."""
     with contextlib.suppress(TransportError, UsageError):  # node 0 replaced: no record
-        state = find_job(transport, report.run_id).get("state")
+        state = find_job(transport, report.run_id).state
         if state not in RECOVERABLE_STATES:
             echo(f"[skyinfra] the job is {state} now: it is not started again")
-            report.job_state = str(state)
+            report.job_state = state.value
             return
     _start_and_wait(
         transport,
@@ -474,9 +475,9 @@ def wait_for_interrupted_nodes(
     notice's time; a local node once its part of the job has ended): replacing it before
     would find nothing to replace. Wait until it no longer answers, or its time is past."""
     due = {
-        int(i["node"]): float(i["time"])
+        i.node: float(i.time)
         for i in report.interruptions
-        if i.get("node") in lost and isinstance(i.get("time"), (int, float))
+        if i.node is not None and i.node in lost and i.time is not None
     }
     for node, when in sorted(due.items()):
         if not transport.readiness(node).ready:
@@ -624,7 +625,7 @@ def _run_all(
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
             if client is not None:
-                take_attempts(report, client.record(fresh=True) or {})
+                take_attempts(report, client.record(fresh=True))
         except TransportError as err:
             # Node 0 gone once the job started (its folder, on the local target): not an error
             # of this run's own, but the job's head lost, which a restart may recover from.
@@ -635,7 +636,7 @@ def _run_all(
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.stop_following()
-            rec = (client.last_record if client is not None else None) or {}
+            rec = client.last_record if client is not None else None
             why = str(err) if isinstance(err, HeadLostError) else HEAD_LOST
             record_head_lost(
                 transport,
@@ -663,7 +664,7 @@ def _run_all(
 def record_head_lost(
     transport: NodeTransport,
     report: RunReport,
-    rec: Mapping[str, Any],
+    rec: JobRecord | None,
     restarts: Restarts | None,
     attempts_before: Sequence[Mapping[str, object]],
     checkpoints: str | None,
@@ -730,7 +731,7 @@ def record_head_lost(
         return
     current["not_restarted"] = f"no restart left (--max-restarts {report.max_restarts})"
     report.job_state, report.needs_nodes = "lost", []
-    name = checkpoints or rec.get("checkpoints") or report.run_id
+    name = checkpoints or (rec.checkpoints if rec is not None else "") or report.run_id
     echo(
         f"[skyinfra] the job cannot go on without its "
         f"{'supervisor' if node_0_kept else 'head'} and has no restart left "
@@ -826,24 +827,28 @@ def _start_job(
     )
 
 
-def take_attempts(report: RunReport, rec: Mapping[str, Any]) -> None:
+def take_attempts(report: RunReport, rec: JobRecord | None) -> None:
     """The job's attempts (each one's cause, lost and recovery time), its restart settings,
-    state and lost nodes, from its record (the head's)."""
-    report.attempts = [a for a in rec.get("attempts") or [] if isinstance(a, dict)]
-    report.max_restarts = int(rec.get("max_restarts") or 0)
-    report.retry_on = str(rec.get("retry_on") or "signal")
-    report.job_state = str(rec.get("state") or "")
-    report.needs_nodes = [int(i) for i in rec.get("needs_nodes") or []]
-    created, timeout = rec.get("created_at"), rec.get("timeout_s")
-    if isinstance(created, int | float):
-        report.created_at = float(created)
-    if isinstance(timeout, int | float):
-        report.timeout_s = float(timeout)
+    state and lost nodes, from its record (the head's; None: not read yet)."""
+    if rec is None:
+        report.attempts, report.max_restarts, report.retry_on = [], 0, "signal"
+        report.job_state, report.needs_nodes = "", []
+        report.interruptions, report.head_recovery = [], None
+        return
+    # The report's attempts stay JSON: the run adds the attempts it records itself.
+    report.attempts = [a.to_dict() for a in rec.attempts]
+    report.max_restarts = rec.max_restarts
+    report.retry_on = rec.retry_on
+    report.job_state = rec.state.value
+    report.needs_nodes = list(rec.needs_nodes)
+    if rec.created_at is not None:
+        report.created_at = float(rec.created_at)
+    if rec.timeout_s is not None:
+        report.timeout_s = float(rec.timeout_s)
     # The last attempt's notices: the nodes an earlier one lost have been replaced since.
-    last = report.attempts[-1] if report.attempts else {}
-    report.interruptions = [i for i in last.get("interruptions") or [] if isinstance(i, dict)]
-    said = rec.get("head_recovery")
-    report.head_recovery = dict(said) if isinstance(said, dict) else None
+    last = rec.attempts[-1] if rec.attempts else None
+    report.interruptions = list(last.interruptions) if last is not None else []
+    report.head_recovery = rec.head_recovery
 
 
 def _follow_job(

@@ -17,6 +17,7 @@ from skyinfra_runtime.jobs.records import Paths, read_json, write_json
 
 from skyinfra.cli.jobs import _needs_nodes_words
 from skyinfra.run.head_recovery import HeadRecovery, operator_settings
+from skyinfra.run.job import JobRecord
 
 SECRET = "s3cret-head-recovery"
 
@@ -105,11 +106,15 @@ def test_the_operator_settings_leave_out_credentials_and_node_variables() -> Non
     }
 
 
+def words(job: dict[str, Any]) -> str:
+    return _needs_nodes_words(JobRecord.from_dict(job))
+
+
 def test_jobs_says_who_replaces_the_lost_node_and_what_to_run_after_a_failure() -> None:
     job: dict[str, Any] = {"id": "j1", "state": "needs_nodes"}
-    assert _needs_nodes_words(job) == "from the project's folder run `skyinfra jobs recover j1`"
+    assert words(job) == "from the project's folder run `skyinfra jobs recover j1`"
     job["head_recovery"] = {"state": "running", "log": "/n/runs/j1/recover.log"}
-    assert _needs_nodes_words(job).startswith("node-0 is replacing it and starting the next")
+    assert words(job).startswith("node-0 is replacing it and starting the next")
     job["head_recovery"] = {"state": "failed", "exit_code": 1, "log": "/n/runs/j1/recover.log"}
-    said = _needs_nodes_words(job)
+    said = words(job)
     assert "unattended recovery failed (exit 1" in said and "skyinfra jobs recover j1" in said

@@ -21,7 +21,8 @@ timeout, and records the job in ``<head node dir>/jobs/<id>.json`` (atomic write
 
 Standard library only: this runs on the nodes. The parts: ``records`` (a job's files on a
 node), ``wire`` (peer <-> head messages), ``agent`` (one node's launcher, a peer's reports),
-``supervisor`` (the head), ``commands`` (the command line).
+``supervisor`` (the head), ``commands`` (the command line). The record's schema is
+``skyinfra_runtime.jobrecord``, outside this package: the operator reads records through it.
 """
 
 from skyinfra_runtime.jobs.commands import main

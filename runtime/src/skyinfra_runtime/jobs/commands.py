@@ -12,14 +12,15 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
+from skyinfra_runtime.jobrecord import JobRecord, JobState
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
-    FINAL_STATES,
     Paths,
     now,
     pid_alive,
@@ -249,7 +250,7 @@ def _drop_unused_set(ns: argparse.Namespace, sup: Supervisor | None, paths: Path
     ended (its supervisor's end), never a peer at its own end while the others may still
     write. Elsewhere each node has a folder of its own (AWS: after its final upload, so S3
     has no set either). A job that waits for a lost node goes on later on the same set."""
-    if sup is not None and sup.state == "needs_nodes":
+    if sup is not None and sup.state is JobState.NEEDS_NODES:
         return
     if ns.node != 0 and checkpoints.provider_of(ns.node_dir) == "local":
         return
@@ -375,15 +376,16 @@ def cancel(ns: argparse.Namespace) -> int:
         if pid_alive(paths.pid_file) == pid:
             print(f"skyinfra-runtime: the job's supervisor {pid} still runs", file=sys.stderr)
             return exitcodes.USER_FAILED
-    record = read_json(paths.record) or {}
-    if record.get("state") == "needs_nodes":
+    record = _read_record(paths.record)
+    if record is not None and record.state is JobState.NEEDS_NODES:
         # Nothing runs while a job waits for its lost nodes: cancelling it is saying it will
         # not be recovered.
-        record["state"] = "cancelled"
-        write_json(paths.record, record)
+        record = replace(record, state=JobState.CANCELLED)
+        write_json(paths.record, record.to_dict())
         # It will not go on on its set: one it never used goes (_drop_unused_set).
         _remove_set_if_unused(paths)
-    print(json.dumps({"was_running": pid is not None, "state": record.get("state")}))
+    state = None if record is None else record.state.value
+    print(json.dumps({"was_running": pid is not None, "state": state}))
     return exitcodes.OK
 
 
@@ -395,18 +397,23 @@ def list_jobs(ns: argparse.Namespace) -> int:
     out = []
     checked_at = now()
     for path in sorted((root / "jobs").glob("*.json")):
-        rec = read_json(path)
-        if not isinstance(rec, dict):
+        rec = _read_record(path)
+        if rec is None:
             continue
-        if (
-            rec.get("state") not in FINAL_STATES
-            and pid_alive(Paths(root, str(rec.get("id"))).pid_file) is None
-        ):
-            rec["state"] = "lost"
-        rec["checked_at"] = checked_at
-        out.append(rec)
+        if not rec.final and pid_alive(Paths(root, rec.id).pid_file) is None:
+            rec = replace(rec, state=JobState.LOST)
+        out.append(replace(rec, checked_at=checked_at).to_dict())
     print(json.dumps(out))
     return exitcodes.OK
+
+
+def _read_record(path: Path) -> JobRecord | None:
+    """The job record at ``path``; None when there is none (or it is not one)."""
+    data = read_json(path)
+    try:
+        return JobRecord.from_dict(data) if isinstance(data, dict) else None
+    except ValueError:
+        return None
 
 
 def main(argv: list[str]) -> int:

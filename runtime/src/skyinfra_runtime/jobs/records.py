@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1
+# The final states are defined once, in skyinfra_runtime.jobrecord (the operator's too).
+from skyinfra_runtime.jobrecord import FINAL_STATES as FINAL_STATES
+from skyinfra_runtime.jobrecord import JobRecord
+
+SCHEMA = 1  # of node.json (the job's record has its own: skyinfra_runtime.jobrecord)
 # Ending a node: SIGTERM to its launcher's process group, SIGKILL after this many seconds
 # (frameworks blocked in a collective ignore SIGTERM): the others end within 5 s of a failure.
 END_GRACE_S = 3.0
@@ -27,9 +31,6 @@ JOIN_WAIT_S = 60.0
 TAIL_LINES = 20
 # How often a node's last-output time reaches the head and the record (at most).
 OUTPUT_EVERY_S = 1.0
-# needs_nodes: a node was lost and restarts are left; the operator replaces it (Terraform) and
-# starts the job again as the next attempt (`skyinfra jobs recover`): nothing runs meanwhile.
-FINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out", "needs_nodes")
 # What a refused start tells of the job that holds the nodes (running_job).
 BUSY_FIELDS = ("state", "entry", "started_by", "created_at", "attempt")
 
@@ -118,9 +119,14 @@ def running_job(node_dir: Path, but: str | None = None) -> dict[str, Any] | None
     so a second job there would join them and end it."""
     for path in sorted((node_dir / "jobs").glob("*.json")):
         job_id = path.stem
-        rec = read_json(path)
-        if job_id == but or not isinstance(rec, dict) or rec.get("state") in FINAL_STATES:
+        data = read_json(path)
+        try:
+            record = JobRecord.from_dict(data)
+        except ValueError:  # not a job's record
+            continue
+        if job_id == but or record.final:
             continue
         if pid_alive(Paths(node_dir, job_id).pid_file) is not None:
-            return {"id": job_id, **{k: rec.get(k) for k in BUSY_FIELDS}}
+            said = record.to_dict()
+            return {"id": job_id, **{k: said[k] for k in BUSY_FIELDS}}
     return None

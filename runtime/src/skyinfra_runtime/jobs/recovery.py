@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime.jobrecord import HeadRecoveryRun, JobRecord, JobState
 from skyinfra_runtime.jobs.records import Paths, now, read_json, write_json
 from skyinfra_runtime.rundirs import NODE_DIR_FIELD
 
@@ -77,22 +79,22 @@ def run(recover: Mapping[str, Any], secrets: Mapping[str, str], paths: Paths, at
 
 
 def _record_failure(paths: Paths, attempt: int, code: int | None, log: Path) -> None:
-    record = read_json(paths.record)
-    # The next attempt's supervisor owns the record once it started: leave it alone.
-    if not isinstance(record, dict) or record.get("attempt") != attempt:
+    try:
+        record = JobRecord.from_dict(read_json(paths.record))
+    except ValueError:
         return
-    if record.get("state") != "needs_nodes":
+    # The next attempt's supervisor owns the record once it started: leave it alone.
+    if record.attempt != attempt or record.state is not JobState.NEEDS_NODES:
         return
     try:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         lines = []
-    said = record.get("head_recovery")
-    record["head_recovery"] = {
-        **(said if isinstance(said, dict) else {}),
-        "state": "failed",
-        "exit_code": code,
-        "ended_at": now(),
-        "tail": [line for line in lines if line.strip()][-TAIL_LINES:],
-    }
-    write_json(paths.record, record)
+    failed = replace(
+        record.head_recovery or HeadRecoveryRun(),
+        state="failed",
+        exit_code=code,
+        ended_at=now(),
+        tail=tuple([line for line in lines if line.strip()][-TAIL_LINES:]),
+    )
+    write_json(paths.record, replace(record, head_recovery=failed).to_dict())

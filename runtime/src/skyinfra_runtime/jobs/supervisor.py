@@ -22,10 +22,18 @@ import queue
 import signal
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from skyinfra_runtime import exitcodes
+from skyinfra_runtime.jobrecord import (
+    Attempt,
+    HeadRecoveryRun,
+    Interruption,
+    JobRecord,
+    JobState,
+    NodeResult,
+)
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent
 from skyinfra_runtime.jobs.records import (
@@ -33,7 +41,6 @@ from skyinfra_runtime.jobs.records import (
     END_GRACE_S,
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
-    SCHEMA,
     now,
     write_json,
 )
@@ -71,9 +78,8 @@ class Supervisor:
         self.agent = agent
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         self.view = {i: NodeView(i) for i in range(nodes)}
-        self.meta = meta
         self.timeout_s = timeout_s
-        self.state = "starting"
+        self.state = JobState.STARTING
         # A job started again after its head lost a node (or its supervisor) keeps the time it
         # was first created: its --timeout counts from there, across every attempt.
         created = meta.pop("created_at", None)
@@ -98,69 +104,66 @@ class Supervisor:
         self.attempt = len(before) + 1
         self.agent.attempt = self.attempt
         self.attempts: list[dict[str, Any]] = [*before, {"attempt": self.attempt}]
+        # What the operator said of the job (entry, args, env, ...), read into the record once;
+        # each save fills in the rest.
+        self.launched = JobRecord.from_dict({**meta, "id": self.agent.paths.job_id})
         self.failed_at: float | None = None  # when the head saw the attempt's first failure
         self.needs_nodes: list[int] = []  # lost nodes, for the operator to replace
         # Nodes with a Spot interruption notice: node -> the notice (action, time, ...).
-        self.interrupted: dict[int, dict[str, Any]] = {}
+        self.interrupted: dict[int, Interruption] = {}
         self.ending_deadline: float | None = None  # the notice's time while it ends the job
         self.start_peers = False  # a restart's peers are started after the head's launcher
         # The command that recovers the job unattended (jobs/recovery.py; None: the operator
         # does), and, once the job ended needing nodes, what the record says of its run.
         self.recover = recover
-        self.head_recovery: dict[str, Any] | None = None
+        self.head_recovery: HeadRecoveryRun | None = None
 
     @property
     def restarts_left(self) -> int:
         return self.max_restarts - (self.attempt - 1)
 
-    def record(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "id": self.agent.paths.job_id,
-            **self.meta,
-            "state": self.state,
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "timeout_s": self.timeout_s,
-            "first_failure": self.first_failure,
-            "timed_out": self.timed_out,
-            "supervisor_pid": os.getpid(),
+    def record(self) -> JobRecord:
+        attempts = tuple(Attempt.from_dict(a) for a in self.attempts)
+        return replace(
+            self.launched,
+            state=self.state,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            timeout_s=self.timeout_s,
+            first_failure=self.first_failure,
+            timed_out=tuple(self.timed_out),
+            supervisor_pid=os.getpid(),
             # Rewritten at least every OUTPUT_EVERY_S while an attempt runs: a follower that
             # sees it stand still asks the head whether this process still lives.
-            "saved_at": now(),
-            "attempt": self.attempt,
-            "max_restarts": self.max_restarts,
-            "retry_on": self.retry_on,
-            "restarts_left": self.restarts_left,
-            "attempts": self.attempts,
-            "needs_nodes": self.needs_nodes,
-            **({"head_recovery": self.head_recovery} if self.head_recovery else {}),
+            saved_at=now(),
+            attempt=self.attempt,
+            max_restarts=self.max_restarts,
+            retry_on=self.retry_on,
+            restarts_left=self.restarts_left,
+            attempts=attempts,
+            needs_nodes=tuple(self.needs_nodes),
+            head_recovery=self.head_recovery,
             # Every notice of the job, earlier attempts' included.
-            "interruptions": [
-                i
-                for a in self.attempts
-                for i in a.get("interruptions") or []
-                if isinstance(i, dict)
-            ],
-            "nodes": [
-                {
-                    "node": v.node,
-                    "state": v.state,
-                    "exit_code": v.exit_code,
-                    "meaning": exitcodes.describe(v.exit_code) if v.state == "ended" else "",
-                    "ended_reason": v.ended_reason,
-                    "last_output_at": v.last_output_at,
-                    "ended_at": v.ended_at,
-                    "tail_at_end": v.tail_at_end,
-                    "interrupted": self.interrupted.get(v.node),
-                }
+            interruptions=tuple(i for a in attempts for i in a.interruptions),
+            nodes=tuple(
+                NodeResult(
+                    node=v.node,
+                    state=v.state,
+                    exit_code=v.exit_code,
+                    meaning=exitcodes.describe(v.exit_code) if v.state == "ended" else "",
+                    ended_reason=v.ended_reason,
+                    last_output_at=v.last_output_at,
+                    ended_at=v.ended_at,
+                    tail_at_end=None if v.tail_at_end is None else tuple(v.tail_at_end),
+                    interrupted=self.interrupted.get(v.node),
+                )
                 for v in self.view.values()
-            ],
-        }
+            ),
+        )
 
     def save(self) -> None:
-        write_json(self.agent.paths.record, self.record())
+        write_json(self.agent.paths.record, self.record().to_dict())
 
     def serve(self, server: socket.socket) -> None:
         while True:
@@ -204,7 +207,7 @@ class Supervisor:
             current = self.attempts[-1]
             current.update(
                 ended_at=now(),
-                outcome=self._final_state(),
+                outcome=self._final_state().value,
                 cause=cause,
                 # From the attempt's start (every node's launcher started) to the failure the
                 # head saw: the most work the failure can have cost. What was really lost is
@@ -239,14 +242,14 @@ class Supervisor:
             self.agent.after_end()  # the head's final checkpoint upload, before the record ends
         self.ended_at = now()
         self.state = self._final_state()
-        if self.state == "needs_nodes" and self.recover is not None:
+        if self.state is JobState.NEEDS_NODES and self.recover is not None:
             # Run by the caller once this agent's part is gone (commands.supervise).
-            self.head_recovery = {
-                "by": "node-0",
-                "state": "running",
-                "started_at": now(),
-                "log": str(recovery.log_path(self.agent.paths)),
-            }
+            self.head_recovery = HeadRecoveryRun(
+                by="node-0",
+                state="running",
+                started_at=now(),
+                log=str(recovery.log_path(self.agent.paths)),
+            )
         self.save()
 
     def _run_attempt(self) -> None:
@@ -266,14 +269,16 @@ class Supervisor:
                 self._ended(0, code, self.agent.tail_at_end)
                 changed = True
             head.last_output_at = self.agent.last_output
-            if self.state == "starting" and all(v.state != "starting" for v in self.view.values()):
-                self.state, changed = "running", True
+            if self.state is JobState.STARTING and all(
+                v.state != "starting" for v in self.view.values()
+            ):
+                self.state, changed = JobState.RUNNING, True
                 self.started_at = self.started_at or now()
                 self._attempt_started()
             if self.cancel.is_set() and not self.ending:
                 self._end_all("cancelled")
                 changed = True
-            if self.state == "starting" and now() > join_by and not self.ending:
+            if self.state is JobState.STARTING and now() > join_by and not self.ending:
                 missing = [v for v in self.view.values() if v.state == "starting"]
                 for v in missing:
                     v.state, v.ended_reason = "ended", "never reported in"
@@ -306,13 +311,12 @@ class Supervisor:
         that was lost (its agent gone), else the first failure. The others' collectives
         often fail first, with errors of their own, and are not the cause."""
         if self.interrupted:
-            node = min(self.interrupted, key=lambda i: self.interrupted[i].get("noticed_at", 0.0))
+            node = min(self.interrupted, key=lambda i: self.interrupted[i].noticed_at or 0.0)
             notice = self.interrupted[node]
             return {
                 "node": node,
                 "exit_code": self.view[node].exit_code,
-                "meaning": f"a Spot interruption notice ({notice.get('action')} at "
-                f"{notice.get('time_utc')})",
+                "meaning": f"a Spot interruption notice ({notice.action} at {notice.time_utc})",
                 "kind": "interrupted",
             }
         if self.first_failure is None:
@@ -361,7 +365,12 @@ class Supervisor:
         )
         self.agent.note(said)
         self.attempts.append({"attempt": self.attempt})
-        self.state, self.ending, self.first_failure, self.failed_at = "starting", "", None, None
+        self.state, self.ending, self.first_failure, self.failed_at = (
+            JobState.STARTING,
+            "",
+            None,
+            None,
+        )
         self.ending_deadline = None
         for v in self.view.values():
             conn = v.conn
@@ -428,15 +437,13 @@ class Supervisor:
         if node in self.interrupted or not isinstance(msg.get("time"), (int, float)):
             return False
         keys = ("action", "time", "time_utc", "noticed_at")
-        notice: dict[str, Any] = {k: msg[k] for k in keys if k in msg}
-        notice.setdefault("noticed_at", now())
+        notice = Interruption.from_dict({k: msg[k] for k in keys if k in msg})
+        if notice.noticed_at is None:
+            notice = replace(notice, noticed_at=now())
         self.interrupted[node] = notice
         listed: list[dict[str, Any]] = self.attempts[-1].setdefault("interruptions", [])
-        listed.append({"node": node, **notice})
-        said = (
-            f"a Spot interruption notice on node-{node}: {notice.get('action')} at "
-            f"{notice.get('time_utc')}"
-        )
+        listed.append(replace(notice, node=node).to_dict())
+        said = f"a Spot interruption notice on node-{node}: {notice.action} at {notice.time_utc}"
         self.agent.note(f"{said}; every node's workers get SIGTERM and the time left")
         if self.ending or all(v.state == "ended" for v in self.view.values()):
             return True
@@ -484,16 +491,16 @@ class Supervisor:
         gone = {v.node for v in self.view.values() if v.node != 0 and v.conn is None}
         return sorted(gone | (set(self.interrupted) - {0}))
 
-    def _final_state(self) -> str:
+    def _final_state(self) -> JobState:
         if self.needs_nodes:
-            return "needs_nodes"
+            return JobState.NEEDS_NODES
         if self.first_failure is not None:
-            return "failed"
+            return JobState.FAILED
         if self.timed_out:
-            return "timed_out"
+            return JobState.TIMED_OUT
         if self.ending == "cancelled":
-            return "cancelled"
-        return "succeeded"
+            return JobState.CANCELLED
+        return JobState.SUCCEEDED
 
 
 def _seconds(start: float | None, end: float | None) -> float | None:
