@@ -45,9 +45,8 @@ class TorchPlugin:
     end_before_teardown: ClassVar[bool] = True
     _initialized: bool = field(default=False, init=False, repr=False)
     _script: bool = field(default=False, init=False, repr=False)
-    # Rank 0's rendezvous store and its listening socket: alive until teardown.
+    # Rank 0's rendezvous store (it owns its listening socket): alive until teardown.
     _store: Any = field(default=None, init=False, repr=False)
-    _listener: socket.socket | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         validate_plugin(
@@ -119,7 +118,7 @@ class TorchPlugin:
 
     def _host_store(self, dist: Any, topology: Topology, timeout: float) -> None:
         """The rendezvous store on head_addr:torch_port, served by this (rank 0's) process."""
-        self._listener = rendezvous_listener(topology.head_addr, topology.torch_port)
+        listener = rendezvous_listener(topology.head_addr, topology.torch_port)
         try:
             self._store = dist.TCPStore(
                 topology.head_addr,
@@ -127,14 +126,15 @@ class TorchPlugin:
                 is_master=True,
                 wait_for_workers=False,
                 timeout=timedelta(seconds=timeout),
-                master_listen_fd=self._listener.fileno(),
+                master_listen_fd=listener.fileno(),
             )
         except Exception as exc:
-            self._listener.close()
+            listener.close()
             raise PluginError(
                 f"torch rendezvous store on {topology.head_addr}:{topology.torch_port} could"
                 f" not start: {exc}"
             ) from exc
+        listener.detach()  # the store closes the descriptor when it goes (teardown)
 
     def explain(self, exc: BaseException) -> str | None:
         """One line on how to choose, when the user's code failed on the process group."""
@@ -164,10 +164,7 @@ class TorchPlugin:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._initialized = False
-        self._store = None  # stops serving (the peers are past their rendezvous)
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        self._store = None  # stops serving and closes its socket (the peers are past it)
 
 
 def rendezvous_listener(head_addr: str, port: int) -> socket.socket:
