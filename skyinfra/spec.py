@@ -290,18 +290,10 @@ def as_flag_problem(problem: SpecError, overrides: Mapping[str, Any]) -> SpecErr
     return SpecError(flag, problem.value, problem.expected)
 
 
-# The fields `up`'s flags set, each with its flag. Neither in the spec file nor given as a
-# flag, such a field of an existing cluster keeps the value the cluster was applied with: a
-# bare `up --name X` again must not shrink the cluster or drop its plugins.
-FLAG_KEYS: dict[str, str] = {
-    "provider": "--provider",
-    "nodes": "--nodes",
-    "procs_per_node": "--procs-per-node",
-    "plugins": "--plugin",
-    "python_packages": "--package",
-    "backend": "--backend",
-    "engine": "--terraform-bin",
-}
+# The fields `up`'s flags set, each with its flag, but the name. Neither in the spec file nor
+# given as a flag, such a field of an existing cluster keeps the value the cluster was applied
+# with: a bare `up --name X` again must not shrink the cluster or drop its plugins.
+FLAG_KEYS: dict[str, str] = {k: flag for k, flag in FLAG_OF_FIELD.items() if k != "name"}
 
 
 @dataclass(frozen=True)
