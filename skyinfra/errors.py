@@ -164,12 +164,18 @@ class ClusterDownError(WorkspaceError):
         if unfinished is None:
             said = f"cluster {cluster!r} is down (no topology.json); bring it up with `skyinfra up`"
         else:
-            said = (
-                f"cluster {cluster!r} is not up: an `{unfinished}` did not finish (interrupted, "
-                f"or it failed) and left it part-made; run `skyinfra up --name {cluster}` again "
-                f"to finish it, or `skyinfra down --cluster {cluster}` to destroy what it made"
-            )
+            said = f"cluster {cluster!r} is not up: {part_made(cluster, unfinished)}"
         super().__init__(said)
+
+
+def part_made(cluster: str, command: str) -> str:
+    """What ``command`` left when it did not finish, and the two ways on: `status` says it,
+    and every command that needs the nodes (ClusterDownError)."""
+    return (
+        f"an `{command}` did not finish (interrupted, or it failed) and left the cluster "
+        f"part-made: run `skyinfra up --name {cluster}` again to finish it, or "
+        f"`skyinfra down --cluster {cluster}` to destroy what it made"
+    )
 
 
 class WorkspaceBusyError(WorkspaceError):

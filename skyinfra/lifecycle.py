@@ -24,6 +24,7 @@ from skyinfra.errors import (
     TerraformError,
     WorkspaceConflictError,
     WorkspaceError,
+    part_made,
 )
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review.cost import SpotPrices
@@ -180,13 +181,19 @@ def mark_finished(ws: Workspace) -> None:
 def not_up_error(ws: Workspace) -> ClusterDownError:
     """What a command that needs the nodes raises when there is no topology.json: the cluster
     is down, or an `up` left it part-made (its marker), which takes another `up` or a `down`."""
+    return ClusterDownError(ws.name, unfinished=unfinished_command(ws))
+
+
+def unfinished_command(ws: Workspace) -> str | None:
+    """The command whose marker says it began changing the cluster and did not finish
+    (mark_unfinished), or None when none left one."""
     marker = ws.path / UNFINISHED_FILE
     if not marker.is_file():
-        return ClusterDownError(ws.name)
+        return None
     command = "up"
     with contextlib.suppress(WorkspaceError, OSError, ValueError, AttributeError):
         command = str(ws.read_json(marker).get("command") or "up")
-    return ClusterDownError(ws.name, unfinished=command)
+    return command
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -581,23 +588,16 @@ def _state(ws: Workspace, resources: Sequence[str], topology: Topology | None) -
     what happened and what to run."""
     if not resources:
         return "down", ""
-    marker = ws.path / UNFINISHED_FILE
-    if topology is not None and not marker.is_file():
+    command = unfinished_command(ws)
+    if topology is not None and command is None:
         return "up", ""
-    command = "up"
-    with contextlib.suppress(WorkspaceError, OSError, ValueError, AttributeError):
-        command = str(ws.read_json(marker).get("command") or "up")
     holder = ws.lock_holder()
     if holder is not None:
         return "incomplete", (
             f"`skyinfra {holder.get('command')}` (pid {holder.get('pid')}) is changing the "
             "cluster now: wait for it to end"
         )
-    return "incomplete", (
-        f"an `{command}` did not finish (interrupted, or it failed) and left the cluster "
-        f"part-made: run `skyinfra up --name {ws.name}` again to finish it, or "
-        f"`skyinfra down --cluster {ws.name}` to destroy what it made"
-    )
+    return "incomplete", part_made(ws.name, command or "up")
 
 
 def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) -> dict[str, Any]:

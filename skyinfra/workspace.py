@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import NoSuchClusterError, WorkspaceBusyError, WorkspaceError
-from skyinfra.spec import ClusterSpec, check_name
+from skyinfra.spec import NAME_RE, ClusterSpec, check_name
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -315,3 +315,13 @@ def select_workspace(
             f"`skyinfra up --name {name}`"
         )
     return ws
+
+
+def applied_spec(clusters_root: str | Path | None, name: Any) -> ClusterSpec | None:
+    """The applied spec (spec.json) of the cluster ``name`` under ``clusters_root``: what an
+    existing cluster keeps where neither the flags nor the file say (`up`, the Python API).
+    None where it has no workspace, or ``name`` is not a name (the spec's own check says so)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return None
+    ws = Workspace(clusters_dir(clusters_root) / name)
+    return ws.spec() if ws.exists() else None

@@ -9,6 +9,7 @@ the library behind it is imported when a method runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import sys
@@ -65,6 +66,7 @@ class Cluster:
         **fields: Any,
     ) -> None:
         from skyinfra.spec import load_spec_keeping_applied
+        from skyinfra.workspace import applied_spec
 
         raw = {key: value for key, value in fields.items() if value is not None}
         if name is not None:
@@ -75,7 +77,7 @@ class Cluster:
             None,
             raw,
             default_path=None,
-            applied=_applied_in(dir),
+            applied=functools.partial(applied_spec, dir),
             flags=_arguments(),
             overrides_are_flags=False,
         )
@@ -99,13 +101,14 @@ class Cluster:
     ) -> Cluster:
         """The cluster of a spec file; ``overrides`` replace its fields (as the CLI's flags)."""
         from skyinfra.spec import load_spec_keeping_applied
+        from skyinfra.workspace import applied_spec
 
         spec_file = Path(path).absolute()  # `up` records it: where the cluster came from
         spec, kept = load_spec_keeping_applied(
             spec_file,
             overrides,
             default_path=None,
-            applied=_applied_in(dir),
+            applied=functools.partial(applied_spec, dir),
             flags=_arguments(),
             overrides_are_flags=False,
         )
@@ -443,18 +446,3 @@ def _arguments() -> dict[str, str]:
     from skyinfra.spec import FLAG_KEYS
 
     return {key: f"{key}=" for key in FLAG_KEYS}
-
-
-def _applied_in(clusters_root: str | Path | None) -> Callable[[Any], ClusterSpec | None]:
-    """The applied spec (spec.json) of the cluster of a name under ``clusters_root``, or None
-    where there is none (or the name is not one: the spec's own check names it)."""
-    from skyinfra.spec import NAME_RE
-    from skyinfra.workspace import Workspace, clusters_dir
-
-    def applied(name: Any) -> ClusterSpec | None:
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            return None
-        ws = Workspace(clusters_dir(clusters_root) / name)
-        return ws.spec() if ws.exists() else None
-
-    return applied

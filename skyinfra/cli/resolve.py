@@ -7,6 +7,7 @@ The library behind the commands is imported inside these functions, when a comma
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -77,16 +78,15 @@ def spec_keeping_applied(
     """The spec of `up`, `plan` and `render`: the spec file and the flags, and where the
     cluster exists, the applied value of each field that neither gives (each kept value that
     is not the default said in a line through ``say``, with the flag among ``flags``)."""
-    from skyinfra.spec import NAME_RE, load_spec_keeping_applied
-
-    def applied(name: Any) -> ClusterSpec | None:
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            return None  # the spec's own check names the problem
-        ws = new_workspace(clusters_root, name)
-        return ws.spec() if ws.exists() else None
+    from skyinfra.spec import load_spec_keeping_applied
+    from skyinfra.workspace import applied_spec
 
     spec, kept = load_spec_keeping_applied(
-        spec_path, overrides, default_path=DEFAULT_SPEC, applied=applied, flags=flags
+        spec_path,
+        overrides,
+        default_path=DEFAULT_SPEC,
+        applied=functools.partial(applied_spec, clusters_root),
+        flags=flags,
     )
     shown_file = str(spec_path) if spec_path is not None else str(DEFAULT_SPEC)
     for value in kept:
