@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,9 +54,16 @@ def node_processes(nodes_dir: Path, job: str | None = None) -> list[str]:
 
 
 @contextmanager
-def cluster_up(project: Path, env: dict[str, str], name: str) -> Iterator[Path]:
-    """`up` of ``project``'s spec; at the end `down --yes`, which must succeed."""
-    up = cli(["up"], project, env)
+def cluster_up(
+    project: Path,
+    env: dict[str, str],
+    name: str,
+    up_args: Sequence[str] = (),
+    up_timeout: int = 300,
+) -> Iterator[Path]:
+    """`up` of ``project``'s spec (and ``up_args``, flags that may stand for it); at the end
+    `down --yes`, which must succeed."""
+    up = cli(["up", *up_args], project, env, timeout=up_timeout)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         yield project

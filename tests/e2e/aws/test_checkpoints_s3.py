@@ -237,22 +237,12 @@ def test_a_jobs_agent_restores_before_the_entry_and_uploads_at_its_end(
     assert sorted(manifest(s3, "run-a", 0)["files"]) == ["step-1/state.bin", "step-2/state.bin"]
 
 
-@pytest.mark.slow
-def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends(
-    s3: Any, aws_env: str, tmp_path: Path
-) -> None:
-    """SIGTERM (here `cancel`, later a Spot notice) ends the launchers; each node's agent
-    then makes its final upload, of a file written a moment before (so no poll took it),
-    before it reports its exit: once the head's record is final, every node's files are in."""
+def two_node_job(tmp_path: Path, aws_env: str, job: str, entry: str) -> list[Path]:
+    """Job ``job`` of ``entry`` (Python source) started by both nodes' agents, as `run -d`
+    starts one: node 0's agent listens for node 1's, each node with a folder of its own and the
+    checkpoint store in moto. The node folders."""
     settings = {"url": f"s3://{BUCKET}/team/ckpts", "region": REGION}
     settings["bucket_url"] = f"{aws_env}/{BUCKET}"
-    entry = (
-        "import os, pathlib, sys, time\n"
-        "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
-        "(d / f\"rank-{os.environ['NODE']}.bin\").write_bytes(os.urandom(4096))\n"
-        "print('written', flush=True)\n"
-        "time.sleep(120)\n"
-    )
     dirs = [tmp_path / f"node-{i}" for i in range(2)]
     head = ""
     for i, node_dir in enumerate(dirs):
@@ -260,7 +250,7 @@ def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends
         (node_dir / "checkpoints.json").write_text(json.dumps(settings))
         where = ["--nodes", "2", "--listen", "127.0.0.1"] if i == 0 else ["--head", head]
         argv = [
-            sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-2",
+            sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", job,
             "--node-dir", str(node_dir), "--node", str(i), *where,
             "--", sys.executable, "-c", entry,
         ]  # fmt: skip
@@ -270,6 +260,24 @@ def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends
         if i == 0:
             said = json.loads(out.stdout.strip().splitlines()[-1])
             head = f"{said['host']}:{said['port']}"
+    return dirs
+
+
+@pytest.mark.slow
+def test_a_cancelled_two_node_job_uploads_from_every_node_before_its_record_ends(
+    s3: Any, aws_env: str, tmp_path: Path
+) -> None:
+    """SIGTERM (here `cancel`, later a Spot notice) ends the launchers; each node's agent
+    then makes its final upload, of a file written a moment before (so no poll took it),
+    before it reports its exit: once the head's record is final, every node's files are in."""
+    entry = (
+        "import os, pathlib, sys, time\n"
+        "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
+        "(d / f\"rank-{os.environ['NODE']}.bin\").write_bytes(os.urandom(4096))\n"
+        "print('written', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    dirs = two_node_job(tmp_path, aws_env, "job-2", entry)
     logs = [d / "runs" / "job-2" / "output.log" for d in dirs]
     until = time.monotonic() + 60
     while not all(log.is_file() and "written" in log.read_text() for log in logs):
@@ -293,8 +301,6 @@ def test_a_node_that_writes_no_checkpoint_leaves_no_set_on_the_node_nor_in_s3(
     """Two nodes, each with a folder of its own: node 1 writes a checkpoint, node 0 none.
     Node 1's set and its upload stay; node 0's folder goes at its agent's end and nothing of
     it is in S3 (a job that writes nothing leaves no set)."""
-    settings = {"url": f"s3://{BUCKET}/team/ckpts", "region": REGION}
-    settings["bucket_url"] = f"{aws_env}/{BUCKET}"
     entry = (
         "import os, pathlib\n"
         "d = pathlib.Path(os.environ['SKYINFRA_CHECKPOINT_DIR'])\n"
@@ -302,22 +308,7 @@ def test_a_node_that_writes_no_checkpoint_leaves_no_set_on_the_node_nor_in_s3(
         "    (d / 'step-1').mkdir()\n"
         "    (d / 'step-1/state.bin').write_bytes(b'node 1')\n"
     )
-    dirs = [tmp_path / f"node-{i}" for i in range(2)]
-    head = ""
-    for i, node_dir in enumerate(dirs):
-        node_dir.mkdir()
-        (node_dir / "checkpoints.json").write_text(json.dumps(settings))
-        where = ["--nodes", "2", "--listen", "127.0.0.1"] if i == 0 else ["--head", head]
-        argv = [
-            sys.executable, "-m", "skyinfra_runtime", "supervise", "--job", "job-3",
-            "--node-dir", str(node_dir), "--node", str(i), *where,
-            "--", sys.executable, "-c", entry,
-        ]  # fmt: skip
-        out = subprocess.run(argv, env=node_env(NODE=str(i)), capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        if i == 0:
-            said = json.loads(out.stdout.strip().splitlines()[-1])
-            head = f"{said['host']}:{said['port']}"
+    dirs = two_node_job(tmp_path, aws_env, "job-3", entry)
     states = [d / "runs" / "job-3" / "node.json" for d in dirs]
     until = time.monotonic() + 60
     while not all(

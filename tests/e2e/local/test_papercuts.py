@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skyinfra_argv
-from tests.support.local_jobs import cli, module_env
+from tests.support.local_jobs import cli, cluster_up, module_env
 
 pytestmark = pytest.mark.slow
 
@@ -59,13 +59,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     proj = tmp_path_factory.mktemp("cuts-project")
     (proj / "script.py").write_text(SCRIPT)
     (proj / "code.py").write_text(CODE)
-    up = cli(["up", "--name", NAME, "--nodes", "2"], proj, env, timeout=600)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with cluster_up(proj, env, NAME, ["--name", NAME, "--nodes", "2"], up_timeout=600):
         yield proj
-    finally:
-        down = cli(["down", "--yes", "--cluster", NAME], proj, env)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def on_a_terminal(args: list[str], cwd: Path, env: dict[str, str], answer: str) -> tuple[int, str]:
