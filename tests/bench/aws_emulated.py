@@ -125,7 +125,7 @@ def scale(reps: int, sizes: tuple[int, ...] = (8, 64, 256)) -> dict[str, Any]:
     from skyinfra.errors import SkyinfraError
     from skyinfra.render import OWNED_DIRS, RETIRED_FILES
     from skyinfra.spec import validate_spec
-    from skyinfra.targets.aws.target import render_files
+    from skyinfra.targets.aws.cluster_files import render_files
     from skyinfra.terraform import EmbeddedTerraform
     from skyinfra.workspace import Workspace
 

@@ -12,8 +12,8 @@ from skyinfra_runtime.topology import Topology
 
 from skyinfra.errors import TopologyError
 from skyinfra.spec import validate_spec
+from skyinfra.targets.aws.cluster_files import preboot_topology
 from skyinfra.targets.aws.render import AwsClusterParams
-from skyinfra.targets.aws.target import preboot_topology
 from skyinfra.topology import topology_from_outputs
 
 SPEC = validate_spec({"name": "demo", "nodes": 2, "plugins": ["jax", "keras:backend=jax"]})

@@ -25,13 +25,14 @@ import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.spec import validate_spec
+from skyinfra.targets.aws.cluster_files import render_files
 from skyinfra.targets.aws.endpoints import (
     EMULATED_NODES_ENV_VAR,
     EMULATOR_CONFIG_FILE,
     ENDPOINT_ENV_VAR,
     Emulator,
 )
-from skyinfra.targets.aws.target import TARGET_FILE, render_files, transport
+from skyinfra.targets.aws.target import TARGET_FILE, transport
 from skyinfra.terraform.external import ENGINE_ENV
 from skyinfra.topology import Node, Topology
 from skyinfra.wheel import build_runtime_wheel
@@ -235,7 +236,7 @@ def test_skip_preflight_bypasses_the_checks(
     monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
     monkeypatch.setenv("SKYINFRA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(
-        "skyinfra.targets.aws.target.build_runtime_wheel",
+        "skyinfra.targets.aws.cluster_files.build_runtime_wheel",
         functools.partial(build_runtime_wheel, minimal_runtime_dir),
     )
     spec = validate_spec(

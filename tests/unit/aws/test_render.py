@@ -236,7 +236,7 @@ def test_recover_refuses_a_state_key_that_would_widen_the_head_role(key: str) ->
 
 def test_cluster_params_take_the_state_from_the_backend_only_with_recover() -> None:
     from skyinfra.spec import ClusterSpec
-    from skyinfra.targets.aws.target import cluster_params
+    from skyinfra.targets.aws.cluster_files import cluster_params
 
     raw = {
         "name": "demo",
