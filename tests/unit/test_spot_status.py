@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from skyinfra.lifecycle import _interruptions
+from skyinfra.lifecycle.cluster_status import _interruptions
 from skyinfra.spec import validate_spec
 from skyinfra.workspace import Workspace
 from tests.support.topologies import local_topology
