@@ -121,7 +121,7 @@ TARGETS: dict[str, Entry] = {
         "skyinfra.targets.local.target:LocalTarget",
     ),
     "aws": Entry(
-        "skyinfra.targets.aws.spec:AwsDeclaration",
+        "skyinfra.targets.aws.declaration:AwsDeclaration",
         "skyinfra.targets.aws.target:AwsTarget",
     ),
 }

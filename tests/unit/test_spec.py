@@ -409,7 +409,8 @@ def test_every_command_has_help(command: str, clean_env: dict[str, str]) -> None
 
 def test_aws_nodes_pin_the_spec_jax_else_the_operators() -> None:
     """aws.jax_version wins; without it the operator's jax version; no jax: no pin."""
-    from skyinfra.targets.aws.spec import jax_requirement, parse_aws_section
+    from skyinfra.targets.aws.spec import jax_requirement
+    from skyinfra.targets.aws.spec_parsing import parse_aws_section
 
     pinned = parse_aws_section({**AWS_OK, "jax_version": "0.9.1", "jax_extra": "cuda13"})
     assert jax_requirement(pinned, "0.10.2") == "jax[cuda13]==0.9.1"

@@ -29,14 +29,8 @@ from skyinfra.targets.aws.endpoints import (
     Emulator,
     emulator_config_text,
 )
-from skyinfra.targets.aws.spec import (
-    AMI_EXPECTED,
-    AMI_RE,
-    MARKETS,
-    MAX_AWS_NODES,
-    SPOT,
-    check_ssh_cidrs,
-)
+from skyinfra.targets.aws.spec import MARKETS, MAX_AWS_NODES, SPOT
+from skyinfra.targets.aws.spec_parsing import AMI_EXPECTED, AMI_RE, check_ssh_cidrs
 from skyinfra.terraform.backend import LOCK_SUFFIX
 
 # The root module's values (the settings of the last `up`, which the next one pins from).
@@ -183,7 +177,7 @@ def _check_network(params: AwsClusterParams) -> None:
 def validate_params(params: AwsClusterParams) -> None:
     """Refuse bad values before anything is written, naming the field and what is valid.
 
-    The user's values go through the spec's own rules (skyinfra/spec.py, aws/spec.py); the
+    The user's values go through the spec's own rules (skyinfra/spec/, aws/spec_parsing.py); the
     rest are the renderer's invariants."""
     check_name(params.cluster_name)
     if not 1 <= params.node_count <= MAX_AWS_NODES:

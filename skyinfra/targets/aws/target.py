@@ -31,6 +31,7 @@ from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
 from skyinfra.targets.aws.capacity import CapacityLog
 from skyinfra.targets.aws.cluster_files import _aws_of, render_files
+from skyinfra.targets.aws.declaration import RETRY_FOR, SKIP_PREFLIGHT, ZONES, AwsDeclaration
 from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
@@ -39,14 +40,7 @@ from skyinfra.targets.aws.endpoints import (
 from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, read_head_marker, transport
 from skyinfra.targets.aws.reach import console_host_keys as console_host_keys
 from skyinfra.targets.aws.session import AwsClients, clients_for
-from skyinfra.targets.aws.spec import (
-    RETRY_FOR,
-    SKIP_PREFLIGHT,
-    SPOT,
-    ZONES,
-    AwsDeclaration,
-    node_markets,
-)
+from skyinfra.targets.aws.spec import SPOT, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
 from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.aws.staging import delete_staged
@@ -79,7 +73,7 @@ WAIT_READY_S = 900
 
 class AwsTarget(AwsDeclaration):
     """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH; its name,
-    spec table and flags are its declaration's (spec.py)."""
+    spec table and flags are its declaration's (declaration.py)."""
 
     wait_ready_s: ClassVar[float] = float(WAIT_READY_S)
 

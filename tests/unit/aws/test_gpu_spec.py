@@ -8,7 +8,8 @@ import pytest
 from skyinfra.errors import SpecError
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cluster_files import cluster_params
-from skyinfra.targets.aws.spec import AwsSpec, parse_aws_section
+from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.spec_parsing import parse_aws_section
 
 AWS = {"region": "us-east-1", "instance_type": "p4d.24xlarge", "ssh_cidrs": ["203.0.113.4/32"]}
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk k"

@@ -12,7 +12,7 @@ import yaml
 
 from skyinfra.errors import SpecError
 from skyinfra.targets.aws.cloudinit import render_user_data
-from skyinfra.targets.aws.spec import parse_aws_section
+from skyinfra.targets.aws.spec_parsing import parse_aws_section
 from tests.conftest import content_of
 from tests.unit.aws.test_cloudinit import params
 
