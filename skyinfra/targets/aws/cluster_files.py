@@ -22,7 +22,7 @@ import boto3
 from skyinfra import timeline
 from skyinfra.render import module_files, module_source
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws import checkpoint_store, failover
+from skyinfra.targets.aws import checkpoint_store, launch_plan
 from skyinfra.targets.aws.addressing import subnet_for
 from skyinfra.targets.aws.cloudinit import (
     NODE_DIR,
@@ -281,7 +281,7 @@ def render_files(
     say: Echo = echo or (lambda _line: None)
     spec_aws = _aws_of(spec)
     if markets is None:  # `plan`, `render`: a running cluster's nodes keep their market
-        markets = failover.launched_markets(spec, ws, _running_nodes(ws))
+        markets = launch_plan.launched_markets(spec, ws, _running_nodes(ws))
     _, public_key = ssh_key_paths(spec_aws)
     early = cluster_params(spec, None, public_key, markets=markets)
     validate_params(early)  # pure checks before any AWS call

@@ -19,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.errors import Declined, UsageError
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.failover import launched_markets
+from skyinfra.targets.aws.launch_plan import launched_markets
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.base import Ask, Echo
 from skyinfra.topology import Topology

@@ -345,7 +345,7 @@ def test_a_running_clusters_nodes_keep_the_market_they_were_launched_with(tmp_pa
     """Issue 26: after a Spot fallback, `up`, `plan` and `render` of the running cluster keep
     the fallback nodes On-Demand (no replacement); new nodes and a new cluster take the spec's."""
     from skyinfra.targets.aws.capacity import LOG_FILE
-    from skyinfra.targets.aws.failover import launched_markets
+    from skyinfra.targets.aws.launch_plan import launched_markets
     from skyinfra.workspace import Workspace
 
     def spec(nodes: int) -> ClusterSpec:
