@@ -24,12 +24,10 @@ from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     DLAMI_PARAMETER,
-    EIP_QUOTA,
-    ENI_QUOTA,
     dlami_parameter,
-    quota_class,
     run_preflight,
 )
+from skyinfra.targets.aws.quotas import EIP_QUOTA, ENI_QUOTA, quota_class
 from skyinfra.targets.aws.session import AwsClients
 from tests.support.aws import REGION
 from tests.support.aws_fixtures import seed_dlami, unseed_dlami
