@@ -20,10 +20,11 @@ from skyinfra.targets.aws.endpoints import (
     emulated_nodes_from_env,
     emulator_from_env,
 )
+from skyinfra.targets.aws.host_keys import host_keys_from_console
 from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport, host_keys_from_console
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport
 from skyinfra.topology import Topology
 from skyinfra.workspace import Workspace
 

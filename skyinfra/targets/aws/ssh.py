@@ -8,7 +8,8 @@ A node is ready once cloud-init's provision.sh wrote its ready marker. Until the
 pending, or failed when provision.sh wrote its failed marker or cloud-init itself reports an
 error (or finished without the marker): readiness.py holds that protocol, this module runs its
 probe. A node that does not answer over SSH is unreachable, which right after `up` is normal
-(it is still booting).
+(it is still booting). How a node's host key is known and shown (the console's keys, the
+fingerprint) is host_keys.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hashlib
 import logging
 import os
 import posixpath
@@ -31,6 +31,7 @@ import paramiko
 
 from skyinfra.errors import HostKeyChangedError, TransportError
 from skyinfra.targets.aws.cloudinit import FAILED_MARKER, NODE_ENV_FILE, OUTPUT_LOG, READY_MARKER
+from skyinfra.targets.aws.host_keys import HostKeySource, fingerprint
 from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS, parse_probe_output, probe_script
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.nodesync import Entries
@@ -108,34 +109,6 @@ class SshProcess:
         self._transport.check_call(self.node, script)
         with contextlib.suppress(TimeoutError):
             self.wait(timeout=5)
-
-
-# cloud-init prints the node's SSH host public keys to the serial console at first boot
-# between these lines (its cc_keys_to_console module); EC2's GetConsoleOutput returns them.
-CONSOLE_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
-CONSOLE_KEYS_END = "-----END SSH HOST KEY KEYS-----"
-
-# A node's published host keys ("<type> <base64>" lines), or empty when not published yet.
-HostKeySource = Callable[[int], Sequence[str]]
-
-
-def host_keys_from_console(output: str) -> list[str]:
-    """The ``<type> <base64>`` lines of the last host-key block cloud-init printed."""
-    if CONSOLE_KEYS_BEGIN not in output:
-        return []
-    block = output.rsplit(CONSOLE_KEYS_BEGIN, 1)[1].split(CONSOLE_KEYS_END, 1)[0]
-    keys = []
-    for line in block.splitlines():
-        fields = line.strip().split()
-        if len(fields) >= 2 and (fields[0].startswith(("ssh-", "ecdsa-"))):
-            keys.append(f"{fields[0]} {fields[1]}")
-    return keys
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -l` prints it."""
-    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-    return f"{key.get_name()} SHA256:{digest}"
 
 
 class SshTransport:
