@@ -73,7 +73,7 @@ from skyinfra.workspace import Workspace
 Echo = Callable[[str], None]
 
 
-def _aws_of(spec: ClusterSpec) -> AwsSpec:
+def aws_of(spec: ClusterSpec) -> AwsSpec:
     return spec.section_as(AwsSpec)
 
 
@@ -95,7 +95,7 @@ def cluster_params(
     ``ws_id``: the workspace's id, tagged on every resource beside the cluster's name;
     ``staging``: the wheel's (bucket, prefix), which the nodes' role may read; ``markets``:
     each node's market (default: the spec's, aws.market and aws.head_market)."""
-    spec_aws = _aws_of(spec)
+    spec_aws = aws_of(spec)
     extra: dict[str, Any] = {}
     tags = {CLUSTER_TAG: spec.name}
     if ws_id is not None:
@@ -136,7 +136,7 @@ def head_recovery_state(spec: ClusterSpec) -> tuple[str, str] | None:
     """``aws.recover``: the (bucket, key) of the cluster's state object in the spec's S3
     backend, which node-0's own role may read and write (the nodes module's head_recovery);
     None without aws.recover (the spec refuses aws.recover without a backend)."""
-    if not _aws_of(spec).recover or spec.backend is None:
+    if not aws_of(spec).recover or spec.backend is None:
         return None
     backend = parse_backend(spec.backend)
     return backend.bucket, backend.key(spec.name)
@@ -179,7 +179,7 @@ def _user_data(
     """Every node's cloud-init document: node name -> text (``spot_nodes``: those launched on
     the Spot market, which watch for an interruption notice; ``authorized_keys``: every
     node's, and ``head_wheel``: node 0's skyinfra, with aws.recover)."""
-    spec_aws = _aws_of(spec)
+    spec_aws = aws_of(spec)
     topology_json = json.dumps(topology.to_dict(), sort_keys=True)
     bootstrap = default_bootstrap_script()
     return {
@@ -279,7 +279,7 @@ def render_files(
     ``zone``, ``capacity_reservation`` and ``markets`` (each node's market; default the
     spec's): chosen by capacity failover (failover.py)."""
     say: Echo = echo or (lambda _line: None)
-    spec_aws = _aws_of(spec)
+    spec_aws = aws_of(spec)
     if markets is None:  # `plan`, `render`: a running cluster's nodes keep their market
         markets = launch_plan.launched_markets(spec, ws, _running_nodes(ws))
     _, public_key = ssh_key_paths(spec_aws)

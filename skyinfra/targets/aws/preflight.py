@@ -25,7 +25,7 @@ from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.quotas import (
     ON_DEMAND_VCPU_QUOTAS,
     SPOT_VCPU_QUOTAS,
-    _check_efa_quotas,
+    check_efa_quotas,
     quota_class,
     quota_vcpus,
     running_vcpus,
@@ -365,7 +365,7 @@ def run_preflight(
             clients.client("ssm"), ami_parameter or dlami_parameter(facts.architectures)
         )
         if checks and efa and facts.efa_interface_count:
-            _check_efa_quotas(clients, node_count, facts.efa_interface_count, warnings)
+            check_efa_quotas(clients, node_count, facts.efa_interface_count, warnings)
         quota, running = (
             _check_quota(
                 clients,

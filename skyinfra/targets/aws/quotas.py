@@ -103,7 +103,7 @@ def quota_vcpus(quotas: Any, quota_code: str, service: str = "ec2") -> float | N
     return None
 
 
-def _check_efa_quotas(clients: AwsClients, nodes: int, cards: int, warnings: list[str]) -> None:
+def check_efa_quotas(clients: AwsClients, nodes: int, cards: int, warnings: list[str]) -> None:
     """PreflightError when the EFA nodes' Elastic IPs (one each) or network interfaces (one
     per card each) would pass the region's quota; a warning when a quota has no answer."""
     ec2 = clients.client("ec2")

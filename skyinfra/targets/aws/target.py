@@ -30,7 +30,7 @@ from skyinfra.targets.aws import checkpoint_store, failover, head
 from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
 from skyinfra.targets.aws.capacity import CapacityLog
-from skyinfra.targets.aws.cluster_files import _aws_of, render_files
+from skyinfra.targets.aws.cluster_files import aws_of, render_files
 from skyinfra.targets.aws.declaration import RETRY_FOR, SKIP_PREFLIGHT, ZONES, AwsDeclaration
 from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
@@ -120,7 +120,7 @@ class AwsTarget(AwsDeclaration):
     def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
         """The Spot price history of the spec's type at plan time, when some node is Spot
         (issue 26); None without Spot nodes, or (with a warning) when EC2 does not answer."""
-        spec_aws = _aws_of(spec)
+        spec_aws = aws_of(spec)
         if SPOT not in node_markets(spec_aws, spec.nodes).values():
             return None
         clients = clients_for(spec)
@@ -153,7 +153,7 @@ class AwsTarget(AwsDeclaration):
 
     def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
         """aws.recover: node 0's skyinfra replaces a detached job's lost workers (head.py)."""
-        spec_aws = _aws_of(spec)
+        spec_aws = aws_of(spec)
         return head.head_recovery(ws, spec_aws.recover, spec_aws.region)
 
     def applies_as_is(self, ws: Workspace) -> bool:
@@ -284,7 +284,7 @@ class AwsTarget(AwsDeclaration):
     ) -> list[str]:
         """Resources tagged ``skyinfra:cluster`` in the regions of ``specs`` that the state
         of none of ``workspaces`` holds."""
-        regions = sorted({_aws_of(spec).region for spec in specs if spec.provider == self.name})
+        regions = sorted({aws_of(spec).region for spec in specs if spec.provider == self.name})
         clients = [
             AwsClients(boto3.session.Session(), region, emulator_from_env()) for region in regions
         ]
