@@ -79,7 +79,7 @@ wheels: $(STAMP)
 # (tests/support/schedule.py; `make test-durations` records them anew). (loadgroup would share out the AWS e2e files test by test, but pytest-xdist 3.8 marks
 # groups by rewriting item._nodeid, which pytest 9.2 no longer reads: it groups nothing.)
 # 5 workers on 2 cores: a worker waiting on an AWS provider poll or a node's timeout leaves
-# its core to another (docs/development.md). With 4, the cores idled 10-35% of the time in
+# its core to another (docs/development/testing.md). With 4, the cores idled 10-35% of the time in
 # half-minute stretches while three AWS files waited on the provider at once; with 5 they are
 # busy nearly throughout, at the same CPU in all. Every run ends with the 25 slowest tests and
 # the seconds per folder (tests/support/timings.py). Random order is make test-random's.
@@ -97,7 +97,7 @@ TF_GC = GOGC=off GOMEMLIMIT=1GiB
 # of CPU per worker with the cache).
 SUITE = env -u PYTHONDONTWRITEBYTECODE $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
 	$(BIN)/python -m pytest --durations=25 $(WORKERS)
-# TESTS="paths": only those, with the same settings (the slow-machine check: docs/development.md).
+# TESTS="paths": only those, with the same settings (the slow-machine check: docs/development/testing.md).
 TESTS ?=
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	$(SUITE) -p no:randomly $(TESTS)

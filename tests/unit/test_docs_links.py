@@ -13,8 +13,13 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#+ (.+)$")
 
 
+def docs_pages() -> list[Path]:
+    """Every page of the manual: docs/ and its folders (guides/, reference/, development/)."""
+    return sorted((REPO_ROOT / "docs").rglob("*.md"))
+
+
 def pages() -> list[Path]:
-    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    return [REPO_ROOT / "README.md", *docs_pages()]
 
 
 def anchor_of(heading: str) -> str:
@@ -50,5 +55,6 @@ def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
 def test_the_readme_is_a_front_page_and_every_docs_page_is_on_its_map() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert len(readme.splitlines()) < 200  # the manual lives in docs/
-    for page in sorted((REPO_ROOT / "docs").glob("*.md")):
-        assert f"(docs/{page.name})" in readme, page.name
+    for page in docs_pages():
+        link = page.relative_to(REPO_ROOT).as_posix()
+        assert f"({link})" in readme, link
