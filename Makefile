@@ -13,7 +13,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans docs-reference lint demo bench clean
 
 venv: $(STAMP)
 
@@ -155,6 +155,12 @@ test-gpu:
 record-plans: $(STAMP)
 	$(TF_GC) SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q -p no:randomly \
 		tests/e2e/aws/test_plan_review.py
+
+# The manual's generated reference pages: docs/reference/cli.md (every command and option, from
+# the click commands) and docs/reference/exit-codes.md (skyinfra/exitcodes.py). Commit what it
+# writes; tests/unit/test_docs_reference.py fails while they differ from the code.
+docs-reference: $(STAMP)
+	$(BIN)/python -m skyinfra.cli.reference
 
 lint: $(STAMP)
 	$(BIN)/ruff check skyinfra runtime tests examples
