@@ -13,7 +13,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans lint demo bench clean
+.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans docs-reference lint demo bench clean
 
 venv: $(STAMP)
 
@@ -79,7 +79,7 @@ wheels: $(STAMP)
 # (tests/support/schedule.py; `make test-durations` records them anew). (loadgroup would share out the AWS e2e files test by test, but pytest-xdist 3.8 marks
 # groups by rewriting item._nodeid, which pytest 9.2 no longer reads: it groups nothing.)
 # 5 workers on 2 cores: a worker waiting on an AWS provider poll or a node's timeout leaves
-# its core to another (docs/development.md). With 4, the cores idled 10-35% of the time in
+# its core to another (docs/development/testing.md). With 4, the cores idled 10-35% of the time in
 # half-minute stretches while three AWS files waited on the provider at once; with 5 they are
 # busy nearly throughout, at the same CPU in all. Every run ends with the 25 slowest tests and
 # the seconds per folder (tests/support/timings.py). Random order is make test-random's.
@@ -97,7 +97,7 @@ TF_GC = GOGC=off GOMEMLIMIT=1GiB
 # of CPU per worker with the cache).
 SUITE = env -u PYTHONDONTWRITEBYTECODE $(TF_GC) SKYINFRA_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov tests/loopback-only.sh \
 	$(BIN)/python -m pytest --durations=25 $(WORKERS)
-# TESTS="paths": only those, with the same settings (the slow-machine check: docs/development.md).
+# TESTS="paths": only those, with the same settings (the slow-machine check: docs/development/testing.md).
 TESTS ?=
 test: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	$(SUITE) -p no:randomly $(TESTS)
@@ -156,6 +156,12 @@ record-plans: $(STAMP)
 	$(TF_GC) SKYINFRA_UPDATE_GOLDEN=1 tests/loopback-only.sh $(BIN)/python -m pytest -q -p no:randomly \
 		tests/e2e/aws/test_plan_review.py
 
+# The manual's generated reference pages: docs/reference/cli.md (every command and option, from
+# the click commands) and docs/reference/exit-codes.md (skyinfra/exitcodes.py). Commit what it
+# writes; tests/unit/test_docs_reference.py fails while they differ from the code.
+docs-reference: $(STAMP)
+	$(BIN)/python -m skyinfra.cli.reference
+
 lint: $(STAMP)
 	$(BIN)/ruff check skyinfra runtime tests examples
 	$(BIN)/ruff format --check skyinfra runtime tests examples
@@ -164,6 +170,10 @@ lint: $(STAMP)
 	# standard library too (no tomllib, no datetime.UTC there).
 	$(BIN)/mypy --python-version 3.10 runtime/src/skyinfra_runtime
 	$(BIN)/lint-imports
+	# The manual (mkdocs.yml): a broken link or anchor, or a page off the nav, fails here. Built
+	# into a temporary folder (nothing written in the tree; about a second). Not --quiet: mkdocs
+	# 1.6 then counts no warning, and --strict passes whatever they say.
+	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir $$site; rc=$$?; rm -rf $$site; exit $$rc
 
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m skyinfra.demo
@@ -176,4 +186,4 @@ bench: $(STAMP)
 	$(BIN)/python tests/bench/run.py --reps $(REPS) --only $(ONLY)
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) $(WHEELHOUSE) $(DIST) build runtime/build .skyinfra .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) $(WHEELHOUSE) $(DIST) build runtime/build .site .skyinfra .pytest_cache .mypy_cache .ruff_cache

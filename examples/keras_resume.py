@@ -10,7 +10,7 @@ $SKYINFRA_CHECKPOINT_DIR is the same folder for every job run with ``--checkpoin
 and outlives the nodes. On several processes the keras plugin puts
 ``skyinfra_runtime.keras_backup.BackupAndRestore`` in place of Keras's: process 0 writes each
 epoch's backup into a new folder marked complete last, and every process restores the same
-one, optimizer state included (docs/checkpoints.md).
+one, optimizer state included (docs/guides/checkpoints.md).
 
 A resumed run computes what an uninterrupted one does only if everything else is a function
 of the epoch too: here the data order is (a permutation seeded by the epoch), the initial

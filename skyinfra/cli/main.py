@@ -1,8 +1,8 @@
 """The `skyinfra` group, assembled from the command modules, and `main`, the console script.
 
 Every user-caused error is a SkyinfraError: printed as one message, exit with its exit_code
-(the table in skyinfra.exitcodes, documented in docs/commands.md). Anything else is a bug and keeps
-its traceback.
+(the table in skyinfra.exitcodes, documented in docs/reference/exit-codes.md). Anything else is a
+bug and keeps its traceback.
 """
 
 from __future__ import annotations

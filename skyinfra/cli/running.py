@@ -93,8 +93,8 @@ if TYPE_CHECKING:
     multiple=True,
     metavar="NAME",
     help="A variable whose value comes from this environment and is never written to a file "
-    "here or on a node, and shows as *** (docs/jobs.md: what this promises). Repeatable; adds to "
-    "the spec's secrets.",
+    "here or on a node, and shows as *** (docs/guides/jobs.md: what this promises). "
+    "Repeatable; adds to the spec's secrets.",
 )
 @click.option(
     "--checkpoints",

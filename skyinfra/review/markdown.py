@@ -1,6 +1,6 @@
 """plan.md: one review as a pull-request comment (pure).
 
-Laid out after what Atlantis, tfcmt and infracost post (see docs/review.md):
+Laid out after what Atlantis, tfcmt and infracost post (see docs/guides/review.md):
 Terraform's ``Plan:`` line outside any fold, a warning for every destroy and replace (nodes
 first, with Terraform's reason, the attributes forcing it and their values before → after),
 the cluster's shape before → after, a Mermaid picture, the cost per hour and over the
