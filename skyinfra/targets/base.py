@@ -3,7 +3,7 @@
 A target owns its section of the spec (``[local]``, ``[aws]``), renders the cluster's root
 module (doing first whatever must happen before Terraform: the AWS preflight and wheel
 staging), says how to reach the nodes and how long they take to become ready, and cleans up
-after ``down``. The lifecycle (skyinfra/lifecycle.py) and the commands (skyinfra/cli/) drive
+after ``down``. The lifecycle (skyinfra/lifecycle/) and the commands (skyinfra/cli/) drive
 every target through the verbs declared here and nothing else: they never look a verb up by
 name and never branch on a target's name (tests/unit/test_target_conformance.py checks both).
 

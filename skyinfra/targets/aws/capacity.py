@@ -187,7 +187,7 @@ def backoff_s(round_index: int, *, base_s: float, cap_s: float) -> float:
 
 # ---------------------------------------------------------------- the attempt log
 
-# The workspace file holding where the cluster went and why (documented in docs/aws.md, "Capacity").
+# Where the cluster went and why (documented in docs/guides/aws.md, "Capacity").
 LOG_FILE = "capacity.json"
 LOG_SCHEMA = 1
 # The log keeps this many attempts (the newest); older `up`s' fall off.
