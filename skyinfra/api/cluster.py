@@ -318,7 +318,7 @@ class Cluster:
         from skyinfra.errors import ClusterDownError
         from skyinfra.run import DEFAULT_KEEP_RUNS
         from skyinfra.run.ignore import topology_path_inside
-        from skyinfra.run.job import Restarts
+        from skyinfra.run.launch import Restarts
         from skyinfra.run.session import run_on_cluster
         from skyinfra.terraform.backend import has_backend
         from skyinfra.topology import read_topology

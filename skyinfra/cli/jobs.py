@@ -331,11 +331,11 @@ def _recover(
         HEAD_LOST,
         RECOVERABLE_STATES,
         JobState,
-        Restarts,
         find_job,
         head_gone,
     )
     from skyinfra.run.jobenv import resolve
+    from skyinfra.run.launch import Restarts
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
     from skyinfra.run.session import (
         collect_and_summarise,

@@ -25,8 +25,8 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
     from skyinfra.errors import CancelledByCtrlC
-    from skyinfra.run.job import Restarts
     from skyinfra.run.jobenv import JobEnv
+    from skyinfra.run.launch import Restarts
     from skyinfra.spec import ClusterSpec
     from skyinfra.workspace import Workspace
 
@@ -282,7 +282,7 @@ def _restarts(ws: Workspace, flag: int | None, retry_on: str | None) -> Restarts
     """--max-restarts and --retry-on, else the spec's (./skyinfra.toml when it names this
     cluster), else no restart."""
     from skyinfra import lifecycle
-    from skyinfra.run.job import Restarts
+    from skyinfra.run.launch import Restarts
 
     spec = _current_spec(ws)
     return Restarts(

@@ -43,8 +43,8 @@ from skyinfra.errors import (
     TransportError,
     UsageError,
 )
-from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.run.jobenv import JobEnv
+from skyinfra.run.launch import Restarts
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # The signals that make an attached `run` stop following and leave the job running: a closed
@@ -77,17 +77,6 @@ STATE_EXIT = {
     JobState.LOST: exitcodes.ERROR,
     JobState.NEEDS_NODES: exitcodes.NODE_FAILED,
 }
-
-
-@dataclass(frozen=True)
-class Restarts:
-    """How often the head's supervisor restarts a failed job on the same nodes, and after
-    which failures (skyinfra_runtime.restarts); ``head_recovery``: what the head runs itself
-    when the job lost nodes with restarts left (None: it waits for `jobs recover`)."""
-
-    max_restarts: int = 0
-    retry_on: str = "signal"
-    head_recovery: HeadRecovery | None = None
 
 
 def follow_hint(cluster: str, job_id: str) -> str:
