@@ -318,7 +318,7 @@ class Cluster:
         from skyinfra.errors import ClusterDownError
         from skyinfra.run import DEFAULT_KEEP_RUNS
         from skyinfra.run.ignore import topology_path_inside
-        from skyinfra.run.launch import Restarts
+        from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
         from skyinfra.run.session import run_on_cluster
         from skyinfra.terraform.backend import has_backend
         from skyinfra.topology import read_topology
@@ -369,30 +369,29 @@ class Cluster:
                         gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
                     finally:
                         everyone.close()
-                report = run_on_cluster(
-                    transport=transport,
-                    topology=topology,
-                    topology_file=topology_file,
-                    runs_dir=ws.runs_dir,
-                    src=src,
+                launch = JobLaunch(
                     entry=CALL_ENTRY,
-                    args=[],
-                    all_logs=self.all_logs,
-                    extra_ignores=topology_path_inside(src, ws.path),
-                    echo=echo,
-                    wait_ready_s=wait_s,
-                    timeout_s=spec.run_timeout,
-                    keep_runs=DEFAULT_KEEP_RUNS,
-                    terminal=terminal,
-                    as_job=True,
-                    detach=detach,
-                    run_files=call.files,
+                    src=src,
                     # The job-only fields as this object says (as `run` reads ./skyinfra.toml).
                     restarts=Restarts(
                         self.spec.max_restarts,
                         self.spec.retry_on,
                         lifecycle.head_recovery_of(ws, ws.spec()),
                     ),
+                    run_files=call.files,
+                    timeout_s=spec.run_timeout,
+                    keep_runs=DEFAULT_KEEP_RUNS,
+                    as_job=True,
+                    detach=detach,
+                    all_logs=self.all_logs,
+                    extra_ignores=tuple(topology_path_inside(src, ws.path)),
+                )
+                report = run_on_cluster(
+                    launch,
+                    ClusterNodes(transport, topology, topology_file, ws.runs_dir),
+                    echo=echo,
+                    wait_ready_s=wait_s,
+                    terminal=terminal,
                 )
             except BaseException:
                 with contextlib.suppress(Exception):  # a call on some nodes: theirs back

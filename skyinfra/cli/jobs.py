@@ -335,7 +335,7 @@ def _recover(
         head_gone,
     )
     from skyinfra.run.jobenv import resolve
-    from skyinfra.run.launch import Restarts
+    from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
     from skyinfra.run.session import (
         collect_and_summarise,
@@ -345,6 +345,7 @@ def _recover(
         take_attempts,
         time_left,
     )
+    from skyinfra.topology import read_topology
 
     ws, transport, total = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
     head_lost = head_gone(transport)
@@ -394,10 +395,19 @@ def _recover(
             f"{_when(report.created_at)}): it is not started again; `skyinfra run "
             f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
         )
-    entry, args = job.entry, list(job.args)
-    # The next attempt recovers itself too, when the cluster says so.
-    restarts = Restarts(
-        report.max_restarts, report.retry_on, lifecycle.head_recovery_of(ws, ws.spec())
+    launch = JobLaunch(
+        entry=job.entry,
+        src=Path.cwd(),
+        args=tuple(job.args),
+        job_env=job_env,
+        checkpoints=name,
+        # The next attempt recovers itself too, when the cluster says so.
+        restarts=Restarts(
+            report.max_restarts, report.retry_on, lifecycle.head_recovery_of(ws, ws.spec())
+        ),
+        keep_runs=DEFAULT_KEEP_RUNS,
+        as_job=True,
+        detach=unattended,
     )
     if unattended and report.attempts:
         report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"
@@ -415,34 +425,29 @@ def _recover(
                 transport,
                 report,
                 job,
-                restarts,
+                launch,
                 (),
-                name,
                 HEAD_LOST if head_lost else "the job's supervisor on node-0 was killed",
                 echo,
                 node_0_kept=not head_lost,
             )
+        cluster = ClusterNodes(
+            transport,
+            read_topology(ws.topology_file),
+            ws.topology_file,
+            ws.runs_dir,
+            replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
+        )
         replaced = restart_on_replaced_nodes(
             report,
-            lambda lost: replace_lost_nodes(ws, lost),
-            src=Path.cwd(),
-            topology_file=ws.topology_file,
-            wanted=scan_project(Path.cwd(), copy_cache=copy_cache),
-            entry=entry,
-            args=args,
-            all_logs=False,
-            echo=echo,
-            keep_runs=DEFAULT_KEEP_RUNS,
-            job_env=job_env,
-            checkpoints=name,
-            restarts=restarts,
-            run_files={},
-            transport=transport,
-            detach=unattended,
+            launch,
+            cluster,
+            scan_project(launch.src, copy_cache=copy_cache),
+            echo,
         )
         if unattended:
             return
-        collect_and_summarise(replaced or transport, report, entry, args)
+        collect_and_summarise(replaced or transport, report, launch)
     print_report(report, echo)
     raise_for_failure(report)
 

@@ -43,8 +43,7 @@ from skyinfra.errors import (
     TransportError,
     UsageError,
 )
-from skyinfra.run.jobenv import JobEnv
-from skyinfra.run.launch import Restarts
+from skyinfra.run.launch import JobLaunch, Restarts
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # The signals that make an attached `run` stop following and leave the job running: a closed
@@ -117,28 +116,28 @@ def who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+# Per node: the launcher's argv, environment and working directory.
+NodeLaunches = Mapping[int, tuple[list[str], dict[str, str], str]]
+
+
 def start_job(
     transport: NodeTransport,
     topology: Topology,
     job_id: str,
+    launch: JobLaunch,
+    per_node: NodeLaunches,
     *,
-    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
-    entry: str,
-    args: Sequence[str],
     timeout_s: float | None,
-    job_env: JobEnv | None = None,
-    checkpoints: str | None = None,
-    restarts: Restarts | None = None,
     attempts_before: Sequence[Mapping[str, Any]] = (),
     created_at: float | None = None,
 ) -> None:
     """Start every node's agent: the head first (it says which port it listens on), then
-    the peers. ``launch``: per node, the launcher's argv, environment and working directory.
-    The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
-    never on a command line or in a file; the record keeps env and the secrets' names.
-    ``checkpoints``: the job's checkpoint set (None: the job id), on every agent's command
-    line (``--checkpoints``) and in the record. ``created_at``: a job started again (after
-    ``attempts_before``) keeps its first creation time, from which its timeout counts."""
+    the peers. ``per_node``: each node's launcher. The job's token and ``launch``'s job_env
+    (the user's env and secrets) go on each agent's stdin, never on a command line or in a
+    file; the record keeps env and the secrets' names. ``launch``'s checkpoints: the job's
+    checkpoint set (None: the job id), on every agent's command line (``--checkpoints``) and
+    in the record. ``created_at``: a job started again (after ``attempts_before``) keeps its
+    first creation time, from which its timeout counts."""
     # A hang-up or SIGTERM while the agents start waits until every one has (a job whose peers
     # never start would fail after JOIN_WAIT_S), then stops following (Detached), as the
     # handler `run` installed would. Deferred by a handler of our own, not by blocking the
@@ -151,7 +150,7 @@ def start_job(
             if callable(current):
                 old[signum] = current
                 signal.signal(signum, lambda got, _: hung_up.append(got))
-    recover = (restarts or Restarts()).head_recovery
+    recover = (launch.restarts or Restarts()).head_recovery
     if recover is not None and recover.prepare is not None:
         recover.prepare(transport)  # what node 0's recovery command needs there
     try:
@@ -160,14 +159,10 @@ def start_job(
             topology,
             job_id,
             launch,
-            entry,
-            args,
-            timeout_s,
-            job_env,
-            checkpoints,
-            restarts or Restarts(),
-            attempts_before,
-            created_at,
+            per_node,
+            timeout_s=timeout_s,
+            attempts_before=attempts_before,
+            created_at=created_at,
         )
     finally:
         for number, handler in old.items():
@@ -180,20 +175,18 @@ def _start_agents(
     transport: NodeTransport,
     topology: Topology,
     job_id: str,
-    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
-    entry: str,
-    args: Sequence[str],
+    launch: JobLaunch,
+    per_node: NodeLaunches,
+    *,
     timeout_s: float | None,
-    job_env: JobEnv | None,
-    checkpoints: str | None,
-    restarts: Restarts,
     attempts_before: Sequence[Mapping[str, Any]] = (),
     created_at: float | None = None,
 ) -> None:
     """``attempts_before``: a job started again after a lost node was replaced goes on as the
     next attempt (its record keeps the earlier ones)."""
     token = secrets.token_hex(16)
-    job_env = job_env or JobEnv()
+    job_env, checkpoints = launch.job_env, launch.checkpoints
+    restarts = launch.restarts or Restarts()
     private = {"token": token, **job_env.private()}
     # The head's alone, with the token and secrets (not in the record): the command it runs
     # to recover the job itself, and that command's settings.
@@ -201,10 +194,10 @@ def _start_agents(
     head_private = {**private, **({"recover": recover.private()} if recover else {})}
     head_ip = topology.nodes[0].private_ip
     meta = {
-        "entry": entry,
-        "args": list(args),
+        "entry": launch.entry,
+        "args": list(launch.args),
         "started_by": who(),
-        "nodes_total": len(launch),
+        "nodes_total": len(per_node),
         "checkpoints": checkpoints or job_id,
         **job_env.record(),
         **({"attempts_before": [dict(a) for a in attempts_before]} if attempts_before else {}),
@@ -212,7 +205,7 @@ def _start_agents(
     }
 
     def start(i: int, role: list[str]) -> NodeProcess:
-        argv, env, cwd = launch[i]
+        argv, env, cwd = per_node[i]
         sup = [
             runtime_bin(transport, i), "supervise",
             "--job", job_id,
@@ -243,7 +236,7 @@ def _start_agents(
             )
         return said
 
-    role = ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
+    role = ["--nodes", str(len(per_node)), "--listen", head_ip, "--meta", json.dumps(meta)]
     if timeout_s is not None:
         role += ["--timeout", f"{timeout_s:g}"]
     role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
@@ -251,7 +244,7 @@ def _start_agents(
     head = f"{said.get('host', head_ip)}:{said['port']}"
     # The peers start together: each start is a process (or an SSH channel) of its own, and
     # waiting for one before starting the next cost 0.2 s a node (1.5 s of an 8-node start).
-    peers = {i: start(i, ["--head", head]) for i in sorted(launch) if i != 0}
+    peers = {i: start(i, ["--head", head]) for i in sorted(per_node) if i != 0}
     failed: list[TransportError] = []
     for i, proc in peers.items():  # every one is waited for, even after a failure
         try:

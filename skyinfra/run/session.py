@@ -20,7 +20,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,7 +46,6 @@ from skyinfra.errors import (
     TransportError,
     UsageError,
 )
-from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
 from skyinfra.run.job import (
@@ -57,7 +56,6 @@ from skyinfra.run.job import (
     JobNodeProcess,
     JobRecord,
     JobState,
-    Restarts,
     end_node_part,
     find_job,
     head_gone,
@@ -65,7 +63,7 @@ from skyinfra.run.job import (
     start_job,
     wait_started,
 )
-from skyinfra.run.jobenv import JobEnv
+from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary
 from skyinfra.run.startup import HeadStartup
 from skyinfra.run.watch import TAIL_LINES, Echo, Live, end_nodes, pump, pump_until_done
@@ -74,11 +72,6 @@ from skyinfra.transport.base import IgnoreFn, NodeTransport
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.readiness import READY_POLL_S, wait_until_ready
 from skyinfra.transport.tree import scan
-
-# Replaces a job's lost nodes (their indexes): the transport and topology to go on with.
-ReplaceNodes = Callable[[list[int]], tuple[NodeTransport, Topology]]
-# The cluster as it is now (its transport and topology), after someone else replaced nodes.
-ReloadNodes = Callable[[], tuple[NodeTransport, Topology]]
 
 
 def new_run_id() -> str:
@@ -116,59 +109,31 @@ class NodeDirs:
 
 
 def run_on_cluster(
+    launch: JobLaunch,
+    cluster: ClusterNodes,
     *,
-    transport: NodeTransport,
-    topology: Topology,
-    topology_file: Path,
-    runs_dir: Path,
-    src: Path,
-    entry: str,
-    args: Sequence[str],
-    all_logs: bool,
-    extra_ignores: Sequence[str] = (),
     echo: Echo = print,
     wait_ready_s: float = 0.0,
     ready_poll_s: float = READY_POLL_S,
-    timeout_s: float | None = None,
-    keep_runs: int = DEFAULT_KEEP_RUNS,
     terminal: TextIO | None = None,
-    as_job: bool = False,
-    detach: bool = False,
-    copy_cache: Path | None = None,
-    job_env: JobEnv | None = None,
-    run_files: Mapping[str, Path] | None = None,
-    checkpoints: str | None = None,
-    restarts: Restarts | None = None,
-    replace_nodes: ReplaceNodes | None = None,
-    reload_nodes: ReloadNodes | None = None,
 ) -> RunReport:
-    """``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be
-    ready now); nothing is copied or started before ENTRY was checked (UsageError) and every
-    node is ready. ``timeout_s``: end every node when the run (from the start of the nodes)
-    takes longer. ``keep_runs``: run directories each node keeps (0: all). ``terminal``:
-    where the readiness wait redraws its progress bar (None, or not a terminal: lines).
-    ``as_job``: the nodes run the job (skyinfra.run.job), this process follows it and can
-    go (SIGHUP: ``Detached``) without ending it; ``detach``: start the job, return once every
-    node started (the report holds only the id and directory). ``copy_cache``: where the
-    project's file hashes are kept between runs (tree.scan; None: hash every file).
-    ``job_env``: the user's env and secrets, for a job only (secrets reach the nodes on the
-    agents' stdin). ``run_files``: name -> local file, put in every node's run directory
-    (beside work/) after the copy: the Python API's pickled call (ENTRY ``../call.pkl``,
-    skyinfra_runtime.call). ``checkpoints``: the job's checkpoint set's name (None: the job
-    id). ``restarts``: how often the head's supervisor restarts the job after a failure
-    (a job only; None: never). ``replace_nodes``: when the job lost a node and restarts are
-    left (state needs_nodes), called with the lost nodes; it replaces them (Terraform, as
-    `up`) and gives the transport and topology to go on with: the project is copied again and
-    the job started as its next attempt, followed here (None: the job ends needs_nodes)."""
-    job_env = job_env or JobEnv()
-    if (job_env.env or job_env.secrets) and not (as_job or detach):
+    """Run ``launch`` on ``cluster`` (skyinfra.run.launch says what each field does).
+    ``wait_ready_s``: how long to wait for nodes still bootstrapping (0: they must be ready
+    now); nothing is copied or started before ENTRY was checked (UsageError) and every node
+    is ready. ``terminal``: where the readiness wait redraws its progress bar (None, or not a
+    terminal: lines). A detached launch returns once every node started (the report holds
+    only the id and directory). A job that lost a node with restarts left, on a cluster with
+    ``replace_nodes``: the nodes are replaced, the project copied again and the job started
+    as its next attempt, followed here (skyinfra.run.recovery)."""
+    if (launch.job_env.env or launch.job_env.secrets) and not launch.is_job:
         raise InternalError("a run's env and secrets need it to be a job (as_job)")
-    if restarts is not None and restarts.max_restarts and not (as_job or detach):
+    if launch.restarts is not None and launch.restarts.max_restarts and not launch.is_job:
         raise InternalError("restarts need the run to be a job (as_job)")
+    transport, topology = cluster.transport, cluster.topology
     startup = HeadStartup()
-    patterns = read_ignore_patterns(src)
-    ignore = make_ignore(patterns, extra_ignores)
-    for note in check_entry(src, entry, ignore, run_files=run_files or {}):
+    patterns = read_ignore_patterns(launch.src)
+    ignore = make_ignore(patterns, launch.extra_ignores)
+    for note in check_entry(launch.src, launch.entry, ignore, run_files=launch.run_files):
         echo(f"[skyinfra] {note}")
     wait_until_ready(
         transport,
@@ -179,95 +144,59 @@ def run_on_cluster(
         terminal=terminal,
     )
     startup.mark("ready")
-    if as_job or detach:
+    if launch.is_job:
         refuse_if_busy(transport, topology.cluster)
-    left_out = secrets_left_out(src, patterns)
+    left_out = secrets_left_out(launch.src, patterns)
     if left_out:
         echo(
             f"[skyinfra] not copied (secrets): {', '.join(left_out)}; "
             "a `!PATTERN` line in .skyinfraignore sends one"
         )
-    wanted = _scan(src, ignore, copy_cache)
-    report = _new_report(runs_dir, [n.index for n in topology.nodes])
-    report.timeout_s = timeout_s
-    _copy_to_nodes(transport, report, src, topology_file, wanted, echo, run_files or {})
+    wanted = _scan(launch.src, ignore, launch.copy_cache)
+    report = _new_report(cluster.runs_dir, [n.index for n in topology.nodes])
+    report.timeout_s = launch.timeout_s
+    _copy_to_nodes(transport, report, launch, cluster.topology_file, wanted, echo)
     startup.mark("copied")
-    if detach:
-        _start_and_wait(
-            transport, topology, report, entry, args, keep_runs, job_env, checkpoints, restarts
-        )
+    if launch.detach:
+        _start_and_wait(transport, topology, report, launch)
         return report
     _run_all(
         transport,
+        topology if launch.as_job else None,
         report,
-        entry,
-        args,
-        all_logs=all_logs,
+        launch,
         echo=echo,
-        keep_runs=keep_runs,
         startup=startup,
-        topology=topology if as_job else None,
-        job_env=job_env,
-        checkpoints=checkpoints,
-        restarts=restarts,
     )
-    if as_job and replace_nodes is not None:
-        replaced = restart_on_replaced_nodes(
-            report,
-            replace_nodes,
-            src=src,
-            topology_file=topology_file,
-            wanted=wanted,
-            entry=entry,
-            args=args,
-            all_logs=all_logs,
-            echo=echo,
-            keep_runs=keep_runs,
-            job_env=job_env,
-            checkpoints=checkpoints,
-            restarts=restarts,
-            run_files=run_files or {},
-            transport=transport,
-            reload_nodes=reload_nodes,
-        )
+    if launch.as_job and cluster.replace_nodes is not None:
+        replaced = restart_on_replaced_nodes(report, launch, cluster, wanted, echo)
         transport = replaced or transport
     said = startup.summary()
     if said:
         echo(said)
     _collect_results(transport, report)
-    write_summary(report, entry=entry, args=args)
+    write_summary(report, entry=launch.entry, args=launch.args)
     return report
 
 
 def restart_on_replaced_nodes(
     report: RunReport,
-    replace_nodes: ReplaceNodes,
-    *,
-    src: Path,
-    topology_file: Path,
+    launch: JobLaunch,
+    cluster: ClusterNodes,
     wanted: Entries,
-    entry: str,
-    args: Sequence[str],
-    all_logs: bool,
     echo: Echo,
-    keep_runs: int,
-    job_env: JobEnv | None,
-    checkpoints: str | None,
-    restarts: Restarts | None,
-    run_files: Mapping[str, Path],
-    transport: NodeTransport | None = None,
-    detach: bool = False,
-    reload_nodes: ReloadNodes | None = None,
 ) -> NodeTransport | None:
     """While the job ended needing nodes (a node lost, restarts left): replace them, copy the
     project to them, start the job again as its next attempt and follow it; the transport of
-    the replaced cluster (None when nothing was replaced). ``transport``: the cluster's
-    before, to see an interrupted node go before it is replaced. ``detach``: return once
-    the next attempt started on every node (the head's unattended recovery), unless the job
-    was cancelled meanwhile. When node 0 recovers the job itself and an attached run leaves
-    it to node 0 (HeadRecovery.attached_run_waits: AWS), this waits for node 0's attempt and
-    follows it on the cluster as ``reload_nodes`` gives it (node 0 changed the state)."""
+    the replaced cluster (None when nothing was replaced). ``cluster``'s transport: the
+    cluster's before, to see an interrupted node go before it is replaced; its
+    ``replace_nodes`` replaces them. A detached ``launch``: return once the next attempt
+    started on every node (the head's unattended recovery), unless the job was cancelled
+    meanwhile. When node 0 recovers the job itself and an attached run leaves it to node 0
+    (HeadRecovery.attached_run_waits: AWS), this waits for node 0's attempt and follows it
+    on the cluster as ``reload_nodes`` gives it (node 0 changed the state)."""
     replaced = None
+    transport, restarts = cluster.transport, launch.restarts
     while report.job_state == "needs_nodes":
         started_by_head = False
         lost = report.needs_nodes
@@ -278,16 +207,15 @@ def restart_on_replaced_nodes(
                 "run out: it is not started again"
             )
             break
-        if not lost and transport is not None:
+        if not lost:
             # Only the job's supervisor was lost (node 0 is there): the same nodes go on.
             echo(
                 f"[skyinfra] starting the job again as attempt {len(report.attempts) + 1} on "
                 "the same nodes (every node is there; the job's supervisor was killed)"
             )
-            topology = read_topology(topology_file)
+            topology = read_topology(cluster.topology_file)
         elif (
-            not detach
-            and transport is not None
+            not launch.detach
             and restarts is not None
             and restarts.head_recovery is not None
             and restarts.head_recovery.attached_run_waits
@@ -295,14 +223,13 @@ def restart_on_replaced_nodes(
         ):
             # Node 0 replaced the nodes and started the next attempt itself: follow it.
             started_by_head = True
-            if reload_nodes is not None:
-                transport, topology = reload_nodes()
+            if cluster.reload_nodes is not None:
+                transport, topology = cluster.reload_nodes()
                 replaced = transport
             else:
-                topology = read_topology(topology_file)
+                topology = read_topology(cluster.topology_file)
         else:
-            if transport is not None:
-                wait_for_interrupted_nodes(transport, report, lost, echo)
+            wait_for_interrupted_nodes(transport, report, lost, echo)
             noticed = {i.node for i in report.interruptions}
             how = "interrupted" if noticed >= set(lost) else "lost"
             echo(
@@ -311,35 +238,27 @@ def restart_on_replaced_nodes(
                 f"as `up`; ranks kept), then starting the job again as attempt "
                 f"{len(report.attempts) + 1}"
             )
-            transport, topology = replace_nodes(lost)
+            if cluster.replace_nodes is None:
+                raise InternalError("a job that lost nodes needs replace_nodes to go on")
+            transport, topology = cluster.replace_nodes(lost)
             replaced = transport
             _copy_to_nodes(
-                transport, report, src, topology_file, wanted, echo, run_files, only=lost
+                transport, report, launch, cluster.topology_file, wanted, echo, only=lost
             )
         report.first_failure, report.timed_out = None, []
         for outcome in report.outcomes.values():
             outcome.exit_code, outcome.ended_by_us, outcome.ended_reason = None, False, ""
-        if detach:
-            _start_detached_attempt(
-                transport, topology, report, entry, args, keep_runs, job_env, checkpoints,
-                restarts, echo,
-            )  # fmt: skip
+        if launch.detach:
+            _start_detached_attempt(transport, topology, report, launch, echo)
             break
         # A surviving node's log goes on where it was; a replaced node's starts anew.
         shown = {i: _lines_in(report.run_dir / f"node-{i}.log") for i in report.outcomes}
         _run_all(
             transport,
+            topology,
             report,
-            entry,
-            args,
-            all_logs=all_logs,
+            launch,
             echo=echo,
-            keep_runs=keep_runs,
-            topology=topology,
-            job_env=job_env,
-            checkpoints=checkpoints,
-            restarts=restarts,
-            attempts_before=report.attempts,
             skip_lines={i: n for i, n in shown.items() if i not in lost},
             start=not started_by_head,
         )
@@ -383,16 +302,7 @@ def _head_recovered(transport: NodeTransport, report: RunReport, echo: Echo) -> 
 
 
 def _start_detached_attempt(
-    transport: NodeTransport,
-    topology: Topology,
-    report: RunReport,
-    entry: str,
-    args: Sequence[str],
-    keep_runs: int,
-    job_env: JobEnv | None,
-    checkpoints: str | None,
-    restarts: Restarts | None,
-    echo: Echo,
+    transport: NodeTransport, topology: Topology, report: RunReport, launch: JobLaunch, echo: Echo
 ) -> None:
     """The next attempt started on every node, not followed; not when the job's record on
     node 0 no longer waits (cancelled while its nodes were being replaced)."""
@@ -402,50 +312,20 @@ def _start_detached_attempt(
             echo(f"[skyinfra] the job is {state} now: it is not started again")
             report.job_state = state.value
             return
-    _start_and_wait(
-        transport,
-        topology,
-        report,
-        entry,
-        args,
-        keep_runs,
-        job_env,
-        checkpoints,
-        restarts,
-        report.attempts,
-    )
+    _start_and_wait(transport, topology, report, launch)
     report.job_state = "running"
     echo(f"[skyinfra] job {report.run_id} started as attempt {len(report.attempts) + 1}")
 
 
 def _start_and_wait(
-    transport: NodeTransport,
-    topology: Topology,
-    report: RunReport,
-    entry: str,
-    args: Sequence[str],
-    keep_runs: int,
-    job_env: JobEnv | None,
-    checkpoints: str | None,
-    restarts: Restarts | None,
-    attempts_before: Sequence[Mapping[str, object]] = (),
+    transport: NodeTransport, topology: Topology, report: RunReport, launch: JobLaunch
 ) -> None:
     """The job started on every node, not followed: returns once every agent said so. A
-    hang-up (``Detached``) names the job once its agents were started, none before."""
+    hang-up (``Detached``) names the job once its agents were started, none before. A job
+    started again goes on after the report's attempts."""
     started = False
     try:
-        _start_job(
-            transport,
-            topology,
-            report,
-            entry,
-            args,
-            keep_runs,
-            job_env,
-            checkpoints,
-            restarts,
-            attempts_before,
-        )
+        _start_job(transport, topology, report, launch, report.attempts)
         started = True
         wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
     except Detached as hup:
@@ -506,12 +386,10 @@ def scan_project(
     return _scan(src, make_ignore(read_ignore_patterns(src), extra_ignores), copy_cache)
 
 
-def collect_and_summarise(
-    transport: NodeTransport, report: RunReport, entry: str, args: Sequence[str]
-) -> None:
+def collect_and_summarise(transport: NodeTransport, report: RunReport, launch: JobLaunch) -> None:
     """Each node's result.json into the run's directory, then summary.json."""
     _collect_results(transport, report)
-    write_summary(report, entry=entry, args=args)
+    write_summary(report, entry=launch.entry, args=launch.args)
 
 
 def _new_report(runs_dir: Path, nodes: Sequence[int]) -> RunReport:
@@ -540,11 +418,10 @@ def _scan(src: Path, ignore: IgnoreFn, cache_file: Path | None) -> Entries:
 def _copy_to_nodes(
     transport: NodeTransport,
     report: RunReport,
-    src: Path,
+    launch: JobLaunch,
     topology_file: Path,
     wanted: Entries,
     echo: Echo,
-    run_files: Mapping[str, Path],
     only: Sequence[int] | None = None,
 ) -> None:
     """Each node gets the project in the run's directory, built from its newest copy: only
@@ -554,9 +431,9 @@ def _copy_to_nodes(
         if only is not None and i not in only:
             continue
         dirs = _dirs(transport, i, report.run_id)
-        outcome.copy = transport.copy_tree(i, src, wanted, report.run_id)
+        outcome.copy = transport.copy_tree(i, launch.src, wanted, report.run_id)
         transport.put_file(i, topology_file, dirs.topology)
-        for name, local in run_files.items():
+        for name, local in launch.run_files.items():
             transport.put_file(i, local, f"{dirs.run}/{name}")
     copies = {i: o.copy for i, o in report.outcomes.items() if o.copy is not None}
     (report.run_dir / COPY_RECORD).write_text(
@@ -568,28 +445,23 @@ def _copy_to_nodes(
 
 def _run_all(
     transport: NodeTransport,
+    topology: Topology | None,
     report: RunReport,
-    entry: str,
-    args: Sequence[str],
+    launch: JobLaunch,
     *,
-    all_logs: bool,
     echo: Echo,
-    keep_runs: int,
     startup: HeadStartup | None = None,
-    topology: Topology | None = None,
-    job_env: JobEnv | None = None,
-    checkpoints: str | None = None,
-    restarts: Restarts | None = None,
-    attempts_before: Sequence[Mapping[str, object]] = (),
     skip_lines: Mapping[int, int] | None = None,
     start: bool = True,
 ) -> None:
     """Start every node and stream until all have ended; each node's output also goes to
     runs/<id>/node-<i>.log. Ctrl-C ends every node started so far. With ``topology``, the
     nodes run a job and this follows it: ``Detached`` stops following and leaves it running
-    (``start=False``: the job runs already, node 0 started its attempt: only followed)."""
+    (``start=False``: the job runs already, node 0 started its attempt: only followed). A job
+    started again goes on after the report's attempts."""
+    attempts_before = list(report.attempts)
     live = Live(startup=startup)
-    live.shown = set(report.outcomes) if all_logs else {0}
+    live.shown = set(report.outcomes) if launch.all_logs else {0}
     with ExitStack() as stack:
         logs = {
             # Appended: a job started again after a lost node follows on in the same files.
@@ -600,23 +472,10 @@ def _run_all(
         client: JobClient | None = None
         try:
             if topology is None:
-                _start_all(
-                    transport, report.run_id, list(report.outcomes), entry, args, live, keep_runs
-                )
+                _start_all(transport, report, launch, live)
             else:
                 if start:
-                    _start_job(
-                        transport,
-                        topology,
-                        report,
-                        entry,
-                        args,
-                        keep_runs,
-                        job_env,
-                        checkpoints,
-                        restarts,
-                        attempts_before,
-                    )
+                    _start_job(transport, topology, report, launch, attempts_before)
                 started = True
                 client = _follow_job(transport, report, live, skip_lines or {})
             # The job's supervisor enforces the timeout itself; this one only reports it.
@@ -639,15 +498,7 @@ def _run_all(
             rec = client.last_record if client is not None else None
             why = str(err) if isinstance(err, HeadLostError) else HEAD_LOST
             record_head_lost(
-                transport,
-                report,
-                rec,
-                restarts,
-                attempts_before,
-                checkpoints,
-                why,
-                echo,
-                node_0_kept=node_0_kept,
+                transport, report, rec, launch, attempts_before, why, echo, node_0_kept=node_0_kept
             )
         except KeyboardInterrupt:
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
@@ -665,9 +516,8 @@ def record_head_lost(
     transport: NodeTransport,
     report: RunReport,
     rec: JobRecord | None,
-    restarts: Restarts | None,
+    launch: JobLaunch,
     attempts_before: Sequence[Mapping[str, object]],
-    checkpoints: str | None,
     why: str,
     echo: Echo,
     *,
@@ -696,6 +546,7 @@ def record_head_lost(
         report.attempts = [dict(a) for a in attempts_before] + [
             {"attempt": len(attempts_before) + 1}
         ]
+    restarts = launch.restarts
     report.max_restarts = restarts.max_restarts if restarts is not None else 0
     current = report.attempts[-1]
     seen, started = time.time(), current.get("started_at")
@@ -731,7 +582,7 @@ def record_head_lost(
         return
     current["not_restarted"] = f"no restart left (--max-restarts {report.max_restarts})"
     report.job_state, report.needs_nodes = "lost", []
-    name = checkpoints or (rec.checkpoints if rec is not None else "") or report.run_id
+    name = launch.checkpoints or (rec.checkpoints if rec is not None else "") or report.run_id
     echo(
         f"[skyinfra] the job cannot go on without its "
         f"{'supervisor' if node_0_kept else 'head'} and has no restart left "
@@ -766,24 +617,16 @@ def _launch_env(dirs: NodeDirs, node: int, keep_runs: int) -> dict[str, str]:
     }
 
 
-def _start_all(
-    transport: NodeTransport,
-    run_id: str,
-    nodes: Sequence[int],
-    entry: str,
-    args: Sequence[str],
-    live: Live,
-    keep_runs: int,
-) -> None:
+def _start_all(transport: NodeTransport, report: RunReport, launch: JobLaunch, live: Live) -> None:
     """Start the runtime on every node, each with a thread that queues its output lines."""
-    for i in nodes:
-        dirs = _dirs(transport, i, run_id)
+    for i in report.outcomes:
+        dirs = _dirs(transport, i, report.run_id)
         proc = transport.start(
             i,
-            _launch_argv(dirs, i, entry, args),
-            env=_launch_env(dirs, i, keep_runs),
+            _launch_argv(dirs, i, launch.entry, launch.args),
+            env=_launch_env(dirs, i, launch.keep_runs),
             cwd=dirs.work,
-            tag=run_id,
+            tag=report.run_id,
         )
         live.procs[i] = proc
         live.running.add(i)
@@ -796,32 +639,27 @@ def _start_job(
     transport: NodeTransport,
     topology: Topology,
     report: RunReport,
-    entry: str,
-    args: Sequence[str],
-    keep_runs: int,
-    job_env: JobEnv | None,
-    checkpoints: str | None = None,
-    restarts: Restarts | None = None,
+    launch: JobLaunch,
     attempts_before: Sequence[Mapping[str, object]] = (),
 ) -> None:
     from skyinfra.checkpoints import record_use
 
-    record_use(report.run_dir, checkpoints or report.run_id)
-    launch = {}
+    record_use(report.run_dir, launch.checkpoints or report.run_id)
+    per_node = {}
     for i in report.outcomes:
         dirs = _dirs(transport, i, report.run_id)
-        launch[i] = (_launch_argv(dirs, i, entry, args), _launch_env(dirs, i, keep_runs), dirs.work)
+        per_node[i] = (
+            _launch_argv(dirs, i, launch.entry, launch.args),
+            _launch_env(dirs, i, launch.keep_runs),
+            dirs.work,
+        )
     start_job(
         transport,
         topology,
         report.run_id,
-        launch=launch,
-        entry=entry,
-        args=args,
+        launch,
+        per_node,
         timeout_s=report.timeout_s,
-        job_env=job_env,
-        checkpoints=checkpoints,
-        restarts=restarts,
         attempts_before=attempts_before,
         created_at=report.created_at if attempts_before else None,
     )
