@@ -152,15 +152,15 @@ def run_on_cluster(
             f"[skyinfra] not copied (secrets): {', '.join(left_out)}; "
             "a `!PATTERN` line in .skyinfraignore sends one"
         )
-    wanted = _scan(launch.src, ignore, launch.copy_cache)
-    report = _new_report(cluster.runs_dir, [n.index for n in topology.nodes])
+    wanted = scan_checked(launch.src, ignore, launch.copy_cache)
+    report = new_report(cluster.runs_dir, [n.index for n in topology.nodes])
     report.timeout_s = launch.timeout_s
-    _copy_to_nodes(transport, report, launch, cluster.topology_file, wanted, echo)
+    copy_to_nodes(transport, report, launch, cluster.topology_file, wanted, echo)
     startup.mark("copied")
     if launch.detach:
-        _start_and_wait(transport, topology, report, launch)
+        start_and_wait(transport, topology, report, launch)
         return report
-    _run_all(
+    run_attempt(
         transport,
         topology if launch.as_job else None,
         report,
@@ -174,7 +174,7 @@ def run_on_cluster(
     said = startup.summary()
     if said:
         echo(said)
-    _collect_results(transport, report)
+    collect_results(transport, report)
     write_summary(report, entry=launch.entry, args=launch.args)
     return report
 
@@ -219,7 +219,7 @@ def restart_on_replaced_nodes(
             and restarts is not None
             and restarts.head_recovery is not None
             and restarts.head_recovery.attached_run_waits
-            and _head_recovered(transport, report, echo)
+            and head_recovered(transport, report, echo)
         ):
             # Node 0 replaced the nodes and started the next attempt itself: follow it.
             started_by_head = True
@@ -242,18 +242,16 @@ def restart_on_replaced_nodes(
                 raise InternalError("a job that lost nodes needs replace_nodes to go on")
             transport, topology = cluster.replace_nodes(lost)
             replaced = transport
-            _copy_to_nodes(
-                transport, report, launch, cluster.topology_file, wanted, echo, only=lost
-            )
+            copy_to_nodes(transport, report, launch, cluster.topology_file, wanted, echo, only=lost)
         report.first_failure, report.timed_out = None, []
         for outcome in report.outcomes.values():
             outcome.exit_code, outcome.ended_by_us, outcome.ended_reason = None, False, ""
         if launch.detach:
-            _start_detached_attempt(transport, topology, report, launch, echo)
+            start_detached_attempt(transport, topology, report, launch, echo)
             break
         # A surviving node's log goes on where it was; a replaced node's starts anew.
-        shown = {i: _lines_in(report.run_dir / f"node-{i}.log") for i in report.outcomes}
-        _run_all(
+        shown = {i: lines_in(report.run_dir / f"node-{i}.log") for i in report.outcomes}
+        run_attempt(
             transport,
             topology,
             report,
@@ -269,7 +267,7 @@ def restart_on_replaced_nodes(
 HEAD_RECOVERY_POLL_S = 1.0
 
 
-def _head_recovered(transport: NodeTransport, report: RunReport, echo: Echo) -> bool:
+def head_recovered(transport: NodeTransport, report: RunReport, echo: Echo) -> bool:
     """When node 0 recovers the job itself (the cluster's recover setting): wait until its
     next attempt started (True), or until node 0 says its recovery failed (False: the caller
     replaces the nodes, as without it). No head recovery: False at once."""
@@ -301,7 +299,7 @@ def _head_recovered(transport: NodeTransport, report: RunReport, echo: Echo) -> 
         time.sleep(HEAD_RECOVERY_POLL_S)
 
 
-def _start_detached_attempt(
+def start_detached_attempt(
     transport: NodeTransport, topology: Topology, report: RunReport, launch: JobLaunch, echo: Echo
 ) -> None:
     """The next attempt started on every node, not followed; not when the job's record on
@@ -312,12 +310,12 @@ def _start_detached_attempt(
             echo(f"[skyinfra] the job is {state} now: it is not started again")
             report.job_state = state.value
             return
-    _start_and_wait(transport, topology, report, launch)
+    start_and_wait(transport, topology, report, launch)
     report.job_state = "running"
     echo(f"[skyinfra] job {report.run_id} started as attempt {len(report.attempts) + 1}")
 
 
-def _start_and_wait(
+def start_and_wait(
     transport: NodeTransport, topology: Topology, report: RunReport, launch: JobLaunch
 ) -> None:
     """The job started on every node, not followed: returns once every agent said so. A
@@ -325,7 +323,7 @@ def _start_and_wait(
     started again goes on after the report's attempts."""
     started = False
     try:
-        _start_job(transport, topology, report, launch, report.attempts)
+        start_job_attempt(transport, topology, report, launch, report.attempts)
         started = True
         wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
     except Detached as hup:
@@ -371,7 +369,7 @@ def wait_for_interrupted_nodes(
             time.sleep(poll_s)
 
 
-def _lines_in(path: Path) -> int:
+def lines_in(path: Path) -> int:
     try:
         with path.open("rb") as f:
             return sum(1 for _ in f)
@@ -383,27 +381,27 @@ def scan_project(
     src: Path, extra_ignores: Sequence[str] = (), copy_cache: Path | None = None
 ) -> Entries:
     """What a copy of ``src`` to the nodes holds (its ignore patterns and ``extra_ignores``)."""
-    return _scan(src, make_ignore(read_ignore_patterns(src), extra_ignores), copy_cache)
+    return scan_checked(src, make_ignore(read_ignore_patterns(src), extra_ignores), copy_cache)
 
 
 def collect_and_summarise(transport: NodeTransport, report: RunReport, launch: JobLaunch) -> None:
     """Each node's result.json into the run's directory, then summary.json."""
-    _collect_results(transport, report)
+    collect_results(transport, report)
     write_summary(report, entry=launch.entry, args=launch.args)
 
 
-def _new_report(runs_dir: Path, nodes: Sequence[int]) -> RunReport:
+def new_report(runs_dir: Path, nodes: Sequence[int]) -> RunReport:
     run_id = new_run_id()
     run_dir = runs_dir / run_id
     run_dir.mkdir(parents=True)
     return RunReport(run_id, run_dir, {i: NodeOutcome(i) for i in nodes})
 
 
-def _dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
+def node_dirs(transport: NodeTransport, node: int, run_id: str) -> NodeDirs:
     return NodeDirs(transport.node_root(node), run_id)
 
 
-def _scan(src: Path, ignore: IgnoreFn, cache_file: Path | None) -> Entries:
+def scan_checked(src: Path, ignore: IgnoreFn, cache_file: Path | None) -> Entries:
     """What the copy holds, read once for every node (after the readiness wait: a file
     changed during it is sent as it is now). A file that cannot be read: UsageError."""
     try:
@@ -415,7 +413,7 @@ def _scan(src: Path, ignore: IgnoreFn, cache_file: Path | None) -> Entries:
         ) from err
 
 
-def _copy_to_nodes(
+def copy_to_nodes(
     transport: NodeTransport,
     report: RunReport,
     launch: JobLaunch,
@@ -430,7 +428,7 @@ def _copy_to_nodes(
     for i, outcome in report.outcomes.items():
         if only is not None and i not in only:
             continue
-        dirs = _dirs(transport, i, report.run_id)
+        dirs = node_dirs(transport, i, report.run_id)
         outcome.copy = transport.copy_tree(i, launch.src, wanted, report.run_id)
         transport.put_file(i, topology_file, dirs.topology)
         for name, local in launch.run_files.items():
@@ -443,7 +441,7 @@ def _copy_to_nodes(
     echo(copy_line(copies))
 
 
-def _run_all(
+def run_attempt(
     transport: NodeTransport,
     topology: Topology | None,
     report: RunReport,
@@ -472,12 +470,12 @@ def _run_all(
         client: JobClient | None = None
         try:
             if topology is None:
-                _start_all(transport, report, launch, live)
+                start_all(transport, report, launch, live)
             else:
                 if start:
-                    _start_job(transport, topology, report, launch, attempts_before)
+                    start_job_attempt(transport, topology, report, launch, attempts_before)
                 started = True
-                client = _follow_job(transport, report, live, skip_lines or {})
+                client = follow_job(transport, report, live, skip_lines or {})
             # The job's supervisor enforces the timeout itself; this one only reports it.
             pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
             for proc in live.procs.values():
@@ -617,10 +615,10 @@ def _launch_env(dirs: NodeDirs, node: int, keep_runs: int) -> dict[str, str]:
     }
 
 
-def _start_all(transport: NodeTransport, report: RunReport, launch: JobLaunch, live: Live) -> None:
+def start_all(transport: NodeTransport, report: RunReport, launch: JobLaunch, live: Live) -> None:
     """Start the runtime on every node, each with a thread that queues its output lines."""
     for i in report.outcomes:
-        dirs = _dirs(transport, i, report.run_id)
+        dirs = node_dirs(transport, i, report.run_id)
         proc = transport.start(
             i,
             _launch_argv(dirs, i, launch.entry, launch.args),
@@ -635,7 +633,7 @@ def _start_all(transport: NodeTransport, report: RunReport, launch: JobLaunch, l
         threading.Thread(target=pump, args=(i, proc, live.events), daemon=True).start()
 
 
-def _start_job(
+def start_job_attempt(
     transport: NodeTransport,
     topology: Topology,
     report: RunReport,
@@ -647,7 +645,7 @@ def _start_job(
     record_use(report.run_dir, launch.checkpoints or report.run_id)
     per_node = {}
     for i in report.outcomes:
-        dirs = _dirs(transport, i, report.run_id)
+        dirs = node_dirs(transport, i, report.run_id)
         per_node[i] = (
             _launch_argv(dirs, i, launch.entry, launch.args),
             _launch_env(dirs, i, launch.keep_runs),
@@ -689,7 +687,7 @@ def take_attempts(report: RunReport, rec: JobRecord | None) -> None:
     report.head_recovery = rec.head_recovery
 
 
-def _follow_job(
+def follow_job(
     transport: NodeTransport, report: RunReport, live: Live, skip: Mapping[int, int]
 ) -> JobClient:
     """Each node of the job as a process whose output is its log, followed (``skip``: the
@@ -705,12 +703,12 @@ def _follow_job(
     return client
 
 
-def _collect_results(transport: NodeTransport, report: RunReport) -> None:
+def collect_results(transport: NodeTransport, report: RunReport) -> None:
     """Fetch each node's result.json into runs/<id>/node-<i>.result.json (None if unreadable)."""
     for i, outcome in report.outcomes.items():
         local = report.run_dir / f"node-{i}.result.json"
         try:
-            remote = _dirs(transport, i, report.run_id).result
+            remote = node_dirs(transport, i, report.run_id).result
         except TransportError:
             continue  # a node that is gone (the head lost, not replaced) left no result
         if transport.fetch(i, remote, local):
