@@ -327,6 +327,7 @@ def _recover(
     from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
     from skyinfra.errors import UsageError
+    from skyinfra.run.attached import record_head_lost, take_attempts
     from skyinfra.run.job import (
         HEAD_LOST,
         RECOVERABLE_STATES,
@@ -336,15 +337,9 @@ def _recover(
     )
     from skyinfra.run.jobenv import resolve
     from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
+    from skyinfra.run.nodes import collect_and_summarise, scan_project
+    from skyinfra.run.recovery import restart_on_replaced_nodes, time_left
     from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
-    from skyinfra.run.session import (
-        collect_and_summarise,
-        record_head_lost,
-        restart_on_replaced_nodes,
-        scan_project,
-        take_attempts,
-        time_left,
-    )
     from skyinfra.topology import read_topology
 
     ws, transport, total = _cluster(clusters_root, cluster_name, head_may_be_gone=True)

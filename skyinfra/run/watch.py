@@ -1,7 +1,7 @@
 """How `skyinfra run` watches its nodes once they started: each node's output lines arrive on
 one queue (a thread a node), are logged and echoed; each node's exit is polled; the first node
 to fail ends the others (all at once, SIGTERM then SIGKILL), and the timeout ends every node
-still running. The session (session.py) starts the nodes and collects what they leave.
+still running. The session (session.py, nodes.py) starts the nodes and collects what they leave.
 """
 
 from __future__ import annotations

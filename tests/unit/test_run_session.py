@@ -19,8 +19,9 @@ from skyinfra.errors import RunTimeoutError, UsageError
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
 from skyinfra.run.launch import ClusterNodes, JobLaunch
+from skyinfra.run.nodes import new_run_id
 from skyinfra.run.report import RunReport, describe_exit, raise_for_failure
-from skyinfra.run.session import new_run_id, run_on_cluster
+from skyinfra.run.session import run_on_cluster
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.tree import CopyStats
@@ -470,7 +471,7 @@ def test_run_ids_sort_in_start_order_within_one_second() -> None:
 
 
 def test_a_dash_m_entry_reaches_the_launcher_as_two_arguments(tmp_path: Path) -> None:
-    from skyinfra.run.session import NodeDirs, _launch_argv
+    from skyinfra.run.nodes import NodeDirs, _launch_argv
 
     dirs = NodeDirs(str(tmp_path), "run-1")
     argv = _launch_argv(dirs, 0, "-m pkg.train", ["--epochs", "3"])
