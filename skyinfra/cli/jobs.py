@@ -19,7 +19,11 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
 if TYPE_CHECKING:
     from skyinfra_runtime.jobrecord import Interruption, JobRecord
 
+    from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.run.job import JobView
+    from skyinfra.run.launch import ClusterNodes
+    from skyinfra.run.report import RunReport
+    from skyinfra.run.watch import Echo
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -318,14 +322,54 @@ def _supervisor_gone_words(job: JobRecord) -> str:
 def _recover(
     clusters_root: Path | None, cluster_name: str | None, job_id: str, *, unattended: bool
 ) -> None:
-    """`jobs recover JOB`: replace the job's lost nodes (none when only its supervisor was
-    killed), start its next attempt, follow it. ``unattended``: as node 0's supervisor runs
-    it (skyinfra.run.head_recovery): the attempt is started, not followed, and a workspace
-    busy with another command is waited for."""
-    import os
-
+    """`jobs recover JOB` (recover_job), its report printed and its exit code raised."""
     from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
+    from skyinfra.run.launch import ClusterNodes
+    from skyinfra.run.report import print_report, raise_for_failure
+    from skyinfra.topology import read_topology
+
+    ws, transport, _ = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
+    cluster = ClusterNodes(
+        transport,
+        read_topology(ws.topology_file),
+        ws.topology_file,
+        ws.runs_dir,
+        replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
+    )
+    report = recover_job(
+        ws,
+        cluster,
+        job_id,
+        head_recovery=lambda: lifecycle.head_recovery_of(ws, ws.spec()),
+        src=Path.cwd(),
+        unattended=unattended,
+        echo=echo,
+    )
+    if report is None:
+        return
+    print_report(report, echo)
+    raise_for_failure(report)
+
+
+def recover_job(
+    ws: Workspace,
+    cluster: ClusterNodes,
+    job_id: str,
+    *,
+    head_recovery: Callable[[], HeadRecovery | None],
+    src: Path,
+    unattended: bool,
+    echo: Echo,
+) -> RunReport | None:
+    """Replace the job's lost nodes (none when only its supervisor was killed), copy ``src``
+    to them, start its next attempt and follow it; its report (results and summary.json
+    collected). ``cluster``'s replace_nodes replaces them; ``head_recovery``: what node 0
+    runs to recover the next attempt itself (the cluster's setting). ``unattended``: as
+    node 0's supervisor runs it (skyinfra.run.head_recovery): the attempt is started, not
+    followed (None returned), and a workspace busy with another command is waited for."""
+    import os
+
     from skyinfra.errors import UsageError
     from skyinfra.run.attached import record_head_lost, take_attempts
     from skyinfra.run.job import (
@@ -336,13 +380,12 @@ def _recover(
         head_gone,
     )
     from skyinfra.run.jobenv import resolve
-    from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
+    from skyinfra.run.launch import JobLaunch, Restarts
     from skyinfra.run.nodes import collect_and_summarise, scan_project
     from skyinfra.run.recovery import restart_on_replaced_nodes, time_left
-    from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
-    from skyinfra.topology import read_topology
+    from skyinfra.run.report import NodeOutcome, RunReport
 
-    ws, transport, total = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
+    transport, total = cluster.transport, len(cluster.topology.nodes)
     head_lost = head_gone(transport)
     if head_lost:
         # The record went with node 0: this workspace's copy of it (`run` keeps one from the
@@ -384,22 +427,21 @@ def _recover(
     report = RunReport(job_id, run_dir, {i: NodeOutcome(i) for i in range(total)})
     take_attempts(report, job)
     left = time_left(report)
-    if left is not None and left <= 0:
+    if left is not None and left <= 0 and report.created_at is not None:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.created_at))
         raise UsageError(
             f"job {job_id} ran out of its --timeout ({report.timeout_s:g} s from its start at "
-            f"{_when(report.created_at)}): it is not started again; `skyinfra run "
+            f"{started}): it is not started again; `skyinfra run "
             f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
         )
     launch = JobLaunch(
         entry=job.entry,
-        src=Path.cwd(),
+        src=src,
         args=tuple(job.args),
         job_env=job_env,
         checkpoints=name,
         # The next attempt recovers itself too, when the cluster says so.
-        restarts=Restarts(
-            report.max_restarts, report.retry_on, lifecycle.head_recovery_of(ws, ws.spec())
-        ),
+        restarts=Restarts(report.max_restarts, report.retry_on, head_recovery()),
         keep_runs=DEFAULT_KEEP_RUNS,
         as_job=True,
         detach=unattended,
@@ -411,7 +453,8 @@ def _recover(
     def still_needed() -> bool:
         return find_job(transport, job_id).state in RECOVERABLE_STATES
 
-    with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended, still_needed=still_needed):
+    command = f"jobs recover {job_id}"
+    with _workspace_lock(ws, command, echo, wait=unattended, still_needed=still_needed):
         if state is JobState.LOST:
             # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
             # other node's part is ended, the attempt recorded, and the job goes on on the same
@@ -426,13 +469,6 @@ def _recover(
                 echo,
                 node_0_kept=not head_lost,
             )
-        cluster = ClusterNodes(
-            transport,
-            read_topology(ws.topology_file),
-            ws.topology_file,
-            ws.runs_dir,
-            replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
-        )
         replaced = restart_on_replaced_nodes(
             report,
             launch,
@@ -441,10 +477,9 @@ def _recover(
             echo,
         )
         if unattended:
-            return
+            return None
         collect_and_summarise(replaced or transport, report, launch)
-    print_report(report, echo)
-    raise_for_failure(report)
+    return report
 
 
 # How long an unattended recovery waits for a workspace another command holds (an attached
@@ -457,6 +492,7 @@ LOCK_RETRY_S = 5.0
 def _workspace_lock(
     ws: Workspace,
     command: str,
+    echo: Echo,
     *,
     wait: bool,
     still_needed: Callable[[], bool] = lambda: True,
