@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,16 +13,11 @@ import click
 from skyinfra import exitcodes
 from skyinfra.cli.options import cluster_option, dir_option, json_option
 from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
-from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
     from skyinfra_runtime.jobrecord import Interruption, JobRecord
 
-    from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.run.job import JobView
-    from skyinfra.run.launch import ClusterNodes
-    from skyinfra.run.report import RunReport
-    from skyinfra.run.watch import Echo
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -326,6 +320,7 @@ def _recover(
     from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
     from skyinfra.run.launch import ClusterNodes
+    from skyinfra.run.recovery import recover_job
     from skyinfra.run.report import print_report, raise_for_failure
     from skyinfra.topology import read_topology
 
@@ -350,195 +345,6 @@ def _recover(
         return
     print_report(report, echo)
     raise_for_failure(report)
-
-
-def recover_job(
-    ws: Workspace,
-    cluster: ClusterNodes,
-    job_id: str,
-    *,
-    head_recovery: Callable[[], HeadRecovery | None],
-    src: Path,
-    unattended: bool,
-    echo: Echo,
-) -> RunReport | None:
-    """Replace the job's lost nodes (none when only its supervisor was killed), copy ``src``
-    to them, start its next attempt and follow it; its report (results and summary.json
-    collected). ``cluster``'s replace_nodes replaces them; ``head_recovery``: what node 0
-    runs to recover the next attempt itself (the cluster's setting). ``unattended``: as
-    node 0's supervisor runs it (skyinfra.run.head_recovery): the attempt is started, not
-    followed (None returned), and a workspace busy with another command is waited for."""
-    import os
-
-    from skyinfra.errors import UsageError
-    from skyinfra.run.attached import record_head_lost, take_attempts
-    from skyinfra.run.job import (
-        HEAD_LOST,
-        RECOVERABLE_STATES,
-        JobState,
-        find_job,
-        head_gone,
-    )
-    from skyinfra.run.jobenv import resolve
-    from skyinfra.run.launch import JobLaunch, Restarts
-    from skyinfra.run.nodes import collect_and_summarise, scan_project
-    from skyinfra.run.recovery import restart_on_replaced_nodes, time_left
-    from skyinfra.run.report import NodeOutcome, RunReport
-
-    transport, total = cluster.transport, len(cluster.topology.nodes)
-    head_lost = head_gone(transport)
-    if head_lost:
-        # The record went with node 0: this workspace's copy of it (`run` keeps one from the
-        # job's start) says what the job was; it goes on as a job that lost its head.
-        job = _job_copy(ws, job_id)
-        state = JobState.LOST
-    else:
-        job = find_job(transport, job_id)
-        state = job.state
-    if state not in RECOVERABLE_STATES:
-        raise UsageError(
-            f"job {job_id} is {state}: only a job that lost a node and waits for it "
-            "(needs_nodes), or whose supervisor was killed (lost), is recovered; "
-            "`skyinfra run` starts a new one"
-        )
-    name = job.checkpoints or job_id
-    if head_lost and job.restarts_left <= 0:
-        raise UsageError(
-            f"job {job_id} lost node-0, its head, and has no restart left (--max-restarts "
-            f"{job.max_restarts}): `skyinfra up` replaces node-0, then "
-            f"`skyinfra run --checkpoints {name} ...` starts it again from its checkpoint set"
-        )
-    if state is JobState.LOST and job.restarts_left <= 0:
-        raise UsageError(
-            f"job {job_id}'s supervisor on node-0 was killed and the job has no restart left "
-            f"(--max-restarts {job.max_restarts}): `skyinfra run --checkpoints "
-            f"{name} ...` starts it again from its checkpoint set's last checkpoint"
-        )
-    # The env from the record, the secrets' values from this environment (as `run` took them).
-    job_env = resolve(
-        spec_env=sorted(job.env.items()),
-        spec_secrets=list(job.secrets),
-        cli_env=(),
-        cli_secrets=(),
-        environ=os.environ,
-    )
-    run_dir = ws.runs_dir / job_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    report = RunReport(job_id, run_dir, {i: NodeOutcome(i) for i in range(total)})
-    take_attempts(report, job)
-    left = time_left(report)
-    if left is not None and left <= 0 and report.created_at is not None:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.created_at))
-        raise UsageError(
-            f"job {job_id} ran out of its --timeout ({report.timeout_s:g} s from its start at "
-            f"{started}): it is not started again; `skyinfra run "
-            f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
-        )
-    launch = JobLaunch(
-        entry=job.entry,
-        src=src,
-        args=tuple(job.args),
-        job_env=job_env,
-        checkpoints=name,
-        # The next attempt recovers itself too, when the cluster says so.
-        restarts=Restarts(report.max_restarts, report.retry_on, head_recovery()),
-        keep_runs=DEFAULT_KEEP_RUNS,
-        as_job=True,
-        detach=unattended,
-    )
-    if unattended and report.attempts:
-        report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"
-    copy_cache = None if unattended else ws.copy_cache_file  # node 0's copy: not the project
-
-    def still_needed() -> bool:
-        return find_job(transport, job_id).state in RECOVERABLE_STATES
-
-    command = f"jobs recover {job_id}"
-    with _workspace_lock(ws, command, echo, wait=unattended, still_needed=still_needed):
-        if state is JobState.LOST:
-            # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
-            # other node's part is ended, the attempt recorded, and the job goes on on the same
-            # nodes (or on a new node 0, replaced as `up` does).
-            record_head_lost(
-                transport,
-                report,
-                job,
-                launch,
-                (),
-                HEAD_LOST if head_lost else "the job's supervisor on node-0 was killed",
-                echo,
-                node_0_kept=not head_lost,
-            )
-        replaced = restart_on_replaced_nodes(
-            report,
-            launch,
-            cluster,
-            scan_project(launch.src, copy_cache=copy_cache),
-            echo,
-        )
-        if unattended:
-            return None
-        collect_and_summarise(replaced or transport, report, launch)
-    return report
-
-
-# How long an unattended recovery waits for a workspace another command holds (an attached
-# `run`, an `up`) before it gives up and leaves the job to `jobs recover`.
-UNATTENDED_LOCK_WAIT_S = 30 * 60.0
-LOCK_RETRY_S = 5.0
-
-
-@contextlib.contextmanager
-def _workspace_lock(
-    ws: Workspace,
-    command: str,
-    echo: Echo,
-    *,
-    wait: bool,
-    still_needed: Callable[[], bool] = lambda: True,
-) -> Iterator[None]:
-    """The workspace's lock; with ``wait``, a busy workspace is retried (said once) until
-    UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once, while ``still_needed``
-    (else JobNoLongerWaits)."""
-    from skyinfra.errors import JobNoLongerWaits, WorkspaceBusyError
-
-    give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
-    said = False
-    with contextlib.ExitStack() as stack:
-        while True:
-            try:
-                stack.enter_context(ws.lock(command))
-                break
-            except WorkspaceBusyError as err:
-                if not wait or time.monotonic() >= give_up:
-                    raise
-                if not said:
-                    echo(f"[skyinfra] {err}: waiting for it")
-                    said = True
-                time.sleep(LOCK_RETRY_S)
-                if not still_needed():
-                    raise JobNoLongerWaits from None
-        yield
-
-
-def _job_copy(ws: Workspace, job_id: str) -> JobRecord:
-    """This workspace's copy of a job's record (runs/JOB/job.json, kept by the `run` that
-    started it); HeadLostError when there is none (the job was started elsewhere)."""
-    from skyinfra.errors import HeadLostError
-    from skyinfra.run.job import HEAD_LOST, JOB_COPY, JobRecord
-
-    copy = ws.runs_dir / job_id / JOB_COPY
-    try:
-        data: JobRecord | None = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        data = None
-    if data is None or data.id != job_id:
-        raise HeadLostError(
-            f"cluster {ws.name!r}: {HEAD_LOST}, with job {job_id}'s record, and this workspace "
-            f"has no copy of it ({copy}): `skyinfra up` replaces node-0, then `skyinfra run "
-            "--checkpoints NAME ...` starts the job again from its checkpoint set"
-        )
-    return data
 
 
 def _show_job(view: JobView) -> None:
