@@ -295,6 +295,25 @@ class Cluster:
             on_end=lambda: self._restore(transport),
         )
 
+    def recover(self, job_id: str, *, yes: bool | None = None) -> str:
+        """Recover a job that lost a node and waits for it (needs_nodes), or whose supervisor
+        was killed (lost), as `skyinfra jobs recover JOB` does: its lost nodes replaced as
+        ``up`` replaces them (``yes`` as for ``up``), the current directory copied to them
+        (call it from the project's folder, as the job was started), the job started as its
+        next attempt and followed until it ends; the job's final state. A job that cannot be
+        recovered raises UsageError, as the CLI exits 2."""
+        from skyinfra.api.jobs import recover
+
+        ws = self._existing()
+        report = recover(
+            ws,
+            job_id,
+            engine_factory=self._engine(ws.spec()),
+            confirm=self._confirm(yes),
+            echo=self._echo,
+        )
+        return report.job_state
+
     def _restore(self, transport: NodeTransport) -> None:
         from skyinfra.api.subset import SubsetTransport, restore_topology
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -13,21 +14,36 @@ from typing import TYPE_CHECKING
 
 from skyinfra_runtime.topology import Topology
 
-from skyinfra.errors import InternalError, TransportError, UsageError
+from skyinfra.errors import (
+    HeadLostError,
+    InternalError,
+    JobNoLongerWaits,
+    TransportError,
+    UsageError,
+    WorkspaceBusyError,
+)
 from skyinfra.run import DEFAULT_KEEP_RUNS
-from skyinfra.run.attached import run_attempt, take_attempts
-from skyinfra.run.job import JOB_COPY, RECOVERABLE_STATES, JobClient, JobState, find_job
-from skyinfra.run.launch import ClusterNodes, JobLaunch
-from skyinfra.run.nodes import copy_to_nodes, start_and_wait
-from skyinfra.run.report import RunReport
+from skyinfra.run.attached import record_head_lost, run_attempt, take_attempts
+from skyinfra.run.job import (
+    HEAD_LOST,
+    JOB_COPY,
+    RECOVERABLE_STATES,
+    JobClient,
+    JobRecord,
+    JobState,
+    find_job,
+    head_gone,
+)
+from skyinfra.run.jobenv import resolve
+from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
+from skyinfra.run.nodes import collect_and_summarise, copy_to_nodes, scan_project, start_and_wait
+from skyinfra.run.report import NodeOutcome, RunReport
 from skyinfra.run.watch import Echo
 from skyinfra.topology import read_topology
 from skyinfra.transport.base import NodeTransport
 from skyinfra.transport.nodesync import Entries
 
 if TYPE_CHECKING:
-    from skyinfra_runtime.jobrecord import JobRecord
-
     from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.workspace import Workspace
 
@@ -231,23 +247,6 @@ def recover_job(
     runs to recover the next attempt itself (the cluster's setting). ``unattended``: as
     node 0's supervisor runs it (skyinfra.run.head_recovery): the attempt is started, not
     followed (None returned), and a workspace busy with another command is waited for."""
-    import os
-
-    from skyinfra.errors import UsageError
-    from skyinfra.run.attached import record_head_lost, take_attempts
-    from skyinfra.run.job import (
-        HEAD_LOST,
-        RECOVERABLE_STATES,
-        JobState,
-        find_job,
-        head_gone,
-    )
-    from skyinfra.run.jobenv import resolve
-    from skyinfra.run.launch import JobLaunch, Restarts
-    from skyinfra.run.nodes import collect_and_summarise, scan_project
-    from skyinfra.run.recovery import restart_on_replaced_nodes, time_left
-    from skyinfra.run.report import NodeOutcome, RunReport
-
     transport, total = cluster.transport, len(cluster.topology.nodes)
     head_lost = head_gone(transport)
     if head_lost:
@@ -365,8 +364,6 @@ def _workspace_lock(
     """The workspace's lock; with ``wait``, a busy workspace is retried (said once) until
     UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once, while ``still_needed``
     (else JobNoLongerWaits)."""
-    from skyinfra.errors import JobNoLongerWaits, WorkspaceBusyError
-
     give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
     said = False
     with contextlib.ExitStack() as stack:
@@ -389,9 +386,6 @@ def _workspace_lock(
 def _job_copy(ws: Workspace, job_id: str) -> JobRecord:
     """This workspace's copy of a job's record (runs/JOB/job.json, kept by the `run` that
     started it); HeadLostError when there is none (the job was started elsewhere)."""
-    from skyinfra.errors import HeadLostError
-    from skyinfra.run.job import HEAD_LOST, JOB_COPY, JobRecord
-
     copy = ws.runs_dir / job_id / JOB_COPY
     try:
         data: JobRecord | None = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
