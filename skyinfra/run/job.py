@@ -224,7 +224,7 @@ def _start_agents(
     def started(i: int, proc: NodeProcess) -> dict[str, Any]:
         out = list(proc.lines())
         code = proc.wait(60)
-        said = _json_line(out)
+        said = json_line(out)
         if said is not None and isinstance(said.get("busy"), dict):
             # The head refused: another job's supervisor started first (refuse_if_busy's
             # look came before it).
@@ -255,7 +255,7 @@ def _start_agents(
         raise failed[0]
 
 
-def _json_line(lines: Sequence[str]) -> dict[str, Any] | None:
+def json_line(lines: Sequence[str]) -> dict[str, Any] | None:
     for line in reversed(lines):
         try:
             data = json.loads(line)
@@ -544,7 +544,7 @@ def cancel_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
         tag=f"{job_id}-cancel-{_tag()}",
         timeout=120,
     )
-    said = _json_line(out.splitlines())
+    said = json_line(out.splitlines())
     return said or {}
 
 
