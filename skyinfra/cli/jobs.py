@@ -17,7 +17,7 @@ from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 if TYPE_CHECKING:
     from skyinfra_runtime.jobrecord import Interruption, JobRecord
 
-    from skyinfra.run.job import JobView
+    from skyinfra.run.jobview import JobView
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -176,13 +176,12 @@ def jobs(
 
     from dataclasses import replace
 
-    from skyinfra.run.job import (
+    from skyinfra.run.job import list_jobs, resolve_job
+    from skyinfra.run.jobview import (
         DEFAULT_STALL_AFTER_MIN,
         annotate,
         is_function_entry,
         job_results,
-        list_jobs,
-        resolve_job,
     )
 
     stall_s = (DEFAULT_STALL_AFTER_MIN if stall_after is None else stall_after) * 60
@@ -240,7 +239,7 @@ def kept_job_copies(ws: Workspace) -> list[JobRecord]:
 def _as_last_seen(job: JobRecord) -> JobView:
     """A kept copy of a job's record, for the table: a job the copy saw unfinished ended
     with the cluster or before, when is unknown (no duration, no last output)."""
-    from skyinfra.run.job import JobView
+    from skyinfra.run.jobview import JobView
 
     if job.ended_by_down:
         return JobView(job, shown_state=f"ended by down (was {job.state})")
