@@ -197,7 +197,7 @@ def jobs(
             f"cluster {ws.name!r} is down: the jobs below are this workspace's copies of their "
             f"records ({ws.runs_dir}), as last seen; `skyinfra up` makes a new cluster"
         )
-        _print_jobs([_as_last_seen(j) for j in kept])
+        print_jobs([as_last_seen(j) for j in kept])
         return
     _, transport, _ = _cluster_of(ws)
     if job_id is not None:
@@ -209,7 +209,7 @@ def jobs(
         if as_json:
             click.echo(json.dumps(view.to_dict(), indent=2))
             return
-        _show_job(view)
+        show_job(view)
         return
     found = [annotate(j, stall_s) for j in list_jobs(transport)]
     if as_json:
@@ -218,7 +218,7 @@ def jobs(
     if not found:
         echo("no jobs on this cluster")
         return
-    _print_jobs(found)
+    print_jobs(found)
 
 
 def kept_job_copies(ws: Workspace) -> list[JobRecord]:
@@ -236,7 +236,7 @@ def kept_job_copies(ws: Workspace) -> list[JobRecord]:
     return sorted(found, key=lambda j: float(j.created_at or 0), reverse=True)
 
 
-def _as_last_seen(job: JobRecord) -> JobView:
+def as_last_seen(job: JobRecord) -> JobView:
     """A kept copy of a job's record, for the table: a job the copy saw unfinished ended
     with the cluster or before, when is unknown (no duration, no last output)."""
     from skyinfra.run.jobview import JobView
@@ -248,7 +248,7 @@ def _as_last_seen(job: JobRecord) -> JobView:
     return JobView(job)
 
 
-def _print_jobs(found: list[JobView]) -> None:
+def print_jobs(found: list[JobView]) -> None:
     from skyinfra.run.job import JobState
 
     rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")]
@@ -273,12 +273,12 @@ def _print_jobs(found: list[JobView]) -> None:
         for item in j.interruptions:
             echo(f"job {j.id}: {interruption_words(item)}")
         if view.shown_state is None and j.state is JobState.NEEDS_NODES:
-            echo(f"job {j.id} lost a node and waits for it: {_needs_nodes_words(j)}")
+            echo(f"job {j.id} lost a node and waits for it: {needs_nodes_words(j)}")
         if view.shown_state is None and j.state is JobState.LOST:
             echo(f"job {j.id}: {_supervisor_gone_words(j)}")
 
 
-def _needs_nodes_words(job: JobRecord, *, in_full: bool = False) -> str:
+def needs_nodes_words(job: JobRecord, *, in_full: bool = False) -> str:
     """Who replaces a job's lost nodes: node 0 itself (unattended recovery, running or
     failed), or the operator, and what to run (``in_full``: as `jobs JOB` says it)."""
     run = (
@@ -346,7 +346,7 @@ def _recover(
     raise_for_failure(report)
 
 
-def _show_job(view: JobView) -> None:
+def show_job(view: JobView) -> None:
     from skyinfra.run.job import JobState
 
     job = view.record
@@ -355,7 +355,7 @@ def _show_job(view: JobView) -> None:
         echo(f"  {interruption_words(item)}")
     if job.state is JobState.NEEDS_NODES:
         lost = ", ".join(f"node-{i}" for i in job.needs_nodes)
-        echo(f"  needs nodes: {lost} lost; {_needs_nodes_words(job, in_full=True)}")
+        echo(f"  needs nodes: {lost} lost; {needs_nodes_words(job, in_full=True)}")
         for line in job.head_recovery.tail if job.head_recovery is not None else ():
             echo(f"    {line}")
     if job.state is JobState.LOST:
