@@ -15,7 +15,7 @@ from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.commands import read_private
 from skyinfra_runtime.jobs.records import Paths, read_json, write_json
 
-from skyinfra.cli.jobs import needs_nodes_words
+from skyinfra.cli.jobs_shown import needs_nodes_words
 from skyinfra.run.head_recovery import HeadRecovery, operator_settings
 from skyinfra.run.job import JobRecord
 
