@@ -157,8 +157,8 @@ def record_exit(
     ending = (
         f"; ending {names(others)} (SIGTERM, SIGKILL after {END_GRACE_S:g} s)" if others else ""
     )
-    vanished = getattr(live.procs[node], "vanished", None)
-    if callable(vanished) and vanished():  # a job's node whose agent went away: no exit code
+    proc = live.procs[node]
+    if isinstance(proc, JobNodeProcess) and proc.vanished():  # its agent went: no exit code
         how = "its agent went away without an exit code (the node lost?)"
     else:
         how = f"exit {code} ({node_exitcodes.describe(code)})"
