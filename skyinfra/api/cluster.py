@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,19 @@ Echo = Callable[[str], None]
 def _print(line: str) -> None:
     # sys.stdout as it is now (a notebook swaps it per cell).
     print(line, file=sys.stdout, flush=True)
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """The keyword arguments of ``Cluster(...)`` and ``Cluster.from_spec`` that are not the
+    spec's fields (the class says what each does)."""
+
+    keep: bool
+    yes: bool
+    adopt: bool
+    all_logs: bool
+    echo: Echo | None
+    target_options: Mapping[str, Any]
 
 
 class Cluster:
@@ -81,7 +95,9 @@ class Cluster:
             flags=_arguments(),
             overrides_are_flags=False,
         )
-        self._init(spec, None, dir, keep, yes, adopt, all_logs, echo, target_options)
+        self._init(
+            spec, None, dir, _Choices(keep, yes, adopt, all_logs, echo, target_options or {})
+        )
         for value in kept:
             self._echo(value.line("Cluster.from_spec's file"))
 
@@ -113,7 +129,9 @@ class Cluster:
             overrides_are_flags=False,
         )
         self = cls.__new__(cls)
-        self._init(spec, spec_file, dir, keep, yes, adopt, all_logs, echo, target_options)
+        self._init(
+            spec, spec_file, dir, _Choices(keep, yes, adopt, all_logs, echo, target_options or {})
+        )
         for value in kept:
             self._echo(value.line(str(spec_file)))
         return self
@@ -123,29 +141,24 @@ class Cluster:
         spec: ClusterSpec,
         spec_file: Path | None,
         clusters_root: str | Path | None,
-        keep: bool,
-        yes: bool,
-        adopt: bool,
-        all_logs: bool,
-        echo: Echo | None,
-        target_options: Mapping[str, Any] | None,
+        choices: _Choices,
     ) -> None:
         from skyinfra.lifecycle import check_target_options
         from skyinfra.validation import require_valid
         from skyinfra.workspace import Workspace, clusters_dir
 
         require_valid(spec)  # `skyinfra validate`'s offline checks, before anything
-        options = {k: v for k, v in (target_options or {}).items() if v}
+        options = {k: v for k, v in choices.target_options.items() if v}
         check_target_options(spec, options)
         self.spec = spec
         self.name = spec.name
         self._spec_file = spec_file
         self._ws = Workspace(clusters_dir(clusters_root) / spec.name)
-        self.keep = keep
-        self.yes = yes
-        self._adopt = adopt
-        self.all_logs = all_logs
-        self._echo = echo or _print
+        self.keep = choices.keep
+        self.yes = choices.yes
+        self._adopt = choices.adopt
+        self.all_logs = choices.all_logs
+        self._echo = choices.echo or _print
         self._options = options
 
     def __repr__(self) -> str:
