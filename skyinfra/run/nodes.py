@@ -1,5 +1,5 @@
 """A run's nodes: its id and directories on each node, the copy of the project, the
-launch of the runtime (directly, or as a job's agents: skyinfra.run.job), and the results
+launch of the runtime (directly, or as a job's agents: skyinfra.run.jobstart), and the results
 collected into runs/<id>/ (the steps skyinfra.run.session puts together)."""
 
 from __future__ import annotations
