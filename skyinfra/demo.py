@@ -13,6 +13,7 @@ from pathlib import Path
 
 from skyinfra import exitcodes, lifecycle
 from skyinfra.errors import SkyinfraError
+from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.report import print_report, raise_for_failure, worker_results
 from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import validate_spec
@@ -47,16 +48,11 @@ def demo() -> int:
     try:
         _, topology = lifecycle.up(spec, ws, print, confirm=_its_own)
         report = run_on_cluster(
-            transport=lifecycle.transport_for(ws, topology),
-            topology=topology,
-            topology_file=ws.topology_file,
-            runs_dir=ws.runs_dir,
-            src=src,
-            entry=ENTRY,
-            args=[],
-            all_logs=False,
+            JobLaunch(entry=ENTRY, src=src, copy_cache=ws.copy_cache_file),
+            ClusterNodes(
+                lifecycle.transport_for(ws, topology), topology, ws.topology_file, ws.runs_dir
+            ),
             echo=say,
-            copy_cache=ws.copy_cache_file,
         )
         print_report(report, say, prefix="[demo]")
         raise_for_failure(report)

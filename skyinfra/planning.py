@@ -152,7 +152,9 @@ class PlanResult:
         return self.out / PLANFILE
 
 
-def plan(
+# `up`'s arguments (lifecycle.up) and the planfile's folder: both change together, once
+# lifecycle's split is in.
+def plan(  # noqa: PLR0913
     spec: ClusterSpec,
     ws: Workspace,
     out: Path | None,

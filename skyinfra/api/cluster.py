@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,19 @@ Echo = Callable[[str], None]
 def _print(line: str) -> None:
     # sys.stdout as it is now (a notebook swaps it per cell).
     print(line, file=sys.stdout, flush=True)
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """The keyword arguments of ``Cluster(...)`` and ``Cluster.from_spec`` that are not the
+    spec's fields (the class says what each does)."""
+
+    keep: bool
+    yes: bool
+    adopt: bool
+    all_logs: bool
+    echo: Echo | None
+    target_options: Mapping[str, Any]
 
 
 class Cluster:
@@ -81,7 +95,9 @@ class Cluster:
             flags=_arguments(),
             overrides_are_flags=False,
         )
-        self._init(spec, None, dir, keep, yes, adopt, all_logs, echo, target_options)
+        self._init(
+            spec, None, dir, _Choices(keep, yes, adopt, all_logs, echo, target_options or {})
+        )
         for value in kept:
             self._echo(value.line("Cluster.from_spec's file"))
 
@@ -113,7 +129,9 @@ class Cluster:
             overrides_are_flags=False,
         )
         self = cls.__new__(cls)
-        self._init(spec, spec_file, dir, keep, yes, adopt, all_logs, echo, target_options)
+        self._init(
+            spec, spec_file, dir, _Choices(keep, yes, adopt, all_logs, echo, target_options or {})
+        )
         for value in kept:
             self._echo(value.line(str(spec_file)))
         return self
@@ -123,29 +141,24 @@ class Cluster:
         spec: ClusterSpec,
         spec_file: Path | None,
         clusters_root: str | Path | None,
-        keep: bool,
-        yes: bool,
-        adopt: bool,
-        all_logs: bool,
-        echo: Echo | None,
-        target_options: Mapping[str, Any] | None,
+        choices: _Choices,
     ) -> None:
         from skyinfra.lifecycle import check_target_options
         from skyinfra.validation import require_valid
         from skyinfra.workspace import Workspace, clusters_dir
 
         require_valid(spec)  # `skyinfra validate`'s offline checks, before anything
-        options = {k: v for k, v in (target_options or {}).items() if v}
+        options = {k: v for k, v in choices.target_options.items() if v}
         check_target_options(spec, options)
         self.spec = spec
         self.name = spec.name
         self._spec_file = spec_file
         self._ws = Workspace(clusters_dir(clusters_root) / spec.name)
-        self.keep = keep
-        self.yes = yes
-        self._adopt = adopt
-        self.all_logs = all_logs
-        self._echo = echo or _print
+        self.keep = choices.keep
+        self.yes = choices.yes
+        self._adopt = choices.adopt
+        self.all_logs = choices.all_logs
+        self._echo = choices.echo or _print
         self._options = options
 
     def __repr__(self) -> str:
@@ -295,6 +308,25 @@ class Cluster:
             on_end=lambda: self._restore(transport),
         )
 
+    def recover(self, job_id: str, *, yes: bool | None = None) -> str:
+        """Recover a job that lost a node and waits for it (needs_nodes), or whose supervisor
+        was killed (lost), as `skyinfra jobs recover JOB` does: its lost nodes replaced as
+        ``up`` replaces them (``yes`` as for ``up``), the current directory copied to them
+        (call it from the project's folder, as the job was started), the job started as its
+        next attempt and followed until it ends; the job's final state. A job that cannot be
+        recovered raises UsageError, as the CLI exits 2."""
+        from skyinfra.api.jobs import recover
+
+        ws = self._existing()
+        report = recover(
+            ws,
+            job_id,
+            engine_factory=self._engine(ws.spec()),
+            confirm=self._confirm(yes),
+            echo=self._echo,
+        )
+        return report.job_state
+
     def _restore(self, transport: NodeTransport) -> None:
         from skyinfra.api.subset import SubsetTransport, restore_topology
 
@@ -318,7 +350,7 @@ class Cluster:
         from skyinfra.errors import ClusterDownError
         from skyinfra.run import DEFAULT_KEEP_RUNS
         from skyinfra.run.ignore import topology_path_inside
-        from skyinfra.run.job import Restarts
+        from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
         from skyinfra.run.session import run_on_cluster
         from skyinfra.terraform.backend import has_backend
         from skyinfra.topology import read_topology
@@ -369,30 +401,29 @@ class Cluster:
                         gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
                     finally:
                         everyone.close()
-                report = run_on_cluster(
-                    transport=transport,
-                    topology=topology,
-                    topology_file=topology_file,
-                    runs_dir=ws.runs_dir,
-                    src=src,
+                launch = JobLaunch(
                     entry=CALL_ENTRY,
-                    args=[],
-                    all_logs=self.all_logs,
-                    extra_ignores=topology_path_inside(src, ws.path),
-                    echo=echo,
-                    wait_ready_s=wait_s,
-                    timeout_s=spec.run_timeout,
-                    keep_runs=DEFAULT_KEEP_RUNS,
-                    terminal=terminal,
-                    as_job=True,
-                    detach=detach,
-                    run_files=call.files,
+                    src=src,
                     # The job-only fields as this object says (as `run` reads ./skyinfra.toml).
                     restarts=Restarts(
                         self.spec.max_restarts,
                         self.spec.retry_on,
                         lifecycle.head_recovery_of(ws, ws.spec()),
                     ),
+                    run_files=call.files,
+                    timeout_s=spec.run_timeout,
+                    keep_runs=DEFAULT_KEEP_RUNS,
+                    as_job=True,
+                    detach=detach,
+                    all_logs=self.all_logs,
+                    extra_ignores=tuple(topology_path_inside(src, ws.path)),
+                )
+                report = run_on_cluster(
+                    launch,
+                    ClusterNodes(transport, topology, topology_file, ws.runs_dir),
+                    echo=echo,
+                    wait_ready_s=wait_s,
+                    terminal=terminal,
                 )
             except BaseException:
                 with contextlib.suppress(Exception):  # a call on some nodes: theirs back

@@ -1,5 +1,6 @@
 """A handle to a detached job started by ``Cluster.submit`` (the jobs of `skyinfra run
---detach`, `jobs`, `logs`, `cancel`, through the same skyinfra.run.job code)."""
+--detach`, `jobs`, `logs`, `cancel`, through the same skyinfra.run.job code), and the
+recovery of a job that lost nodes (`skyinfra jobs recover`, through skyinfra.run.recovery)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyinfra_runtime.jobrecord import JobRecord, JobState, NodeResult
 
-from skyinfra.errors import SupervisorGoneError, UsageError
+from skyinfra.errors import InternalError, SupervisorGoneError, UsageError
 from skyinfra.run.job import (
     JOB_COPY,
     RECORD_EVERY_S,
@@ -24,6 +25,11 @@ from skyinfra.run.job import (
 from skyinfra.run.report import NodeOutcome, RunReport
 from skyinfra.transport.base import NodeTransport
 from skyinfra.workspace import Workspace
+
+if TYPE_CHECKING:
+    from skyinfra.lifecycle import Confirm
+    from skyinfra.terraform import EngineFactory
+    from skyinfra.topology import Topology
 
 
 class Job:
@@ -175,3 +181,62 @@ def _reason(node: NodeResult) -> str:
     said = f"exit {node.exit_code} ({node.meaning})".replace(" ()", "")
     why = node.ended_reason
     return f"ended by the job {why}: {said}" if why else said
+
+
+def recover(
+    ws: Workspace,
+    job_id: str,
+    *,
+    engine_factory: EngineFactory,
+    confirm: Confirm,
+    echo: Callable[[str], None],
+) -> RunReport:
+    """`skyinfra jobs recover JOB` for the Python API (skyinfra.run.recovery.recover_job): the
+    job's lost nodes replaced as `up` replaces them (``confirm`` answers what `up` asks), the
+    current directory copied to them, the job started as its next attempt and followed until
+    it ends; its report."""
+    from skyinfra import lifecycle, shared_state
+    from skyinfra.errors import ClusterDownError
+    from skyinfra.run.launch import ClusterNodes
+    from skyinfra.run.recovery import recover_job
+    from skyinfra.terraform.backend import has_backend
+    from skyinfra.topology import read_topology
+    from skyinfra.transport.readiness import wait_until_ready
+
+    spec = ws.spec()
+    if has_backend(ws.path):  # another operator may have changed the cluster
+        engine = engine_factory(ws.path)
+        shared_state.ensure_init(ws, engine)
+        shared_state.refresh_topology(ws, spec, engine)
+    if not ws.topology_file.is_file():
+        raise ClusterDownError(ws.name)
+    topology = read_topology(ws.topology_file)
+
+    def replace_nodes(lost: list[int]) -> tuple[NodeTransport, Topology]:
+        # As the CLI's replace_lost_nodes, under the lock recover_job holds (never node 0's
+        # own copy of the workspace: that one recovers through the CLI).
+        lifecycle.up(spec, ws, echo, engine_factory=engine_factory, confirm=confirm, lock_held=True)
+        replaced = read_topology(ws.topology_file)
+        nodes = lifecycle.transport_for(ws, replaced, spec=spec)
+        wait_s = lifecycle.default_wait_ready_s(spec)
+        wait_until_ready(nodes, replaced, timeout_s=wait_s, echo=echo)
+        return nodes, replaced
+
+    transport = lifecycle.transport_for(ws, topology, spec=spec)
+    try:
+        report = recover_job(
+            ws,
+            ClusterNodes(
+                transport, topology, ws.topology_file, ws.runs_dir, replace_nodes=replace_nodes
+            ),
+            job_id,
+            head_recovery=lambda: lifecycle.head_recovery_of(ws, spec),
+            src=Path.cwd(),
+            unattended=False,
+            echo=echo,
+        )
+    finally:
+        transport.close()
+    if report is None:  # only an unattended recovery leaves the attempt unfollowed
+        raise InternalError(f"job {job_id}'s recovery returned no report")
+    return report

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from skyinfra.errors import UsageError
 from skyinfra.topology import Topology
@@ -42,7 +41,8 @@ def sub_topology(topology: Topology, chosen: Sequence[int]) -> Topology:
 
 
 class SubsetTransport:
-    """``inner`` seen through the call's node numbers (k -> chosen[k])."""
+    """``inner`` seen through the call's node numbers (k -> chosen[k]): every verb of
+    NodeTransport, and nothing of a target's own (a call's run needs no more)."""
 
     def __init__(self, inner: NodeTransport, chosen: Sequence[int]) -> None:
         self.inner = inner
@@ -80,9 +80,6 @@ class SubsetTransport:
 
     def close(self) -> None:
         self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # a transport's own extras (aws: ssh_client)
-        return getattr(self.inner, name)
 
 
 def restore_topology(inner: NodeTransport, chosen: Sequence[int], topology_file: Path) -> None:

@@ -5,21 +5,17 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from skyinfra import exitcodes
+from skyinfra.cli.jobs_shown import as_last_seen, kept_job_copies, print_jobs, show_job
 from skyinfra.cli.options import cluster_option, dir_option, json_option
 from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
-from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
-    from skyinfra_runtime.jobrecord import Interruption, JobRecord
-
-    from skyinfra.run.job import JobView
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -65,55 +61,6 @@ def _refuse_lost_head(ws: Workspace, transport: NodeTransport) -> None:
             "checkpoint, or, for a job started from this workspace with restarts left, "
             "`skyinfra jobs recover JOB` replaces node-0 and starts it as its next attempt"
         )
-
-
-def _when(t: Any) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
-
-
-def _duration(view: JobView) -> str:
-    job = view.record
-    start = job.started_at or job.created_at
-    # A kept copy of a job that had not ended: when it did is not known.
-    if not start or view.shown_state is not None:
-        return "-"
-    end = job.ended_at or time.time()
-    s = int(end - start)
-    return (
-        f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
-        if s >= 3600
-        else f"{s // 60}m{s % 60:02d}s"
-    )
-
-
-def _codes(job: JobRecord) -> str:
-    return " ".join(f"{n.node}:{'-' if n.exit_code is None else n.exit_code}" for n in job.nodes)
-
-
-def _age(seconds: Any) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s ago"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s ago"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m ago"
-
-
-def interruption_words(item: Interruption) -> str:
-    """One Spot interruption notice of a job's record in words."""
-    return (
-        f"node-{item.node} interrupted at {_when(item.noticed_at)} (Spot notice: "
-        f"{item.action} at {_when(item.time)})"
-    )
-
-
-def _state(view: JobView) -> str:
-    state = view.state
-    if view.record.attempt > 1:
-        state += f" (attempt {view.record.attempt})"
-    return f"{state} (STALLED)" if view.stalled else state
 
 
 @click.command("jobs")
@@ -178,13 +125,12 @@ def jobs(
 
     from dataclasses import replace
 
-    from skyinfra.run.job import (
+    from skyinfra.run.job import list_jobs, resolve_job
+    from skyinfra.run.jobview import (
         DEFAULT_STALL_AFTER_MIN,
         annotate,
         is_function_entry,
         job_results,
-        list_jobs,
-        resolve_job,
     )
 
     stall_s = (DEFAULT_STALL_AFTER_MIN if stall_after is None else stall_after) * 60
@@ -200,7 +146,7 @@ def jobs(
             f"cluster {ws.name!r} is down: the jobs below are this workspace's copies of their "
             f"records ({ws.runs_dir}), as last seen; `skyinfra up` makes a new cluster"
         )
-        _print_jobs([_as_last_seen(j) for j in kept])
+        print_jobs([as_last_seen(j) for j in kept])
         return
     _, transport, _ = _cluster_of(ws)
     if job_id is not None:
@@ -212,7 +158,7 @@ def jobs(
         if as_json:
             click.echo(json.dumps(view.to_dict(), indent=2))
             return
-        _show_job(view)
+        show_job(view)
         return
     found = [annotate(j, stall_s) for j in list_jobs(transport)]
     if as_json:
@@ -221,344 +167,41 @@ def jobs(
     if not found:
         echo("no jobs on this cluster")
         return
-    _print_jobs(found)
-
-
-def kept_job_copies(ws: Workspace) -> list[JobRecord]:
-    """The job records `run` copied into the workspace's runs/<id>/job.json, newest first."""
-    from skyinfra.run.job import JOB_COPY, JobRecord
-
-    found = []
-    for copy in ws.runs_dir.glob(f"*/{JOB_COPY}"):
-        try:
-            record = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
-        if record.id == copy.parent.name:
-            found.append(record)
-    return sorted(found, key=lambda j: float(j.created_at or 0), reverse=True)
-
-
-def _as_last_seen(job: JobRecord) -> JobView:
-    """A kept copy of a job's record, for the table: a job the copy saw unfinished ended
-    with the cluster or before, when is unknown (no duration, no last output)."""
-    from skyinfra.run.job import JobView
-
-    if job.ended_by_down:
-        return JobView(job, shown_state=f"ended by down (was {job.state})")
-    if not job.final:
-        return JobView(job, shown_state=f"unknown (last seen {job.state})")
-    return JobView(job)
-
-
-def _print_jobs(found: list[JobView]) -> None:
-    from skyinfra.run.job import JobState
-
-    rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")]
-    for view in found:
-        j = view.record
-        rows.append(
-            (
-                j.id,
-                " ".join([j.entry, *j.args]),
-                _state(view),
-                _when(j.created_at),
-                _duration(view),
-                _age(view.last_output_age_s),
-                _codes(j),
-            )
-        )
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    for r in rows:
-        echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
-    for view in found:
-        j = view.record
-        for item in j.interruptions:
-            echo(f"job {j.id}: {interruption_words(item)}")
-        if view.shown_state is None and j.state is JobState.NEEDS_NODES:
-            echo(f"job {j.id} lost a node and waits for it: {_needs_nodes_words(j)}")
-        if view.shown_state is None and j.state is JobState.LOST:
-            echo(f"job {j.id}: {_supervisor_gone_words(j)}")
-
-
-def _needs_nodes_words(job: JobRecord, *, in_full: bool = False) -> str:
-    """Who replaces a job's lost nodes: node 0 itself (unattended recovery, running or
-    failed), or the operator, and what to run (``in_full``: as `jobs JOB` says it)."""
-    run = (
-        f"from the project's folder run: skyinfra jobs recover {job.id}"
-        if in_full
-        else f"from the project's folder run `skyinfra jobs recover {job.id}`"
-    )
-    said = job.head_recovery
-    if said is None:
-        return run
-    if said.failed:
-        return (
-            f"node-0's unattended recovery failed (exit {said.exit_code}; its log: "
-            f"{said.log} on node-0): {run}"
-        )
-    return (
-        "node-0 is replacing it and starting the next attempt itself (unattended recovery; "
-        f"its log: {said.log} on node-0)"
-    )
-
-
-def _supervisor_gone_words(job: JobRecord) -> str:
-    """What a job whose supervisor was killed (state lost, node 0 there) needs."""
-    said = "its supervisor on node-0 was killed (nothing of it runs any more)"
-    if job.restarts_left > 0:
-        return (
-            f"{said}: from the project's folder, `skyinfra jobs recover {job.id}` "
-            "starts it again on the same nodes"
-        )
-    name = job.checkpoints or job.id
-    return f"{said}: `skyinfra run --checkpoints {name} ...` starts it again from its checkpoints"
+    print_jobs(found)
 
 
 def _recover(
     clusters_root: Path | None, cluster_name: str | None, job_id: str, *, unattended: bool
 ) -> None:
-    """`jobs recover JOB`: replace the job's lost nodes (none when only its supervisor was
-    killed), start its next attempt, follow it. ``unattended``: as node 0's supervisor runs
-    it (skyinfra.run.head_recovery): the attempt is started, not followed, and a workspace
-    busy with another command is waited for."""
-    import os
-
+    """`jobs recover JOB` (recover_job), its report printed and its exit code raised."""
     from skyinfra import lifecycle
     from skyinfra.cli.resolve import replace_lost_nodes
-    from skyinfra.errors import UsageError
-    from skyinfra.run.job import (
-        HEAD_LOST,
-        RECOVERABLE_STATES,
-        JobState,
-        Restarts,
-        find_job,
-        head_gone,
-    )
-    from skyinfra.run.jobenv import resolve
-    from skyinfra.run.report import NodeOutcome, RunReport, print_report, raise_for_failure
-    from skyinfra.run.session import (
-        collect_and_summarise,
-        record_head_lost,
-        restart_on_replaced_nodes,
-        scan_project,
-        take_attempts,
-        time_left,
-    )
+    from skyinfra.run.launch import ClusterNodes
+    from skyinfra.run.recovery import recover_job
+    from skyinfra.run.report import print_report, raise_for_failure
+    from skyinfra.topology import read_topology
 
-    ws, transport, total = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
-    head_lost = head_gone(transport)
-    if head_lost:
-        # The record went with node 0: this workspace's copy of it (`run` keeps one from the
-        # job's start) says what the job was; it goes on as a job that lost its head.
-        job = _job_copy(ws, job_id)
-        state = JobState.LOST
-    else:
-        job = find_job(transport, job_id)
-        state = job.state
-    if state not in RECOVERABLE_STATES:
-        raise UsageError(
-            f"job {job_id} is {state}: only a job that lost a node and waits for it "
-            "(needs_nodes), or whose supervisor was killed (lost), is recovered; "
-            "`skyinfra run` starts a new one"
-        )
-    name = job.checkpoints or job_id
-    if head_lost and job.restarts_left <= 0:
-        raise UsageError(
-            f"job {job_id} lost node-0, its head, and has no restart left (--max-restarts "
-            f"{job.max_restarts}): `skyinfra up` replaces node-0, then "
-            f"`skyinfra run --checkpoints {name} ...` starts it again from its checkpoint set"
-        )
-    if state is JobState.LOST and job.restarts_left <= 0:
-        raise UsageError(
-            f"job {job_id}'s supervisor on node-0 was killed and the job has no restart left "
-            f"(--max-restarts {job.max_restarts}): `skyinfra run --checkpoints "
-            f"{name} ...` starts it again from its checkpoint set's last checkpoint"
-        )
-    # The env from the record, the secrets' values from this environment (as `run` took them).
-    job_env = resolve(
-        spec_env=sorted(job.env.items()),
-        spec_secrets=list(job.secrets),
-        cli_env=(),
-        cli_secrets=(),
-        environ=os.environ,
+    ws, transport, _ = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
+    cluster = ClusterNodes(
+        transport,
+        read_topology(ws.topology_file),
+        ws.topology_file,
+        ws.runs_dir,
+        replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
     )
-    run_dir = ws.runs_dir / job_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    report = RunReport(job_id, run_dir, {i: NodeOutcome(i) for i in range(total)})
-    take_attempts(report, job)
-    left = time_left(report)
-    if left is not None and left <= 0:
-        raise UsageError(
-            f"job {job_id} ran out of its --timeout ({report.timeout_s:g} s from its start at "
-            f"{_when(report.created_at)}): it is not started again; `skyinfra run "
-            f"--checkpoints {name} --timeout S ...` starts it from its checkpoint set"
-        )
-    entry, args = job.entry, list(job.args)
-    # The next attempt recovers itself too, when the cluster says so.
-    restarts = Restarts(
-        report.max_restarts, report.retry_on, lifecycle.head_recovery_of(ws, ws.spec())
+    report = recover_job(
+        ws,
+        cluster,
+        job_id,
+        head_recovery=lambda: lifecycle.head_recovery_of(ws, ws.spec()),
+        src=Path.cwd(),
+        unattended=unattended,
+        echo=echo,
     )
-    if unattended and report.attempts:
-        report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"
-    copy_cache = None if unattended else ws.copy_cache_file  # node 0's copy: not the project
-
-    def still_needed() -> bool:
-        return find_job(transport, job_id).state in RECOVERABLE_STATES
-
-    with _workspace_lock(ws, f"jobs recover {job_id}", wait=unattended, still_needed=still_needed):
-        if state is JobState.LOST:
-            # Node 0 is there and its supervisor is not (or node 0 is gone with it): every
-            # other node's part is ended, the attempt recorded, and the job goes on on the same
-            # nodes (or on a new node 0, replaced as `up` does).
-            record_head_lost(
-                transport,
-                report,
-                job,
-                restarts,
-                (),
-                name,
-                HEAD_LOST if head_lost else "the job's supervisor on node-0 was killed",
-                echo,
-                node_0_kept=not head_lost,
-            )
-        replaced = restart_on_replaced_nodes(
-            report,
-            lambda lost: replace_lost_nodes(ws, lost),
-            src=Path.cwd(),
-            topology_file=ws.topology_file,
-            wanted=scan_project(Path.cwd(), copy_cache=copy_cache),
-            entry=entry,
-            args=args,
-            all_logs=False,
-            echo=echo,
-            keep_runs=DEFAULT_KEEP_RUNS,
-            job_env=job_env,
-            checkpoints=name,
-            restarts=restarts,
-            run_files={},
-            transport=transport,
-            detach=unattended,
-        )
-        if unattended:
-            return
-        collect_and_summarise(replaced or transport, report, entry, args)
+    if report is None:
+        return
     print_report(report, echo)
     raise_for_failure(report)
-
-
-# How long an unattended recovery waits for a workspace another command holds (an attached
-# `run`, an `up`) before it gives up and leaves the job to `jobs recover`.
-UNATTENDED_LOCK_WAIT_S = 30 * 60.0
-LOCK_RETRY_S = 5.0
-
-
-@contextlib.contextmanager
-def _workspace_lock(
-    ws: Workspace,
-    command: str,
-    *,
-    wait: bool,
-    still_needed: Callable[[], bool] = lambda: True,
-) -> Iterator[None]:
-    """The workspace's lock; with ``wait``, a busy workspace is retried (said once) until
-    UNATTENDED_LOCK_WAIT_S has passed, instead of refused at once, while ``still_needed``
-    (else JobNoLongerWaits)."""
-    from skyinfra.errors import JobNoLongerWaits, WorkspaceBusyError
-
-    give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
-    said = False
-    with contextlib.ExitStack() as stack:
-        while True:
-            try:
-                stack.enter_context(ws.lock(command))
-                break
-            except WorkspaceBusyError as err:
-                if not wait or time.monotonic() >= give_up:
-                    raise
-                if not said:
-                    echo(f"[skyinfra] {err}: waiting for it")
-                    said = True
-                time.sleep(LOCK_RETRY_S)
-                if not still_needed():
-                    raise JobNoLongerWaits from None
-        yield
-
-
-def _job_copy(ws: Workspace, job_id: str) -> JobRecord:
-    """This workspace's copy of a job's record (runs/JOB/job.json, kept by the `run` that
-    started it); HeadLostError when there is none (the job was started elsewhere)."""
-    from skyinfra.errors import HeadLostError
-    from skyinfra.run.job import HEAD_LOST, JOB_COPY, JobRecord
-
-    copy = ws.runs_dir / job_id / JOB_COPY
-    try:
-        data: JobRecord | None = JobRecord.from_dict(json.loads(copy.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        data = None
-    if data is None or data.id != job_id:
-        raise HeadLostError(
-            f"cluster {ws.name!r}: {HEAD_LOST}, with job {job_id}'s record, and this workspace "
-            f"has no copy of it ({copy}): `skyinfra up` replaces node-0, then `skyinfra run "
-            "--checkpoints NAME ...` starts the job again from its checkpoint set"
-        )
-    return data
-
-
-def _show_job(view: JobView) -> None:
-    from skyinfra.run.job import JobState
-
-    job = view.record
-    echo(f"job {job.id}: {_state(view)}")
-    for item in job.interruptions:
-        echo(f"  {interruption_words(item)}")
-    if job.state is JobState.NEEDS_NODES:
-        lost = ", ".join(f"node-{i}" for i in job.needs_nodes)
-        echo(f"  needs nodes: {lost} lost; {_needs_nodes_words(job, in_full=True)}")
-        for line in job.head_recovery.tail if job.head_recovery is not None else ():
-            echo(f"    {line}")
-    if job.state is JobState.LOST:
-        echo(f"  {_supervisor_gone_words(job)}")
-    echo(f"  entry:      {' '.join([job.entry, *job.args])}")
-    echo(f"  started by: {job.started_by}")
-    echo(f"  started:    {_when(job.created_at)}   ended: {_when(job.ended_at)}")
-    echo(f"  duration:   {_duration(view)}")
-    echo(f"  last output: {_age(view.last_output_age_s)}")
-    if job.timeout_s:
-        echo(f"  timeout:    {job.timeout_s:g} s")
-    if job.checkpoints:
-        echo(f"  checkpoints: {job.checkpoints} ($SKYINFRA_CHECKPOINT_DIR)")
-    if job.max_restarts:
-        echo(
-            f"  restarts:   up to {job.max_restarts} on the same nodes, after a "
-            + ("signal or an error exit" if job.retry_on == "error" else "signal")
-        )
-    from skyinfra.run.report import attempt_lines
-
-    for line in attempt_lines([a.to_dict() for a in job.attempts]):
-        echo(f"  {line}")
-    from skyinfra.run.jobenv import shown
-
-    variables = shown(job.to_dict())
-    if variables:
-        echo(f"  env:        {variables[0]}")
-        for line in variables[1:]:
-            echo(f"              {line}")
-    for n in job.nodes:
-        said = f"exit {n.exit_code} ({n.meaning})" if n.ended else n.state
-        why = f", ended by the job {n.ended_reason}" if n.ended_reason else ""
-        last = f"; last output {_when(n.last_output_at)}" if n.last_output_at else ""
-        echo(f"  node-{n.node}: {said}{why}{last}")
-    for n in job.nodes if view.results is not None else ():
-        result = (view.results or {}).get(n.node)
-        if not isinstance(result, dict):
-            echo(f"  node-{n.node} result: none (the function did not return there)")
-            continue
-        for worker in result.get("workers", []):
-            if "value" not in worker:  # a script's: it returns nothing
-                continue
-            value = json.dumps(worker["value"], sort_keys=True)
-            echo(f"  node-{n.node} worker {worker.get('worker')}: {value}")
 
 
 @click.command("logs")

@@ -25,8 +25,8 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
 
 if TYPE_CHECKING:
     from skyinfra.errors import CancelledByCtrlC
-    from skyinfra.run.job import Restarts
     from skyinfra.run.jobenv import JobEnv
+    from skyinfra.run.launch import Restarts
     from skyinfra.spec import ClusterSpec
     from skyinfra.workspace import Workspace
 
@@ -173,6 +173,7 @@ def run(
     from skyinfra.errors import CancelledByCtrlC, Detached
     from skyinfra.run.ignore import topology_path_inside
     from skyinfra.run.job import DETACHING_SIGNALS, follow_hint
+    from skyinfra.run.launch import ClusterNodes, JobLaunch
     from skyinfra.run.report import print_report, raise_for_failure
     from skyinfra.run.session import run_on_cluster
     from skyinfra.topology import read_topology
@@ -212,29 +213,35 @@ def run(
             refuse_if_busy(transport, topology.cluster)
             gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=echo)
         try:
-            report = run_on_cluster(
-                transport=transport,
-                topology=topology,
-                topology_file=ws.topology_file,
-                runs_dir=ws.runs_dir,
-                src=src,
+            launch = JobLaunch(
                 entry=entry,
-                args=list(args),
-                all_logs=all_logs,
-                extra_ignores=topology_path_inside(src, ws.path),
-                echo=echo,
-                wait_ready_s=wait_s,
-                timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
-                keep_runs=keep_runs,
-                terminal=sys.stdout if sys.stdout.isatty() else None,
-                as_job=True,
-                detach=detach,
-                copy_cache=ws.copy_cache_file,
+                src=src,
+                args=args,
                 job_env=job_env,
                 checkpoints=checkpoints,
                 restarts=restarts,
+                timeout_s=timeout_s if timeout_s is not None else spec.run_timeout,
+                keep_runs=keep_runs,
+                as_job=True,
+                detach=detach,
+                all_logs=all_logs,
+                extra_ignores=tuple(topology_path_inside(src, ws.path)),
+                copy_cache=ws.copy_cache_file,
+            )
+            cluster = ClusterNodes(
+                transport,
+                topology,
+                ws.topology_file,
+                ws.runs_dir,
                 replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
                 reload_nodes=lambda: reload_cluster(ws),
+            )
+            report = run_on_cluster(
+                launch,
+                cluster,
+                echo=echo,
+                wait_ready_s=wait_s,
+                terminal=sys.stdout if sys.stdout.isatty() else None,
             )
         except Detached as hup:
             # The terminal may be gone: say it where it can still be read, and go.
@@ -282,7 +289,7 @@ def _restarts(ws: Workspace, flag: int | None, retry_on: str | None) -> Restarts
     """--max-restarts and --retry-on, else the spec's (./skyinfra.toml when it names this
     cluster), else no restart."""
     from skyinfra import lifecycle
-    from skyinfra.run.job import Restarts
+    from skyinfra.run.launch import Restarts
 
     spec = _current_spec(ws)
     return Restarts(

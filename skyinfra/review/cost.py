@@ -181,6 +181,17 @@ def _hourly(
     return price * (nodes - spot_nodes) + (price if spot_price is None else spot_price) * spot_nodes
 
 
+@dataclass(frozen=True)
+class SpotPlan:
+    """The plan's Spot nodes: how many on each side (before, after), priced at ``prices``'
+    price for ``zone`` (the after side's zone; ``prices``: the Spot price history of their
+    type at plan time, None when none was read)."""
+
+    nodes: tuple[int, int] = (0, 0)
+    zone: str | None = None
+    prices: SpotPrices | None = None
+
+
 def estimate(
     *,
     target: str,
@@ -190,13 +201,12 @@ def estimate(
     lifetime_hours: float | None,
     idle_shutdown_minutes: int | None,
     table: PriceTable | None = None,
-    spot_nodes: tuple[int, int] = (0, 0),
-    zone: str | None = None,
-    spot_prices: SpotPrices | None = None,
+    spot_plan: SpotPlan | None = None,
 ) -> Cost:
     """``before``/``after``: (node count, instance type) on each side of the plan;
-    ``spot_nodes``: how many of them are Spot on each side, priced at ``spot_prices``' price
-    for ``zone`` (the after side's zone)."""
+    ``spot_plan``: how many of them are Spot, and at which price (None: none is)."""
+    spot_plan = spot_plan or SpotPlan()
+    spot_nodes, zone, spot_prices = spot_plan.nodes, spot_plan.zone, spot_plan.prices
     table = table or price_table()
     if not declaration(target).plan_traits.priced or region is None:
         return Cost(0.0, 0.0, lifetime_hours, None, table.source, table.date, free=True)

@@ -139,9 +139,11 @@ def build_review(
         lifetime_hours=facts.max_lifetime_hours,
         idle_shutdown_minutes=facts.idle_shutdown_minutes,
         table=table,
-        spot_nodes=(len(summary.before.spot_nodes), len(summary.after.spot_nodes)),
-        zone=summary.after.zone if summary.after.nodes else summary.before.zone,
-        spot_prices=spot_prices,
+        spot_plan=cost_mod.SpotPlan(
+            nodes=(len(summary.before.spot_nodes), len(summary.after.spot_nodes)),
+            zone=summary.after.zone if summary.after.nodes else summary.before.zone,
+            prices=spot_prices,
+        ),
     )
     checks = [
         *policy_checks(

@@ -11,16 +11,14 @@ listens; each returns at once. From then on the job belongs to the nodes: `run` 
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import secrets
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +29,16 @@ from skyinfra_runtime.jobrecord import (
     JobState,
     NodeResult,
 )
-from skyinfra_runtime.topology import Topology
 
 from skyinfra import exitcodes
 from skyinfra.errors import (
     ClusterBusyError,
-    Detached,
     HeadLostError,
     SkyinfraError,
     SupervisorGoneError,
     TransportError,
     UsageError,
 )
-from skyinfra.run.head_recovery import HeadRecovery
-from skyinfra.run.jobenv import JobEnv
 from skyinfra.transport.base import NodeProcess, NodeTransport
 
 # The signals that make an attached `run` stop following and leave the job running: a closed
@@ -62,12 +56,6 @@ SUPERVISOR_QUIET_S = 10.0
 STARTED_WAIT_S = 60.0
 # FINAL_STATES and RECOVERABLE_STATES: skyinfra_runtime.jobrecord's, the head's too.
 __all__ = ["FINAL_STATES", "RECOVERABLE_STATES", "JobRecord", "JobState"]
-# `jobs --stall-after`'s default, in minutes: longer than what a healthy job may spend
-# without a line (an XLA compile of a large model, a checkpoint written to disk, an evaluation
-# pass that prints only at its end: each can take 10-20 minutes), shorter than the idle
-# shutdown's default 60 minutes, so a hung job (a collective waiting on a dead peer) is flagged
-# well within the hour it would otherwise burn unnoticed.
-DEFAULT_STALL_AFTER_MIN = 30.0
 # What `logs --follow` (and a job's exit code in general) comes to, per final state.
 STATE_EXIT = {
     JobState.SUCCEEDED: exitcodes.OK,
@@ -77,17 +65,6 @@ STATE_EXIT = {
     JobState.LOST: exitcodes.ERROR,
     JobState.NEEDS_NODES: exitcodes.NODE_FAILED,
 }
-
-
-@dataclass(frozen=True)
-class Restarts:
-    """How often the head's supervisor restarts a failed job on the same nodes, and after
-    which failures (skyinfra_runtime.restarts); ``head_recovery``: what the head runs itself
-    when the job lost nodes with restarts left (None: it waits for `jobs recover`)."""
-
-    max_restarts: int = 0
-    retry_on: str = "signal"
-    head_recovery: HeadRecovery | None = None
 
 
 def follow_hint(cluster: str, job_id: str) -> str:
@@ -120,160 +97,7 @@ def _call(
     return out
 
 
-def who() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-def start_job(
-    transport: NodeTransport,
-    topology: Topology,
-    job_id: str,
-    *,
-    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
-    entry: str,
-    args: Sequence[str],
-    timeout_s: float | None,
-    job_env: JobEnv | None = None,
-    checkpoints: str | None = None,
-    restarts: Restarts | None = None,
-    attempts_before: Sequence[Mapping[str, Any]] = (),
-    created_at: float | None = None,
-) -> None:
-    """Start every node's agent: the head first (it says which port it listens on), then
-    the peers. ``launch``: per node, the launcher's argv, environment and working directory.
-    The job's token and ``job_env`` (the user's env and secrets) go on each agent's stdin,
-    never on a command line or in a file; the record keeps env and the secrets' names.
-    ``checkpoints``: the job's checkpoint set (None: the job id), on every agent's command
-    line (``--checkpoints``) and in the record. ``created_at``: a job started again (after
-    ``attempts_before``) keeps its first creation time, from which its timeout counts."""
-    # A hang-up or SIGTERM while the agents start waits until every one has (a job whose peers
-    # never start would fail after JOIN_WAIT_S), then stops following (Detached), as the
-    # handler `run` installed would. Deferred by a handler of our own, not by blocking the
-    # signal: a blocked mask would be inherited by the agents and the user's processes.
-    old: dict[int, Any] = {}
-    hung_up: list[int] = []
-    if threading.current_thread() is threading.main_thread():
-        for signum in DETACHING_SIGNALS:
-            current = signal.getsignal(signum)
-            if callable(current):
-                old[signum] = current
-                signal.signal(signum, lambda got, _: hung_up.append(got))
-    recover = (restarts or Restarts()).head_recovery
-    if recover is not None and recover.prepare is not None:
-        recover.prepare(transport)  # what node 0's recovery command needs there
-    try:
-        _start_agents(
-            transport,
-            topology,
-            job_id,
-            launch,
-            entry,
-            args,
-            timeout_s,
-            job_env,
-            checkpoints,
-            restarts or Restarts(),
-            attempts_before,
-            created_at,
-        )
-    finally:
-        for number, handler in old.items():
-            signal.signal(number, handler)
-    if hung_up:  # every agent started (a failure to start raised above)
-        raise Detached(job_id, hung_up[0])
-
-
-def _start_agents(
-    transport: NodeTransport,
-    topology: Topology,
-    job_id: str,
-    launch: Mapping[int, tuple[list[str], dict[str, str], str]],
-    entry: str,
-    args: Sequence[str],
-    timeout_s: float | None,
-    job_env: JobEnv | None,
-    checkpoints: str | None,
-    restarts: Restarts,
-    attempts_before: Sequence[Mapping[str, Any]] = (),
-    created_at: float | None = None,
-) -> None:
-    """``attempts_before``: a job started again after a lost node was replaced goes on as the
-    next attempt (its record keeps the earlier ones)."""
-    token = secrets.token_hex(16)
-    job_env = job_env or JobEnv()
-    private = {"token": token, **job_env.private()}
-    # The head's alone, with the token and secrets (not in the record): the command it runs
-    # to recover the job itself, and that command's settings.
-    recover = restarts.head_recovery
-    head_private = {**private, **({"recover": recover.private()} if recover else {})}
-    head_ip = topology.nodes[0].private_ip
-    meta = {
-        "entry": entry,
-        "args": list(args),
-        "started_by": who(),
-        "nodes_total": len(launch),
-        "checkpoints": checkpoints or job_id,
-        **job_env.record(),
-        **({"attempts_before": [dict(a) for a in attempts_before]} if attempts_before else {}),
-        **({"created_at": created_at} if created_at is not None else {}),
-    }
-
-    def start(i: int, role: list[str]) -> NodeProcess:
-        argv, env, cwd = launch[i]
-        sup = [
-            runtime_bin(transport, i), "supervise",
-            "--job", job_id,
-            "--node-dir", transport.node_root(i),
-            "--node", str(i),
-            "--private-stdin",
-            "--checkpoints", checkpoints or job_id,
-            "--attempt", str(len(attempts_before) + 1),
-            *role,
-        ]  # fmt: skip
-        stdin = json.dumps(head_private if i == 0 else private).encode()
-        return transport.start(
-            i, [*sup, "--", *argv], env=env, cwd=cwd, tag=f"{job_id}-start", stdin=stdin
-        )
-
-    def started(i: int, proc: NodeProcess) -> dict[str, Any]:
-        out = list(proc.lines())
-        code = proc.wait(60)
-        said = _json_line(out)
-        if said is not None and isinstance(said.get("busy"), dict):
-            # The head refused: another job's supervisor started first (refuse_if_busy's
-            # look came before it).
-            raise ClusterBusyError(topology.cluster, said["busy"])
-        if code != 0 or said is None:
-            raise TransportError(
-                f"node {i}: the job's agent did not start (exit {code}): "
-                + job_env.mask(" ".join(out))
-            )
-        return said
-
-    role = ["--nodes", str(len(launch)), "--listen", head_ip, "--meta", json.dumps(meta)]
-    if timeout_s is not None:
-        role += ["--timeout", f"{timeout_s:g}"]
-    role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
-    said = started(0, start(0, role))
-    head = f"{said.get('host', head_ip)}:{said['port']}"
-    # The peers start together: each start is a process (or an SSH channel) of its own, and
-    # waiting for one before starting the next cost 0.2 s a node (1.5 s of an 8-node start).
-    peers = {i: start(i, ["--head", head]) for i in sorted(launch) if i != 0}
-    failed: list[TransportError] = []
-    for i, proc in peers.items():  # every one is waited for, even after a failure
-        try:
-            started(i, proc)
-        except TransportError as err:
-            failed.append(err)
-    if failed:
-        raise failed[0]
-
-
-def _json_line(lines: Sequence[str]) -> dict[str, Any] | None:
+def json_line(lines: Sequence[str]) -> dict[str, Any] | None:
     for line in reversed(lines):
         try:
             data = json.loads(line)
@@ -562,7 +386,7 @@ def cancel_job(transport: NodeTransport, job_id: str) -> dict[str, Any]:
         tag=f"{job_id}-cancel-{_tag()}",
         timeout=120,
     )
-    said = _json_line(out.splitlines())
+    said = json_line(out.splitlines())
     return said or {}
 
 
@@ -577,79 +401,6 @@ def _json_any(text: str) -> Any:
 
 def _tag() -> str:
     return secrets.token_hex(3)
-
-
-@dataclass(frozen=True)
-class JobView:
-    """A job's record as `jobs` shows it: with the newest output of its nodes, that output's
-    age and whether the job is stalled (:func:`annotate`), each node's result when it is
-    known, and the state said otherwise for a copy kept after the cluster went down."""
-
-    record: JobRecord
-    last_output_at: float | None = None
-    last_output_age_s: float | None = None
-    stalled: bool = False
-    results: Mapping[int, Any] | None = None  # each node's result.json (a function's job)
-    shown_state: str | None = None
-
-    @property
-    def state(self) -> str:
-        return self.shown_state or self.record.state.value
-
-    def to_dict(self) -> dict[str, Any]:
-        """What `jobs --json` prints: the record, and the three keys :func:`annotate` adds."""
-        out = {
-            **self.record.to_dict(),
-            "last_output_at": self.last_output_at,
-            "last_output_age_s": self.last_output_age_s,
-            "stalled": self.stalled,
-        }
-        if self.results is not None:
-            for n in out["nodes"]:
-                n["result"] = self.results.get(n["node"])
-        return out
-
-
-def annotate(job: JobRecord, stall_after_s: float) -> JobView:
-    """``job`` with ``last_output_at`` (the newest of its nodes'), ``last_output_age_s``
-    (from the head's ``checked_at``: one clock; counted from the job's start while no node
-    has printed) and ``stalled`` (a running job whose every node has been silent that long)."""
-    times = [n.last_output_at for n in job.nodes if n.last_output_at]
-    last = max(times) if times else None
-    since = last or job.started_at or job.created_at
-    checked = job.checked_at or time.time()
-    age = max(0.0, float(checked) - float(since)) if since else None
-    return JobView(
-        job,
-        last_output_at=last,
-        last_output_age_s=None if age is None else round(age, 1),
-        stalled=bool(job.running and age is not None and age >= stall_after_s),
-    )
-
-
-def is_function_entry(entry: str) -> bool:
-    """``script.py:function`` or ``package.module:function`` (what returns a value)."""
-    return ":" in entry and not entry.startswith("-m ")
-
-
-def job_results(transport: NodeTransport, job: JobRecord, into: Path) -> dict[int, Any]:
-    """Each node's result.json of the job (the launcher writes it when the entry, a function,
-    returned on every worker of the node), fetched into ``into``; a node without one: None."""
-    job_id = job.id
-    results: dict[int, Any] = {}
-    for n in job.nodes:
-        i = n.node
-        local = into / f"node-{i}.result.json"
-        try:  # a lost node (its folder gone) has none: the others' are still shown
-            remote = f"{transport.node_root(i)}/runs/{job_id}/result.json"
-            found = transport.fetch(i, remote, local)
-        except (SkyinfraError, OSError):
-            found = False
-        results[i] = None
-        if found:
-            with contextlib.suppress(ValueError, OSError):
-                results[i] = json.loads(local.read_text(encoding="utf-8"))
-    return results
 
 
 def running_jobs(

@@ -1,7 +1,7 @@
 """How `skyinfra run` watches its nodes once they started: each node's output lines arrive on
 one queue (a thread a node), are logged and echoed; each node's exit is polled; the first node
 to fail ends the others (all at once, SIGTERM then SIGKILL), and the timeout ends every node
-still running. The session (session.py) starts the nodes and collects what they leave.
+still running. The session (session.py, nodes.py) starts the nodes and collects what they leave.
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def record_exit(
     ending = (
         f"; ending {names(others)} (SIGTERM, SIGKILL after {END_GRACE_S:g} s)" if others else ""
     )
-    vanished = getattr(live.procs[node], "vanished", None)
-    if callable(vanished) and vanished():  # a job's node whose agent went away: no exit code
+    proc = live.procs[node]
+    if isinstance(proc, JobNodeProcess) and proc.vanished():  # its agent went: no exit code
         how = "its agent went away without an exit code (the node lost?)"
     else:
         how = f"exit {code} ({node_exitcodes.describe(code)})"

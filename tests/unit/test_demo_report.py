@@ -28,7 +28,7 @@ def test_demo_prints_the_shared_report_then_its_own_lines(
         },
     )
 
-    def run_on_cluster(**kwargs: Any) -> RunReport:
+    def run_on_cluster(*args: Any, **kwargs: Any) -> RunReport:
         return report
 
     monkeypatch.setattr(demo.lifecycle, "up", lambda spec, ws, echo, **_: (None, None))

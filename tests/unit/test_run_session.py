@@ -18,8 +18,10 @@ from skyinfra import exitcodes
 from skyinfra.errors import RunTimeoutError, UsageError
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
+from skyinfra.run.launch import ClusterNodes, JobLaunch
+from skyinfra.run.nodes import new_run_id
 from skyinfra.run.report import RunReport, describe_exit, raise_for_failure
-from skyinfra.run.session import new_run_id, run_on_cluster
+from skyinfra.run.session import run_on_cluster
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.tree import CopyStats
@@ -106,14 +108,18 @@ def run(
     (tmp_path / "src").mkdir(exist_ok=True)
     (tmp_path / "src" / "train.py").write_text("def main():\n    pass\n")
     return run_on_cluster(
-        transport=transport,
-        topology=local_topology(len(transport.plan)),
-        topology_file=tmp_path / "topology.json",
-        runs_dir=tmp_path / "runs",
-        src=tmp_path / "src",
-        entry="train.py:main",
-        args=args,
-        all_logs=all_logs,
+        JobLaunch(
+            entry="train.py:main",
+            src=tmp_path / "src",
+            args=tuple(args),
+            all_logs=all_logs,
+        ),
+        ClusterNodes(
+            transport,
+            local_topology(len(transport.plan)),
+            tmp_path / "topology.json",
+            tmp_path / "runs",
+        ),
         echo=lines.append,
     )
 
@@ -196,14 +202,13 @@ def test_ctrl_c_ends_every_started_node_and_propagates(tmp_path: Path) -> None:
 
     with pytest.raises(KeyboardInterrupt):
         run_on_cluster(
-            transport=transport,
-            topology=local_topology(2),
-            topology_file=tmp_path / "topology.json",
-            runs_dir=tmp_path / "runs",
-            src=tmp_path,
-            entry="train.py:main",
-            args=[],
-            all_logs=False,
+            JobLaunch(
+                entry="train.py:main",
+                src=tmp_path,
+            ),
+            ClusterNodes(
+                transport, local_topology(2), tmp_path / "topology.json", tmp_path / "runs"
+            ),
             echo=interrupt,
         )
     assert transport.procs[0].killed and transport.procs[1].killed
@@ -331,16 +336,13 @@ def test_timeout_ends_every_node_and_names_those_still_running(tmp_path: Path) -
     src.mkdir()
     (src / "train.py").write_text("def main():\n    pass\n")
     report = run_on_cluster(
-        transport=transport,
-        topology=local_topology(3),
-        topology_file=tmp_path / "topology.json",
-        runs_dir=tmp_path / "runs",
-        src=src,
-        entry="train.py:main",
-        args=[],
-        all_logs=False,
+        JobLaunch(
+            entry="train.py:main",
+            src=src,
+            timeout_s=0.5,
+        ),
+        ClusterNodes(transport, local_topology(3), tmp_path / "topology.json", tmp_path / "runs"),
         echo=lines.append,
-        timeout_s=0.5,
     )
     assert report.timed_out == [0, 1]
     assert report.exit_code == exitcodes.RUN_TIMEOUT == 6
@@ -413,14 +415,13 @@ def test_a_bad_entry_is_refused_before_anything_is_copied_or_started(
     transport = FakeTransport({0: ([], 0), 1: ([], 0)}, {})
     with pytest.raises(UsageError) as caught:
         run_on_cluster(
-            transport=transport,
-            topology=local_topology(2),
-            topology_file=tmp_path / "topology.json",
-            runs_dir=tmp_path / "runs",
-            src=src,
-            entry=entry,
-            args=[],
-            all_logs=False,
+            JobLaunch(
+                entry=entry,
+                src=src,
+            ),
+            ClusterNodes(
+                transport, local_topology(2), tmp_path / "topology.json", tmp_path / "runs"
+            ),
             echo=lambda line: None,
         )
     assert caught.value.exit_code == exitcodes.USAGE == 2
@@ -470,7 +471,7 @@ def test_run_ids_sort_in_start_order_within_one_second() -> None:
 
 
 def test_a_dash_m_entry_reaches_the_launcher_as_two_arguments(tmp_path: Path) -> None:
-    from skyinfra.run.session import NodeDirs, _launch_argv
+    from skyinfra.run.nodes import NodeDirs, _launch_argv
 
     dirs = NodeDirs(str(tmp_path), "run-1")
     argv = _launch_argv(dirs, 0, "-m pkg.train", ["--epochs", "3"])

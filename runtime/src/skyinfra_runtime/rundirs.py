@@ -35,7 +35,7 @@ SHARED_DIR_ENV = "SKYINFRA_SHARED_DIR"
 KEEP_RUNS_ENV = "SKYINFRA_KEEP_RUNS"
 RUN_ID_ENV = "SKYINFRA_RUN_ID"
 
-# YYYYmmdd-HHMMSS-ffffff-<4 hex>: sorts by start time (skyinfra.run.session.new_run_id).
+# YYYYmmdd-HHMMSS-ffffff-<4 hex>: sorts by start time (skyinfra.run.nodes.new_run_id).
 # The older form YYYYmmdd-HHMMSS-<6 hex> is still recognised, so earlier runs get pruned too.
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-(\d{6}-[0-9a-f]{4}|[0-9a-f]{6})$")
 

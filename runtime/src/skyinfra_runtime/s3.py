@@ -305,7 +305,8 @@ class Bucket:
             name, part = PART_SIZE_ENV, os.environ.get(PART_SIZE_ENV) or PART_SIZE
         self.part_size = size_setting(name, part, MIN_PART_SIZE, MAX_PART_SIZE)
 
-    def _call(
+    # One signed S3 request: each keyword is a part of the request some call needs.
+    def _call(  # noqa: PLR0913
         self,
         method: str,
         key: str,

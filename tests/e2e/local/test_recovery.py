@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
+import skyinfra
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
 from tests.support.resume_proof import kill_node_processes, lose_node, lose_node_1
@@ -295,6 +297,32 @@ def test_a_detached_job_that_lost_a_node_waits_and_jobs_recover_replaces_it(
     assert_attempt_2_on_both_nodes(record)
     again = cli(["jobs", "recover", job], project, env)
     assert again.returncode == 2 and "only a job that lost a node" in again.stderr
+
+
+def test_the_python_api_recovers_a_job_that_lost_a_node_as_jobs_recover_does(
+    project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cluster.recover goes through the same recovery as `jobs recover` (run/recovery.py):
+    node 1 replaced, the job's next attempt started from the project's folder and followed
+    until it ends, with the secret's value from this environment."""
+    job = detached_job_that_lost_node_1(project, env)
+    for key in [k for k in os.environ if k.startswith("SKYINFRA_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(project)
+    said: list[str] = []
+
+    assert skyinfra.Cluster(name=NAME, echo=said.append).recover(job) == "succeeded"
+    assert any("node-1 lost: replacing it" in line for line in said), said
+    record = json.loads(cli(["jobs", job, "--json"], project, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert record["attempts"][0]["restarted_by"] == (
+        "the operator, after replacing the lost node(s)"
+    )
+    assert_attempt_2_on_both_nodes(record)
+    with pytest.raises(skyinfra.UsageError, match="only a job that lost a node"):
+        skyinfra.Cluster(name=NAME, echo=said.append).recover(job)
 
 
 def test_a_drill_on_a_detached_job_waits_for_jobs_recover_which_replaces_the_node(

@@ -22,6 +22,7 @@ import paramiko
 import pytest
 
 from skyinfra.run.jobenv import JobEnv
+from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.session import run_on_cluster
 from skyinfra.targets.aws.cloudinit import READY_MARKER
 from skyinfra.targets.aws.ssh import SshTarget, SshTransport
@@ -135,17 +136,15 @@ def test_token_and_secrets_travel_on_stdin_and_are_written_nowhere(
     scanner.start()
     try:
         report = run_on_cluster(
-            transport=ssh,
-            topology=topology,
-            topology_file=topology_file,
-            runs_dir=base / "workspace" / "runs",
-            src=src,
-            entry="probe.py:main",
-            args=[],
-            all_logs=True,
+            JobLaunch(
+                entry="probe.py:main",
+                src=src,
+                all_logs=True,
+                as_job=True,
+                job_env=JobEnv(env={"FROM_ENV": "plain value"}, secrets={"PLANTED_SECRET": SECRET}),
+            ),
+            ClusterNodes(ssh, topology, topology_file, base / "workspace" / "runs"),
             echo=lambda line: sent.append(f"echo: {line}"),
-            as_job=True,
-            job_env=JobEnv(env={"FROM_ENV": "plain value"}, secrets={"PLANTED_SECRET": SECRET}),
         )
     finally:
         stop.set()

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from skyinfra.errors import NodesNotReadyError
+from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
@@ -195,14 +196,11 @@ def test_run_waits_then_fails_naming_the_node_not_ready(
     started = time.monotonic()
     with pytest.raises(NodesNotReadyError) as err:
         run_on_cluster(
-            transport=ssh,
-            topology=topology,
-            topology_file=tmp_path / "topology.json",
-            runs_dir=tmp_path / "runs",
-            src=tmp_path / "src",
-            entry="train.py:main",
-            args=[],
-            all_logs=False,
+            JobLaunch(
+                entry="train.py:main",
+                src=tmp_path / "src",
+            ),
+            ClusterNodes(ssh, topology, tmp_path / "topology.json", tmp_path / "runs"),
             echo=lines.append,
             wait_ready_s=2,
             ready_poll_s=0.2,

@@ -9,7 +9,7 @@ import pytest
 
 from skyinfra.errors import SpecError
 from skyinfra.review import markdown
-from skyinfra.review.cost import PriceTable, SpotPrices, estimate
+from skyinfra.review.cost import PriceTable, SpotPlan, SpotPrices, estimate
 from skyinfra.review.guardrails import Guardrails, fixed_checks, parse_guardrails, policy_checks
 from skyinfra.review.mermaid import diagram
 from skyinfra.review.report import ClusterFacts, build_review
@@ -235,9 +235,7 @@ def test_spot_nodes_are_priced_at_the_zones_spot_price_and_judged_on_it() -> Non
         lifetime_hours=8,
         idle_shutdown_minutes=30,
         table=TABLE,
-        spot_nodes=(0, 3),
-        zone="us-east-1a",
-        spot_prices=SPOT_PRICES,
+        spot_plan=SpotPlan(nodes=(0, 3), zone="us-east-1a", prices=SPOT_PRICES),
     )
     assert cost.after_hourly == pytest.approx(55.04 + 3 * 16.512)
     assert cost.spot is not None and cost.spot.saving == pytest.approx(0.7)
@@ -267,9 +265,7 @@ def test_spot_nodes_are_priced_at_the_zones_spot_price_and_judged_on_it() -> Non
         lifetime_hours=8,
         idle_shutdown_minutes=30,
         table=TABLE,
-        spot_nodes=(0, 3),
-        zone="us-east-1c",
-        spot_prices=SPOT_PRICES,
+        spot_plan=SpotPlan(nodes=(0, 3), zone="us-east-1c", prices=SPOT_PRICES),
     )
     assert unknown.after_hourly == pytest.approx(4 * 55.04)
     assert "no Spot price for us-east-1c at plan time" in "\n".join(markdown.cost(unknown))
@@ -283,7 +279,7 @@ def test_spot_nodes_are_priced_at_the_zones_spot_price_and_judged_on_it() -> Non
         lifetime_hours=8,
         idle_shutdown_minutes=30,
         table=TABLE,
-        spot_prices=SPOT_PRICES,
+        spot_plan=SpotPlan(prices=SPOT_PRICES),
     )
     assert plain.spot is None and "Spot" not in "\n".join(markdown.cost(plain))
 

@@ -15,7 +15,7 @@ from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.commands import read_private
 from skyinfra_runtime.jobs.records import Paths, read_json, write_json
 
-from skyinfra.cli.jobs import _needs_nodes_words
+from skyinfra.cli.jobs_shown import needs_nodes_words
 from skyinfra.run.head_recovery import HeadRecovery, operator_settings
 from skyinfra.run.job import JobRecord
 
@@ -107,7 +107,7 @@ def test_the_operator_settings_leave_out_credentials_and_node_variables() -> Non
 
 
 def words(job: dict[str, Any]) -> str:
-    return _needs_nodes_words(JobRecord.from_dict(job))
+    return needs_nodes_words(JobRecord.from_dict(job))
 
 
 def test_jobs_says_who_replaces_the_lost_node_and_what_to_run_after_a_failure() -> None:
