@@ -152,30 +152,28 @@ class PlanResult:
         return self.out / PLANFILE
 
 
-# `up`'s arguments (lifecycle.up) and the planfile's folder: both change together, once
-# lifecycle's split is in.
-def plan(  # noqa: PLR0913
+def plan(
     spec: ClusterSpec,
     ws: Workspace,
     out: Path | None,
     echo: Echo,
     *,
     options: TargetOptions | None = None,
-    spec_file: Path | None = None,
+    origin: lifecycle.SpecOrigin | None = None,
     from_dir: Path | None = None,
-    adopt: bool = False,
     engine_factory: EngineFactory = EmbeddedTerraform,
 ) -> PlanResult:
     """Render (or take ``from_dir``), plan, and write the planfile, plan.json, plan.md and
     plan-meta.json into ``out`` (default: the workspace's plan/ folder). The workspace's
     spec.json is left as it is: nothing is applied."""
     options = dict(options or {})
+    origin = origin or lifecycle.SpecOrigin()
     lifecycle.check_target_options(spec, options)
     out = (out or ws.path / DEFAULT_PLAN_DIR).absolute()
     created = not ws.path.exists()
     try:
         with ws.lock("plan"):
-            lifecycle.check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            lifecycle.check_same_cluster(spec, ws, origin)
             if from_dir is not None:
                 files = read_rendered(from_dir)
             else:
@@ -226,7 +224,7 @@ def plan(  # noqa: PLR0913
                     "target": spec.provider,
                     "spec": spec.to_dict(),
                     "spec_sha256": spec_sha256(spec),
-                    "spec_file": str(spec_file.resolve()) if spec_file is not None else None,
+                    "spec_file": origin.recorded(),
                     "planfile_sha256": review.planfile_sha256,
                     "state": state,
                     "passed": review.passed,

@@ -191,8 +191,7 @@ class Cluster:
             self._ws,
             self._echo,
             options=self._options,
-            spec_file=self._spec_file,
-            adopt=self._adopt,
+            origin=lifecycle.SpecOrigin(self._spec_file, adopt=self._adopt),
             confirm=self._confirm(yes),
             engine_factory=self._engine(spec),
         )

@@ -137,8 +137,7 @@ def up(
         ws,
         echo,
         options=options,
-        spec_file=spec_file,
-        adopt=adopt,
+        origin=lifecycle.SpecOrigin(spec_file, adopt=adopt),
         confirm=confirmer(yes),
         engine_factory=engine,
     )

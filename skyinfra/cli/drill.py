@@ -80,6 +80,7 @@ def interrupt(
     a detached job waits for `skyinfra jobs recover JOB`. AWS: a real interruption of the
     node's Spot instance through the Fault Injection Service (asked first, as `down` asks)."""
     from skyinfra import lifecycle
+    from skyinfra.targets.base import InterruptRequest
     from skyinfra.topology import read_topology
 
     ws = workspace(clusters_root, cluster_name, changes_something=True)
@@ -90,7 +91,5 @@ def interrupt(
     node = node_index(node_text, len(topology.nodes))
     # Asked on a terminal only; a target that asks (aws) refuses without --yes elsewhere.
     ask = click.confirm if sys.stdin.isatty() and sys.stdout.isatty() else None
-    lifecycle.target_of(spec).interrupt_node(
-        ws, spec, topology, node, notice_s=notice_s, role_arn=role_arn, yes=yes, ask=ask,
-        echo=echo,
-    )  # fmt: skip
+    request = InterruptRequest(node, notice_s, role_arn=role_arn, yes=yes)
+    lifecycle.target_of(spec).interrupt_node(ws, spec, topology, request, ask=ask, echo=echo)

@@ -130,6 +130,7 @@ def plan(
     8 when a guardrail fails."""
     from skyinfra import planning
     from skyinfra.errors import SkyinfraError
+    from skyinfra.lifecycle import SpecOrigin
     from skyinfra.review.markdown import terminal as terminal_warning
 
     say = (lambda line: click.echo(line, err=True)) if as_json else echo
@@ -143,9 +144,8 @@ def plan(
             out,
             say,
             options=options,
-            spec_file=spec_file,
+            origin=SpecOrigin(spec_file, adopt=adopt),
             from_dir=from_dir,
-            adopt=adopt,
             engine_factory=engine_factory(None, spec),
         )
     except SkyinfraError as err:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from skyinfra.lifecycle.changes import (
     PLAN_FILE,
     Confirm,
+    SpecOrigin,
     broken_nodes,
     check_same_cluster,
     confirm_review_losses,
@@ -49,6 +50,7 @@ __all__ = [
     "UNFINISHED_FILE",
     "Confirm",
     "Echo",
+    "SpecOrigin",
     "applies_as_is",
     "broken_nodes",
     "check_same_cluster",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,35 @@ def progress_printer(echo: Echo) -> Callable[[dict[str, Any]], None]:
 Confirm = Callable[[Sequence[ResourceChange]], bool]
 
 
+@dataclass(frozen=True)
+class SpecOrigin:
+    """Which spec file a cluster is made from (None: no file, as the Python API without one),
+    and whether a cluster made from another file may be taken over (``--adopt``). `up` and
+    `plan` check it against origin.json; `up` writes it there."""
+
+    file: Path | None = None
+    adopt: bool = False
+
+    def recorded(self) -> str | None:
+        """The file as origin.json keeps it (resolved), or None."""
+        return str(self.file.resolve()) if self.file is not None else None
+
+
+@dataclass(frozen=True)
+class _UpRun:
+    """One `up` in progress, as each of its applies needs it (a target may render and apply
+    more than once: aws zone by zone)."""
+
+    spec: ClusterSpec
+    ws: Workspace
+    echo: Echo
+    engine_factory: EngineFactory
+    origin: SpecOrigin
+    confirm: Confirm | None
+    timeline: Timeline
+    on_keep: Callable[[], None]  # called once the workspace holds what is applied
+
+
 def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> list[str]:
     """Nodes Terraform thinks are fine but the target finds broken (a node folder deleted by
     hand): `up` replaces them, so that it repairs what `status` reports as failed. A state
@@ -72,20 +102,20 @@ def up(
     *,
     options: TargetOptions | None = None,
     engine_factory: EngineFactory = EmbeddedTerraform,
-    spec_file: Path | None = None,
-    adopt: bool = False,
+    origin: SpecOrigin | None = None,
     confirm: Confirm | None = None,
     lock_held: bool = False,
 ) -> tuple[PlanSummary, Topology]:
     """Render, init, plan, apply when there are changes, write topology.json.
 
-    ``options``: the target's own flags (such as aws's skip_preflight). ``spec_file``: the
-    file the spec came from; a cluster made from another file is refused unless ``adopt``.
+    ``options``: the target's own flags (such as aws's skip_preflight). ``origin``: the file
+    the spec came from; a cluster made from another file is refused unless ``origin.adopt``.
     A plan that destroys or replaces resources is shown and applied only if ``confirm`` says
     yes. One operation at a time holds the workspace (``lock_held``: the caller holds it
     already: `run` replacing a lost node of its job).
     """
     options = dict(options or {})
+    origin = origin or SpecOrigin()
     check_target_options(spec, options)
     created = _first_missing(ws.path)
     changed = False  # whether this `up` got past its checks and confirmation
@@ -94,20 +124,19 @@ def up(
     try:
         held = contextlib.nullcontext() if lock_held else ws.lock("up")
         with held, active(timeline):
-            _check_same_cluster(spec, ws, spec_file, adopt=adopt)
+            _check_same_cluster(spec, ws, origin)
             shared_state.check_backend_kept(ws, spec)
             target = target_of(spec)
-
-            def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
-                files = {**files, **shared_state.backend_files(spec)}
-                return _apply(
-                    spec, ws, echo, files, engine_factory, spec_file, confirm, timeline, kept
-                )
 
             def kept() -> None:
                 nonlocal created, changed
                 created = None  # from here on the workspace is the cluster's, even on failure
                 changed = True
+
+            this_up = _UpRun(spec, ws, echo, engine_factory, origin, confirm, timeline, kept)
+
+            def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
+                return _apply(this_up, {**files, **shared_state.backend_files(spec)})
 
             try:
                 # A target may render and apply more than once (aws: zone by zone until one
@@ -135,9 +164,7 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
-def _check_same_cluster(
-    spec: ClusterSpec, ws: Workspace, spec_file: Path | None, *, adopt: bool
-) -> None:
+def _check_same_cluster(spec: ClusterSpec, ws: Workspace, origin: SpecOrigin) -> None:
     if not ws.exists():
         return
     previous = ws.spec()
@@ -148,8 +175,8 @@ def _check_same_cluster(
             "; nothing was changed"
         )
     made_from = ws.read_json(ws.origin_file).get("spec_file") if ws.origin_file.is_file() else None
-    now_from = str(spec_file.resolve()) if spec_file is not None else None
-    if made_from and now_from and made_from != now_from and not adopt:
+    now_from = origin.recorded()
+    if made_from and now_from and made_from != now_from and not origin.adopt:
         raise WorkspaceConflictError(
             f"cluster {spec.name!r} in {ws.path.parent} was made from {made_from}, not from "
             f"{now_from}: another project may be using the name. Choose another --name or "
@@ -163,17 +190,8 @@ check_same_cluster = _check_same_cluster
 first_missing = _first_missing
 
 
-def _apply(
-    spec: ClusterSpec,
-    ws: Workspace,
-    echo: Echo,
-    files: dict[str, str],
-    engine_factory: EngineFactory,
-    spec_file: Path | None,
-    confirm: Confirm | None,
-    timeline: Timeline,
-    on_keep: Callable[[], None],
-) -> tuple[PlanSummary, Topology]:
+def _apply(this_up: _UpRun, files: dict[str, str]) -> tuple[PlanSummary, Topology]:
+    spec, ws, echo, timeline = this_up.spec, this_up.ws, this_up.echo, this_up.timeline
     # Terraform plans from the workspace, so the render is written there first; until the
     # plan passed its guardrails and was confirmed, a refusal or a failure puts every file
     # back as it was (spec.json and origin.json are written only after).
@@ -186,7 +204,7 @@ def _apply(
     )
     with restore as keep:
         ws.write_files(files, owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
-        engine = engine_factory(ws.path)
+        engine = this_up.engine_factory(ws.path)
         printer = progress_printer(echo)
 
         def on_event(event: dict[str, Any]) -> None:
@@ -208,15 +226,12 @@ def _apply(
                     summary = engine.plan(out=PLAN_FILE, replace=replace, on_event=on_event)
                 if not summary.no_changes:
                     # Replacing a node that is already broken loses nothing: not asked about.
-                    _check_plan(spec, engine, echo, confirm, repairs=set(replace))
+                    _check_plan(spec, engine, echo, this_up.confirm, repairs=set(replace))
                 keep()
-                on_keep()
+                this_up.on_keep()
                 mark_unfinished(ws, "up")
                 ws.write_json(ws.spec_file, spec.to_dict())
-                ws.write_json(
-                    ws.origin_file,
-                    {"spec_file": str(spec_file.resolve()) if spec_file is not None else None},
-                )
+                ws.write_json(ws.origin_file, {"spec_file": this_up.origin.recorded()})
                 if summary.no_changes:
                     echo("[skyinfra] no changes: the cluster already matches the spec")
                 else:

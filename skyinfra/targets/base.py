@@ -43,6 +43,7 @@ __all__ = [
     "CheckpointListing",
     "CheckpointSetInfo",
     "Echo",
+    "InterruptRequest",
     "Shell",
     "Target",
     "TargetOption",
@@ -98,6 +99,19 @@ class CheckpointListing:
 
     sets: list[CheckpointSetInfo]
     where: str
+
+
+@dataclass(frozen=True)
+class InterruptRequest:
+    """What `skyinfra drill interrupt` asks of a target's ``interrupt_node``: send worker
+    ``node`` (an index of the topology) a Spot interruption notice ``notice_s`` seconds ahead.
+    ``role_arn``: the role a cloud's fault service acts as (aws: FIS; None: none given);
+    ``yes``: go ahead without asking."""
+
+    node: int
+    notice_s: int
+    role_arn: str | None = None
+    yes: bool = False
 
 
 # The target-specific flags the user gave (name -> value); only flags that were set.
@@ -226,17 +240,13 @@ class Target(TargetDeclaration, Protocol):
         ws: Workspace,
         spec: ClusterSpec,
         topology: Topology,
-        node: int,
+        request: InterruptRequest,
         *,
-        notice_s: int,
-        role_arn: str | None,
-        yes: bool,
         ask: Ask | None,
         echo: Echo,
     ) -> None:
-        """`skyinfra drill interrupt`: send worker ``node`` a Spot interruption notice,
-        ``notice_s`` seconds ahead, and say what was sent. ``role_arn``: the role a cloud's
-        fault service acts as (aws: FIS); ``yes``: do not ask; ``ask``: how to ask (None: not
+        """`skyinfra drill interrupt`: send the ``request``'s worker its Spot interruption
+        notice and say what was sent. ``ask``: how to ask, unless ``request.yes`` (None: not
         on a terminal). A target without Spot notices raises UnsupportedByTarget."""
         ...
 

@@ -59,7 +59,7 @@ def ssh_copy(reps: int, data_files: int, file_mb: int) -> dict[str, Any]:
     if not os.access(SSHD, os.X_OK):
         return {"skipped": f"no sshd at {SSHD}"}
     from skyinfra.run.ignore import make_ignore, read_ignore_patterns
-    from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+    from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
     from skyinfra.transport.tree import scan
 
     with tempfile.TemporaryDirectory(prefix="skyinfra-bench-ssh-") as tmp:
@@ -75,7 +75,7 @@ def ssh_copy(reps: int, data_files: int, file_mb: int) -> dict[str, Any]:
         (src / "config.py").write_text("LR = 0.1\n")
         ignore = make_ignore(read_ignore_patterns(src))
         target = SshTarget("127.0.0.1", user=getpass.getuser(), port=port)
-        ssh = SshTransport({0: target}, key_path=key, known_hosts=base / "kh", node_root=str(root))
+        ssh = SshTransport({0: target}, keys=SshKeys(key, base / "kh"), node_root=str(root))
         n = 0
 
         def copy() -> tuple[float, int]:

@@ -15,6 +15,7 @@ import importlib.metadata
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -165,6 +166,19 @@ def preboot_topology(spec: ClusterSpec, params: AwsClusterParams) -> Topology:
     return build_topology(spec, head_addr=ips["node-0"], nodes=nodes)
 
 
+@dataclass(frozen=True)
+class _UnattendedRecovery:
+    """What aws.recover adds to the nodes' user data: node 0's skyinfra wheel (``head_wheel``)
+    and the cluster's own key, which every node authorizes (``authorized_keys``). Empty
+    without aws.recover."""
+
+    head_wheel: StagedWheel | None = None
+    authorized_keys: Sequence[str] = ()
+
+
+_NO_RECOVERY = _UnattendedRecovery()
+
+
 def _user_data(
     spec: ClusterSpec,
     resolved: Resolved,
@@ -173,12 +187,11 @@ def _user_data(
     forbidden: list[str],
     checkpoints: dict[str, str] | None = None,
     spot_nodes: Sequence[str] = (),
-    authorized_keys: Sequence[str] = (),
-    head_wheel: StagedWheel | None = None,
+    recovery: _UnattendedRecovery = _NO_RECOVERY,
 ) -> dict[str, str]:
     """Every node's cloud-init document: node name -> text (``spot_nodes``: those launched on
-    the Spot market, which watch for an interruption notice; ``authorized_keys``: every
-    node's, and ``head_wheel``: node 0's skyinfra, with aws.recover)."""
+    the Spot market, which watch for an interruption notice; ``recovery``: with aws.recover)."""
+    head_wheel = recovery.head_wheel
     spec_aws = aws_of(spec)
     topology_json = json.dumps(topology.to_dict(), sort_keys=True)
     bootstrap = default_bootstrap_script()
@@ -208,7 +221,7 @@ def _user_data(
                 efa=spec_aws.efa,
                 checkpoints=checkpoints,
                 spot=name in spot_nodes,
-                authorized_keys=authorized_keys,
+                authorized_keys=recovery.authorized_keys,
                 head_wheel=(
                     (head_wheel.url, head_wheel.sha256, head_wheel.filename)
                     if head_wheel is not None and index == 0
@@ -358,8 +371,7 @@ def render_files(
         clients.secret_values(),
         to_nodes,
         spot_nodes=params.spot_nodes(),
-        authorized_keys=authorized,
-        head_wheel=head_wheel,
+        recovery=_UnattendedRecovery(head_wheel, authorized),
     )
     files = render_root_module(
         params,

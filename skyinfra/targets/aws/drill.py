@@ -21,7 +21,7 @@ from skyinfra.errors import Declined, UsageError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.launch_plan import launched_markets
 from skyinfra.targets.aws.session import clients_for
-from skyinfra.targets.base import Ask, Echo
+from skyinfra.targets.base import Ask, Echo, InterruptRequest
 from skyinfra.topology import Topology
 from skyinfra.workspace import Workspace
 
@@ -111,16 +111,14 @@ def interrupt(
     ws: Workspace,
     spec: ClusterSpec,
     topology: Topology,
-    node: int,
+    request: InterruptRequest,
     *,
-    notice_s: int,
-    role_arn: str | None,
-    yes: bool,
     ask: Ask | None,
     echo: Echo,
 ) -> None:
     """The target's ``interrupt_node``: refuse what FIS would (a notice under two minutes,
-    no role, an On-Demand node) before any AWS call, ask unless ``yes``, then send."""
+    no role, an On-Demand node) before any AWS call, ask unless ``request.yes``, then send."""
+    node, notice_s, role_arn = request.node, request.notice_s, request.role_arn
     if not MIN_NOTICE_S <= notice_s <= MAX_NOTICE_S:
         raise UsageError(
             f"--notice-seconds {notice_s}: expected {MIN_NOTICE_S} to {MAX_NOTICE_S} on AWS "
@@ -143,7 +141,7 @@ def interrupt(
         f"[skyinfra] drill: a real Spot interruption of {name} ({instance}) through FIS: "
         f"its notice now, the instance interrupted {notice_s} s later"
     )
-    if not yes:
+    if not request.yes:
         if ask is None:
             raise UsageError("drill interrupt on AWS: pass --yes to interrupt off a terminal")
         if not ask(f"Interrupt {name} ({instance})?"):

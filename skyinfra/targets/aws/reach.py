@@ -21,10 +21,15 @@ from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
 from skyinfra.targets.aws.host_keys import host_keys_from_console
-from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import (
+    CLOUD_INIT_PROBE,
+    ReadinessProbe,
+    SshKeys,
+    SshTarget,
+    SshTransport,
+)
 from skyinfra.topology import Topology
 from skyinfra.workspace import Workspace
 
@@ -161,14 +166,16 @@ def transport(
         unreachable = {}
     return SshTransport(
         targets,
-        key_path=key,
-        known_hosts=ws.path / KNOWN_HOSTS_FILE,
-        host_keys=console_host_keys(spec, topology),
-        on_new_host_key=lambda line: print(line, file=sys.stderr, flush=True),
+        keys=SshKeys(
+            key,
+            ws.path / KNOWN_HOSTS_FILE,
+            host_keys=console_host_keys(spec, topology),
+            on_new_host_key=lambda line: print(line, file=sys.stderr, flush=True),
+        ),
         node_root=NODE_DIR,
         connect_timeout_s=connect_timeout_s,
         # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
-        cloud_init_status=None if emulated else CLOUD_INIT_STATUS,
+        probe=ReadinessProbe(cloud_init_status=None) if emulated else CLOUD_INIT_PROBE,
         unreachable=unreachable,
         gone=instances_gone(spec, topology),
     )

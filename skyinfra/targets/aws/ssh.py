@@ -55,6 +55,36 @@ class SshTarget:
     root: str = ""
 
 
+@dataclass(frozen=True)
+class SshKeys:
+    """The keys of the connections to the nodes: the private key they log in with
+    (``key_path``), the file host keys are pinned in (``known_hosts``), the host keys the
+    nodes published (``host_keys``; None: a key seen first is trusted and recorded) and who
+    is told a first-seen key's fingerprint (``on_new_host_key``)."""
+
+    key_path: Path
+    known_hosts: Path
+    host_keys: HostKeySource | None = None
+    on_new_host_key: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class ReadinessProbe:
+    """How a node's bootstrap says how it went (readiness.py): the files provision.sh writes
+    (``ready_marker``, ``failed_marker``), a command printing ``status: <state>``
+    (``cloud_init_status``; None: not asked) and where messages send the user to read what
+    the bootstrap did (``bootstrap_log``)."""
+
+    ready_marker: str = READY_MARKER
+    failed_marker: str = FAILED_MARKER
+    cloud_init_status: str | None = CLOUD_INIT_STATUS
+    bootstrap_log: str = OUTPUT_LOG
+
+
+# A real node's: cloud-init runs provision.sh (cloudinit.py).
+CLOUD_INIT_PROBE = ReadinessProbe()
+
+
 # Shell: when process $1 started (field 22 of /proc/PID/stat; the command name before it
 # may hold spaces). Pid files hold "PID START".
 _START_TIME = "start_of() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f20; }; start_of"
@@ -114,51 +144,43 @@ class SshProcess:
 class SshTransport:
     """Nodes reached over SSH with one private key; host keys are pinned in ``known_hosts``.
 
-    What is trusted, and when: with ``host_keys`` (the AWS target passes the keys each node
-    printed on its EC2 console, read through the API with the operator's credentials) a
-    node's first connection accepts only a key the node itself published, and the node reads
-    as not reachable until it has; the keys are then recorded in ``known_hosts``. Without
-    ``host_keys`` (tests, direct use) a key seen for the first time is trusted and recorded,
-    and the ``on_new_host_key`` callback is told its fingerprint. Either way, a key that
-    differs from the recorded one is refused afterwards (`down` forgets them).
+    What is trusted, and when (``keys``): with ``host_keys`` (the AWS target passes the keys
+    each node printed on its EC2 console, read through the API with the operator's
+    credentials) a node's first connection accepts only a key the node itself published, and
+    the node reads as not reachable until it has; the keys are then recorded in
+    ``known_hosts``. Without ``host_keys`` (tests, direct use) a key seen for the first time is
+    trusted and recorded, and the ``on_new_host_key`` callback is told its fingerprint. Either
+    way, a key that differs from the recorded one is refused afterwards (`down` forgets them).
     """
 
     def __init__(
         self,
         targets: Mapping[int, SshTarget],
         *,
-        key_path: Path,
-        known_hosts: Path,
+        keys: SshKeys,
         node_root: str = "/opt/skyinfra/node",
         connect_timeout_s: float = 20.0,
-        ready_marker: str = READY_MARKER,
-        failed_marker: str = FAILED_MARKER,
-        cloud_init_status: str | None = CLOUD_INIT_STATUS,
-        bootstrap_log: str = OUTPUT_LOG,
+        probe: ReadinessProbe = CLOUD_INIT_PROBE,
         unreachable: Mapping[int, str] | None = None,
-        host_keys: HostKeySource | None = None,
-        on_new_host_key: Callable[[str], None] | None = None,
         gone: Callable[[int], bool] | None = None,
     ) -> None:
-        """``ready_marker``/``failed_marker``: the files provision.sh writes;
-        ``cloud_init_status``: a command printing ``status: <state>`` (None: not asked);
-        ``bootstrap_log``: where messages send the user to read what the bootstrap did;
+        """``probe``: how a node's bootstrap says it is ready or failed;
         ``unreachable``: nodes never dialled, each with the reason (it reads as unreachable);
         ``gone``: whether a node's machine is certainly gone (the AWS target asks EC2), for
         ``node_gone``."""
         self._targets = dict(targets)
         self._unreachable = dict(unreachable or {})
-        self._key_path = key_path
-        self._known_hosts = known_hosts
+        self._key_path = keys.key_path
+        self._known_hosts = keys.known_hosts
         self._root = node_root
         self._timeout = connect_timeout_s
-        self._ready_marker = ready_marker
-        self._failed_marker = failed_marker
-        self._cloud_init_status = cloud_init_status
-        self._bootstrap_log = bootstrap_log
+        self._ready_marker = probe.ready_marker
+        self._failed_marker = probe.failed_marker
+        self._cloud_init_status = probe.cloud_init_status
+        self._bootstrap_log = probe.bootstrap_log
         self._clients: dict[int, paramiko.SSHClient] = {}
-        self._host_keys = host_keys
-        self._on_new_host_key = on_new_host_key
+        self._host_keys = keys.host_keys
+        self._on_new_host_key = keys.on_new_host_key
         self._gone = gone
         # One lock per node so nodes connect in parallel; _lock guards the dicts and the
         # known_hosts file.

@@ -49,6 +49,7 @@ from skyinfra.targets.base import (
     Ask,
     CheckpointListing,
     CheckpointSetInfo,
+    InterruptRequest,
     Shell,
     TargetOptions,
 )
@@ -192,21 +193,15 @@ class AwsTarget(AwsDeclaration):
         ws: Workspace,
         spec: ClusterSpec,
         topology: Topology,
-        node: int,
+        request: InterruptRequest,
         *,
-        notice_s: int,
-        role_arn: str | None,
-        yes: bool,
         ask: Ask | None,
         echo: Echo,
     ) -> None:
         """A real interruption of the node's Spot instance through FIS (drill.py)."""
         from skyinfra.targets.aws import drill
 
-        drill.interrupt(
-            ws, spec, topology, node, notice_s=notice_s, role_arn=role_arn, yes=yes, ask=ask,
-            echo=echo,
-        )  # fmt: skip
+        drill.interrupt(ws, spec, topology, request, ask=ask, echo=echo)
 
     def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
         """The sets under the cluster's checkpoint store's prefix (checkpoint_sets.py)."""

@@ -31,6 +31,7 @@ from skyinfra.targets.base import (
     CheckpointListing,
     CheckpointSetInfo,
     Echo,
+    InterruptRequest,
     Shell,
     TargetOptions,
 )
@@ -314,11 +315,8 @@ class LocalTarget(LocalDeclaration):
         ws: Workspace,
         spec: ClusterSpec,
         topology: Topology,
-        node: int,
+        request: InterruptRequest,
         *,
-        notice_s: int,
-        role_arn: str | None,
-        yes: bool,
         ask: Ask | None,
         echo: Echo,
     ) -> None:
@@ -326,7 +324,8 @@ class LocalTarget(LocalDeclaration):
         asked and no role is needed, as nothing outside this machine is touched."""
         from skyinfra.targets.local.drill import interrupt
 
-        interrupt(ws.nodes_dir / topology.nodes[node].name, node, notice_s, echo)
+        node = request.node
+        interrupt(ws.nodes_dir / topology.nodes[node].name, node, request.notice_s, echo)
 
     def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
         """The folders under the workspace's checkpoints/ (skyinfra.checkpoints)."""

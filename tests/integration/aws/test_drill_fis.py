@@ -19,6 +19,7 @@ from skyinfra.targets import get_target
 from skyinfra.targets.aws.drill import ACTION_ID, instance_arn, send_interruption, template_request
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
 from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.base import InterruptRequest
 from skyinfra.topology import Node, Topology
 from skyinfra.workspace import Workspace
 from tests.support.aws import REGION
@@ -140,7 +141,7 @@ def test_a_refused_aws_drill_sends_nothing(
     # Off a terminal (pytest's stdin is not one) and without --yes.
     with pytest.raises(UsageError) as err:
         get_target("aws").interrupt_node(
-            ws, spec, topology, 1, notice_s=seconds, role_arn=role, yes=False, ask=None, echo=echo
+            ws, spec, topology, InterruptRequest(1, seconds, role_arn=role), ask=None, echo=echo
         )
     assert named in str(err.value) and err.value.exit_code == 2
 
@@ -154,7 +155,7 @@ def test_a_confirmed_aws_drill_starts_the_experiment(
     monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
     ws, spec, topology = aws_cluster(tmp_path, "spot")
     get_target("aws").interrupt_node(
-        ws, spec, topology, 1, notice_s=150, role_arn=ROLE, yes=True, ask=None, echo=echo
+        ws, spec, topology, InterruptRequest(1, 150, role_arn=ROLE, yes=True), ask=None, echo=echo
     )
     said = capsys.readouterr().out
     assert "a real Spot interruption of node-1 (i-0123456789abcdef)" in said

@@ -13,7 +13,7 @@ import pytest
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.reach import instances_gone
-from skyinfra.targets.aws.ssh import SshTransport
+from skyinfra.targets.aws.ssh import SshKeys, SshTransport
 from skyinfra.topology import Node, Topology
 from tests.support.aws import REGION
 
@@ -46,7 +46,7 @@ def test_a_node_is_gone_once_its_instance_is_terminated_or_unknown(
     ec2.terminate_instances(InstanceIds=[ids[0]])
     assert [gone(i) for i in range(3)] == [True, False, True]
     # The transport asks it, and says nothing without it.
-    transport = SshTransport({}, key_path=tmp_path / "k", known_hosts=tmp_path / "kh", gone=gone)
+    transport = SshTransport({}, keys=SshKeys(tmp_path / "k", tmp_path / "kh"), gone=gone)
     assert transport.node_gone(0) and not transport.node_gone(1)
-    bare = SshTransport({}, key_path=tmp_path / "k", known_hosts=tmp_path / "kh")
+    bare = SshTransport({}, keys=SshKeys(tmp_path / "k", tmp_path / "kh"))
     assert not bare.node_gone(0)

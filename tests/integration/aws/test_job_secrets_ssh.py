@@ -25,7 +25,7 @@ from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.session import run_on_cluster
 from skyinfra.targets.aws.cloudinit import READY_MARKER
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
 from skyinfra.topology import Node, Topology
 from tests.conftest import VENV_BIN
 
@@ -91,9 +91,8 @@ def nodes(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[tuple[SshTra
         ready.write_text("ready\n")
     ssh = SshTransport(
         {i: SshTarget(target.host, target.user, target.port, str(r)) for i, r in roots.items()},
-        key_path=key,
-        known_hosts=tmp_path / "known_hosts",
-        cloud_init_status=None,
+        keys=SshKeys(key, tmp_path / "known_hosts"),
+        probe=ReadinessProbe(cloud_init_status=None),
     )
     yield ssh, tmp_path
     ssh.close()

@@ -34,7 +34,7 @@ from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
 from skyinfra.targets.aws.target import console_host_keys
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
@@ -66,13 +66,14 @@ def make_transport(
     ) -> SshTransport:
         ssh = SshTransport(
             targets or {0: target},
-            key_path=key,
-            known_hosts=tmp_path / "known_hosts",
+            keys=SshKeys(key, tmp_path / "known_hosts"),
             node_root=str(node_root),
             connect_timeout_s=5,
-            ready_marker=str(node_root / "state" / "ready"),
-            failed_marker=str(node_root / "state" / "failed"),
-            cloud_init_status=cloud_init_status,
+            probe=ReadinessProbe(
+                ready_marker=str(node_root / "state" / "ready"),
+                failed_marker=str(node_root / "state" / "failed"),
+                cloud_init_status=cloud_init_status,
+            ),
         )
         made.append(ssh)
         return ssh
@@ -482,15 +483,16 @@ def test_host_key_is_pinned_from_the_console_output(
     def transport(known: str) -> SshTransport:
         return SshTransport(
             {0: target},
-            key_path=key,
-            known_hosts=tmp_path / known,
+            keys=SshKeys(
+                key, tmp_path / known, host_keys=keys, on_new_host_key=lambda line: print(line)
+            ),
             node_root=str(node_root),
             connect_timeout_s=5,
-            ready_marker=str(node_root / "state" / "ready"),
-            failed_marker=str(node_root / "state" / "failed"),
-            cloud_init_status=None,
-            host_keys=keys,
-            on_new_host_key=lambda line: print(line),
+            probe=ReadinessProbe(
+                ready_marker=str(node_root / "state" / "ready"),
+                failed_marker=str(node_root / "state" / "failed"),
+                cloud_init_status=None,
+            ),
         )
 
     # Not on the console yet (moto's stock output has no key block): no connection at all.

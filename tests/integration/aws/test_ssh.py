@@ -13,7 +13,7 @@ import pytest
 
 from skyinfra.errors import TransportError
 from skyinfra.targets.aws.cloudinit import NODE_ENV_FILE
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.transport.tree import scan
 
 
@@ -22,7 +22,7 @@ def transport(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[SshTrans
     target, key = sshd
     root = tmp_path / "node"
     ssh = SshTransport(
-        {0: target}, key_path=key, known_hosts=tmp_path / "known_hosts", node_root=str(root)
+        {0: target}, keys=SshKeys(key, tmp_path / "known_hosts"), node_root=str(root)
     )
     yield ssh
     ssh.close()
@@ -142,7 +142,7 @@ def test_wrong_key_is_a_transport_error(sshd: tuple[SshTarget, Path], tmp_path: 
     target, _ = sshd
     other = tmp_path / "other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    ssh = SshTransport({0: target}, key_path=other, known_hosts=tmp_path / "kh")
+    ssh = SshTransport({0: target}, keys=SshKeys(other, tmp_path / "kh"))
     with pytest.raises(TransportError, match="cannot connect to"):
         ssh.check_call(0, "true")
     with pytest.raises(TransportError, match="no node 5"):
@@ -156,7 +156,7 @@ def test_changed_host_key_is_refused(sshd: tuple[SshTarget, Path], tmp_path: Pat
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(forged)], check=True)
     key_type, key_b64 = (tmp_path / "forged.pub").read_text().split()[:2]
     known.write_text(f"[127.0.0.1]:{target.port} {key_type} {key_b64}\n")
-    ssh = SshTransport({0: target}, key_path=key, known_hosts=known)
+    ssh = SshTransport({0: target}, keys=SshKeys(key, known))
     with pytest.raises(TransportError, match="host key changed"):
         ssh.check_call(0, "true")
 

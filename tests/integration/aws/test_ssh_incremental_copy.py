@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.transport.nodesync import MANIFEST
 from skyinfra.transport.tree import CopyStats, scan
 
@@ -28,7 +28,7 @@ def node(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[tuple[SshTran
     (root / "venv" / "bin").mkdir(parents=True)
     (root / "venv" / "bin" / "python").symlink_to(sys.executable)  # the node's own Python
     ssh = SshTransport(
-        {0: target}, key_path=key, known_hosts=tmp_path / "known_hosts", node_root=str(root)
+        {0: target}, keys=SshKeys(key, tmp_path / "known_hosts"), node_root=str(root)
     )
     yield ssh, root
     ssh.close()
