@@ -10,6 +10,8 @@ which reads the file) refuses another key, naming the host: nothing runs there.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -49,9 +51,10 @@ def host_name(host: str, port: int) -> str:
 
 def seed_known_hosts(
     dest: Path, cluster_file: Path, section: SshSpec, hosts: tuple[str, ...]
-) -> None:
+) -> set[str]:
     """``dest``: the cluster's pinned keys, plus the user's own entries for ``hosts`` that
-    the cluster has not pinned yet (theirs win for a host the cluster has never seen)."""
+    the cluster has not pinned yet (theirs win for a host the cluster has never seen). The
+    hosts of ``hosts`` whose key is known either way."""
     keys = paramiko.HostKeys()
     if cluster_file.is_file():
         keys.load(str(cluster_file))
@@ -69,6 +72,7 @@ def seed_known_hosts(
                 for key_type, key in found.items():
                     keys.add(name, key_type, key)
     keys.save(str(dest))
+    return {h for h in hosts if keys.lookup(host_name(h, section.port))}
 
 
 def write_known_hosts(path: Path, text: str) -> None:
@@ -104,7 +108,7 @@ def contact(
     key = check_key_file(section)
     with tempfile.TemporaryDirectory(prefix="skyinfra-ssh-") as tmp:
         known = Path(tmp) / KNOWN_HOSTS
-        seed_known_hosts(known, cluster_known_hosts, section, hosts)
+        seeded = seed_known_hosts(known, cluster_known_hosts, section, hosts)
         transport = SshTransport(
             {
                 i: SshTarget(host=h, user=section.user, port=section.port)
@@ -113,8 +117,15 @@ def contact(
             key_path=key,
             known_hosts=known,
             connect_timeout_s=timeout_s,
-            on_new_host_key=echo,
         )
+
+        def where(host: str) -> str:
+            name = host_name(host, section.port)
+            if cluster_known_hosts.is_file() and paramiko.HostKeys(str(cluster_known_hosts)).lookup(
+                name
+            ):
+                return f"pinned in {cluster_known_hosts}"
+            return f"your {USER_KNOWN_HOSTS} holds for it"
 
         def one(index: int) -> HostFacts:
             host = hosts[index]
@@ -123,11 +134,18 @@ def contact(
             except HostKeyChangedError as err:
                 raise HostKeyChangedError(
                     f"host {host} (ssh.hosts[{index}]) presented another host key than the one "
-                    f"pinned in {cluster_known_hosts}: refusing it, nothing was run on any host. "
-                    "If the machine was reinstalled, remove its line from that file and run "
-                    f"`skyinfra up` again ({err})"
+                    f"{where(host)}: refusing it, nothing was run on any host. If the machine "
+                    "was reinstalled, remove its line from that file and run `skyinfra up` "
+                    f"again ({err})"
                 ) from err
             except TransportError as err:
+                if isinstance(err.__cause__, paramiko.AuthenticationException):
+                    raise SpecError(
+                        "ssh.key", section.key,
+                        f"a key that host {host} (ssh.hosts[{index}]) accepts for user "
+                        f"{section.user}: it refused this one; add its public half to that "
+                        "user's ~/.ssh/authorized_keys there, or set ssh.key/ssh.user",
+                    ) from err  # fmt: skip
                 raise TransportError(
                     f"host {host} (ssh.hosts[{index}]): cannot log in as {section.user} on port "
                     f"{section.port} with key {section.key}; check that the host is up, that "
@@ -158,4 +176,18 @@ def contact(
         finally:
             transport.close()
         text = known.read_text() if known.is_file() else ""
+    for f in facts:
+        if f.host not in seeded:
+            echo(
+                f"[skyinfra] host {f.host}: host key {key_fingerprint(f.host_key)} trusted on "
+                f"first use; pinned in {cluster_known_hosts} (every later connection is held "
+                "to it)"
+            )
     return facts, text
+
+
+def key_fingerprint(line: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a "<type> <base64>" key, as `ssh-keygen -l` prints it."""
+    key_type, _, data = line.partition(" ")
+    digest = base64.b64encode(hashlib.sha256(base64.b64decode(data)).digest()).decode()
+    return f"{key_type} SHA256:{digest.rstrip('=')}"

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
 from skyinfra.spec import ClusterSpec, Problems, read_int, reject_unknown
-from skyinfra.target_registry import DiagramPart, PlanTraits, TargetOption
+from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
 
 SSH_KEYS = ("hosts", "user", "key", "port", "private_addresses", "python", "spare_hosts")
 MAX_SSH_NODES = 64
@@ -221,7 +221,12 @@ class SshDeclaration:
         node_noun="host",
         diagram_parts=(DiagramPart("hosts", "your machines, reached over SSH"),),
         priced=False,
-        fixed_shape=None,
+        # Each host's own machine: its address, folder and pinned key are in the plan's
+        # resources (plan.md's full plan) and the root module's header; its GPUs are
+        # counted when it enrols (the node's gpus file).
+        fixed_shape=FixedShape(
+            instance_type="SSH host", gpus_per_node="counted at enrolment", zone="your hosts"
+        ),
     )
 
     def parse_section(self, raw: Any, *, nodes: int) -> SshSpec:
