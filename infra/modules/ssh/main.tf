@@ -31,7 +31,10 @@ resource "terraform_data" "node" {
     python          = var.python
     wheel_sha256    = var.wheel_sha256
     python_packages = join(" ", var.python_packages)
-    stage_sha256    = filesha256("${var.stage_dir}/node-${each.value.index}/.skyinfra/${var.cluster_name}/node-${each.value.index}/.enrol/bootstrap-node.sh")
+    stage_sha256 = sha256(join("", [
+      for f in sort(fileset("${var.stage_dir}/node-${each.value.index}", "**")) :
+      filesha256("${var.stage_dir}/node-${each.value.index}/${f}")
+    ]))
   }
 
   connection {
@@ -64,16 +67,18 @@ resource "terraform_data" "node" {
     destination = "${each.value.node_dir}/.enrol/uv"
   }
 
+  # enrol.sh runs bootstrap-node.sh with these arguments (its output in .enrol/bootstrap.log;
+  # on failure the log's tail in the node's failed marker, which `up` and `status` show),
+  # then counts the host's GPUs and writes the ready marker.
   provisioner "remote-exec" {
     inline = [
       join(" ", concat(
-        ["chmod 0755 '${each.value.node_dir}/.enrol/uv' &&"],
-        ["bash '${each.value.node_dir}/.enrol/bootstrap-node.sh'"],
-        ["--node-dir '${each.value.node_dir}' --python '${var.python}'"],
-        ["--wheel '${each.value.node_dir}/.enrol/${local.wheel_name}'"],
+        ["bash '${each.value.node_dir}/.enrol/enrol.sh' '${each.value.node_dir}'"],
+        ["--python '${var.python}' --wheel '${each.value.node_dir}/.enrol/${local.wheel_name}'"],
         ["--uv '${each.value.node_dir}/.enrol/uv' --cache-dir '${each.value.node_dir}/.enrol/uv-cache'"],
         [for p in var.python_packages : "--package '${p}'"],
-        ["&& bash '${each.value.node_dir}/.enrol/enrolled.sh' '${each.value.node_dir}'"],
+        # The node check (check-node.py, beside the bootstrap): the plugins' frameworks import.
+        ["--check-topology '${each.value.node_dir}/.enrol/topology.json' --node-index ${each.value.index}"],
       )),
     ]
   }

@@ -13,19 +13,33 @@ from skyinfra import render, resources
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.ssh.contact import NODES_FOLDER, HostFacts
 from skyinfra.targets.ssh.spec import SshSpec
+from skyinfra.topology import Node, build_topology
 
 # The root module's folder of per-node trees copied to the hosts (relative to the workspace).
 STAGE_DIR = f"{render.SCRIPTS_DIR}/hosts"
 ENROL = ".enrol"
 READY_MARKER = ".skyinfra-ready"
+# The node check bootstrap-node.sh runs last (beside it: --check-topology).
+CHECK_SCRIPT = "scripts/check-node.py"
 FAILED_MARKER = ".skyinfra-failed"
-# What the node's enrolment ends with: the ready marker, and the GPUs the host has (as the
-# AWS node check counts them: nvidia-smi's list), in the node's folder.
-ENROLLED_SCRIPT = """#!/usr/bin/env bash
-# Ends a host's enrolment (skyinfra's ssh target): run by Terraform's remote-exec once
-# bootstrap-node.sh succeeded. Writes the node's GPU count and its ready marker.
-set -euo pipefail
-node_dir="$1"
+# What Terraform's remote-exec runs on each host: the bootstrap every target runs, its output
+# kept in .enrol/bootstrap.log (and, when it fails, its tail in the node's failed marker, which
+# `up` and `status` show); then the host's GPUs, counted as the AWS node check counts them
+# (nvidia-smi's list), and the ready marker.
+ENROL_SCRIPT = """#!/usr/bin/env bash
+# skyinfra's ssh target: enrol this host as a node. Usage: enrol.sh NODE_DIR BOOTSTRAP_ARGS...
+set -uo pipefail
+node_dir="$1"; shift
+log="$node_dir/.enrol/bootstrap.log"
+chmod 0755 "$node_dir/.enrol/uv"
+rm -f "$node_dir/.skyinfra-failed" "$node_dir/.skyinfra-ready"
+if ! bash "$node_dir/.enrol/bootstrap-node.sh" --node-dir "$node_dir" "$@" > "$log" 2>&1; then
+    cat "$log"
+    { echo "the bootstrap failed on $(hostname) ($log):"; tail -n 15 "$log"; } \
+        > "$node_dir/.skyinfra-failed"
+    exit 2
+fi
+cat "$log"
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -75,6 +89,7 @@ def context(
         "module_source": render.module_source("ssh"),
         "stage_dir": STAGE_DIR,
         "host_lines": host_lines(section, facts, spec.name),
+        "enrol_topology": enrol_topology(spec, facts),
         "hosts": {
             f"node-{f.index}": {
                 "index": f.index,
@@ -97,14 +112,33 @@ def context(
     }
 
 
-def stage_files(cluster: str, indexes: Sequence[int]) -> dict[str, str]:
+def enrol_topology(spec: ClusterSpec, facts: Sequence[HostFacts]) -> str:
+    """The topology the node check reads at enrolment (check-node.py: the plugins'
+    frameworks import on the host). The one the runtime reads comes from Terraform's outputs
+    after `up`; GPUs are counted by the enrolment itself (enrol.sh)."""
+    section = spec.section_as(SshSpec)
+    topology = build_topology(
+        spec,
+        head_addr=section.private_address(0),
+        nodes=[
+            Node(f.index, f"node-{f.index}", section.private_address(f.index), f.host,
+                 f"ssh-{spec.name}-{f.index}")
+            for f in facts
+        ],
+    )  # fmt: skip
+    return json.dumps(topology.to_dict(), indent=2) + "\n"
+
+
+def stage_files(cluster: str, indexes: Sequence[int], topology: str) -> dict[str, str]:
     """Per node: scripts/hosts/node-<i>/.skyinfra/<cluster>/node-<i>/.enrol/ with the
-    bootstrap and enrolled.sh."""
+    bootstrap, enrol.sh, the node check and its topology."""
     out: dict[str, str] = {}
     for i in indexes:
         base = f"{STAGE_DIR}/node-{i}/{NODES_FOLDER}/{cluster}/node-{i}/{ENROL}"
         out[f"{base}/bootstrap-node.sh"] = resources.bootstrap_script()
-        out[f"{base}/enrolled.sh"] = ENROLLED_SCRIPT
+        out[f"{base}/enrol.sh"] = ENROL_SCRIPT
+        out[f"{base}/check-node.py"] = resources.read_text(CHECK_SCRIPT)
+        out[f"{base}/topology.json"] = topology
     return out
 
 
@@ -116,5 +150,5 @@ def files(ctx: dict[str, Any]) -> dict[str, str]:
         **render.render_root("ssh", ctx),
         render.TFVARS_JSON: json.dumps(tfvars, indent=2) + "\n",
         **render.module_files("ssh"),
-        **stage_files(ctx["cluster_name"], indexes),
+        **stage_files(ctx["cluster_name"], indexes, ctx["enrol_topology"]),
     }

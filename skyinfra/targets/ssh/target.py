@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import timeline
-from skyinfra.errors import ConfigError, SkyinfraError, UnsupportedByTarget, WorkspaceError
+from skyinfra.errors import (
+    ConfigError,
+    SkyinfraError,
+    TerraformError,
+    UnsupportedByTarget,
+    WorkspaceError,
+)
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.ssh import SshTarget as Login
 from skyinfra.targets.aws.ssh import SshTransport
@@ -111,15 +117,25 @@ done
 exit 0
 """
 
-# Shell ($1: node folder): remove what the destroy provisioner leaves beside it (its script's
-# empty copy) and the folders above it once empty: ~/.skyinfra/<cluster>, ~/.skyinfra.
+# Shell ($1: node folder): remove the node as the destroy provisioner does (its processes
+# ended, its folder removed: Terraform runs no destroy provisioner for a tainted resource, the
+# one a failed enrolment leaves in state), what that provisioner leaves beside it (its
+# script's empty copy) and the folders above it once empty: ~/.skyinfra/<cluster>, ~/.skyinfra.
 _TIDY_SCRIPT = r"""
 nd="$1"; cluster="$(dirname "$nd")"; top="$(dirname "$cluster")"
+if [ -f "$nd/.enrol/bootstrap-node.sh" ]; then
+    bash "$nd/.enrol/bootstrap-node.sh" --remove --node-dir "$nd" >/dev/null || exit 1
+fi
+rm -rf "$nd"
 rm -f "$cluster/.$(basename "$nd")-remove.sh"
 rmdir "$cluster" 2>/dev/null || true
 rmdir "$top" 2>/dev/null || true
 exit 0
 """
+
+
+def _tidy(node_dir: str) -> str:
+    return f"sh -c {shlex.quote(_TIDY_SCRIPT)} _ {shlex.quote(node_dir)}"
 
 
 class SshHostsTarget(SshDeclaration):
@@ -178,7 +194,33 @@ class SshHostsTarget(SshDeclaration):
             files, known, records = self._prepare(spec, ws, echo)
         write_known_hosts(ws.path / KNOWN_HOSTS, known)
         ws.write_json(ws.path / HOSTS_FILE, {"hosts": records})
-        return apply(files)
+        try:
+            return apply(files)
+        except TerraformError:
+            # Terraform says only that the remote command failed: say why, host by host, and
+            # take off each host whose enrolment failed what it had put there.
+            self._undo_failed_enrolments(ws, spec, echo)
+            raise
+
+    def _undo_failed_enrolments(self, ws: Workspace, spec: ClusterSpec, echo: Echo) -> None:
+        """Each host whose bootstrap failed (its failed marker): what it said last, shown;
+        its node removed (processes, folder). Hosts that enrolled stay, as Terraform's state
+        says (`up` again, or `down`)."""
+        nodes = _transport(ws, spec, rooted=False)
+        try:
+            for i, h in sorted(_hosts(ws).items()):
+                marker = shlex.quote(posixpath.join(h["node_dir"], enrol.FAILED_MARKER))
+                try:
+                    said = nodes.check_call(i, f"if [ -f {marker} ]; then cat {marker}; fi")
+                    if not said.strip():
+                        continue
+                    echo(f"[skyinfra] host {h['host']}: enrolment failed: {said.strip()}")
+                    nodes.check_call(i, _tidy(h["node_dir"]))
+                    echo(f"[skyinfra] host {h['host']}: removed {h['node_dir']}")
+                except SkyinfraError as err:
+                    echo(f"[skyinfra] host {h['host']}: could not look at {h['node_dir']}: {err}")
+        finally:
+            nodes.close()
 
     def transport(
         self,
@@ -198,18 +240,17 @@ class SshHostsTarget(SshDeclaration):
         return []
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
-        """The destroy provisioner ended each node's processes and removed its folder; what
-        it leaves beside the folder (its script's empty copy) and the empty folders above
-        go here, host by host."""
+        """The destroy provisioner ended each node's processes and removed its folder; a
+        node Terraform held as tainted (no destroy provisioner runs for it) is removed here
+        the same way, and what the provisioner leaves beside the folder (its script's empty
+        copy) and the empty folders above go too, host by host."""
         if not (ws.path / HOSTS_FILE).is_file():
             return
         nodes = _transport(ws, spec, rooted=False)
         try:
             for i, h in sorted(_hosts(ws).items()):
                 try:
-                    nodes.check_call(
-                        i, f"sh -c {shlex.quote(_TIDY_SCRIPT)} _ {shlex.quote(h['node_dir'])}"
-                    )
+                    nodes.check_call(i, _tidy(h["node_dir"]))
                 except SkyinfraError as err:
                     echo(f"[skyinfra] host {h['host']}: could not tidy {h['node_dir']}: {err}")
         finally:

@@ -128,3 +128,27 @@ def test_a_key_the_users_own_known_hosts_does_not_match(
     assert f"host {hosts.addresses[1]} (ssh.hosts[1]) presented another host key" in done.stderr
     assert "your ~/.ssh/known_hosts holds for it" in done.stderr
     nothing_written(root, hosts)
+
+
+def test_a_host_failing_the_node_check_and_down_after_it(
+    tmp_path: Path, hosts: Hosts, env: dict[str, str]
+) -> None:
+    """The bootstrap's node check runs on each host: a plugin whose framework the host's venv
+    lacks (torch: no python_packages install it) fails the enrolment, naming the check and
+    leaving nothing on the hosts; `down` then empties Terraform's state (tainted nodes)."""
+    root = project(tmp_path, hosts)
+    spec = root / "skyinfra.toml"
+    spec.write_text(spec.read_text().replace("nodes = 2\n", 'nodes = 2\nplugins = ["torch"]\n'))
+    done = up(root, env)
+    assert done.returncode == exitcodes.ERROR, done.stdout + done.stderr
+    assert "node check failed" in done.stdout + done.stderr, done.stdout + done.stderr
+    for host in hosts.hosts:  # each failed enrolment took off what it had put there
+        assert f"host {host.address}: enrolment failed: the bootstrap failed" in done.stdout
+        assert hosts.home_listing(host) == []
+    down = subprocess.run(
+        [*skyinfra_argv(), "down", "--yes", "--cluster", "lab"], cwd=root, env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert down.returncode == 0, down.stdout + down.stderr
+    for host in hosts.hosts:
+        assert hosts.home_listing(host) == []
