@@ -166,6 +166,25 @@ def test_a_detached_job_and_its_logs(
     assert json.loads(record.stdout)["state"] == "succeeded", record.stdout
 
 
+def test_ssh_reaches_a_host_held_to_its_pinned_key(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    """`skyinfra ssh` is the system's ssh with the cluster's known_hosts, strictly: CMD runs in
+    the node's folder with its venv first on PATH; `--config` writes a block per host."""
+    remote = ["echo", "$SKYINFRA_NODE", "$PWD", "$(command -v python)"]
+    shell = cli(["ssh", "--cluster", NAME, "1", "--", *remote], project, env)
+    assert shell.returncode == 0, shell.stderr
+    index, cwd, python = shell.stdout.split()
+    assert index == "1" and cwd == str(node_dir(hosts, 1))
+    assert python == f"{node_dir(hosts, 1)}/venv/bin/python"
+    config = cli(["ssh", "--cluster", NAME, "--config"], project, env)
+    assert config.returncode == 0, config.stderr
+    for i, host in enumerate(hosts.hosts):
+        assert f"Host {NAME}-node-{i}\n    HostName {host.address}\n" in config.stdout
+    assert "StrictHostKeyChecking yes" in config.stdout
+    assert stat.S_IMODE((workspace(project) / "ssh_config").stat().st_mode) == 0o600
+
+
 def test_a_changed_host_key_is_refused_and_nothing_runs(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
