@@ -162,6 +162,20 @@ def stand_in_hosts(count: int) -> Iterator[Hosts]:
     """``count`` hosts, 127.45.<n>.2, .3, ...; the operator's side of the bridge is .1."""
     require_system_tool(SSHD if os.access(SSHD, os.X_OK) else None, "openssh-server")
     require_system_tool(shutil.which("nsenter"), "util-linux")
+    # /proc/self/net is this network namespace's (unlike /sys/class/net, the mount's).
+    links = [
+        line.split(":")[0].strip()
+        for line in Path("/proc/self/net/dev").read_text().splitlines()[2:]
+    ]
+    others = [n for n in links if n != "lo" and not n.startswith("sky")]
+    if others:
+        # Not the loopback-only namespace of a test worker: the bridge and the routing rules
+        # below would change this machine's own network.
+        pytest.fail(
+            "the ssh target's stand-in hosts need the test's own network namespace: run "
+            "through `make test` (tests/loopback-only.sh), not pytest in the machine's network "
+            f"(interfaces here: {others})"
+        )
     user = login_user()
     n = next(_SUBNETS)
     subnet = f"127.{n}.0"
