@@ -124,6 +124,10 @@ TARGETS: dict[str, Entry] = {
         "skyinfra.targets.aws.declaration:AwsDeclaration",
         "skyinfra.targets.aws.target:AwsTarget",
     ),
+    "ssh": Entry(
+        "skyinfra.targets.ssh.spec:SshDeclaration",
+        "skyinfra.targets.ssh.target:SshHostsTarget",
+    ),
 }
 
 

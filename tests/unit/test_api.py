@@ -46,7 +46,7 @@ def test_only_the_cluster_and_errors_are_public() -> None:
         ({"name": "api", "nodez": 2}, "nodez", "one of the known keys"),
         ({"name": "api", "nodes": 0}, "nodes", "an integer from 1 to 32"),
         ({"name": "Bad_Name"}, "name", "lower-case letters"),
-        ({"name": "api", "provider": "gcp"}, "provider", "['local', 'aws']"),
+        ({"name": "api", "provider": "gcp"}, "provider", "['local', 'aws', 'ssh']"),
         ({"name": "api", "plugins": ["jaxx"]}, "plugins[0].name", "jaxx"),
         ({"name": "api", "local": {"python": "/no/such/python"}}, "local.python", "existing"),
         ({"name": "api", "max_restarts": -1}, "max_restarts", "an integer from 0 to 1000"),

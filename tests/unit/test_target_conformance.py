@@ -24,7 +24,7 @@ from skyinfra.workspace import Workspace
 
 PACKAGE = Path(__file__).resolve().parents[2] / "skyinfra"
 # One transport class per target (its ``transport`` verb's return type).
-TRANSPORTS = {"local": LocalTransport, "aws": SshTransport}
+TRANSPORTS = {"local": LocalTransport, "aws": SshTransport, "ssh": SshTransport}
 
 
 def _members(protocol: type) -> list[str]:

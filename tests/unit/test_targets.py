@@ -33,7 +33,7 @@ def test_every_registered_target_is_a_peer() -> None:
 
 
 def test_unknown_target_names_the_known_ones() -> None:
-    with pytest.raises(SpecError, match=r"expected one of \['local', 'aws'\]"):
+    with pytest.raises(SpecError, match=r"expected one of \['local', 'aws', 'ssh'\]"):
         get_target("gcp")
     with pytest.raises(SpecError, match="'provider'"):
         validate_spec({"name": "c", "provider": "gcp"})

@@ -1,0 +1,24 @@
+output "nodes" {
+  description = "Every node keyed by name: index, addresses, instance id, accelerator, directory."
+  value = {
+    for name, node in terraform_data.node : name => {
+      index       = node.output.index
+      name        = name
+      private_ip  = node.output.private_address
+      public_ip   = node.output.host
+      instance_id = node.output.instance_id
+      accelerator = null
+      node_dir    = node.output.node_dir
+    }
+  }
+}
+
+output "head_addr" {
+  description = "Address of node 0, where the coordination services listen."
+  value       = var.hosts["node-0"].private_address
+}
+
+output "head_port" {
+  description = "Base coordination port on the head node."
+  value       = var.head_port
+}

@@ -1,0 +1,193 @@
+"""First contact with the hosts, before Terraform: pin each host's key, learn its home folder,
+check its Python.
+
+Host keys: the cluster keeps its own known_hosts (the workspace's ``known_hosts``, 0600). A key
+the user's ``~/.ssh/known_hosts`` already holds for a host is the one accepted there; a host
+neither knows is trusted on first use, its fingerprint printed, and recorded. From then on
+every connection (Terraform's, whose ``host_key`` is the pinned key, and the transport's,
+which reads the file) refuses another key, naming the host: nothing runs there.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shlex
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from skyinfra.errors import HostKeyChangedError, SpecError, TransportError
+from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.ssh.spec import SshSpec, check_key_file
+
+KNOWN_HOSTS = "known_hosts"
+USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+MIN_PYTHON = (3, 10)
+# Under the login user's home: .skyinfra/<cluster>/node-<index>.
+NODES_FOLDER = ".skyinfra"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    index: int
+    host: str
+    home: str
+    python_version: str
+    host_key: str  # "<type> <base64>", as Terraform's connection host_key takes it
+
+    def node_dir(self, cluster: str) -> str:
+        return f"{self.home.rstrip('/')}/{NODES_FOLDER}/{cluster}/node-{self.index}"
+
+
+def host_name(host: str, port: int) -> str:
+    """How known_hosts names a host."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def seed_known_hosts(
+    dest: Path, cluster_file: Path, section: SshSpec, hosts: tuple[str, ...]
+) -> set[str]:
+    """``dest``: the cluster's pinned keys, plus the user's own entries for ``hosts`` that
+    the cluster has not pinned yet (theirs win for a host the cluster has never seen). The
+    hosts of ``hosts`` whose key is known either way."""
+    keys = paramiko.HostKeys()
+    if cluster_file.is_file():
+        keys.load(str(cluster_file))
+    user_file = USER_KNOWN_HOSTS.expanduser()
+    if user_file.is_file():
+        theirs = paramiko.HostKeys()
+        try:
+            theirs.load(str(user_file))
+        except (OSError, paramiko.SSHException, ValueError):
+            theirs = paramiko.HostKeys()
+        for host in hosts:
+            name = host_name(host, section.port)
+            found = theirs.lookup(name)
+            if found and not keys.lookup(name):
+                for key_type, key in found.items():
+                    keys.add(name, key_type, key)
+    keys.save(str(dest))
+    return {h for h in hosts if keys.lookup(host_name(h, section.port))}
+
+
+def write_known_hosts(path: Path, text: str) -> None:
+    """The cluster's known_hosts, readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(text)
+
+
+def _probe_script(python: str) -> str:
+    py = shlex.quote(python)
+    return (
+        'printf "%s\\n" "$HOME"; '
+        f"if command -v {py} >/dev/null 2>&1; then "
+        f"{py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'; "
+        "else echo none; fi"
+    )
+
+
+def contact(
+    section: SshSpec,
+    hosts: tuple[str, ...],
+    cluster_known_hosts: Path,
+    *,
+    echo: Callable[[str], None],
+    timeout_s: float = 20.0,
+) -> tuple[list[HostFacts], str]:
+    """Every host's facts (in order) and the known_hosts text to keep; all hosts at once.
+    HostKeyChangedError naming the host when a key differs from the pinned one;
+    TransportError naming the host when it cannot be reached or refuses the key; SpecError
+    (ssh.python) naming the host when its Python is missing or older than 3.10."""
+    key = check_key_file(section)
+    with tempfile.TemporaryDirectory(prefix="skyinfra-ssh-") as tmp:
+        known = Path(tmp) / KNOWN_HOSTS
+        seeded = seed_known_hosts(known, cluster_known_hosts, section, hosts)
+        transport = SshTransport(
+            {
+                i: SshTarget(host=h, user=section.user, port=section.port)
+                for i, h in enumerate(hosts)
+            },
+            key_path=key,
+            known_hosts=known,
+            connect_timeout_s=timeout_s,
+        )
+
+        def where(host: str) -> str:
+            name = host_name(host, section.port)
+            if cluster_known_hosts.is_file() and paramiko.HostKeys(str(cluster_known_hosts)).lookup(
+                name
+            ):
+                return f"pinned in {cluster_known_hosts}"
+            return f"your {USER_KNOWN_HOSTS} holds for it"
+
+        def one(index: int) -> HostFacts:
+            host = hosts[index]
+            try:
+                out = transport.check_call(index, _probe_script(section.python), timeout=timeout_s)
+            except HostKeyChangedError as err:
+                raise HostKeyChangedError(
+                    f"host {host} (ssh.hosts[{index}]) presented another host key than the one "
+                    f"{where(host)}: refusing it, nothing was run on any host. If the machine "
+                    "was reinstalled, remove its line from that file and run `skyinfra up` "
+                    f"again ({err})"
+                ) from err
+            except TransportError as err:
+                if isinstance(err.__cause__, paramiko.AuthenticationException):
+                    raise SpecError(
+                        "ssh.key", section.key,
+                        f"a key that host {host} (ssh.hosts[{index}]) accepts for user "
+                        f"{section.user}: it refused this one; add its public half to that "
+                        "user's ~/.ssh/authorized_keys there, or set ssh.key/ssh.user",
+                    ) from err  # fmt: skip
+                raise TransportError(
+                    f"host {host} (ssh.hosts[{index}]): cannot log in as {section.user} on port "
+                    f"{section.port} with key {section.key}; check that the host is up, that "
+                    "the key's public half is in the user's ~/.ssh/authorized_keys, and "
+                    f"ssh.user/ssh.port ({err})"
+                ) from err
+            lines = out.strip().splitlines()
+            home, version = [*lines, "", ""][:2] if len(lines) >= 2 else ("", "none")
+            if not home.startswith("/"):
+                raise TransportError(f"host {host}: its login shell gave no home folder ({out!r})")
+            if version == "none" or tuple(int(p) for p in version.split(".")) < MIN_PYTHON:
+                found = "none on PATH" if version == "none" else f"Python {version}"
+                raise SpecError(
+                    "ssh.python", section.python,
+                    f"an interpreter of Python 3.10 or newer on host {host} ({found} there); "
+                    "install one or set ssh.python to its path",
+                )  # fmt: skip
+            client = transport.ssh_client(index).get_transport()
+            assert client is not None
+            server_key = client.get_remote_server_key()
+            return HostFacts(
+                index, host, home, version, f"{server_key.get_name()} {server_key.get_base64()}"
+            )
+
+        try:
+            with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+                facts = list(pool.map(one, range(len(hosts))))
+        finally:
+            transport.close()
+        text = known.read_text() if known.is_file() else ""
+    for f in facts:
+        if f.host not in seeded:
+            echo(
+                f"[skyinfra] host {f.host}: host key {key_fingerprint(f.host_key)} trusted on "
+                f"first use; pinned in {cluster_known_hosts} (every later connection is held "
+                "to it)"
+            )
+    return facts, text
+
+
+def key_fingerprint(line: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a "<type> <base64>" key, as `ssh-keygen -l` prints it."""
+    key_type, _, data = line.partition(" ")
+    digest = base64.b64encode(hashlib.sha256(base64.b64decode(data)).digest()).decode()
+    return f"{key_type} SHA256:{digest.rstrip('=')}"

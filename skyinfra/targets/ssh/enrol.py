@@ -1,0 +1,154 @@
+"""What the ssh target's root module holds: its context, tfvars, the module's copy and, per
+node, the small tree the first provisioner copies into the login user's home (the bootstrap
+every target runs, and the script that marks the node enrolled)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from skyinfra import render, resources
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.ssh.contact import NODES_FOLDER, HostFacts
+from skyinfra.targets.ssh.spec import SshSpec
+from skyinfra.topology import Node, build_topology
+
+# The root module's folder of per-node trees copied to the hosts (relative to the workspace).
+STAGE_DIR = f"{render.SCRIPTS_DIR}/hosts"
+ENROL = ".enrol"
+READY_MARKER = ".skyinfra-ready"
+# The node check bootstrap-node.sh runs last (beside it: --check-topology).
+CHECK_SCRIPT = "scripts/check-node.py"
+FAILED_MARKER = ".skyinfra-failed"
+# What Terraform's remote-exec runs on each host: the bootstrap every target runs, its output
+# kept in .enrol/bootstrap.log (and, when it fails, its tail in the node's failed marker, which
+# `up` and `status` show); then the host's GPUs, counted as the AWS node check counts them
+# (nvidia-smi's list), and the ready marker.
+ENROL_SCRIPT = """#!/usr/bin/env bash
+# skyinfra's ssh target: enrol this host as a node. Usage: enrol.sh NODE_DIR BOOTSTRAP_ARGS...
+set -uo pipefail
+node_dir="$1"; shift
+log="$node_dir/.enrol/bootstrap.log"
+chmod 0755 "$node_dir/.enrol/uv"
+rm -f "$node_dir/.skyinfra-failed" "$node_dir/.skyinfra-ready"
+if ! bash "$node_dir/.enrol/bootstrap-node.sh" --node-dir "$node_dir" "$@" > "$log" 2>&1; then
+    cat "$log"
+    { echo "the bootstrap failed on $(hostname) ($log):"; tail -n 15 "$log"; } \
+        > "$node_dir/.skyinfra-failed"
+    exit 2
+fi
+cat "$log"
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+echo "$gpus" > "$node_dir/gpus"
+echo "ready $(date +%s)" >> "$node_dir/phases"
+touch "$node_dir/.skyinfra-ready"
+echo "skyinfra: enrolled $(hostname) as $node_dir ($("$node_dir/venv/bin/python" -V), $gpus GPU(s))"
+"""
+
+TFVARS = (
+    "cluster_name",
+    "hosts",
+    "user",
+    "port",
+    "private_key_path",
+    "head_port",
+    "python",
+    "wheel_path",
+    "wheel_sha256",
+    "uv_path",
+    "python_packages",
+)
+
+
+def host_lines(section: SshSpec, facts: Sequence[HostFacts], cluster: str) -> list[str]:
+    """One line per enrolled host: what runs where (the root module's header; plan.md)."""
+    return [
+        f"node-{f.index}: {section.user}@{f.host}:{section.port} -> {f.node_dir(cluster)} "
+        f"(venv made with uv from {section.python}, Python {f.python_version}; the "
+        f"skyinfra-runtime wheel; key {f.host_key.split()[0]})"
+        for f in facts
+    ]
+
+
+def context(
+    spec: ClusterSpec,
+    facts: Sequence[HostFacts],
+    *,
+    wheel_path: Path,
+    wheel_sha256: str,
+    uv_path: str,
+) -> dict[str, Any]:
+    section = spec.section_as(SshSpec)
+    return {
+        "cluster_name": spec.name,
+        "module_source": render.module_source("ssh"),
+        "stage_dir": STAGE_DIR,
+        "host_lines": host_lines(section, facts, spec.name),
+        "enrol_topology": enrol_topology(spec, facts),
+        "hosts": {
+            f"node-{f.index}": {
+                "index": f.index,
+                "host": f.host,
+                "private_address": section.private_address(f.index),
+                "node_dir": f.node_dir(spec.name),
+                "host_key": f.host_key,
+            }
+            for f in facts
+        },
+        "user": section.user,
+        "port": section.port,
+        "private_key_path": str(Path(section.key).expanduser().resolve()),
+        "head_port": spec.head_port,
+        "python": section.python,
+        "wheel_path": str(wheel_path),
+        "wheel_sha256": wheel_sha256,
+        "uv_path": uv_path,
+        "python_packages": list(spec.python_packages),
+    }
+
+
+def enrol_topology(spec: ClusterSpec, facts: Sequence[HostFacts]) -> str:
+    """The topology the node check reads at enrolment (check-node.py: the plugins'
+    frameworks import on the host). The one the runtime reads comes from Terraform's outputs
+    after `up`; GPUs are counted by the enrolment itself (enrol.sh)."""
+    section = spec.section_as(SshSpec)
+    topology = build_topology(
+        spec,
+        head_addr=section.private_address(0),
+        nodes=[
+            Node(f.index, f"node-{f.index}", section.private_address(f.index), f.host,
+                 f"ssh-{spec.name}-{f.index}")
+            for f in facts
+        ],
+    )  # fmt: skip
+    return json.dumps(topology.to_dict(), indent=2) + "\n"
+
+
+def stage_files(cluster: str, indexes: Sequence[int], topology: str) -> dict[str, str]:
+    """Per node: scripts/hosts/node-<i>/.skyinfra/<cluster>/node-<i>/.enrol/ with the
+    bootstrap, enrol.sh, the node check and its topology."""
+    out: dict[str, str] = {}
+    for i in indexes:
+        base = f"{STAGE_DIR}/node-{i}/{NODES_FOLDER}/{cluster}/node-{i}/{ENROL}"
+        out[f"{base}/bootstrap-node.sh"] = resources.bootstrap_script()
+        out[f"{base}/enrol.sh"] = ENROL_SCRIPT
+        out[f"{base}/check-node.py"] = resources.read_text(CHECK_SCRIPT)
+        out[f"{base}/topology.json"] = topology
+    return out
+
+
+def files(ctx: dict[str, Any]) -> dict[str, str]:
+    """Everything the workspace holds for the cluster's Terraform."""
+    tfvars = {name: ctx[name] for name in TFVARS}
+    indexes = [h["index"] for h in ctx["hosts"].values()]
+    return {
+        **render.render_root("ssh", ctx),
+        render.TFVARS_JSON: json.dumps(tfvars, indent=2) + "\n",
+        **render.module_files("ssh"),
+        **stage_files(ctx["cluster_name"], indexes, ctx["enrol_topology"]),
+    }

@@ -1,0 +1,217 @@
+"""The ssh target end to end (issue 45), through the CLI as a user runs it: two stand-in hosts,
+each a real sshd in a network namespace of its own with its own address and home, an
+unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider enrols them.
+
+`up` -> `verify` -> `run` (attached, then detached with `logs`) -> a changed host key refused
+with nothing run -> `down`, after which each host's home and the login user's processes are
+listed: nothing. No timed assertions: every wait ends on a condition.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import module_env
+from tests.support.ssh_hosts import Hosts, stand_in_hosts
+
+pytestmark = pytest.mark.slow
+
+NAME = "lab"
+JOB = '''import hashlib, os
+
+
+def main():
+    """The same computation on every host, and where it ran."""
+    digest = hashlib.sha256(b"".join(i.to_bytes(4, "big") for i in range(100000))).hexdigest()
+    print(f"node {os.environ['SKYINFRA_NODE']} digest {digest}", flush=True)
+    return {
+        "digest": digest,
+        "home": os.environ["HOME"],
+        "netns": os.readlink("/proc/self/ns/net"),
+        "cwd": os.getcwd(),
+    }
+'''
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[Hosts]:
+    with stand_in_hosts(2) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    made = module_env(tmp_path_factory, tf_plugin_cache, "ssh-hosts")
+    # The operator's own known_hosts: an empty home, so nothing of this machine's is honoured.
+    home = tmp_path_factory.mktemp("operator-home")
+    made["HOME"] = str(home)
+    return made
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts) -> Path:
+    root = tmp_path_factory.mktemp("ssh-project")
+    (root / "job.py").write_text(JOB)
+    addresses = ", ".join(f'"{a}"' for a in hosts.addresses)
+    (root / "skyinfra.toml").write_text(
+        f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n\n[ssh]\nhosts = [{addresses}]\n'
+        f'user = "{hosts.user}"\nkey = "{hosts.key}"\n'
+    )
+    return root
+
+
+def workspace(project: Path) -> Path:
+    return project / ".skyinfra" / "clusters" / NAME
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    project: Path, env: dict[str, str], hosts: Hosts
+) -> Iterator[subprocess.CompletedProcess[str]]:
+    up = cli(["up", "--yes"], project, env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    yield up
+    if (workspace(project) / "topology.json").is_file():  # a test failed before `down`'s own
+        for host in hosts.hosts:
+            if host.host_key.name.endswith("-new"):
+                hosts.old_host_key(host)
+        cli(["down", "--yes", "--cluster", NAME], project, env)
+
+
+def node_dir(hosts: Hosts, index: int) -> Path:
+    return hosts.hosts[index].home / ".skyinfra" / NAME / f"node-{index}"
+
+
+def test_up_enrols_each_host_in_a_folder_of_its_own_with_pinned_keys(
+    cluster: subprocess.CompletedProcess[str], project: Path, hosts: Hosts
+) -> None:
+    for i, host in enumerate(hosts.hosts):
+        assert f"node-{i}: {hosts.user}@{host.address}:22 -> {node_dir(hosts, i)}" in cluster.stdout
+        # Only the node's folder in the host's home, owned by the login user, with its venv.
+        top = {p.split("/")[0] for p in hosts.home_listing(host)}
+        assert top == {".skyinfra"}
+        assert sorted(p.name for p in (host.home / ".skyinfra" / NAME).iterdir()) == [f"node-{i}"]
+        assert (node_dir(hosts, i) / ".skyinfra-ready").is_file()
+        assert (node_dir(hosts, i) / "venv" / "bin" / "python").exists()
+        assert node_dir(hosts, i).stat().st_uid == hosts.uid
+        assert (node_dir(hosts, i) / "gpus").read_text().strip() == "0"
+    ws = workspace(project)
+    known = ws / "known_hosts"
+    assert stat.S_IMODE(known.stat().st_mode) == 0o600
+    pinned = known.read_text()
+    for host in hosts.hosts:
+        key = Path(f"{host.host_key}.pub").read_text().split()[1]
+        assert f"{host.address} ssh-ed25519 {key}" in pinned
+    # The root module names each host, its folder and its pinned key, for review.
+    tfvars = json.loads((ws / "terraform.tfvars.json").read_text())
+    assert [h["host"] for h in tfvars["hosts"].values()] == hosts.addresses
+    main = (ws / "main.tf").read_text()
+    for host in hosts.addresses:
+        assert f"{hosts.user}@{host}:22" in main
+
+
+def test_status_and_verify_reach_every_host(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str]
+) -> None:
+    status = cli(["status", "--cluster", NAME], project, env)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count(" ready") == 2, status.stdout
+    verify = cli(["verify", "--cluster", NAME], project, env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_job_runs_on_each_host_with_identical_results(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    run = cli(["run", "--cluster", NAME, "job.py:main"], project, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    runs = sorted(p for p in (workspace(project) / "runs").iterdir() if p.is_dir())
+    summary = json.loads((runs[-1] / "summary.json").read_text())
+    values = [w["value"] for n in summary["nodes"] for w in n["result"]["workers"]]
+    assert len(values) == 2
+    assert values[0]["digest"] == values[1]["digest"]
+    # Each ran on its own host: its home, its network namespace, its node's folder.
+    assert [v["home"] for v in values] == [str(h.home) for h in hosts.hosts]
+    assert values[0]["netns"] != values[1]["netns"]
+    for i, v in enumerate(values):
+        assert v["cwd"].startswith(str(node_dir(hosts, i)) + "/")
+        assert v["netns"] == os.readlink(f"/proc/{hosts.hosts[i].ns}/ns/net")
+
+
+def test_a_detached_job_and_its_logs(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str]
+) -> None:
+    started = cli(["run", "--cluster", NAME, "--detach", "job.py:main"], project, env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    follow = cli(["logs", "--cluster", NAME, job, "--follow", "--all"], project, env)
+    assert follow.returncode == 0, follow.stderr
+    lines = [line for line in follow.stdout.splitlines() if " digest " in line]
+    assert len(lines) == 2 and lines[0].split()[-1] == lines[1].split()[-1], follow.stdout
+    record = cli(["jobs", "--cluster", NAME, job, "--json"], project, env)
+    assert json.loads(record.stdout)["state"] == "succeeded", record.stdout
+
+
+def test_ssh_reaches_a_host_held_to_its_pinned_key(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    """`skyinfra ssh` is the system's ssh with the cluster's known_hosts, strictly: CMD runs in
+    the node's folder with its venv first on PATH; `--config` writes a block per host."""
+    remote = ["echo", "$SKYINFRA_NODE", "$PWD", "$(command -v python)"]
+    shell = cli(["ssh", "--cluster", NAME, "1", "--", *remote], project, env)
+    assert shell.returncode == 0, shell.stderr
+    index, cwd, python = shell.stdout.split()
+    assert index == "1" and cwd == str(node_dir(hosts, 1))
+    assert python == f"{node_dir(hosts, 1)}/venv/bin/python"
+    config = cli(["ssh", "--cluster", NAME, "--config"], project, env)
+    assert config.returncode == 0, config.stderr
+    for i, host in enumerate(hosts.hosts):
+        assert f"Host {NAME}-node-{i}\n    HostName {host.address}\n" in config.stdout
+    assert "StrictHostKeyChecking yes" in config.stdout
+    assert stat.S_IMODE((workspace(project) / "ssh_config").stat().st_mode) == 0o600
+
+
+def test_a_changed_host_key_is_refused_and_nothing_runs(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    changed = hosts.hosts[1]
+    before = [hosts.home_listing(h) for h in hosts.hosts]
+    hosts.new_host_key(changed)
+    try:
+        run = cli(["run", "--cluster", NAME, "job.py:main"], project, env)
+        assert run.returncode != 0
+        assert changed.address in run.stderr and "host key changed" in run.stderr, run.stderr
+        up = cli(["up", "--yes"], project, env)
+        assert up.returncode != 0
+        assert f"host {changed.address} (ssh.hosts[1]) presented another host key" in up.stderr
+        assert "nothing was run on any host" in up.stderr
+        # Nothing was copied or started on either host.
+        assert [hosts.home_listing(h) for h in hosts.hosts] == before
+    finally:
+        hosts.old_host_key(changed)
+
+
+def test_down_leaves_each_host_as_it_was(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    down = cli(["down", "--yes", "--cluster", NAME], project, env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    for host in hosts.hosts:
+        assert f"host {host.address}: nothing left" in down.stdout
+        assert hosts.home_listing(host) == []
+    assert hosts.user_processes() == []
+    assert "checked with ssh: nothing of cluster 'lab' is left" in down.stdout

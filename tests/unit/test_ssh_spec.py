@@ -1,0 +1,131 @@
+"""The ssh target's ``[ssh]`` table (issue 45): every mistake that can be judged offline is
+refused by `skyinfra validate` and by `skyinfra up` before anything is dialled or written,
+exit 2, naming the field and what would be valid."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skyinfra import exitcodes
+from skyinfra.spec import validate_spec
+from skyinfra.targets.ssh.spec import SshSpec
+from tests.conftest import skyinfra_argv
+
+
+def spec_text(ssh: str, nodes: int = 2) -> str:
+    return f'name = "lab"\nprovider = "ssh"\nnodes = {nodes}\n\n[ssh]\n{ssh}\n'
+
+
+GOOD = 'hosts = ["10.0.0.5", "gpu-2.lab.example.com"]\nuser = "ml"\nkey = "id_ed25519"\n'
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "id_ed25519").write_text("not read offline\n")
+    return root
+
+
+BAD = [
+    pytest.param(
+        spec_text(GOOD, nodes=3), "ssh.hosts", "at least 3 hosts (nodes = 3; 2 listed)",
+        id="fewer-hosts-than-nodes",
+    ),
+    pytest.param(
+        spec_text(GOOD.replace("gpu-2.lab.example.com", "10.0.0.5")),
+        "ssh.hosts[1]", "it is ssh.hosts[0] too", id="same-host-twice",
+    ),
+    pytest.param(
+        spec_text(GOOD.replace("id_ed25519", "keys/missing")),
+        "ssh.key", "an existing SSH private key file", id="missing-key-file",
+    ),
+    pytest.param(
+        spec_text(GOOD + 'spare_hosts = ["spare-1", "10.0.0.5"]\n'),
+        "ssh.spare_hosts[1]", "a host that is not in ssh.hosts", id="spare-overlaps-hosts",
+    ),
+    pytest.param(
+        spec_text(GOOD.replace('"10.0.0.5"', '"ml@10.0.0.5:2222"')),
+        "ssh.hosts[0]", "no user@ or :port", id="host-with-user-and-port",
+    ),
+    pytest.param(
+        spec_text(GOOD + 'private_addresses = ["192.168.0.5"]\n'),
+        "ssh.private_addresses", "one address per host of ssh.hosts (2)",
+        id="private-addresses-count",
+    ),
+    pytest.param(
+        spec_text(GOOD + 'python = "python3; rm -rf ~"\n'),
+        "ssh.python", "Python 3.10 or newer", id="python-not-a-path",
+    ),
+    pytest.param(
+        spec_text(GOOD + "port = 0\n"), "ssh.port", "an integer from 1 to 65535", id="port",
+    ),
+    pytest.param(
+        spec_text(GOOD + 'hostz = ["x"]\n'), "ssh.hostz", "did you mean 'ssh.hosts'",
+        id="unknown-key",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "field", "expected"), BAD)
+def test_validate_refuses_a_bad_ssh_table_naming_the_field(
+    project: Path, clean_env: dict[str, str], text: str, field: str, expected: str
+) -> None:
+    (project / "skyinfra.toml").write_text(text)
+    before = listing(project)
+    done = run(["validate"], project, clean_env)
+    assert done.returncode == exitcodes.USAGE, done.stdout + done.stderr
+    assert f"'{field}'" in done.stderr and expected in done.stderr, done.stderr
+    assert listing(project) == before
+
+
+@pytest.mark.parametrize(("text", "field", "expected"), BAD[:4])
+def test_up_refuses_it_before_dialling_anything_and_writes_nothing(
+    project: Path, clean_env: dict[str, str], text: str, field: str, expected: str
+) -> None:
+    (project / "skyinfra.toml").write_text(text)
+    before = listing(project)
+    done = run(["up", "--yes", "--dir", str(project / "clusters")], project, clean_env)
+    assert done.returncode == exitcodes.USAGE, done.stdout + done.stderr
+    assert f"'{field}'" in done.stderr and expected in done.stderr, done.stderr
+    assert listing(project) == before  # no clusters/ folder, no known_hosts
+
+
+def test_a_good_table_validates_and_round_trips(project: Path, clean_env: dict[str, str]) -> None:
+    text = GOOD + 'private_addresses = ["192.168.0.5", "192.168.0.6"]\nspare_hosts = ["s1"]\n'
+    (project / "skyinfra.toml").write_text(spec_text(text))
+    done = run(["validate"], project, clean_env)
+    assert done.returncode == 0, done.stderr
+    spec = validate_spec(
+        {
+            "name": "lab", "provider": "ssh", "nodes": 2,
+            "ssh": {"hosts": ["a", "b", "c"], "user": "ml", "key": "k", "port": 2222,
+                    "spare_hosts": ["d"]},
+        }
+    )  # fmt: skip
+    section = spec.section_as(SshSpec)
+    assert section.node_hosts(spec.nodes) == ("a", "b")
+    assert section.private_address(1) == "b"
+    assert validate_spec(spec.to_dict()) == spec
+
+
+def test_the_ssh_table_is_required_with_the_ssh_provider(
+    project: Path, clean_env: dict[str, str]
+) -> None:
+    (project / "skyinfra.toml").write_text('name = "lab"\nprovider = "ssh"\n')
+    done = run(["validate"], project, clean_env)
+    assert done.returncode == exitcodes.USAGE
+    assert "'ssh'" in done.stderr and "a [ssh] table with hosts, user and key" in done.stderr
