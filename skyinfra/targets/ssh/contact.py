@@ -22,7 +22,7 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import HostKeyChangedError, SpecError, TransportError
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.targets.ssh.spec import SshSpec, check_key_file
 
 KNOWN_HOSTS = "known_hosts"
@@ -114,8 +114,7 @@ def contact(
                 i: SshTarget(host=h, user=section.user, port=section.port)
                 for i, h in enumerate(hosts)
             },
-            key_path=key,
-            known_hosts=known,
+            keys=SshKeys(key_path=key, known_hosts=known),
             connect_timeout_s=timeout_s,
         )
 

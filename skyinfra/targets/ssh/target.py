@@ -28,14 +28,15 @@ from skyinfra.errors import (
     WorkspaceError,
 )
 from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTransport
 from skyinfra.targets.aws.ssh import SshTarget as Login
-from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.base import (
     Apply,
     Ask,
     CheckpointListing,
     CheckpointSetInfo,
     Echo,
+    InterruptRequest,
     Shell,
     TargetOptions,
 )
@@ -80,6 +81,15 @@ def _hosts(ws: Workspace) -> dict[int, dict[str, Any]]:
     return {int(h["index"]): h for h in ws.read_json(path)["hosts"]}
 
 
+# The enrolment's markers (provision.sh, run by Terraform's provisioner; no cloud-init).
+ENROLMENT_PROBE = ReadinessProbe(
+    ready_marker="/" + enrol.READY_MARKER,
+    failed_marker="/" + enrol.FAILED_MARKER,
+    cloud_init_status=None,
+    bootstrap_log="`skyinfra up`'s output (the enrolment runs there)",
+)
+
+
 def _transport(
     ws: Workspace, spec: ClusterSpec, timeout_s: float | None = None, *, rooted: bool = True
 ) -> SshTransport:
@@ -92,14 +102,10 @@ def _transport(
     }  # fmt: skip
     return SshTransport(
         logins,
-        key_path=Path(section.key).expanduser(),
-        known_hosts=ws.path / KNOWN_HOSTS,
+        keys=SshKeys(key_path=Path(section.key).expanduser(), known_hosts=ws.path / KNOWN_HOSTS),
         node_root="" if rooted else "/",
         connect_timeout_s=timeout_s or 20.0,
-        ready_marker="/" + enrol.READY_MARKER,
-        failed_marker="/" + enrol.FAILED_MARKER,
-        cloud_init_status=None,
-        bootstrap_log="`skyinfra up`'s output (the enrolment runs there)",
+        probe=ENROLMENT_PROBE,
     )
 
 
@@ -393,15 +399,12 @@ class SshHostsTarget(SshDeclaration):
         ws: Workspace,
         spec: ClusterSpec,
         topology: Topology,
-        node: int,
+        request: InterruptRequest,
         *,
-        notice_s: int,
-        role_arn: str | None,
-        yes: bool,
         ask: Ask | None,
         echo: Echo,
     ) -> None:
-        """Unsupported yet: the hosts have no notice stand-in (issue 45's drill part)."""
+        """Unsupported yet: the hosts have no interruption-notice stand-in."""
         raise UnsupportedByTarget(
             self.name,
             "interrupt_node",
