@@ -1,0 +1,308 @@
+"""The ladder: the (instance type, region) rungs `up` may try, in order, and why a rung is out.
+
+Rungs are type-major: every region of the first type, then every region of the second, and
+so on (within a rung `up` walks the region's zones as before). Whether a rung stays is
+decided here by pure functions of the rung and what the lookups found (RungFacts): another
+GPU count per node than the first rung's without ``allow_reshape``, less GPU memory than
+``min_gpu_memory_gib``, an hourly price above ``guardrails.max_hourly_usd`` drop it; too
+little quota headroom skips it. The lookups themselves (prices, quotas, images) are the
+shell's (preflight.py); plan.md shows :func:`ladder_markdown` and the plan's metadata keeps
+:func:`ladder_metadata`, from which ``up``/``apply`` take the approved rungs and no other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from skyinfra.targets.aws.accelerators import GpuType, gpu_type
+
+# Why a rung is not tried: "dropped" (it breaks a rule of the spec: reshape, GPU memory, a
+# guardrail) or "skipped" (it could not hold the cluster now: quota, not offered).
+Verdict = Literal["approved", "dropped", "skipped"]
+LADDER_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One instance type in one region."""
+
+    instance_type: str
+    region: str
+
+    @property
+    def gpu(self) -> GpuType | None:
+        return gpu_type(self.instance_type)
+
+    @property
+    def label(self) -> str:
+        return f"{self.instance_type} in {self.region}"
+
+
+def rungs(instance_types: Sequence[str], regions: Sequence[str]) -> tuple[Rung, ...]:
+    """Type x region, type-major: the order `up` tries them."""
+    return tuple(Rung(t, r) for t in instance_types for r in regions)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A vCPU quota as Service Quotas reports it, and the vCPUs already running under it."""
+
+    code: str
+    title: str
+    limit: float
+    in_use: int
+
+    @property
+    def headroom(self) -> float:
+        return max(self.limit - self.in_use, 0)
+
+
+@dataclass(frozen=True)
+class RungFacts:
+    """What the lookups found for one rung (None: not looked up, or no answer)."""
+
+    # The cluster's price per hour (every node) in USD.
+    hourly_usd: float | None = None
+    market: str = "on-demand"
+    quota: Quota | None = None
+    # Zones of the region offering the type (None: not looked up).
+    zones: tuple[str, ...] | None = None
+    # The image the nodes boot in this region (None: not resolved).
+    image: str | None = None
+    # EC2's Spot placement score (1-10) where asked.
+    placement_score: int | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The spec's rules a rung is held to."""
+
+    nodes: int
+    # GPUs per node the job was written for (accelerators' count, else the first rung's).
+    gpus_per_node: int | None = None
+    allow_reshape: bool = False
+    min_gpu_memory_gib: float | None = None
+    max_hourly_usd: float | None = None
+    lifetime_hours: float | None = None
+
+
+# ---------------------------------------------------------------- the checks, one per rule
+
+
+def reshape_refusal(rung: Rung, policy: Policy) -> str | None:
+    """Another GPU count per node changes the processes per node and the device mesh: a
+    resumed job would meet another world size. Refused unless ``allow_reshape``."""
+    gpu = rung.gpu
+    if policy.gpus_per_node is None or gpu is None or gpu.gpu_count == policy.gpus_per_node:
+        return None
+    if policy.allow_reshape:
+        return None
+    return (
+        f"{gpu.gpu_count} GPUs per node where the job has {policy.gpus_per_node} (another "
+        "world size); set aws.allow_reshape = true to allow it"
+    )
+
+
+def memory_refusal(rung: Rung, policy: Policy) -> str | None:
+    """A GPU with less memory than ``min_gpu_memory_gib``."""
+    gpu = rung.gpu
+    if policy.min_gpu_memory_gib is None or gpu is None:
+        return None
+    if gpu.gpu_memory_gib >= policy.min_gpu_memory_gib:
+        return None
+    return (
+        f"{gpu.gpu_memory_gib:.0f} GiB per GPU, under aws.min_gpu_memory_gib = "
+        f"{policy.min_gpu_memory_gib:g}"
+    )
+
+
+def guardrail_refusal(facts: RungFacts, policy: Policy) -> str | None:
+    """The cluster's hourly price above ``guardrails.max_hourly_usd``."""
+    if policy.max_hourly_usd is None or facts.hourly_usd is None:
+        return None
+    if facts.hourly_usd <= policy.max_hourly_usd:
+        return None
+    return (
+        f"${facts.hourly_usd:,.2f}/h is above guardrails.max_hourly_usd = "
+        f"${policy.max_hourly_usd:,.2f}"
+    )
+
+
+def vcpus_needed(rung: Rung, nodes: int) -> int | None:
+    gpu = rung.gpu
+    return None if gpu is None else gpu.vcpus * nodes
+
+
+def quota_refusal(rung: Rung, facts: RungFacts, policy: Policy) -> str | None:
+    """Too little quota headroom for the cluster: skipped before any launch, naming the quota
+    and how to raise it."""
+    quota = facts.quota
+    needed = vcpus_needed(rung, policy.nodes)
+    if quota is None or needed is None or needed <= quota.headroom:
+        return None
+    return (
+        f"quota {quota.title} ({quota.code}) has {quota.headroom:g} vCPUs free in "
+        f"{rung.region} ({quota.limit:g} less {quota.in_use} in use), {needed} needed: request "
+        f"an increase of {quota.code} in the Service Quotas console"
+    )
+
+
+def offer_refusal(rung: Rung, facts: RungFacts) -> str | None:
+    if facts.zones is None or facts.zones:
+        return None
+    return f"{rung.region} offers {rung.instance_type} in no zone"
+
+
+@dataclass(frozen=True)
+class Assessed:
+    """A rung, what was found of it, and whether `up` may take it (reason when not)."""
+
+    rung: Rung
+    facts: RungFacts
+    verdict: Verdict
+    reason: str | None = None
+
+    @property
+    def approved(self) -> bool:
+        return self.verdict == "approved"
+
+
+def assess(rung: Rung, facts: RungFacts, policy: Policy) -> Assessed:
+    """The rung's verdict: the first rule it breaks drops it; else too little room skips it."""
+    for reason in (
+        reshape_refusal(rung, policy),
+        memory_refusal(rung, policy),
+        guardrail_refusal(facts, policy),
+    ):
+        if reason is not None:
+            return Assessed(rung, facts, "dropped", reason)
+    for reason in (offer_refusal(rung, facts), quota_refusal(rung, facts, policy)):
+        if reason is not None:
+            return Assessed(rung, facts, "skipped", reason)
+    return Assessed(rung, facts, "approved")
+
+
+def assess_all(
+    ladder: Sequence[Rung], facts: Mapping[Rung, RungFacts], policy: Policy
+) -> tuple[Assessed, ...]:
+    return tuple(assess(rung, facts.get(rung, RungFacts()), policy) for rung in ladder)
+
+
+def base_gpus_per_node(ladder: Sequence[Rung], accelerators_count: int | None) -> int | None:
+    """The GPUs per node the job is written for: the accelerators' count, else the first
+    rung's (None: the first rung has no GPUs skyinfra knows)."""
+    if accelerators_count is not None:
+        return accelerators_count
+    first = ladder[0].gpu if ladder else None
+    return None if first is None else first.gpu_count
+
+
+# ---------------------------------------------------------------- what the plan shows
+
+
+def _money(value: float | None) -> str:
+    return "unpriced" if value is None else f"${value:,.2f}"
+
+
+def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
+    gpu = a.rung.gpu
+    facts = a.facts
+    lifetime = (
+        None
+        if facts.hourly_usd is None or policy.lifetime_hours is None
+        else facts.hourly_usd * policy.lifetime_hours
+    )
+    quota = (
+        "not checked"
+        if facts.quota is None
+        else f"{facts.quota.headroom:g} vCPUs free ({facts.quota.code})"
+    )
+    status = "approved" if a.approved else f"{a.verdict}: {a.reason}"
+    return (
+        str(index),
+        a.rung.instance_type,
+        a.rung.region,
+        f"{gpu.gpu_count} x {gpu.gpu_name}" if gpu else "none known",
+        f"{gpu.gpu_memory_gib:.0f} GiB" if gpu else "-",
+        ("yes" if gpu.efa else "no") if gpu else "-",
+        facts.market,
+        _money(facts.hourly_usd),
+        "no limit" if policy.lifetime_hours is None else _money(lifetime),
+        quota,
+        "-" if facts.placement_score is None else str(facts.placement_score),
+        facts.image or "not resolved",
+        status,
+    )
+
+
+HEADER = (
+    "#",
+    "instance type",
+    "region",
+    "GPUs per node",
+    "memory per GPU",
+    "EFA",
+    "market",
+    "cluster $/h",
+    "lifetime $",
+    "quota headroom",
+    "Spot score",
+    "image",
+    "status",
+)
+
+
+def ladder_markdown(assessed: Sequence[Assessed], policy: Policy) -> str:
+    """The ladder section of plan.md: every rung in the order `up` tries them, the dropped
+    and skipped ones with their reason."""
+    approved = sum(1 for a in assessed if a.approved)
+    lines = [
+        "## Ladder",
+        "",
+        f"`up` tries the approved rungs in this order ({approved} of {len(assessed)}), the "
+        "zones of each region in turn, and takes the first with room for all "
+        f"{policy.nodes} nodes; a refused rung is destroyed before the next.",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join("---" for _ in HEADER) + "|",
+    ]
+    for index, a in enumerate(assessed, 1):
+        lines.append("| " + " | ".join(_cells(a, index, policy)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def ladder_metadata(assessed: Sequence[Assessed]) -> dict[str, Any]:
+    """The ladder as the plan's metadata keeps it: `up`/`apply` may take these approved rungs
+    and no other."""
+    return {
+        "schema": LADDER_SCHEMA,
+        "rungs": [
+            {
+                "instance_type": a.rung.instance_type,
+                "region": a.rung.region,
+                "verdict": a.verdict,
+                "reason": a.reason,
+                "hourly_usd": a.facts.hourly_usd,
+            }
+            for a in assessed
+        ],
+    }
+
+
+def approved_rungs(metadata: Mapping[str, Any]) -> tuple[Rung, ...]:
+    """The rungs a reviewed plan approved, in order."""
+    return tuple(
+        Rung(str(r["instance_type"]), str(r["region"]))
+        for r in metadata.get("rungs") or []
+        if r.get("verdict") == "approved"
+    )
+
+
+def rung_problem(rung: Rung, approved: Sequence[Rung]) -> str | None:
+    """Why ``up`` may not take ``rung`` under a reviewed plan (None: it may)."""
+    if rung in approved:
+        return None
+    shown = ", ".join(r.label for r in approved) or "none"
+    return f"{rung.label} is not a rung the reviewed plan approved ({shown})"

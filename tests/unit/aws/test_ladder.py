@@ -1,0 +1,234 @@
+"""ladder.py and ladder_spec.py: the rungs in order, each rung check by itself, the ladder
+table plan.md shows (golden), and the ladder fields of [aws] with their bad input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skyinfra.errors import SpecError
+from skyinfra.targets.aws.accelerators import Accelerators
+from skyinfra.targets.aws.ladder import (
+    Policy,
+    Quota,
+    Rung,
+    RungFacts,
+    approved_rungs,
+    assess,
+    assess_all,
+    base_gpus_per_node,
+    ladder_markdown,
+    ladder_metadata,
+    rung_problem,
+    rungs,
+)
+from skyinfra.targets.aws.ladder_spec import parse_ladder
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "ladder"
+P_QUOTA = ("L-417A185B", "Running On-Demand P instances")
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SKYINFRA_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_rungs_are_type_major() -> None:
+    assert rungs(["p5.48xlarge", "p4d.24xlarge"], ["us-east-1", "us-west-2"]) == (
+        Rung("p5.48xlarge", "us-east-1"),
+        Rung("p5.48xlarge", "us-west-2"),
+        Rung("p4d.24xlarge", "us-east-1"),
+        Rung("p4d.24xlarge", "us-west-2"),
+    )
+
+
+def test_another_gpu_count_is_refused_unless_allow_reshape() -> None:
+    l4x4 = Rung("g6.12xlarge", "us-east-1")
+    kept = Policy(nodes=2, gpus_per_node=8)
+    verdict = assess(l4x4, RungFacts(), kept)
+    assert verdict.verdict == "dropped"
+    assert verdict.reason == (
+        "4 GPUs per node where the job has 8 (another world size); set "
+        "aws.allow_reshape = true to allow it"
+    )
+    allowed = Policy(nodes=2, gpus_per_node=8, allow_reshape=True)
+    assert assess(l4x4, RungFacts(), allowed).approved
+
+
+def test_guardrail_failing_rung_is_dropped_with_its_reason() -> None:
+    policy = Policy(nodes=2, max_hourly_usd=100)
+    dropped = assess(Rung("p5.48xlarge", "us-east-1"), RungFacts(hourly_usd=110.08), policy)
+    assert (dropped.verdict, dropped.reason) == (
+        "dropped",
+        "$110.08/h is above guardrails.max_hourly_usd = $100.00",
+    )
+    assert assess(Rung("p4d.24xlarge", "us-east-1"), RungFacts(hourly_usd=43.92), policy).approved
+    # An unpriced rung is not dropped by a price it does not have.
+    assert assess(Rung("p5.48xlarge", "us-west-2"), RungFacts(), policy).approved
+
+
+def test_quota_headroom_skips_naming_the_quota() -> None:
+    quota = Quota(*P_QUOTA, limit=384, in_use=192)
+    skipped = assess(Rung("p5.48xlarge", "us-east-1"), RungFacts(quota=quota), Policy(nodes=2))
+    assert skipped.verdict == "skipped"
+    assert skipped.reason == (
+        "quota Running On-Demand P instances (L-417A185B) has 192 vCPUs free in us-east-1 "
+        "(384 less 192 in use), 384 needed: request an increase of L-417A185B in the Service "
+        "Quotas console"
+    )
+    assert assess(
+        Rung("p5.48xlarge", "us-east-1"), RungFacts(quota=quota), Policy(nodes=1)
+    ).approved
+
+
+def test_min_gpu_memory_and_offer_checks() -> None:
+    policy = Policy(nodes=1, min_gpu_memory_gib=80)
+    low = assess(Rung("p4d.24xlarge", "us-east-1"), RungFacts(), policy)
+    assert low.reason == "40 GiB per GPU, under aws.min_gpu_memory_gib = 80"
+    none = assess(Rung("p5.48xlarge", "sa-east-1"), RungFacts(zones=()), Policy(nodes=1))
+    assert (none.verdict, none.reason) == ("skipped", "sa-east-1 offers p5.48xlarge in no zone")
+
+
+def test_base_gpus_per_node() -> None:
+    ladder = rungs(["g6.12xlarge", "p5.48xlarge"], ["us-east-1"])
+    assert base_gpus_per_node(ladder, None) == 4
+    assert base_gpus_per_node(ladder, 8) == 8
+    assert base_gpus_per_node(rungs(["t3.micro"], ["us-east-1"]), None) is None
+
+
+def _three_rung_ladder() -> tuple[Any, Policy]:
+    ladder = rungs(["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge", "g6e.48xlarge"], ["us-east-1"])
+    ladder += (Rung("p5.48xlarge", "us-west-2"), Rung("g6.12xlarge", "us-west-2"))
+    quota = Quota(*P_QUOTA, limit=2000, in_use=0)
+    facts = {
+        Rung("p5.48xlarge", "us-east-1"): RungFacts(
+            hourly_usd=110.08, quota=quota, zones=("us-east-1a",), image="ami-0123456789abcdef0"
+        ),
+        Rung("p5en.48xlarge", "us-east-1"): RungFacts(quota=quota, image="ami-0123456789abcdef0"),
+        Rung("p4d.24xlarge", "us-east-1"): RungFacts(
+            hourly_usd=43.92, quota=Quota(*P_QUOTA, limit=192, in_use=96)
+        ),
+        Rung("g6e.48xlarge", "us-east-1"): RungFacts(hourly_usd=300.0),
+        Rung("p5.48xlarge", "us-west-2"): RungFacts(
+            hourly_usd=110.08, market="spot", placement_score=7, image="ami-0fedcba9876543210"
+        ),
+        Rung("g6.12xlarge", "us-west-2"): RungFacts(),
+    }
+    policy = Policy(nodes=2, gpus_per_node=8, max_hourly_usd=200, lifetime_hours=24)
+    return assess_all(ladder, facts, policy), policy
+
+
+def test_ladder_table_golden() -> None:
+    assessed, policy = _three_rung_ladder()
+    _golden("ladder.md", ladder_markdown(assessed, policy))
+
+
+def test_metadata_keeps_the_approved_rungs_in_order() -> None:
+    assessed, _ = _three_rung_ladder()
+    approved = approved_rungs(ladder_metadata(assessed))
+    assert approved == (
+        Rung("p5.48xlarge", "us-east-1"),
+        Rung("p5en.48xlarge", "us-east-1"),
+        Rung("p5.48xlarge", "us-west-2"),
+    )
+    assert rung_problem(Rung("p5.48xlarge", "us-west-2"), approved) is None
+    assert rung_problem(Rung("p4d.24xlarge", "us-east-1"), approved) == (
+        "p4d.24xlarge in us-east-1 is not a rung the reviewed plan approved (p5.48xlarge in "
+        "us-east-1, p5en.48xlarge in us-east-1, p5.48xlarge in us-west-2)"
+    )
+
+
+# ---------------------------------------------------------------- the [aws] ladder fields
+
+
+def _ladder(raw: dict[str, Any]) -> Any:
+    return parse_ladder(raw, raw.get("instance_type"), raw.get("region"))
+
+
+def test_one_rung_spellings_stay_one_rung() -> None:
+    fields = _ladder({"instance_type": "g5.xlarge", "region": "us-east-1"})
+    assert (fields.instance_types, fields.regions) == (("g5.xlarge",), ("us-east-1",))
+    assert not fields.types_listed and not fields.regions_listed
+
+
+def test_lists_and_accelerators() -> None:
+    fields = _ladder(
+        {
+            "instance_types": ["p5.48xlarge", "p5.4xlarge"],
+            "regions": ["us-east-1", "us-west-2"],
+        }
+    )
+    assert (fields.instance_types, fields.regions) == (
+        ("p5.48xlarge", "p5.4xlarge"),
+        ("us-east-1", "us-west-2"),
+    )
+    fields = _ladder({"accelerators": "A100:8", "regions": ["us-west-2"], "allow_reshape": True})
+    assert fields.instance_types == ("p4d.24xlarge", "p4de.24xlarge")
+    assert (fields.accelerators, fields.allow_reshape) == (Accelerators("A100", 8), True)
+    assert fields.types_listed and fields.regions_listed
+    fields = _ladder({"accelerators": "A100:8", "min_gpu_memory_gib": 80, "region": "us-east-1"})
+    assert fields.instance_types == ("p4de.24xlarge",)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "expected"),
+    [
+        ({"accelerators": "H100:3", "region": "us-east-1"}, "aws.accelerators", '"H100:8"'),
+        ({"accelerators": "Z80:8", "region": "us-east-1"}, "aws.accelerators", "H100, H200"),
+        (
+            {"instance_type": "g5.xlarge", "regions": ["us-east-1", "moon-1"]},
+            "aws.regions[1]",
+            "an AWS region such as",
+        ),
+        ({"instance_type": "g5.xlarge", "region": "us-east-9"}, "aws.region", "us-east-1"),
+        ({"instance_types": [], "region": "us-east-1"}, "aws.instance_types", "non-empty list"),
+        (
+            {"instance_type": "g5.xlarge", "instance_types": ["g5.xlarge"], "region": "us-east-1"},
+            "aws.instance_types",
+            "either aws.instance_type (one) or aws.instance_types",
+        ),
+        (
+            {"instance_type": "g5.xlarge", "region": "us-east-1", "regions": ["us-east-1"]},
+            "aws.regions",
+            "either aws.region (one) or aws.regions",
+        ),
+        (
+            {
+                "accelerators": "H100:8",
+                "instance_types": ["p5.48xlarge", "p4d.24xlarge"],
+                "region": "us-east-1",
+            },
+            "aws.instance_types[1]",
+            "a type with H100:8 per node (p5.48xlarge); p4d.24xlarge has A100:8",
+        ),
+        (
+            {"accelerators": "A100:8", "min_gpu_memory_gib": 100, "region": "us-east-1"},
+            "aws.min_gpu_memory_gib",
+            "no type with A100:8 has that much",
+        ),
+        (
+            {
+                "instance_type": "g5.xlarge",
+                "regions": ["us-east-1", "us-west-2"],
+                "zones": ["us-east-1a"],
+            },
+            "aws.zones",
+            "absent with several aws.regions",
+        ),
+        (
+            {"instance_type": "g5.xlarge", "region": "us-east-1", "allow_reshape": "yes"},
+            "aws.allow_reshape",
+            "true or false",
+        ),
+    ],
+)
+def test_bad_ladder_input_names_the_field(raw: dict[str, Any], field: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        _ladder(raw)
+    assert err.value.field == field
+    assert expected in str(err.value)
