@@ -202,6 +202,10 @@ def plan(
             shutil.rmtree(ws.path, ignore_errors=True)
         raise
     spot = lifecycle.spot_prices(spec, echo)
+    # A target's ladder of places to launch (aws, issue 44): shown in plan.md and kept in the
+    # metadata; None for a target without one, or a spec with one rung.
+    plan_ladder = getattr(lifecycle.target_of(spec), "plan_ladder", None)
+    ladder = plan_ladder(spec, echo, options) if plan_ladder is not None else None
     review = build_review(
         plan_json,
         facts_of(spec),
@@ -211,7 +215,7 @@ def plan(
         spot_prices=spot,
     )
     hint = f"Apply exactly this plan: `skyinfra apply {PLANFILE}` (sha256 checked)."
-    document = markdown.render(review, apply_hint=hint)
+    document = markdown.render(review, apply_hint=hint, sections=[ladder[0]] if ladder else [])
     out_ws = Workspace(out)
     out_ws.write_files(
         {
@@ -232,6 +236,7 @@ def plan(
                     "summary": review.to_dict(),
                     # The Spot prices it was reviewed with (issue 26): `apply` judges the same.
                     **({"spot_prices": spot.to_dict()} if spot is not None else {}),
+                    **({"ladder": ladder[1]} if ladder else {}),
                 },
                 indent=2,
             )

@@ -253,7 +253,15 @@ def _fold(text: str, budget: int) -> list[str]:
     ]
 
 
-def render(review: Review, *, limit: int = COMMENT_LIMIT, apply_hint: str = "") -> str:
+def render(
+    review: Review,
+    *,
+    limit: int = COMMENT_LIMIT,
+    apply_hint: str = "",
+    sections: Sequence[str] = (),
+) -> str:
+    """plan.md; ``sections``: a target's own (markdown, after the guardrails), such as aws's
+    ladder of instance types and regions."""
     facts = review.facts
     summary = review.summary
     parts: list[list[str]] = [header(review)]
@@ -274,6 +282,7 @@ def render(review: Review, *, limit: int = COMMENT_LIMIT, apply_hint: str = "") 
     )
     parts.append(cost(review.cost))
     parts.append(guardrails(review))
+    parts += [section.rstrip("\n").split("\n") for section in sections]
     if review.node_access:
         parts.append(
             ["### What the nodes' role may do in S3", "", *(f"- {a}" for a in review.node_access)]

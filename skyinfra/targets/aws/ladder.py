@@ -69,8 +69,9 @@ class RungFacts:
     quota: Quota | None = None
     # Zones of the region offering the type (None: not looked up).
     zones: tuple[str, ...] | None = None
-    # The image the nodes boot in this region (None: not resolved).
+    # The image the nodes boot in this region (None: not looked up), or why it did not resolve.
     image: str | None = None
+    image_problem: str | None = None
     # EC2's Spot placement score (1-10) where asked.
     placement_score: int | None = None
 
@@ -149,6 +150,13 @@ def quota_refusal(rung: Rung, facts: RungFacts, policy: Policy) -> str | None:
     )
 
 
+def image_refusal(rung: Rung, facts: RungFacts) -> str | None:
+    """An image that does not resolve in the rung's region: its launch would fail."""
+    if facts.image_problem is None:
+        return None
+    return f"no image in {rung.region}: {facts.image_problem}"
+
+
 def offer_refusal(rung: Rung, facts: RungFacts) -> str | None:
     if facts.zones is None or facts.zones:
         return None
@@ -178,7 +186,11 @@ def assess(rung: Rung, facts: RungFacts, policy: Policy) -> Assessed:
     ):
         if reason is not None:
             return Assessed(rung, facts, "dropped", reason)
-    for reason in (offer_refusal(rung, facts), quota_refusal(rung, facts, policy)):
+    for reason in (
+        offer_refusal(rung, facts),
+        quota_refusal(rung, facts, policy),
+        image_refusal(rung, facts),
+    ):
         if reason is not None:
             return Assessed(rung, facts, "skipped", reason)
     return Assessed(rung, facts, "approved")
@@ -232,7 +244,7 @@ def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
         "no limit" if policy.lifetime_hours is None else _money(lifetime),
         quota,
         "-" if facts.placement_score is None else str(facts.placement_score),
-        facts.image or "not resolved",
+        facts.image or ("not found" if facts.image_problem else "not resolved"),
         status,
     )
 
@@ -259,7 +271,7 @@ def ladder_markdown(assessed: Sequence[Assessed], policy: Policy) -> str:
     and skipped ones with their reason."""
     approved = sum(1 for a in assessed if a.approved)
     lines = [
-        "## Ladder",
+        "### Ladder",
         "",
         f"`up` tries the approved rungs in this order ({approved} of {len(assessed)}), the "
         "zones of each region in turn, and takes the first with room for all "
