@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra.errors import SpecError
+from skyinfra.targets.aws.accelerators import Accelerators, parse_accelerators
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
+from skyinfra.targets.aws.ladder_spec import LADDER_KEYS
 
 # The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
 # image that brings its own).
@@ -57,6 +59,8 @@ AWS_KEYS = (
     "spot_fallback",
     # Unattended recovery (issue 26): the head replaces lost and interrupted workers itself.
     "recover",
+    # The ladder (issue 44): GPUs asked for, instance types and regions in order.
+    *LADDER_KEYS,
 )
 # Spot (issue 26). The head (node 0) runs the coordinator: it stays On-Demand unless asked.
 ON_DEMAND = "on-demand"
@@ -73,6 +77,7 @@ _QUIET_DEFAULTS = {
     "head_market": ON_DEMAND,
     "spot_fallback": "none",
     "recover": False,
+    "allow_reshape": False,
 }
 # The longest max_lifetime_hours: 30 days.
 MAX_LIFETIME_HOURS = 30 * 24
@@ -125,6 +130,26 @@ class AwsSpec:
     # workers itself, with Terraform on the shared state (the spec's S3 backend) and a role
     # limited to the cluster's own resources (skyinfra.run.head_recovery).
     recover: bool = False
+    # The ladder (issue 44, ladder_spec.py): the instance types and regions `up` may take, in
+    # order, when more than instance_type and region (which are then the first of each); the
+    # GPUs per node asked for ("H100:8"), and the rules a rung is held to.
+    instance_types: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+    accelerators: str | None = None
+    min_gpu_memory_gib: float | None = None
+    allow_reshape: bool = False
+
+    @property
+    def ladder_types(self) -> tuple[str, ...]:
+        return self.instance_types or (self.instance_type,)
+
+    @property
+    def ladder_regions(self) -> tuple[str, ...]:
+        return self.regions or (self.region,)
+
+    @property
+    def accelerators_parsed(self) -> Accelerators | None:
+        return None if self.accelerators is None else parse_accelerators(self.accelerators)
 
     @property
     def needs_backend(self) -> str | None:
@@ -139,6 +164,11 @@ class AwsSpec:
             value = getattr(self, key)
             if value is not None and value != () and _QUIET_DEFAULTS.get(key) != value:
                 table[key] = list(value) if isinstance(value, tuple) else value
+        # A list stands for its one-rung spelling (which holds its first entry).
+        if self.instance_types:
+            table.pop("instance_type", None)
+        if self.regions:
+            table.pop("region", None)
         return table
 
     @property

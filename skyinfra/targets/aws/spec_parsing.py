@@ -15,6 +15,7 @@ from skyinfra_runtime.s3 import URL_EXPECTED, url_problem
 from skyinfra.errors import SpecError
 from skyinfra.spec import Problems, read_bool, read_int, read_str, reject_unknown
 from skyinfra.targets.aws.capacity import parse_zones
+from skyinfra.targets.aws.ladder_spec import LadderFields, parse_ladder
 from skyinfra.targets.aws.spec import (
     AWS_KEYS,
     DEFAULT_IDLE_SHUTDOWN_MINUTES,
@@ -224,6 +225,30 @@ def _lifetime_hours(raw: Mapping[str, Any]) -> float | None:
     return value
 
 
+def _first_rung(
+    ladder: LadderFields | None, region: str | None, instance_type: str | None
+) -> tuple[str | None, str | None]:
+    """instance_type and region: the first of the ladder's lists when it has them."""
+    if ladder is None:
+        return region, instance_type
+    return (
+        ladder.regions[0] if ladder.regions else region,
+        ladder.instance_types[0] if ladder.instance_types else instance_type,
+    )
+
+
+def _ladder_fields(ladder: LadderFields | None) -> dict[str, Any]:
+    if ladder is None:
+        return {}
+    return {
+        "instance_types": ladder.instance_types if ladder.types_listed else (),
+        "regions": ladder.regions if ladder.regions_listed else (),
+        "accelerators": None if ladder.accelerators is None else str(ladder.accelerators),
+        "min_gpu_memory_gib": ladder.min_gpu_memory_gib,
+        "allow_reshape": ladder.allow_reshape,
+    }
+
+
 def parse_aws_section(raw: Any) -> AwsSpec:
     """``[aws]``; every field is checked, and all the problems found are raised together."""
     if not isinstance(raw, dict):
@@ -234,7 +259,7 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         lambda: read_str(raw, "region", "aws.region", _REGION_RE, "an AWS region like 'us-east-1'"),
         None,
     )
-    if region is None and "region" not in raw:
+    if region is None and "region" not in raw and "regions" not in raw:
         problems.found.append(
             SpecError(
                 "aws.region", None, "an AWS region like 'us-east-1' (required for provider aws)"
@@ -250,7 +275,7 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         ),
         None,
     )
-    if instance_type is None and "instance_type" not in raw:
+    if instance_type is None and not {"instance_type", "instance_types", "accelerators"} & set(raw):
         problems.found.append(
             SpecError("aws.instance_type", None, "an instance type like 'g5.xlarge' (required)")
         )
@@ -262,6 +287,8 @@ def parse_aws_section(raw: Any) -> AwsSpec:
     cidrs = problems.check(
         lambda: check_ssh_cidrs(raw.get("ssh_cidrs"), allow_anywhere=allow_anywhere), no_cidrs
     )
+    ladder = problems.check(lambda: parse_ladder(raw, instance_type, region), None)
+    region, instance_type = _first_rung(ladder, region, instance_type)
     jax_extra = problems.check(lambda: check_jax_extra(raw.get("jax_extra", "cuda12")), "cuda12")
     efa = problems.check(lambda: read_bool(raw, "efa", "aws.efa", False), False)
     table = AwsSpec(
@@ -344,6 +371,7 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         spot_max_price=problems.check(lambda: _spot_max_price(raw), None),
         spot_fallback=problems.check(lambda: _spot_fallback(raw), "none"),
         recover=problems.check(lambda: read_bool(raw, "recover", "aws.recover", False), False),
+        **_ladder_fields(ladder),
     )
     problems.found.extend(_spot_problems(table))
     problems.raise_any()

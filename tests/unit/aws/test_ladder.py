@@ -3,6 +3,7 @@ table plan.md shows (golden), and the ladder fields of [aws] with their bad inpu
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from skyinfra.errors import SpecError
+from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.accelerators import Accelerators
 from skyinfra.targets.aws.ladder import (
     Policy,
@@ -26,6 +28,7 @@ from skyinfra.targets.aws.ladder import (
     rungs,
 )
 from skyinfra.targets.aws.ladder_spec import parse_ladder
+from skyinfra.targets.aws.spec import AwsSpec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "ladder"
 P_QUOTA = ("L-417A185B", "Running On-Demand P instances")
@@ -232,3 +235,56 @@ def test_bad_ladder_input_names_the_field(raw: dict[str, Any], field: str, expec
         _ladder(raw)
     assert err.value.field == field
     assert expected in str(err.value)
+
+
+# ---------------------------------------------------------------- the spec holds the ladder
+
+BASE = {"name": "g", "provider": "aws", "nodes": 2}
+CIDRS = {"ssh_cidrs": ["203.0.113.4/32"]}
+
+
+@pytest.mark.parametrize(
+    ("aws", "types", "regions"),
+    [
+        ({"instance_type": "g5.xlarge", "region": "us-east-1"}, ("g5.xlarge",), ("us-east-1",)),
+        (
+            {
+                "instance_types": ["p5en.48xlarge", "p5.48xlarge"],
+                "regions": ["us-west-2", "us-east-1"],
+            },
+            ("p5en.48xlarge", "p5.48xlarge"),
+            ("us-west-2", "us-east-1"),
+        ),
+        (
+            {"accelerators": "A100:8", "region": "us-east-1"},
+            ("p4d.24xlarge", "p4de.24xlarge"),
+            ("us-east-1",),
+        ),
+        (
+            {"accelerators": "H100:8", "instance_type": "p5.48xlarge", "regions": ["us-east-2"]},
+            ("p5.48xlarge",),
+            ("us-east-2",),
+        ),
+    ],
+)
+def test_spec_keeps_the_ladder_and_round_trips(
+    aws: dict[str, Any], types: tuple[str, ...], regions: tuple[str, ...]
+) -> None:
+    spec = validate_spec({**BASE, "aws": {**aws, **CIDRS}})
+    section = spec.section_as(AwsSpec)
+    assert (section.ladder_types, section.ladder_regions) == (types, regions)
+    # The one-rung spellings hold the first rung: what the zone failover and render read.
+    assert (section.instance_type, section.region) == (types[0], regions[0])
+    again = ClusterSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again == spec
+
+
+def test_spec_names_every_ladder_problem() -> None:
+    with pytest.raises(SpecError) as err:
+        validate_spec(
+            {**BASE, "aws": {"accelerators": "H100:3", "regions": ["us-east-1", "mars-1"], **CIDRS}}
+        )
+    fields = [p.field for p in getattr(err.value, "problems", [err.value])]
+    assert "aws.accelerators" in fields
+    assert "aws.instance_type" not in fields  # accelerators stand for it
+    assert "aws.region" not in fields  # regions stand for it
