@@ -216,6 +216,8 @@ def _print_status(info: dict[str, Any]) -> None:
         echo(f"  zone: {info['zone']}{why}")
     elif info.get("zone_reason"):
         echo(f"  zone: none ({info['zone_reason']})")
+    if info.get("rung"):  # the ladder's rung `up` took (aws, issue 44)
+        echo(f"  rung: {info['rung']['instance_type']} in {info['rung']['region']}")
     markets = info.get("markets") or {}
     fallback = info.get("spot_fallback")
     if "spot" in markets.values() or fallback:

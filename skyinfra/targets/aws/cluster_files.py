@@ -269,7 +269,7 @@ def _target_settings(
     return json.dumps(settings, indent=2) + "\n"
 
 
-def _running_nodes(ws: Workspace) -> int:
+def running_nodes(ws: Workspace) -> int:
     """How many nodes the workspace's topology.json lists (0: none up; `down` removes it)."""
     if not ws.topology_file.is_file():
         return 0
@@ -294,7 +294,7 @@ def render_files(
     say: Echo = echo or (lambda _line: None)
     spec_aws = aws_of(spec)
     if markets is None:  # `plan`, `render`: a running cluster's nodes keep their market
-        markets = launch_plan.launched_markets(spec, ws, _running_nodes(ws))
+        markets = launch_plan.launched_markets(spec, ws, running_nodes(ws))
     _, public_key = ssh_key_paths(spec_aws)
     early = cluster_params(spec, None, public_key, markets=markets)
     validate_params(early)  # pure checks before any AWS call

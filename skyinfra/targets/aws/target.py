@@ -30,10 +30,19 @@ from skyinfra.targets.aws import checkpoint_store, failover, head
 from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
 from skyinfra.targets.aws.capacity import CapacityLog
-from skyinfra.targets.aws.cluster_files import aws_of, render_files
+from skyinfra.targets.aws.cluster_files import aws_of, render_files, running_nodes
 from skyinfra.targets.aws.declaration import RETRY_FOR, SKIP_PREFLIGHT, ZONES, AwsDeclaration
 from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
+)
+from skyinfra.targets.aws.ladder import ladder_markdown, ladder_metadata
+from skyinfra.targets.aws.ladder_shell import (
+    assess_ladder,
+    climb,
+    ladder_of,
+    landed_rung,
+    landed_spec,
+    policy_of,
 )
 
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
@@ -95,28 +104,49 @@ class AwsTarget(AwsDeclaration):
         apply: Callable[[dict[str, str]], T],
         engine_factory: EngineFactory,
     ) -> T:
-        """`up`'s render and apply, zone by zone until one has capacity (failover.py)."""
+        """`up`'s render and apply, zone by zone until one has capacity (failover.py), on
+        the ladder's approved rungs in order (ladder_shell.py); a running cluster stays on
+        its rung."""
         skip = bool(options.get(SKIP_PREFLIGHT.name))
-        return failover.launch(
-            spec,
-            ws,
-            echo=echo,
-            clients=clients_for(spec),
-            render=lambda zone, reservation, markets: render_files(
-                spec,
+
+        def launch_rung(on: ClusterSpec) -> T:
+            return failover.launch(
+                on,
                 ws,
                 echo=echo,
-                skip_preflight=skip,
-                zone=zone,
-                capacity_reservation=reservation,
-                markets=markets,
-            ),
-            apply=apply,
-            engine_factory=engine_factory,
-            zones_flag=options.get(ZONES.name),
-            retry_for=options.get(RETRY_FOR.name),
-            checks=not skip,
-        )
+                clients=clients_for(on),
+                render=lambda zone, reservation, markets: render_files(
+                    on,
+                    ws,
+                    echo=echo,
+                    skip_preflight=skip,
+                    zone=zone,
+                    capacity_reservation=reservation,
+                    markets=markets,
+                ),
+                apply=apply,
+                engine_factory=engine_factory,
+                zones_flag=options.get(ZONES.name),
+                retry_for=options.get(RETRY_FOR.name),
+                checks=not skip,
+            )
+
+        if len(ladder_of(spec)) < 2:
+            return launch_rung(spec)
+        if running_nodes(ws):
+            return launch_rung(landed_spec(spec, ws))
+        assessed = assess_ladder(spec, checks=not skip)
+        return climb(spec, ws, assessed, echo=echo, launch_rung=launch_rung)
+
+    def plan_ladder(
+        self, spec: ClusterSpec, echo: Echo, options: TargetOptions
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The ladder for plan.md and plan-meta.json (None: one rung)."""
+        if len(ladder_of(spec)) < 2:
+            return None
+        echo(f"[skyinfra] looking up the ladder's {len(ladder_of(spec))} rungs")
+        assessed = assess_ladder(spec, checks=not options.get(SKIP_PREFLIGHT.name))
+        return ladder_markdown(assessed, policy_of(spec)), ladder_metadata(assessed)
 
     def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
         """The Spot price history of the spec's type at plan time, when some node is Spot
@@ -141,7 +171,13 @@ class AwsTarget(AwsDeclaration):
             return {"zone": zone, "zone_reason": None}
         log = CapacityLog.from_dict(ws.read_json(path))
         fallback = log.spot_fallback
+        rung = landed_rung(ws)
         return {
+            **(
+                {"rung": {"instance_type": rung.instance_type, "region": rung.region}}
+                if rung
+                else {}
+            ),
             "zone": log.zone,
             "zone_reason": log.reason,
             "capacity_reservation_id": log.reservation,
@@ -250,7 +286,7 @@ class AwsTarget(AwsDeclaration):
         owner = settings.get("account_id")
         if not (bucket and prefix and owner):
             return  # a workspace from before staging was recorded: the lifecycle rule expires it
-        s3 = clients_for(spec).client("s3")
+        s3 = clients_for(landed_spec(spec, ws)).client("s3")
         try:
             deleted = delete_staged(s3, bucket=bucket, prefix=prefix, owner=owner)
         except (ClientError, BotoCoreError) as err:
@@ -269,7 +305,9 @@ class AwsTarget(AwsDeclaration):
         tags = {CLUSTER_TAG: spec.name}
         if ws_id is not None:
             tags[WORKSPACE_TAG] = ws_id
-        left, unchecked = count_tagged(clients_for(spec), tags, iam_role=f"{spec.name}-node")
+        left, unchecked = count_tagged(
+            clients_for(landed_spec(spec, ws)), tags, iam_role=f"{spec.name}-node"
+        )
         for kind in unchecked:
             echo(f"[skyinfra] warning: could not list {kind}; not checked")
         return left
@@ -279,7 +317,9 @@ class AwsTarget(AwsDeclaration):
     ) -> list[str]:
         """Resources tagged ``skyinfra:cluster`` in the regions of ``specs`` that the state
         of none of ``workspaces`` holds."""
-        regions = sorted({aws_of(spec).region for spec in specs if spec.provider == self.name})
+        regions = sorted(
+            {r for s in specs if s.provider == self.name for r in aws_of(s).ladder_regions}
+        )
         clients = [
             AwsClients(boto3.session.Session(), region, emulator_from_env()) for region in regions
         ]

@@ -1,0 +1,223 @@
+"""The ladder's shell: what `plan` and `up` look up for each rung (concurrently), and `up`
+trying the approved rungs in order (ladder.py holds the decisions).
+
+For each rung: the zones offering the type, the cluster's hourly price (the price table), the
+vCPU quota and what runs under it, and the image in that region. ``up`` takes the rungs the
+assessment approved, one after the other: a rung whose every zone refused the nodes was
+already destroyed by the zone failover (failover.py, which asks AWS by tag in that region
+whether anything is left) before the next rung starts. capacity.json records the rung taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from skyinfra.errors import CapacityError, PreflightError
+from skyinfra.review.cost import price_table
+from skyinfra.spec import ClusterSpec
+from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table
+from skyinfra.targets.aws.endpoints import emulator_from_env
+from skyinfra.targets.aws.ladder import (
+    Assessed,
+    Policy,
+    Quota,
+    Rung,
+    RungFacts,
+    assess_all,
+    base_gpus_per_node,
+    rungs,
+)
+from skyinfra.targets.aws.preflight import (
+    DLAMI_PARAMETER,
+    InstanceTypeFacts,
+    aws_errors,
+    describe_type,
+    offering_zones,
+    resolve_ami,
+)
+from skyinfra.targets.aws.quotas import (
+    ON_DEMAND_VCPU_QUOTAS,
+    SPOT_VCPU_QUOTAS,
+    quota_class,
+    quota_vcpus,
+    running_vcpus,
+)
+from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.aws.spec import SPOT, AwsSpec
+from skyinfra.workspace import Workspace
+
+Echo = Callable[[str], None]
+T = TypeVar("T")
+# Lookups of several rungs at once (each a handful of AWS calls).
+MAX_LOOKUPS = 8
+
+
+def ladder_of(spec: ClusterSpec) -> tuple[Rung, ...]:
+    aws = spec.section_as(AwsSpec)
+    return rungs(aws.ladder_types, aws.ladder_regions)
+
+
+def policy_of(spec: ClusterSpec) -> Policy:
+    aws = spec.section_as(AwsSpec)
+    accelerators = aws.accelerators_parsed
+    return Policy(
+        nodes=spec.nodes,
+        gpus_per_node=base_gpus_per_node(
+            ladder_of(spec), accelerators.count if accelerators else None
+        ),
+        allow_reshape=aws.allow_reshape,
+        min_gpu_memory_gib=aws.min_gpu_memory_gib,
+        max_hourly_usd=spec.guardrails.max_hourly_usd,
+        lifetime_hours=aws.max_lifetime_hours,
+    )
+
+
+def rung_spec(spec: ClusterSpec, rung: Rung) -> ClusterSpec:
+    """``spec`` on one rung: its instance type and region (what the zone failover, the
+    preflight and the render read)."""
+    aws = spec.section_as(AwsSpec)
+    section = dataclasses.replace(aws, instance_type=rung.instance_type, region=rung.region)
+    return dataclasses.replace(spec, section=section)
+
+
+def _quota(clients: AwsClients, rung: Rung, spot: bool) -> Quota | None:
+    klass = quota_class(rung.instance_type)
+    if klass is None:
+        return None
+    code, title = (SPOT_VCPU_QUOTAS if spot else ON_DEMAND_VCPU_QUOTAS)[klass]
+    limit = quota_vcpus(clients.client("service-quotas"), code)
+    if limit is None:
+        return None
+    ec2 = clients.client("ec2")
+    in_use = running_vcpus(
+        ec2, klass, lambda name: InstanceTypeFacts.of(describe_type(ec2, name)).vcpus, spot=spot
+    )
+    return Quota(code, title, limit, in_use)
+
+
+def _image(clients: AwsClients, aws: AwsSpec, rung: Rung) -> str:
+    if aws.ami is not None:
+        found = clients.client("ec2").describe_images(ImageIds=[aws.ami]).get("Images") or []
+        if not found:
+            raise PreflightError(f"{aws.ami} is not an image in {rung.region}")
+        return aws.ami
+    architectures = ("x86_64",)
+    gpu = rung.gpu
+    if gpu is not None and gpu.instance_type.startswith(("g5g.",)):
+        architectures = ("arm64",)
+    return resolve_ami(clients.client("ssm"), DLAMI_PARAMETER.format(arch=architectures[0]))
+
+
+def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFacts:
+    """What AWS says of one rung (a lookup that fails leaves its fact unknown; an image that
+    does not resolve is said, so that the rung is skipped)."""
+    aws = spec.section_as(AwsSpec)
+    spot = aws.market == SPOT
+    price = price_table().hourly(rung.region, rung.instance_type)
+    facts = RungFacts(
+        hourly_usd=None if price is None or spot else price * spec.nodes,
+        market=aws.market,
+    )
+    if not checks:
+        return facts
+    import boto3  # the target loads boto3 only when it calls AWS
+
+    clients = AwsClients(boto3.session.Session(), rung.region, emulator_from_env())
+    zones: tuple[str, ...] | None = None
+    quota: Quota | None = None
+    image: str | None = None
+    image_problem: str | None = None
+    try:
+        with aws_errors(f"looking up {rung.label}"):
+            zones = tuple(offering_zones(clients.client("ec2"), rung.instance_type))
+            quota = _quota(clients, rung, spot)
+    except PreflightError:
+        pass
+    try:
+        with aws_errors(f"resolving the image in {rung.region}"):
+            image = _image(clients, aws, rung)
+    except PreflightError as err:
+        image_problem = str(err)
+    return dataclasses.replace(
+        facts, zones=zones, quota=quota, image=image, image_problem=image_problem
+    )
+
+
+def assess_ladder(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, ...]:
+    """Every rung with its facts (looked up concurrently) and verdict, in order."""
+    ladder = ladder_of(spec)
+    with ThreadPoolExecutor(max_workers=min(MAX_LOOKUPS, len(ladder))) as pool:
+        found = list(pool.map(lambda rung: rung_facts(spec, rung, checks=checks), ladder))
+    return assess_all(ladder, dict(zip(ladder, found, strict=True)), policy_of(spec))
+
+
+def landed_rung(ws: Workspace) -> Rung | None:
+    """The rung capacity.json says the cluster is on (None: none recorded)."""
+    path = ws.path / LOG_FILE
+    if not path.is_file():
+        return None
+    rung = ws.read_json(path).get("rung")
+    if not isinstance(rung, dict):
+        return None
+    return Rung(str(rung["instance_type"]), str(rung["region"]))
+
+
+def landed_spec(spec: ClusterSpec, ws: Workspace) -> ClusterSpec:
+    """``spec`` on the rung the cluster's `up` took (capacity.json), else as it is."""
+    rung = landed_rung(ws)
+    return spec if rung is None else rung_spec(spec, rung)
+
+
+def record_rung(ws: Workspace, rung: Rung, index: int) -> None:
+    path = ws.path / LOG_FILE
+    doc: dict[str, Any] = ws.read_json(path) if path.is_file() else {}
+    doc["rung"] = {"index": index, "instance_type": rung.instance_type, "region": rung.region}
+    ws.write_json(path, doc)
+
+
+def climb(
+    spec: ClusterSpec,
+    ws: Workspace,
+    assessed: Sequence[Assessed],
+    *,
+    echo: Echo,
+    launch_rung: Callable[[ClusterSpec], T],
+) -> T:
+    """Launch on the approved rungs in order until one has room (see the module docstring)."""
+    approved = [(i, a.rung) for i, a in enumerate(assessed, 1) if a.approved]
+    for i, a in enumerate(assessed, 1):
+        if not a.approved:
+            echo(f"[skyinfra] rung {i} ({a.rung.label}) {a.verdict}: {a.reason}")
+    if not approved:
+        raise CapacityError(
+            f"no rung of cluster {spec.name!r}'s ladder may be tried: every one was dropped or "
+            "skipped (above); nothing was launched",
+        )
+    attempts: list[Attempt] = []
+    refused: list[str] = []
+    for number, (index, rung) in enumerate(approved, 1):
+        if len(assessed) > 1:
+            echo(f"[skyinfra] rung {index} of {len(assessed)}: {spec.nodes} x {rung.label}")
+        try:
+            result = launch_rung(rung_spec(spec, rung))
+        except CapacityError as err:
+            if len(assessed) == 1:
+                raise
+            attempts += [a for a in err.attempts if isinstance(a, Attempt)]
+            refused.append(f"  rung {index} ({rung.label}): {str(err).splitlines()[0]}")
+            if number < len(approved):
+                echo(f"[skyinfra] rung {index} ({rung.label}) had no room: next rung")
+            continue
+        if len(assessed) > 1:
+            record_rung(ws, rung, index)
+        return result
+    raise CapacityError(
+        f"no rung of cluster {spec.name!r}'s ladder had capacity; every rung was destroyed "
+        "and AWS asked by tag in its region whether anything is left:\n"
+        + "\n".join(refused)
+        + f"\nattempts:\n{attempt_table(attempts)}",
+        attempts=attempts,
+    )
