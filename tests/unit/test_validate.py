@@ -253,3 +253,51 @@ def test_a_plugin_framework_the_nodes_interpreter_lacks_exits_2_in_validate_and_
     (root / "skyinfra.toml").write_text(text + 'python_packages = ["tensorflow_cpu>=2"]\n')
     proc = skyinfra(["validate"], root, no_credentials)
     assert proc.returncode == exitcodes.OK, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "expected"),
+    [
+        ('instance_type = "g5.xlarge"', 'accelerators = "H100:3"', "aws.accelerators", '"H100:8"'),
+        (
+            'instance_type = "g5.xlarge"',
+            'accelerators = "Q9000:8"',
+            "aws.accelerators",
+            "H100, H200",
+        ),
+        (
+            'region = "us-east-1"',
+            'regions = ["us-east-1", "us-west-9"]',
+            "aws.regions[1]",
+            "us-west-2",
+        ),
+        (
+            'instance_type = "g5.xlarge"',
+            "instance_types = []",
+            "aws.instance_types",
+            "non-empty list",
+        ),
+        (
+            'instance_type = "g5.xlarge"',
+            'instance_type = "g5.xlarge"\ninstance_types = ["g5.xlarge"]',
+            "aws.instance_types",
+            "not both",
+        ),
+    ],
+)
+def test_validate_refuses_a_bad_ladder_naming_the_field(
+    tmp_path: Path, no_credentials: dict[str, str], old: str, new: str, field: str, expected: str
+) -> None:
+    """Issue 44's bad input: exit 2 naming the field and what would be valid, offline, with
+    nothing written."""
+    root = project(tmp_path, AWS_SPEC.replace(old, new))
+    (root / "keys").mkdir()
+    (root / "keys/missing").write_text("private\n")
+    before = listing(root)
+    proc = skyinfra(["validate", "--json"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    problems = {p["field"]: p for p in json.loads(proc.stdout)}
+    assert set(problems) == {field}
+    assert expected in problems[field]["expected"]
+    assert problems[field]["line"] is not None
+    assert listing(root) == before
