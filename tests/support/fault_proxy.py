@@ -20,6 +20,7 @@ https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html
 from __future__ import annotations
 
 import http.client
+import re
 import threading
 import uuid
 from collections import Counter
@@ -135,6 +136,10 @@ def spot_placement_scores_body(scores: dict[str, int]) -> str:
     )
 
 
+# The region in a SigV4 Authorization header: Credential=KEY/DATE/REGION/SERVICE/aws4_request.
+_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/([a-z0-9-]+)/")
+
+
 class FaultProxy:
     """See the module docstring. ``refuse``: zone -> Refusal; ``answers``: EC2 action ->
     XML body (HTTP 200); ``refused``: how many RunInstances each zone refused so far;
@@ -173,11 +178,11 @@ class FaultProxy:
             self._refused_calls.clear()
             self.run_instances.clear()
 
-    def _subnet_zone(self, subnet_id: str) -> str | None:
+    def _subnet_zone(self, subnet_id: str, region: str) -> str | None:
         if subnet_id not in self._zones:
             ec2 = boto3.client(
                 "ec2",
-                region_name=self.region,
+                region_name=region,
                 endpoint_url=self.upstream,
                 aws_access_key_id="test",
                 aws_secret_access_key="test",
@@ -186,7 +191,7 @@ class FaultProxy:
             self._zones[subnet_id] = subnets[0]["AvailabilityZone"] if subnets else ""
         return self._zones[subnet_id] or None
 
-    def _zone_of(self, form: dict[str, list[str]]) -> str | None:
+    def _zone_of(self, form: dict[str, list[str]], region: str) -> str | None:
         for key, values in form.items():
             if key == "Placement.AvailabilityZone" and values[0]:
                 return values[0]
@@ -195,11 +200,12 @@ class FaultProxy:
                 key.startswith("NetworkInterface.") and key.endswith(".SubnetId")
             )
             if is_subnet and values[0]:
-                return self._subnet_zone(values[0])
+                return self._subnet_zone(values[0], region)
         return None
 
-    def _decide(self, body: bytes, call: str) -> tuple[int, str] | None:
-        """(status, XML) to answer instead of moto, or None to pass the request through."""
+    def _decide(self, body: bytes, call: str, region: str | None = None) -> tuple[int, str] | None:
+        """(status, XML) to answer instead of moto, or None to pass the request through.
+        ``region``: the request's (its signature's scope; default the proxy's)."""
         try:
             form = parse_qs(body.decode(), keep_blank_values=True)
         except UnicodeDecodeError:
@@ -211,7 +217,7 @@ class FaultProxy:
             return 200, self.answers[action]()
         if action != "RunInstances":
             return None
-        zone = self._zone_of(form)
+        zone = self._zone_of(form, region or self.region)
         if zone is None:
             return None
         with self._lock:
@@ -246,7 +252,9 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 call = self.headers.get("amz-sdk-invocation-id") or ""
-                decided = proxy._decide(body, call) if self.command == "POST" else None
+                scope = _SCOPE.search(self.headers.get("Authorization") or "")
+                region = scope.group(1) if scope else None
+                decided = proxy._decide(body, call, region) if self.command == "POST" else None
                 if decided is not None:
                     status, text = decided
                     data = text.encode()

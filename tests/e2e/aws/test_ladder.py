@@ -1,0 +1,122 @@
+"""The ladder end to end (issue 44): `skyinfra plan` and `skyinfra up` of a cluster that accepts
+one instance type in three regions, with real Terraform and the real AWS provider against
+moto's server (which answers DescribeInstanceTypeOfferings per region and zone) behind the
+fault-injecting proxy. The plan lists the rungs in the order `up` tries them (golden); with
+every zone of region 1 refusing the type, `up` lands on rung 2, and nothing is left in region 1
+(counted through the EC2 API of each region, by tag).
+"""
+
+# ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.support.aws_e2e import NO_SPACE, UBUNTU_DLAMI, count_cluster_resources, skyinfra
+from tests.support.capacity_e2e import (  # noqa: F401 (fixtures)
+    TIMEOUT_S,
+    capacity_log,
+    env,
+    live_instances,
+    proxy,
+)
+from tests.support.fault_proxy import FaultProxy, insufficient_capacity
+from tests.support.golden_plans import check_golden
+
+TYPE = "p5en.48xlarge"
+REGIONS = ("us-east-1", "us-west-2", "us-east-2")
+# The zones of us-east-1 moto offers p5en.48xlarge in (its DescribeInstanceTypeOfferings).
+REGION_1_ZONES = ("us-east-1a", "us-east-1c")
+
+
+def _project(tmp_path: Path, name: str, key: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "skyinfra.toml").write_text(
+        f'name = "{name}"\n'
+        'provider = "aws"\n'
+        "nodes = 2\n"
+        "[aws]\n"
+        f'accelerators = "H200:8"\n'
+        f'instance_types = ["{TYPE}"]\n'
+        f"regions = {json.dumps(list(REGIONS))}\n"
+        # An AMI id moto knows in every region (a DLAMI parameter is seeded in one).
+        f'ami = "{UBUNTU_DLAMI}"\n'
+        'ssh_cidrs = ["203.0.113.7/32"]\n'
+        f'ssh_key = "{key}"\n'
+        "max_lifetime_hours = 8\n"
+        "placement_group = false  # moto has no CreatePlacementGroup\n"
+    )
+    return project
+
+
+def _ec2(endpoint: str, region: str) -> Any:
+    return boto3.client("ec2", region_name=region, endpoint_url=endpoint)
+
+
+def _ladder_section(text: str) -> str:
+    start = text.index("### Ladder")
+    end = text.find("\n### ", start + 1)
+    return text[start : end if end != -1 else None].rstrip("\n") + "\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_plan_lists_the_rungs_in_order(
+    env: dict[str, str], proxy: FaultProxy, ssh_key: Path, tmp_path: Path
+) -> None:
+    project = _project(tmp_path, "ladder-plan", ssh_key)
+    plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert plan.returncode == 2, plan.stdout + plan.stderr  # 2: changes to apply
+    out = project / ".skyinfra" / "clusters" / "ladder-plan" / "plan"
+    check_golden("aws-ladder-three-rungs", _ladder_section((out / "plan.md").read_text()))
+    meta = json.loads((out / "plan-meta.json").read_text())
+    assert [(r["instance_type"], r["region"], r["verdict"]) for r in meta["ladder"]["rungs"]] == [
+        (TYPE, region, "approved") for region in REGIONS
+    ]
+    assert sum(proxy.run_instances.values()) == 0  # planning launches nothing
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
+    env: dict[str, str],
+    proxy: FaultProxy,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    tmp_path: Path,
+    aws_env: str,
+) -> None:
+    project = _project(tmp_path, "ladder-up", ssh_key)
+    for zone in REGION_1_ZONES:
+        proxy.refuse[zone] = insufficient_capacity()
+    up = skyinfra("up", cwd=project, env=env, timeout=2 * TIMEOUT_S)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        out = up.stdout
+        assert f"[skyinfra] rung 1 of 3: 2 x {TYPE} in us-east-1" in out
+        assert f"[skyinfra] rung 1 ({TYPE} in us-east-1) had no room: next rung" in out
+        assert f"[skyinfra] rung 2 of 3: 2 x {TYPE} in us-west-2" in out
+        assert "rung 3 of 3" not in out
+        assert {z: proxy.refused[z] for z in REGION_1_ZONES} == {z: 2 for z in REGION_1_ZONES}
+        # Both nodes in us-west-2; nothing of the cluster left in us-east-1.
+        assert len(live_instances(_ec2(aws_env, "us-west-2"), "ladder-up")) == 2
+        assert count_cluster_resources(_ec2(aws_env, "us-east-1"), "ladder-up") == NO_SPACE
+        log = capacity_log(project, "ladder-up")
+        assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
+        assert log["zone"].startswith("us-west-2")
+        status = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)
+        assert status["rung"] == {"instance_type": TYPE, "region": "us-west-2"}
+        text = skyinfra("status", cwd=project, env=env).stdout
+        assert f"  rung: {TYPE} in us-west-2" in text
+    finally:
+        proxy.refuse.clear()
+        down = skyinfra("down", "--yes", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert down.returncode == 0, down.stdout + down.stderr
+    for region in REGIONS:
+        assert count_cluster_resources(_ec2(aws_env, region), "ladder-up") == NO_SPACE, region
