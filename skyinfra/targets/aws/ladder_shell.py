@@ -154,6 +154,25 @@ def assess_ladder(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, 
     return assess_all(ladder, dict(zip(ladder, found, strict=True)), policy_of(spec))
 
 
+def refusal_lines(assessed: Sequence[Assessed]) -> list[str]:
+    return [
+        f"rung {i} ({a.rung.label}) {a.verdict}: {a.reason}"
+        for i, a in enumerate(assessed, 1)
+        if not a.approved
+    ]
+
+
+def first_approved(spec: ClusterSpec, assessed: Sequence[Assessed]) -> Rung:
+    """The rung a plan renders: the first the ladder approved. PreflightError when none is."""
+    for a in assessed:
+        if a.approved:
+            return a.rung
+    raise PreflightError(
+        f"no rung of cluster {spec.name!r}'s ladder may be tried:\n  "
+        + "\n  ".join(refusal_lines(assessed))
+    )
+
+
 def landed_rung(ws: Workspace) -> Rung | None:
     """The rung capacity.json says the cluster is on (None: none recorded)."""
     path = ws.path / LOG_FILE
@@ -187,15 +206,10 @@ def climb(
     launch_rung: Callable[[ClusterSpec], T],
 ) -> T:
     """Launch on the approved rungs in order until one has room (see the module docstring)."""
+    first_approved(spec, assessed)  # none: PreflightError, before anything is launched
     approved = [(i, a.rung) for i, a in enumerate(assessed, 1) if a.approved]
-    for i, a in enumerate(assessed, 1):
-        if not a.approved:
-            echo(f"[skyinfra] rung {i} ({a.rung.label}) {a.verdict}: {a.reason}")
-    if not approved:
-        raise CapacityError(
-            f"no rung of cluster {spec.name!r}'s ladder may be tried: every one was dropped or "
-            "skipped (above); nothing was launched",
-        )
+    for line in refusal_lines(assessed):
+        echo(f"[skyinfra] {line}")
     attempts: list[Attempt] = []
     refused: list[str] = []
     for number, (index, rung) in enumerate(approved, 1):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from skyinfra.errors import SpecError
 from skyinfra.review.cost import SpotPrices
 from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
@@ -39,10 +40,12 @@ from skyinfra.targets.aws.ladder import ladder_markdown, ladder_metadata
 from skyinfra.targets.aws.ladder_shell import (
     assess_ladder,
     climb,
+    first_approved,
     ladder_of,
     landed_rung,
     landed_spec,
     policy_of,
+    rung_spec,
 )
 
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
@@ -90,9 +93,16 @@ class AwsTarget(AwsDeclaration):
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
-        return render_files(
-            spec, ws, echo=echo, skip_preflight=bool(options.get(SKIP_PREFLIGHT.name))
-        )
+        """`plan` and `render`: a ladder's cluster on its first approved rung (the rung a
+        reviewed plan applies), a running one on the rung it runs on."""
+        skip = bool(options.get(SKIP_PREFLIGHT.name))
+        if len(ladder_of(spec)) > 1:
+            spec = (
+                landed_spec(spec, ws)
+                if running_nodes(ws)
+                else rung_spec(spec, first_approved(spec, assess_ladder(spec, checks=not skip)))
+            )
+        return render_files(spec, ws, echo=echo, skip_preflight=skip)
 
     def launch(
         self,
@@ -133,6 +143,13 @@ class AwsTarget(AwsDeclaration):
 
         if len(ladder_of(spec)) < 2:
             return launch_rung(spec)
+        regions = aws_of(spec).ladder_regions
+        if options.get(ZONES.name) and len(regions) > 1:
+            raise SpecError(
+                "--zones",
+                options[ZONES.name],
+                f"absent with several aws.regions ({', '.join(regions)}): zones belong to one",
+            )
         if running_nodes(ws):
             return launch_rung(landed_spec(spec, ws))
         assessed = assess_ladder(spec, checks=not skip)
