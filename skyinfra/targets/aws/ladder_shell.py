@@ -31,10 +31,10 @@ from skyinfra.targets.aws.ladder import (
     rungs,
 )
 from skyinfra.targets.aws.preflight import (
-    DLAMI_PARAMETER,
     InstanceTypeFacts,
     aws_errors,
     describe_type,
+    dlami_parameter,
     offering_zones,
     resolve_ami,
 )
@@ -104,11 +104,9 @@ def _image(clients: AwsClients, aws: AwsSpec, rung: Rung) -> str:
         if not found:
             raise PreflightError(f"{aws.ami} is not an image in {rung.region}")
         return aws.ami
-    architectures = ("x86_64",)
-    gpu = rung.gpu
-    if gpu is not None and gpu.instance_type.startswith(("g5g.",)):
-        architectures = ("arm64",)
-    return resolve_ami(clients.client("ssm"), DLAMI_PARAMETER.format(arch=architectures[0]))
+    # The Deep Learning AMI of the type's architecture (arm64 for Graviton GPU types).
+    facts = InstanceTypeFacts.of(describe_type(clients.client("ec2"), rung.instance_type))
+    return resolve_ami(clients.client("ssm"), dlami_parameter(facts.architectures))
 
 
 def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFacts:
@@ -168,7 +166,7 @@ def first_approved(spec: ClusterSpec, assessed: Sequence[Assessed]) -> Rung:
         if a.approved:
             return a.rung
     raise PreflightError(
-        f"no rung of cluster {spec.name!r}'s ladder may be tried:\n  "
+        f"no rung of the ladder of cluster {spec.name!r} may be tried:\n  "
         + "\n  ".join(refusal_lines(assessed))
     )
 
@@ -197,6 +195,14 @@ def record_rung(ws: Workspace, rung: Rung, index: int) -> None:
     ws.write_json(path, doc)
 
 
+def _refusal_summary(err: CapacityError) -> str:
+    """One line of the zone failover's message: what had no room, and what AWS still shows."""
+    lines = str(err).splitlines()
+    head = lines[0].removesuffix("; attempts:")
+    left = next((line for line in lines if ". What to do:" in line), "")
+    return head + (f"; {left.split('. What to do:')[0]}" if left else "")
+
+
 def climb(
     spec: ClusterSpec,
     ws: Workspace,
@@ -221,7 +227,7 @@ def climb(
             if len(assessed) == 1:
                 raise
             attempts += [a for a in err.attempts if isinstance(a, Attempt)]
-            refused.append(f"  rung {index} ({rung.label}): {str(err).splitlines()[0]}")
+            refused.append(f"  rung {index} ({rung.label}): {_refusal_summary(err)}")
             if number < len(approved):
                 echo(f"[skyinfra] rung {index} ({rung.label}) had no room: next rung")
             continue
@@ -229,7 +235,7 @@ def climb(
             record_rung(ws, rung, index)
         return result
     raise CapacityError(
-        f"no rung of cluster {spec.name!r}'s ladder had capacity; every rung was destroyed "
+        f"no rung of the ladder of cluster {spec.name!r} had capacity; every rung was destroyed "
         "and AWS asked by tag in its region whether anything is left:\n"
         + "\n".join(refused)
         + f"\nattempts:\n{attempt_table(attempts)}",

@@ -17,6 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
+from skyinfra import exitcodes
 from tests.support.aws_e2e import NO_SPACE, UBUNTU_DLAMI, count_cluster_resources, skyinfra
 from tests.support.capacity_e2e import (  # noqa: F401 (fixtures)
     TIMEOUT_S,
@@ -34,7 +35,14 @@ REGIONS = ("us-east-1", "us-west-2", "us-east-2")
 REGION_1_ZONES = ("us-east-1a", "us-east-1c")
 
 
-def _project(tmp_path: Path, name: str, key: Path) -> Path:
+def _project(
+    tmp_path: Path,
+    name: str,
+    key: Path,
+    types: tuple[str, ...] = (TYPE,),
+    regions: tuple[str, ...] = REGIONS,
+    accelerators: str = "H200:8",
+) -> Path:
     project = tmp_path / "project"
     project.mkdir()
     (project / "skyinfra.toml").write_text(
@@ -42,9 +50,9 @@ def _project(tmp_path: Path, name: str, key: Path) -> Path:
         'provider = "aws"\n'
         "nodes = 2\n"
         "[aws]\n"
-        f'accelerators = "H200:8"\n'
-        f'instance_types = ["{TYPE}"]\n'
-        f"regions = {json.dumps(list(REGIONS))}\n"
+        + (f'accelerators = "{accelerators}"\n' if accelerators else "")
+        + f"instance_types = {json.dumps(list(types))}\n"
+        f"regions = {json.dumps(list(regions))}\n"
         # An AMI id moto knows in every region (a DLAMI parameter is seeded in one).
         f'ami = "{UBUNTU_DLAMI}"\n'
         'ssh_cidrs = ["203.0.113.7/32"]\n'
@@ -57,6 +65,14 @@ def _project(tmp_path: Path, name: str, key: Path) -> Path:
 
 def _ec2(endpoint: str, region: str) -> Any:
     return boto3.client("ec2", region_name=region, endpoint_url=endpoint)
+
+
+def _offering_zones(endpoint: str, region: str, instance_type: str) -> list[str]:
+    offers = _ec2(endpoint, region).describe_instance_type_offerings(
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+    )["InstanceTypeOfferings"]
+    return sorted(o["Location"] for o in offers)
 
 
 def _ladder_section(text: str) -> str:
@@ -80,6 +96,39 @@ def test_plan_lists_the_rungs_in_order(
         (TYPE, region, "approved") for region in REGIONS
     ]
     assert sum(proxy.run_instances.values()) == 0  # planning launches nothing
+
+    # The ladder changed after the review (another region order): the planfile is stale.
+    spec = project / "skyinfra.toml"
+    spec.write_text(
+        spec.read_text().replace('"us-west-2", "us-east-2"', '"us-east-2", "us-west-2"')
+    )
+    stale = skyinfra("apply", str(out / "skyinfra.tfplan"), cwd=project, env=env)
+    assert stale.returncode == exitcodes.STALE_PLAN, stale.stdout + stale.stderr
+    assert "aws.regions" in stale.stderr
+    assert sum(proxy.run_instances.values()) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_plan_drops_a_rung_with_another_gpu_count_unless_allow_reshape(
+    env: dict[str, str], proxy: FaultProxy, ssh_key: Path, tmp_path: Path
+) -> None:
+    project = _project(
+        tmp_path, "ladder-shape", ssh_key, ("p5.48xlarge", "g6e.12xlarge"), ("us-east-1",), ""
+    )
+    plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    out = project / ".skyinfra" / "clusters" / "ladder-shape" / "plan"
+    rungs = json.loads((out / "plan-meta.json").read_text())["ladder"]["rungs"]
+    assert [(r["instance_type"], r["verdict"]) for r in rungs] == [
+        ("p5.48xlarge", "approved"),
+        ("g6e.12xlarge", "dropped"),
+    ]
+    assert rungs[1]["reason"] == (
+        "4 GPUs per node where the job has 8 (another world size); set aws.allow_reshape = "
+        "true to allow it"
+    )
+    assert "dropped: 4 GPUs per node where the job has 8" in (out / "plan.md").read_text()
 
 
 @pytest.mark.slow
@@ -120,3 +169,36 @@ def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
     assert down.returncode == 0, down.stdout + down.stderr
     for region in REGIONS:
         assert count_cluster_resources(_ec2(aws_env, region), "ladder-up") == NO_SPACE, region
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_rung_refusing_exits_10_and_leaves_nothing_anywhere(
+    env: dict[str, str],
+    proxy: FaultProxy,
+    moto_like_ec2: None,
+    ssh_key: Path,
+    tmp_path: Path,
+    aws_env: str,
+) -> None:
+    # p4d.24xlarge is offered in one zone of each of these regions (moto's offerings).
+    regions = ("eu-west-1", "eu-north-1")
+    zones = [z for r in regions for z in _offering_zones(aws_env, r, "p4d.24xlarge")]
+    assert len(zones) == 2
+    for zone in zones:
+        proxy.refuse[zone] = insufficient_capacity()
+    project = _project(tmp_path, "ladder-full", ssh_key, ("p4d.24xlarge",), regions, "A100:8")
+    up = skyinfra("up", cwd=project, env=env, timeout=2 * TIMEOUT_S)
+    assert up.returncode == exitcodes.NO_CAPACITY, up.stdout + up.stderr
+    assert "no rung of the ladder of cluster 'ladder-full' had capacity" in up.stderr
+    for i, region in enumerate(regions, 1):
+        assert (
+            f"  rung {i} (p4d.24xlarge in {region}): no zone had capacity for 2 x p4d.24xlarge "
+            "of cluster 'ladder-full'; nothing of it is left (checked with AWS by tag)"
+        ) in up.stderr
+    for zone in zones:
+        assert zone in up.stderr  # the attempts' table: each zone (and so region) tried
+        assert proxy.refused[zone] == 2
+    for region in regions:
+        assert count_cluster_resources(_ec2(aws_env, region), "ladder-full") == NO_SPACE, region
+    assert capacity_log(project, "ladder-full")["zone"] is None
