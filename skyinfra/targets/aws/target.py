@@ -207,7 +207,7 @@ class AwsTarget(AwsDeclaration):
 
     def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
         """aws.recover: node 0's skyinfra replaces a detached job's lost workers (head.py)."""
-        spec_aws = aws_of(spec)
+        spec_aws = aws_of(landed_spec(spec, ws))
         return head.head_recovery(ws, spec_aws.recover, spec_aws.region)
 
     def applies_as_is(self, ws: Workspace) -> bool:
@@ -222,6 +222,7 @@ class AwsTarget(AwsDeclaration):
         *,
         connect_timeout_s: float | None = None,
     ) -> SshTransport:
+        spec = landed_spec(spec, ws)  # the rung's region: EC2's console output, instance states
         if connect_timeout_s is None:
             return transport(ws, spec, topology)
         return transport(ws, spec, topology, connect_timeout_s=connect_timeout_s)
@@ -234,12 +235,12 @@ class AwsTarget(AwsDeclaration):
         node: int,
         command: Sequence[str],
     ) -> Shell:
-        return aws_shell.shell(ws, spec, topology, node, command)
+        return aws_shell.shell(ws, landed_spec(spec, ws), topology, node, command)
 
     def ssh_config(
         self, ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo
     ) -> str:
-        return aws_shell.ssh_config(ws, spec, topology, echo=echo)
+        return aws_shell.ssh_config(ws, landed_spec(spec, ws), topology, echo=echo)
 
     def interrupt_node(
         self,
@@ -254,25 +255,25 @@ class AwsTarget(AwsDeclaration):
         """A real interruption of the node's Spot instance through FIS (drill.py)."""
         from skyinfra.targets.aws import drill
 
-        drill.interrupt(ws, spec, topology, request, ask=ask, echo=echo)
+        drill.interrupt(ws, landed_spec(spec, ws), topology, request, ask=ask, echo=echo)
 
     def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
         """The sets under the cluster's checkpoint store's prefix (checkpoint_sets.py)."""
         from skyinfra.targets.aws import checkpoint_sets
 
-        return checkpoint_sets.listing(ws, spec)
+        return checkpoint_sets.listing(ws, landed_spec(spec, ws))
 
     def checkpoint_set(self, ws: Workspace, spec: ClusterSpec, name: str) -> CheckpointSetInfo:
         from skyinfra.targets.aws import checkpoint_sets
 
-        return checkpoint_sets.find(ws, spec, name)
+        return checkpoint_sets.find(ws, landed_spec(spec, ws), name)
 
     def delete_checkpoint_set(
         self, ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo
     ) -> str:
         from skyinfra.targets.aws import checkpoint_sets
 
-        return checkpoint_sets.delete(ws, spec, found)
+        return checkpoint_sets.delete(ws, landed_spec(spec, ws), found)
 
     def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
         """What the nodes install, as `up` rendered it (status shows the jax pin)."""
