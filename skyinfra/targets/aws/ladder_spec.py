@@ -73,7 +73,11 @@ def _min_memory(raw: Mapping[str, Any]) -> float | None:
     value = raw.get("min_gpu_memory_gib")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1024:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_GPU_MEMORY_GIB
+    ):
         raise SpecError(
             "aws.min_gpu_memory_gib",
             value,
