@@ -75,14 +75,19 @@ class ReadinessProbe:
     (``cloud_init_status``; None: not asked) and where messages send the user to read what
     the bootstrap did (``bootstrap_log``)."""
 
-    ready_marker: str = READY_MARKER
-    failed_marker: str = FAILED_MARKER
-    cloud_init_status: str | None = CLOUD_INIT_STATUS
-    bootstrap_log: str = OUTPUT_LOG
+    ready_marker: str
+    failed_marker: str
+    cloud_init_status: str | None
+    bootstrap_log: str
 
 
 # A real node's: cloud-init runs provision.sh (cloudinit.py).
-CLOUD_INIT_PROBE = ReadinessProbe()
+CLOUD_INIT_PROBE = ReadinessProbe(
+    ready_marker=READY_MARKER,
+    failed_marker=FAILED_MARKER,
+    cloud_init_status=CLOUD_INIT_STATUS,
+    bootstrap_log=OUTPUT_LOG,
+)
 
 
 # Shell: when process $1 started (field 22 of /proc/PID/stat; the command name before it
@@ -160,11 +165,12 @@ class SshTransport:
         keys: SshKeys,
         node_root: str = "/opt/skyinfra/node",
         connect_timeout_s: float = 20.0,
-        probe: ReadinessProbe = CLOUD_INIT_PROBE,
+        probe: ReadinessProbe | None = None,
         unreachable: Mapping[int, str] | None = None,
         gone: Callable[[int], bool] | None = None,
     ) -> None:
-        """``probe``: how a node's bootstrap says it is ready or failed;
+        """``probe``: how a node's bootstrap says it is ready or failed (None: a transport
+        that only runs commands and copies, such as a first contact; its nodes read as failed);
         ``unreachable``: nodes never dialled, each with the reason (it reads as unreachable);
         ``gone``: whether a node's machine is certainly gone (the AWS target asks EC2), for
         ``node_gone``."""
@@ -174,10 +180,7 @@ class SshTransport:
         self._known_hosts = keys.known_hosts
         self._root = node_root
         self._timeout = connect_timeout_s
-        self._ready_marker = probe.ready_marker
-        self._failed_marker = probe.failed_marker
-        self._cloud_init_status = probe.cloud_init_status
-        self._bootstrap_log = probe.bootstrap_log
+        self._readiness_probe = probe
         self._clients: dict[int, paramiko.SSHClient] = {}
         self._host_keys = keys.host_keys
         self._on_new_host_key = keys.on_new_host_key
@@ -393,9 +396,12 @@ class SshTransport:
         target = self._targets.get(node)
         if target is None:
             return Readiness("failed", f"no node {node} (nodes: {self._nodes()})")
-        ready_marker = self._on_node(node, self._ready_marker)
+        probe = self._readiness_probe
+        if probe is None:
+            return Readiness("failed", f"node {node}: this transport has no readiness probe")
+        ready_marker = self._on_node(node, probe.ready_marker)
         script = probe_script(
-            ready_marker, self._on_node(node, self._failed_marker), self._cloud_init_status
+            ready_marker, self._on_node(node, probe.failed_marker), probe.cloud_init_status
         )
         output = self._probe(node, script)
         if isinstance(output, Readiness):
@@ -403,8 +409,8 @@ class SshTransport:
         return parse_probe_output(
             output,
             ready_marker=ready_marker,
-            bootstrap_log=self._bootstrap_log,
-            tail_command=self._tail_hint(target),
+            bootstrap_log=probe.bootstrap_log,
+            tail_command=self._tail_hint(target, probe.bootstrap_log),
         )
 
     def _probe(self, node: int, script: str) -> str | Readiness:
@@ -421,11 +427,11 @@ class SshTransport:
                 error = err
         return Readiness("unreachable", f"not reachable over SSH ({error})")
 
-    def _tail_hint(self, target: SshTarget) -> str:
+    def _tail_hint(self, target: SshTarget, bootstrap_log: str) -> str:
         port = "" if target.port == 22 else f" -p {target.port}"
         return (
             f"ssh -i {self._key_path}{port} {target.user}@{target.host} "
-            f"sudo tail -n 50 {self._bootstrap_log}"
+            f"sudo tail -n 50 {bootstrap_log}"
         )
 
     def start(

@@ -16,6 +16,7 @@ import os
 import secrets
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import paramiko
@@ -25,7 +26,7 @@ from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.session import run_on_cluster
 from skyinfra.targets.aws.cloudinit import READY_MARKER
-from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
+from skyinfra.targets.aws.ssh import CLOUD_INIT_PROBE, SshKeys, SshTarget, SshTransport
 from skyinfra.topology import Node, Topology
 from tests.conftest import VENV_BIN
 
@@ -92,7 +93,7 @@ def nodes(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[tuple[SshTra
     ssh = SshTransport(
         {i: SshTarget(target.host, target.user, target.port, str(r)) for i, r in roots.items()},
         keys=SshKeys(key, tmp_path / "known_hosts"),
-        probe=ReadinessProbe(cloud_init_status=None),
+        probe=replace(CLOUD_INIT_PROBE, cloud_init_status=None),
     )
     yield ssh, tmp_path
     ssh.close()

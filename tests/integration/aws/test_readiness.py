@@ -73,6 +73,7 @@ def make_transport(
                 ready_marker=str(node_root / "state" / "ready"),
                 failed_marker=str(node_root / "state" / "failed"),
                 cloud_init_status=cloud_init_status,
+                bootstrap_log=LOG,
             ),
         )
         made.append(ssh)
@@ -492,6 +493,7 @@ def test_host_key_is_pinned_from_the_console_output(
                 ready_marker=str(node_root / "state" / "ready"),
                 failed_marker=str(node_root / "state" / "failed"),
                 cloud_init_status=None,
+                bootstrap_log=LOG,
             ),
         )
 
