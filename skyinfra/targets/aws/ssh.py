@@ -30,10 +30,11 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import HostKeyChangedError, TransportError
-from skyinfra.targets.aws.cloudinit import FAILED_MARKER, NODE_ENV_FILE, OUTPUT_LOG, READY_MARKER
+from skyinfra.targets.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
 from skyinfra.targets.aws.host_keys import HostKeySource, fingerprint
-from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS, parse_probe_output, probe_script
+from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
 from skyinfra.transport.base import Readiness
+from skyinfra.transport.bootstrap import NODE_ENV_FILE, parse_probe_output, probe_script
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.tree import CopyStats
 
