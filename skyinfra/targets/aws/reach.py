@@ -22,15 +22,11 @@ from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
 from skyinfra.targets.aws.host_keys import host_keys_from_console
+from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
-from skyinfra.targets.aws.ssh import (
-    CLOUD_INIT_PROBE,
-    SshKeys,
-    SshTarget,
-    SshTransport,
-)
 from skyinfra.topology import Topology
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.workspace import Workspace
 
 # Values looked up at `up` that `run` needs later (the login user), kept beside the root module.

@@ -42,7 +42,6 @@ from skyinfra.targets.aws.reach import console_host_keys as console_host_keys
 from skyinfra.targets.aws.session import AwsClients, clients_for
 from skyinfra.targets.aws.spec import SPOT, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
-from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.aws.staging import delete_staged
 from skyinfra.targets.aws.tagged import count_tagged, orphans
 from skyinfra.targets.base import (
@@ -56,6 +55,7 @@ from skyinfra.targets.base import (
 from skyinfra.targets.identity import CLUSTER_TAG, WORKSPACE_TAG, read_workspace_id
 from skyinfra.terraform import EngineFactory
 from skyinfra.topology import Topology
+from skyinfra.transport.ssh import SshTransport
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:

@@ -28,8 +28,6 @@ from skyinfra.errors import (
     WorkspaceError,
 )
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTransport
-from skyinfra.targets.aws.ssh import SshTarget as Login
 from skyinfra.targets.base import (
     Apply,
     Ask,
@@ -44,6 +42,8 @@ from skyinfra.targets.ssh import enrol
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, contact, write_known_hosts
 from skyinfra.targets.ssh.spec import SshDeclaration, SshSpec, check_key_file
 from skyinfra.topology import Topology
+from skyinfra.transport.ssh import ReadinessProbe, SshKeys, SshTransport
+from skyinfra.transport.ssh import SshTarget as Login
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 

@@ -26,8 +26,9 @@ from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.session import run_on_cluster
 from skyinfra.targets.aws.cloudinit import READY_MARKER
-from skyinfra.targets.aws.ssh import CLOUD_INIT_PROBE, SshKeys, SshTarget, SshTransport
+from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from tests.conftest import VENV_BIN
 
 TOKEN = "70c3e2d1a9b84f56e0d1c2b3a4958677"  # what the job's token will be (patched below)

@@ -34,10 +34,10 @@ from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
-from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
 from skyinfra.targets.aws.target import console_host_keys
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
+from skyinfra.transport.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
 from skyinfra.wheel import build_runtime_wheel
 from tests.conftest import content_of
 from tests.support.aws import REGION

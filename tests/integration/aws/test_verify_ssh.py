@@ -14,7 +14,8 @@ import paramiko
 import pytest
 
 from skyinfra.errors import HostKeyChangedError
-from skyinfra.targets.aws.ssh import CLOUD_INIT_PROBE, SshKeys, SshTarget, SshTransport
+from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.verify import operator_runtime_version
 from skyinfra.verify.context import Expectations
 from skyinfra.verify.hosts import PinnedParamikoBackend, node_host

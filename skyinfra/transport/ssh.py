@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import logging
 import os
 import posixpath
@@ -30,9 +31,6 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import HostKeyChangedError, TransportError
-from skyinfra.targets.aws.cloudinit import FAILED_MARKER, OUTPUT_LOG, READY_MARKER
-from skyinfra.targets.aws.host_keys import HostKeySource, fingerprint
-from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.bootstrap import NODE_ENV_FILE, parse_probe_output, probe_script
 from skyinfra.transport.nodesync import Entries
@@ -42,6 +40,15 @@ from skyinfra.transport.tree import CopyStats
 # Python prints it to stderr. The failure reaches the user as a TransportError (or as an
 # unreachable node) anyway, so keep its log quiet unless the application configures logging.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# A node's published host keys ("<type> <base64>" lines), or empty when not published yet.
+HostKeySource = Callable[[int], Sequence[str]]
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -l` prints it."""
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
 
 
 @dataclass(frozen=True)
@@ -80,15 +87,6 @@ class ReadinessProbe:
     failed_marker: str
     cloud_init_status: str | None
     bootstrap_log: str
-
-
-# A real node's: cloud-init runs provision.sh (cloudinit.py).
-CLOUD_INIT_PROBE = ReadinessProbe(
-    ready_marker=READY_MARKER,
-    failed_marker=FAILED_MARKER,
-    cloud_init_status=CLOUD_INIT_STATUS,
-    bootstrap_log=OUTPUT_LOG,
-)
 
 
 # Shell: when process $1 started (field 22 of /proc/PID/stat; the command name before it
@@ -478,7 +476,7 @@ class SshTransport:
 
     def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
         """Only what the node's newest copy lacks travels, over SFTP (sshcopy.py)."""
-        from skyinfra.targets.aws.sshcopy import copy_tree
+        from skyinfra.transport.sshcopy import copy_tree
 
         return copy_tree(self, node, src, wanted, run_id)
 
