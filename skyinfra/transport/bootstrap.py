@@ -1,9 +1,10 @@
-"""The bootstrap readiness protocol of an AWS node: one probe script, one pure parser.
+"""The node bootstrap as the operator reads it over SSH, whatever the target: the readiness
+protocol (one probe script, one pure parser) and the node folder's env file.
 
-provision.sh (cloud-init's runcmd) leaves its outcome in two marker files: ``ready`` once the
-bootstrap finished, ``failed`` (the failing line and command) when it did not. The probe
-script, run on the node in one SSH command, prints what it finds as a first-line word and
-detail lines after it:
+provision.sh (cloud-init's runcmd on AWS, Terraform's provisioner on the ssh target) leaves
+its outcome in two marker files: ``ready`` once the bootstrap finished, ``failed`` (the failing
+line and command) when it did not. The probe script, run on the node in one SSH command,
+prints what it finds as a first-line word and detail lines after it:
 
 - ``ready``: the ready marker is there;
 - ``failed`` + the failed marker's first :data:`DETAIL_CHARS` characters;
@@ -17,9 +18,10 @@ write them). With ``ready`` and ``pending`` the probe prints one more line,
 ``phase LAST FIRST_EPOCH LAST_EPOCH NOW_EPOCH`` (all on the node's clock), from which `status`
 shows the current phase and how long it has run.
 
-cloud-init is only asked (``cloud_init_status``, a command printing ``status: <state>``) when
-neither marker exists. :func:`parse_probe_output` turns the output into a :class:`Readiness`
-whose detail says where to look; it needs no node, so it is tested without sshd.
+A status command (``cloud_init_status``: a command printing ``status: <state>``, cloud-init's
+on AWS; None on the ssh target) is only asked when neither marker exists.
+:func:`parse_probe_output` turns the output into a :class:`Readiness` whose detail says where
+to look; it needs no node, so it is tested without sshd.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from skyinfra.transport.base import Readiness
 PHASES_FILE = "phases"
 # How much of the failed marker or of cloud-init's answer goes into a message.
 DETAIL_CHARS = 600
-# Sourced before every process `run` starts on the node (ssh.py), when present.
+# In the node folder: sourced before every process `run` starts on the node (ssh.py), when
+# present (the AWS target's user data writes it: cloudinit.py).
 NODE_ENV_FILE = "node-env.sh"
 
 

@@ -1,15 +1,19 @@
-"""SshTransport: reach AWS nodes over SSH (paramiko), with the same surface as LocalTransport.
+"""SshTransport: reach nodes over SSH (paramiko), with the same surface as LocalTransport.
+The AWS target (targets/aws/reach.py) and the ssh target (targets/ssh/target.py) both reach
+their nodes with it; each passes what is its own (host keys, readiness probe, node root).
 
 Commands run in the node's own process group (the session sshd creates for them); its id is
 recorded in the node's ``pids/`` folder so `kill` ends the whole tree and the idle timer sees
 that the node is busy.
 
-A node is ready once cloud-init's provision.sh wrote its ready marker. Until then it is
-pending, or failed when provision.sh wrote its failed marker or cloud-init itself reports an
-error (or finished without the marker): readiness.py holds that protocol, this module runs its
-probe. A node that does not answer over SSH is unreachable, which right after `up` is normal
-(it is still booting). How a node's host key is known and shown (the console's keys, the
-fingerprint) is host_keys.py's.
+A node is ready once the bootstrap's provision.sh wrote its ready marker. Until then it is
+pending, or failed when provision.sh wrote its failed marker or the optional status command
+(cloud-init's, on AWS) reports an error (or finished without the marker): bootstrap.py holds
+that protocol, this module runs its probe with the target's :class:`ReadinessProbe`. A node
+that does not answer over SSH is unreachable, which right after `up` is normal (it is still
+booting). Where a node's published host keys come from is the target's (the AWS target reads
+them from the EC2 console: targets/aws/host_keys.py); this module pins them and shows a key's
+fingerprint.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ class SshKeys:
 
 @dataclass(frozen=True)
 class ReadinessProbe:
-    """How a node's bootstrap says how it went (readiness.py): the files provision.sh writes
+    """How a node's bootstrap says how it went (bootstrap.py): the files provision.sh writes
     (``ready_marker``, ``failed_marker``), a command printing ``status: <state>``
     (``cloud_init_status``; None: not asked) and where messages send the user to read what
     the bootstrap did (``bootstrap_log``)."""
@@ -388,7 +392,7 @@ class SshTransport:
 
     def readiness(self, node: int) -> Readiness:
         """Ready, pending, failed or unreachable, from the markers provision.sh writes (and
-        cloud-init's own status when neither is there; see readiness.py). One SSH command;
+        the probe's status command when neither is there; see bootstrap.py). One SSH command;
         never raises."""
         if node in self._unreachable:
             return Readiness("unreachable", self._unreachable[node])
@@ -458,7 +462,7 @@ class SshTransport:
             f"mkdir -p {shlex.quote(posixpath.dirname(pid_file))} && "
             f'echo "$$ $({_START_TIME} $$)" > {shlex.quote(pid_file)} && '
             f"cd {shlex.quote(cwd)} && "
-            # The node's own environment (cloudinit.NODE_ENV_FILE: NCCL over EFA), before
+            # The node's own environment (NODE_ENV_FILE; on AWS, NCCL over EFA), before
             # the caller's variables, which win.
             f"if [ -r {shlex.quote(node_env)} ]; then . {shlex.quote(node_env)}; fi; "
             f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'

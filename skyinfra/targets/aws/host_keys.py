@@ -1,6 +1,7 @@
-"""How a node's SSH host key is known before the first connection: the keys cloud-init prints
-to the serial console at first boot (:func:`host_keys_from_console`, read through EC2's
-GetConsoleOutput), and OpenSSH's fingerprint of a key, as messages show it.
+"""How an AWS node's SSH host key is known before the first connection: the keys cloud-init
+prints to the serial console at first boot (:func:`host_keys_from_console`, read through EC2's
+GetConsoleOutput). The SSH transport (skyinfra/transport/ssh.py) pins them and shows their
+fingerprints.
 """
 
 from __future__ import annotations

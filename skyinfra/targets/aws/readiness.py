@@ -1,5 +1,6 @@
-"""An AWS node's readiness probe asks cloud-init how it went (skyinfra/transport/bootstrap.py
-holds the probe and its parser)."""
+"""An AWS node's readiness probe: provision.sh's markers where cloudinit.py puts them, and
+cloud-init's own status when neither is there (skyinfra/transport/bootstrap.py holds the
+probe and its parser; skyinfra/transport/ssh.py runs it)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ login user's home (``~/.skyinfra/<cluster>/node-<i>``) with its own venv, made b
 every target runs; `down` ends the node's processes, removes the folder and checks, host by
 host, that nothing is left.
 
-The node transport is the AWS target's SSH transport (paramiko, process groups recorded in
-the node's pids/), each node rooted at its folder; host keys are the ones pinned at first
+The node transport is the SSH transport every SSH-reached target shares
+(skyinfra/transport/ssh.py: paramiko, process groups recorded in the node's pids/), each node
+rooted at its folder; host keys are the ones pinned at first
 contact (contact.py) in the workspace's known_hosts.
 """
 
