@@ -9,7 +9,7 @@
 # shared with the local target (bootstrap-node.sh), hands the node folder to the login user
 # and writes the ready marker. A failure leaves the node without the ready marker and writes
 # the failed marker (the failing line and command); `skyinfra run` and `skyinfra status` read
-# both over SSH (skyinfra/targets/aws/readiness.py).
+# both over SSH (skyinfra/transport/bootstrap.py).
 #
 # provision-settings.sh sets (rendered by skyinfra.targets.aws.cloudinit):
 #   STATE_DIR       where the ready and failed markers go

@@ -19,10 +19,10 @@ from testinfra.backend.local import LocalBackend
 from testinfra.backend.paramiko import ParamikoBackend
 
 from skyinfra.errors import InternalError
-from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.local.processes import NODE_ENV
 from skyinfra.targets.local.transport import LocalTransport, node_environment
 from skyinfra.transport.base import NodeTransport
+from skyinfra.transport.ssh import SshTransport
 
 
 # testinfra ships no type information: its classes are Any to mypy.

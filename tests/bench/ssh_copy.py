@@ -59,7 +59,7 @@ def ssh_copy(reps: int, data_files: int, file_mb: int) -> dict[str, Any]:
     if not os.access(SSHD, os.X_OK):
         return {"skipped": f"no sshd at {SSHD}"}
     from skyinfra.run.ignore import make_ignore, read_ignore_patterns
-    from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
+    from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
     from skyinfra.transport.tree import scan
 
     with tempfile.TemporaryDirectory(prefix="skyinfra-bench-ssh-") as tmp:

@@ -20,8 +20,8 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ssm.models import Parameter, ssm_backends
 
 from skyinfra.targets.aws.preflight import DEFAULT_DLAMI_PARAMETER
-from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.terraform import MIRROR_ENV, PLUGIN_CACHE_ENV, EmbeddedTerraform
+from skyinfra.transport.ssh import SshTarget
 from tests.support.aws import (
     AMBIENT_AWS_CREDENTIALS,
     DUMMY_AWS_ENV,

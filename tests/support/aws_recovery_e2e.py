@@ -21,8 +21,8 @@ import boto3
 import pytest
 
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
-from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.terraform import MIRROR_ENV
+from skyinfra.transport.ssh import SshTarget
 from tests.conftest import REPO_ROOT
 from tests.support.aws import (
     AMBIENT_AWS_CREDENTIALS,

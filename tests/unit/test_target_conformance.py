@@ -15,11 +15,11 @@ from skyinfra.errors import UnsupportedByTarget
 from skyinfra.spec import validate_spec
 from skyinfra.target_registry import TARGETS
 from skyinfra.targets import get_target
-from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.base import Target
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.base import NodeTransport
+from skyinfra.transport.ssh import SshTransport
 from skyinfra.workspace import Workspace
 
 PACKAGE = Path(__file__).resolve().parents[2] / "skyinfra"

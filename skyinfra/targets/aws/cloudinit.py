@@ -26,6 +26,7 @@ from skyinfra_runtime.spot import AWS_IMDS
 from skyinfra import resources, templating
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
+from skyinfra.transport.bootstrap import NODE_ENV_FILE
 
 TEMPLATE = "aws/cloud-init/user-data.yaml.j2"
 # The scripts the user data writes to the node as they are (infra/scripts/).
@@ -35,8 +36,6 @@ FETCH_SCRIPT = "scripts/fetch-s3-object.py"
 # The node check bootstrap-node.sh runs last (--check-topology), and the EFA environment.
 CHECK_SCRIPT = "scripts/check-node.py"
 EFA_ENV_SCRIPT = "scripts/efa-env.sh"
-# Sourced before every process `run` starts on the node (ssh.py), when present.
-NODE_ENV_FILE = "node-env.sh"
 
 # Where provision.sh leaves its outcome: `ready` (a timestamp) once the bootstrap finished,
 # `failed` (the failing line and command) when it did not. The SSH transport reads both.

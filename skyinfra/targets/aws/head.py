@@ -57,7 +57,7 @@ from skyinfra.transport.base import NodeTransport
 from skyinfra.workspace import PRIVATE_FILE_MODE, Workspace
 
 if TYPE_CHECKING:
-    from skyinfra.targets.aws.ssh import SshTransport
+    from skyinfra.transport.ssh import SshTransport
 
 # In the workspace: the cluster's own key pair (private 0600).
 HEAD_KEY_FILE = "head_key"
@@ -211,7 +211,7 @@ def head_recovery(ws: Workspace, recover: bool, region: str) -> HeadRecovery | N
 
 
 def _ssh(transport: NodeTransport) -> SshTransport:
-    from skyinfra.targets.aws.ssh import SshTransport
+    from skyinfra.transport.ssh import SshTransport
 
     if not isinstance(transport, SshTransport):
         raise TypeError(f"the AWS target's transport is SshTransport, not {type(transport)}")

@@ -1,25 +1,15 @@
-"""How a node's SSH host key is known before the first connection: the keys cloud-init prints
-to the serial console at first boot (:func:`host_keys_from_console`, read through EC2's
-GetConsoleOutput), and OpenSSH's fingerprint of a key, as messages show it.
+"""How an AWS node's SSH host key is known before the first connection: the keys cloud-init
+prints to the serial console at first boot (:func:`host_keys_from_console`, read through EC2's
+GetConsoleOutput). The SSH transport (skyinfra/transport/ssh.py) pins them and shows their
+fingerprints.
 """
 
 from __future__ import annotations
-
-import base64
-import hashlib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import paramiko
 
 # cloud-init prints the node's SSH host public keys to the serial console at first boot
 # between these lines (its cc_keys_to_console module); EC2's GetConsoleOutput returns them.
 CONSOLE_KEYS_BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 CONSOLE_KEYS_END = "-----END SSH HOST KEY KEYS-----"
-
-# A node's published host keys ("<type> <base64>" lines), or empty when not published yet.
-HostKeySource = Callable[[int], Sequence[str]]
 
 
 def host_keys_from_console(output: str) -> list[str]:
@@ -33,9 +23,3 @@ def host_keys_from_console(output: str) -> list[str]:
         if len(fields) >= 2 and (fields[0].startswith(("ssh-", "ecdsa-"))):
             keys.append(f"{fields[0]} {fields[1]}")
     return keys
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -l` prints it."""
-    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-    return f"{key.get_name()} SHA256:{digest}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -21,16 +22,11 @@ from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
 from skyinfra.targets.aws.host_keys import host_keys_from_console
+from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
-from skyinfra.targets.aws.ssh import (
-    CLOUD_INIT_PROBE,
-    ReadinessProbe,
-    SshKeys,
-    SshTarget,
-    SshTransport,
-)
 from skyinfra.topology import Topology
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.workspace import Workspace
 
 # Values looked up at `up` that `run` needs later (the login user), kept beside the root module.
@@ -175,7 +171,7 @@ def transport(
         node_root=NODE_DIR,
         connect_timeout_s=connect_timeout_s,
         # An emulated node's cloud-init never ran: the stand-in machine's answer says nothing.
-        probe=ReadinessProbe(cloud_init_status=None) if emulated else CLOUD_INIT_PROBE,
+        probe=replace(CLOUD_INIT_PROBE, cloud_init_status=None) if emulated else CLOUD_INIT_PROBE,
         unreachable=unreachable,
         gone=instances_gone(spec, topology),
     )

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from skyinfra.errors import SkyinfraError
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.cloudinit import NODE_ENV_FILE
 from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, transport
 from skyinfra.targets.aws.spec import AwsSpec
-from skyinfra.targets.aws.ssh import SshTarget, SshTransport
 from skyinfra.targets.base import Echo, Shell
 from skyinfra.topology import Topology
+from skyinfra.transport.bootstrap import NODE_ENV_FILE
+from skyinfra.transport.ssh import SshTarget, SshTransport
 from skyinfra.workspace import Workspace
 
 # Written by `skyinfra ssh --config` into the workspace (0600): Include it from ~/.ssh/config.

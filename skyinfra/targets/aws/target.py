@@ -11,8 +11,8 @@ these methods, each a short call into the rooms beside this one:
 
 The rooms beside this one: session.py (boto3 clients), preflight.py (checks and lookups),
 resolve.py (what they found, pinned), ami.py (login user), keys.py (the SSH key pair),
-cloudinit.py and render.py (the documents), staging.py (the wheel in S3), ssh.py and
-readiness.py (reaching nodes).
+cloudinit.py and render.py (the documents), staging.py (the wheel in S3), reach.py,
+host_keys.py and readiness.py (reaching nodes with skyinfra/transport/ssh.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from skyinfra.targets.aws.reach import console_host_keys as console_host_keys
 from skyinfra.targets.aws.session import AwsClients, clients_for
 from skyinfra.targets.aws.spec import SPOT, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
-from skyinfra.targets.aws.ssh import SshTransport
 from skyinfra.targets.aws.staging import delete_staged
 from skyinfra.targets.aws.tagged import count_tagged, orphans
 from skyinfra.targets.base import (
@@ -68,6 +67,7 @@ from skyinfra.targets.base import (
 from skyinfra.targets.identity import CLUSTER_TAG, WORKSPACE_TAG, read_workspace_id
 from skyinfra.terraform import EngineFactory
 from skyinfra.topology import Topology
+from skyinfra.transport.ssh import SshTransport
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import HostKeyChangedError, SpecError, TransportError
-from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.targets.ssh.spec import SshSpec, check_key_file
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 
 KNOWN_HOSTS = "known_hosts"
 USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")

@@ -5,8 +5,9 @@ login user's home (``~/.skyinfra/<cluster>/node-<i>``) with its own venv, made b
 every target runs; `down` ends the node's processes, removes the folder and checks, host by
 host, that nothing is left.
 
-The node transport is the AWS target's SSH transport (paramiko, process groups recorded in
-the node's pids/), each node rooted at its folder; host keys are the ones pinned at first
+The node transport is the SSH transport every SSH-reached target shares
+(skyinfra/transport/ssh.py: paramiko, process groups recorded in the node's pids/), each node
+rooted at its folder; host keys are the ones pinned at first
 contact (contact.py) in the workspace's known_hosts.
 """
 
@@ -28,8 +29,6 @@ from skyinfra.errors import (
     WorkspaceError,
 )
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTransport
-from skyinfra.targets.aws.ssh import SshTarget as Login
 from skyinfra.targets.base import (
     Apply,
     Ask,
@@ -44,6 +43,8 @@ from skyinfra.targets.ssh import enrol
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, contact, write_known_hosts
 from skyinfra.targets.ssh.spec import SshDeclaration, SshSpec, check_key_file
 from skyinfra.topology import Topology
+from skyinfra.transport.ssh import ReadinessProbe, SshKeys, SshTransport
+from skyinfra.transport.ssh import SshTarget as Login
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 

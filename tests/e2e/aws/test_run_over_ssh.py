@@ -18,9 +18,9 @@ from moto.core import DEFAULT_ACCOUNT_ID
 
 from skyinfra.errors import ConfigError
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
-from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.targets.aws.target import TARGET_FILE, transport
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.ssh import SshTarget
 from tests.conftest import REPO_ROOT
 from tests.support.aws import REGION, user_data_text
 from tests.support.aws_e2e import (

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
-from skyinfra.targets.aws.ssh import SshTarget
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.ssh import SshTarget
 from tests.conftest import skyinfra_argv
 from tests.support.aws_e2e import aws_workspace, skyinfra
 

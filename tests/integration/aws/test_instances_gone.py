@@ -13,8 +13,8 @@ import pytest
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.reach import instances_gone
-from skyinfra.targets.aws.ssh import SshKeys, SshTransport
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.ssh import SshKeys, SshTransport
 from tests.support.aws import REGION
 
 

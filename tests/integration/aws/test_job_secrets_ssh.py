@@ -16,6 +16,7 @@ import os
 import secrets
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import paramiko
@@ -25,8 +26,9 @@ from skyinfra.run.jobenv import JobEnv
 from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.session import run_on_cluster
 from skyinfra.targets.aws.cloudinit import READY_MARKER
-from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
+from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
 from skyinfra.topology import Node, Topology
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from tests.conftest import VENV_BIN
 
 TOKEN = "70c3e2d1a9b84f56e0d1c2b3a4958677"  # what the job's token will be (patched below)
@@ -92,7 +94,7 @@ def nodes(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[tuple[SshTra
     ssh = SshTransport(
         {i: SshTarget(target.host, target.user, target.port, str(r)) for i, r in roots.items()},
         keys=SshKeys(key, tmp_path / "known_hosts"),
-        probe=ReadinessProbe(cloud_init_status=None),
+        probe=replace(CLOUD_INIT_PROBE, cloud_init_status=None),
     )
     yield ssh, tmp_path
     ssh.close()

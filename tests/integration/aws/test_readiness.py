@@ -34,10 +34,10 @@ from skyinfra.run.session import run_on_cluster
 from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
-from skyinfra.targets.aws.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
 from skyinfra.targets.aws.target import console_host_keys
 from skyinfra.topology import Node, Topology
 from skyinfra.transport.readiness import wait_until_ready
+from skyinfra.transport.ssh import ReadinessProbe, SshKeys, SshTarget, SshTransport
 from skyinfra.wheel import build_runtime_wheel
 from tests.conftest import content_of
 from tests.support.aws import REGION
@@ -73,6 +73,7 @@ def make_transport(
                 ready_marker=str(node_root / "state" / "ready"),
                 failed_marker=str(node_root / "state" / "failed"),
                 cloud_init_status=cloud_init_status,
+                bootstrap_log=LOG,
             ),
         )
         made.append(ssh)
@@ -492,6 +493,7 @@ def test_host_key_is_pinned_from_the_console_output(
                 ready_marker=str(node_root / "state" / "ready"),
                 failed_marker=str(node_root / "state" / "failed"),
                 cloud_init_status=None,
+                bootstrap_log=LOG,
             ),
         )
 

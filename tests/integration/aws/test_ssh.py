@@ -12,8 +12,8 @@ import paramiko
 import pytest
 
 from skyinfra.errors import TransportError
-from skyinfra.targets.aws.cloudinit import NODE_ENV_FILE
-from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
+from skyinfra.transport.bootstrap import NODE_ENV_FILE
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.transport.tree import scan
 
 

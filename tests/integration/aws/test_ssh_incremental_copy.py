@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
-from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.transport.nodesync import MANIFEST
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.transport.tree import CopyStats, scan
 
 RUNS = [f"20261125-10000{i}-000000-000{i}" for i in range(5)]

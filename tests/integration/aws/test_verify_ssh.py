@@ -14,7 +14,8 @@ import paramiko
 import pytest
 
 from skyinfra.errors import HostKeyChangedError
-from skyinfra.targets.aws.ssh import SshKeys, SshTarget, SshTransport
+from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
+from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 from skyinfra.verify import operator_runtime_version
 from skyinfra.verify.context import Expectations
 from skyinfra.verify.hosts import PinnedParamikoBackend, node_host
@@ -33,7 +34,10 @@ def cluster(sshd: tuple[SshTarget, Path], tmp_path: Path) -> Iterator[tuple[SshT
         (root / "node" / "venv").symlink_to(sys.prefix)  # this Python, with the runtime
         targets[i] = dataclasses.replace(target, root=str(root))
     transport = SshTransport(
-        targets, keys=SshKeys(key, tmp_path / "known_hosts"), node_root="/node"
+        targets,
+        keys=SshKeys(key, tmp_path / "known_hosts"),
+        node_root="/node",
+        probe=CLOUD_INIT_PROBE,
     )
     yield transport, tmp_path
     transport.close()

@@ -20,7 +20,6 @@ from skyinfra.targets.aws.cloudinit import (
     EFA_ENV_SCRIPT,
     FETCH_SCRIPT,
     IDLE_CHECK_SCRIPT,
-    NODE_ENV_FILE,
     PROVISION_SCRIPT,
     SCRIPT_DIR,
     NodeUserData,
@@ -29,6 +28,7 @@ from skyinfra.targets.aws.cloudinit import (
 )
 from skyinfra.targets.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
+from skyinfra.transport.bootstrap import NODE_ENV_FILE
 from tests.conftest import content_of, require_system_tool
 
 TOPOLOGY = {

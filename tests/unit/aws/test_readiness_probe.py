@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from skyinfra.targets.aws.readiness import (
+from skyinfra.transport.base import Readiness
+from skyinfra.transport.bootstrap import (
     DETAIL_CHARS,
     parse_phase_line,
     parse_probe_output,
     probe_script,
 )
-from skyinfra.transport.base import Readiness
 
 READY = "/var/lib/skyinfra/ready"
 LOG = "/var/log/cloud-init-output.log"

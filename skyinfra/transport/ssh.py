@@ -1,15 +1,19 @@
-"""SshTransport: reach AWS nodes over SSH (paramiko), with the same surface as LocalTransport.
+"""SshTransport: reach nodes over SSH (paramiko), with the same surface as LocalTransport.
+The AWS target (targets/aws/reach.py) and the ssh target (targets/ssh/target.py) both reach
+their nodes with it; each passes what is its own (host keys, readiness probe, node root).
 
 Commands run in the node's own process group (the session sshd creates for them); its id is
 recorded in the node's ``pids/`` folder so `kill` ends the whole tree and the idle timer sees
 that the node is busy.
 
-A node is ready once cloud-init's provision.sh wrote its ready marker. Until then it is
-pending, or failed when provision.sh wrote its failed marker or cloud-init itself reports an
-error (or finished without the marker): readiness.py holds that protocol, this module runs its
-probe. A node that does not answer over SSH is unreachable, which right after `up` is normal
-(it is still booting). How a node's host key is known and shown (the console's keys, the
-fingerprint) is host_keys.py's.
+A node is ready once the bootstrap's provision.sh wrote its ready marker. Until then it is
+pending, or failed when provision.sh wrote its failed marker or the optional status command
+(cloud-init's, on AWS) reports an error (or finished without the marker): bootstrap.py holds
+that protocol, this module runs its probe with the target's :class:`ReadinessProbe`. A node
+that does not answer over SSH is unreachable, which right after `up` is normal (it is still
+booting). Where a node's published host keys come from is the target's (the AWS target reads
+them from the EC2 console: targets/aws/host_keys.py); this module pins them and shows a key's
+fingerprint.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import logging
 import os
 import posixpath
@@ -30,10 +35,8 @@ from pathlib import Path
 import paramiko
 
 from skyinfra.errors import HostKeyChangedError, TransportError
-from skyinfra.targets.aws.cloudinit import FAILED_MARKER, NODE_ENV_FILE, OUTPUT_LOG, READY_MARKER
-from skyinfra.targets.aws.host_keys import HostKeySource, fingerprint
-from skyinfra.targets.aws.readiness import CLOUD_INIT_STATUS, parse_probe_output, probe_script
 from skyinfra.transport.base import Readiness
+from skyinfra.transport.bootstrap import NODE_ENV_FILE, parse_probe_output, probe_script
 from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.tree import CopyStats
 
@@ -41,6 +44,15 @@ from skyinfra.transport.tree import CopyStats
 # Python prints it to stderr. The failure reaches the user as a TransportError (or as an
 # unreachable node) anyway, so keep its log quiet unless the application configures logging.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# A node's published host keys ("<type> <base64>" lines), or empty when not published yet.
+HostKeySource = Callable[[int], Sequence[str]]
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -l` prints it."""
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
 
 
 @dataclass(frozen=True)
@@ -70,19 +82,15 @@ class SshKeys:
 
 @dataclass(frozen=True)
 class ReadinessProbe:
-    """How a node's bootstrap says how it went (readiness.py): the files provision.sh writes
+    """How a node's bootstrap says how it went (bootstrap.py): the files provision.sh writes
     (``ready_marker``, ``failed_marker``), a command printing ``status: <state>``
     (``cloud_init_status``; None: not asked) and where messages send the user to read what
     the bootstrap did (``bootstrap_log``)."""
 
-    ready_marker: str = READY_MARKER
-    failed_marker: str = FAILED_MARKER
-    cloud_init_status: str | None = CLOUD_INIT_STATUS
-    bootstrap_log: str = OUTPUT_LOG
-
-
-# A real node's: cloud-init runs provision.sh (cloudinit.py).
-CLOUD_INIT_PROBE = ReadinessProbe()
+    ready_marker: str
+    failed_marker: str
+    cloud_init_status: str | None
+    bootstrap_log: str
 
 
 # Shell: when process $1 started (field 22 of /proc/PID/stat; the command name before it
@@ -160,11 +168,12 @@ class SshTransport:
         keys: SshKeys,
         node_root: str = "/opt/skyinfra/node",
         connect_timeout_s: float = 20.0,
-        probe: ReadinessProbe = CLOUD_INIT_PROBE,
+        probe: ReadinessProbe | None = None,
         unreachable: Mapping[int, str] | None = None,
         gone: Callable[[int], bool] | None = None,
     ) -> None:
-        """``probe``: how a node's bootstrap says it is ready or failed;
+        """``probe``: how a node's bootstrap says it is ready or failed (None: a transport
+        that only runs commands and copies, such as a first contact; its nodes read as failed);
         ``unreachable``: nodes never dialled, each with the reason (it reads as unreachable);
         ``gone``: whether a node's machine is certainly gone (the AWS target asks EC2), for
         ``node_gone``."""
@@ -174,10 +183,7 @@ class SshTransport:
         self._known_hosts = keys.known_hosts
         self._root = node_root
         self._timeout = connect_timeout_s
-        self._ready_marker = probe.ready_marker
-        self._failed_marker = probe.failed_marker
-        self._cloud_init_status = probe.cloud_init_status
-        self._bootstrap_log = probe.bootstrap_log
+        self._readiness_probe = probe
         self._clients: dict[int, paramiko.SSHClient] = {}
         self._host_keys = keys.host_keys
         self._on_new_host_key = keys.on_new_host_key
@@ -386,16 +392,19 @@ class SshTransport:
 
     def readiness(self, node: int) -> Readiness:
         """Ready, pending, failed or unreachable, from the markers provision.sh writes (and
-        cloud-init's own status when neither is there; see readiness.py). One SSH command;
+        the probe's status command when neither is there; see bootstrap.py). One SSH command;
         never raises."""
         if node in self._unreachable:
             return Readiness("unreachable", self._unreachable[node])
         target = self._targets.get(node)
         if target is None:
             return Readiness("failed", f"no node {node} (nodes: {self._nodes()})")
-        ready_marker = self._on_node(node, self._ready_marker)
+        probe = self._readiness_probe
+        if probe is None:
+            return Readiness("failed", f"node {node}: this transport has no readiness probe")
+        ready_marker = self._on_node(node, probe.ready_marker)
         script = probe_script(
-            ready_marker, self._on_node(node, self._failed_marker), self._cloud_init_status
+            ready_marker, self._on_node(node, probe.failed_marker), probe.cloud_init_status
         )
         output = self._probe(node, script)
         if isinstance(output, Readiness):
@@ -403,8 +412,8 @@ class SshTransport:
         return parse_probe_output(
             output,
             ready_marker=ready_marker,
-            bootstrap_log=self._bootstrap_log,
-            tail_command=self._tail_hint(target),
+            bootstrap_log=probe.bootstrap_log,
+            tail_command=self._tail_hint(target, probe.bootstrap_log),
         )
 
     def _probe(self, node: int, script: str) -> str | Readiness:
@@ -421,11 +430,11 @@ class SshTransport:
                 error = err
         return Readiness("unreachable", f"not reachable over SSH ({error})")
 
-    def _tail_hint(self, target: SshTarget) -> str:
+    def _tail_hint(self, target: SshTarget, bootstrap_log: str) -> str:
         port = "" if target.port == 22 else f" -p {target.port}"
         return (
             f"ssh -i {self._key_path}{port} {target.user}@{target.host} "
-            f"sudo tail -n 50 {self._bootstrap_log}"
+            f"sudo tail -n 50 {bootstrap_log}"
         )
 
     def start(
@@ -453,7 +462,7 @@ class SshTransport:
             f"mkdir -p {shlex.quote(posixpath.dirname(pid_file))} && "
             f'echo "$$ $({_START_TIME} $$)" > {shlex.quote(pid_file)} && '
             f"cd {shlex.quote(cwd)} && "
-            # The node's own environment (cloudinit.NODE_ENV_FILE: NCCL over EFA), before
+            # The node's own environment (NODE_ENV_FILE; on AWS, NCCL over EFA), before
             # the caller's variables, which win.
             f"if [ -r {shlex.quote(node_env)} ]; then . {shlex.quote(node_env)}; fi; "
             f'export PATH={shlex.quote(venv + "/bin")}:"$PATH"; {exports}'
@@ -471,7 +480,7 @@ class SshTransport:
 
     def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
         """Only what the node's newest copy lacks travels, over SFTP (sshcopy.py)."""
-        from skyinfra.targets.aws.sshcopy import copy_tree
+        from skyinfra.transport.sshcopy import copy_tree
 
         return copy_tree(self, node, src, wanted, run_id)
 
