@@ -303,7 +303,8 @@ def logs(
 @click.argument("job_id", metavar="JOB")
 def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_id: str) -> None:
     """End a job on every node (SIGTERM, SIGKILL after the grace) and wait until nothing of it
-    runs. A job that already ended: said, exit 0."""
+    runs; a queued job is taken out of the head's queue and never starts. A job that already
+    ended: said, exit 0."""
     import sys
 
     from skyinfra.errors import ConfirmationRequired, Declined
@@ -316,11 +317,15 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     if job.final and job.state is not JobState.NEEDS_NODES:
         echo(f"job {job_id} already ended: {job.state}; nothing to cancel")
         return
+    what = "Remove queued job" if job.queued else "Cancel job"
     if not yes:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise ConfirmationRequired(f"cancel job {job_id}: --yes is needed off a terminal")
-        if not click.confirm(f"Cancel job {job_id} ({job.entry}) on every node?"):
+        if not click.confirm(f"{what} {job_id} ({job.entry}) on every node?"):
             raise Declined(f"cancel cancelled: you answered no; job {job_id} goes on")
     said = cancel_job(transport, job_id)
     state = find_job(transport, job_id).state
+    if said.get("was_queued"):
+        echo(f"job {job_id}: {state} (taken out of the queue: it never started)")
+        return
     echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))

@@ -303,11 +303,28 @@ def list_jobs(transport: NodeTransport) -> list[JobRecord]:
 
 def running_job(transport: NodeTransport) -> dict[str, Any] | None:
     """The job that holds the cluster's nodes now (its record not final, its supervisor
-    alive), or None; as JSON (what ClusterBusyError and verify say of it)."""
-    for job in list_jobs(transport):
-        if not job.final:
-            return job.to_dict()
+    alive; a running one before a queued one), or None; as JSON (what ClusterBusyError and
+    verify say of it)."""
+    jobs = [j for j in list_jobs(transport) if not j.final]
+    for job in sorted(jobs, key=lambda j: j.queued):
+        return job.to_dict()
     return None
+
+
+def queue_words(job_id: str, queued: Mapping[str, Any]) -> str:
+    """A queued job's place in the head's queue in words, from the head's word on it (its
+    record's ``queue``, or what the head said when it queued it)."""
+    position = queued.get("position") or 1
+    waits = queued.get("waits_for") or "the cluster's nodes"
+    return f"job {job_id} is queued (position {position}): it waits for {waits}"
+
+
+def queued_hint(cluster: str, job_id: str) -> str:
+    return (
+        "the head starts it when its turn comes (first in, first out), whether or not "
+        f"anything follows it; `skyinfra cancel --cluster {cluster} {job_id}` removes it "
+        "from the queue"
+    )
 
 
 def refuse_if_busy(transport: NodeTransport, cluster: str) -> None:
