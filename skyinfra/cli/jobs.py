@@ -303,11 +303,11 @@ def logs(
 @click.argument("job_id", metavar="JOB")
 def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_id: str) -> None:
     """End a job on every node (SIGTERM, SIGKILL after the grace) and wait until nothing of it
-    runs; a queued job is taken out of the head's queue and never starts. A job that already
-    ended: said, exit 0."""
+    runs; a queued job is taken out of the head's queue and never starts. A job that is
+    neither queued nor running (it ended): exit 2 naming it."""
     import sys
 
-    from skyinfra.errors import ConfirmationRequired, Declined
+    from skyinfra.errors import ConfirmationRequired, Declined, UsageError
     from skyinfra.run.job import JobState, cancel_job, find_job, resolve_job
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
@@ -315,8 +315,9 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     job_id = job.id
     # A job that waits for its lost nodes runs nothing; cancelling it means no recovery.
     if job.final and job.state is not JobState.NEEDS_NODES:
-        echo(f"job {job_id} already ended: {job.state}; nothing to cancel")
-        return
+        raise UsageError(
+            f"job {job_id} is not queued or running: it ended ({job.state}); nothing to cancel"
+        )
     what = "Remove queued job" if job.queued else "Cancel job"
     if not yes:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):

@@ -4,8 +4,9 @@ a job holds the nodes, `run --detach` and an attached `run` queue their jobs on 
 in, first out, once the nodes free; the head's job records prove the order (each job started
 after the one before it ended). A queued job cancelled never starts; the queue outlives the
 operator (an attached `run` SIGKILLed while its job waits: the job still starts and ends;
-Ctrl-C leaves it queued). Trivial entries, no framework; the holding job waits on a gate
-file the test opens: nothing here is timed."""
+Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
+naming it. Trivial entries, no framework; the holding job waits on a gate file the test
+opens: nothing here is timed."""
 
 from __future__ import annotations
 
@@ -191,6 +192,12 @@ def test_a_queued_job_cancelled_never_starts(
     assert never["attempts"] == [] and never["queue"]["left_at"] is None, never
     for i in (0, 1):
         assert not (nodes_dir(project) / f"node-{i}" / "runs" / dropped / "output.log").exists()
+    # Bad input: a job that is neither queued nor running (it ended) is not cancelled.
+    for job, state in ((dropped, "cancelled"), (holder, "succeeded")):
+        again = cli(["cancel", "--cluster", NAME, "--yes", job], project, env)
+        assert again.returncode == 2, again.stdout + again.stderr
+        assert f"job {job} is not queued or running: it ended ({state})" in again.stderr
+        assert "Traceback" not in again.stderr
     assert record(project, env, holder)["state"] == "succeeded"
 
 
