@@ -460,6 +460,19 @@ class MissingFrameworkError(SpecError):
         )
 
 
+class CancelledInQueue(SkyinfraError):
+    """The job an attached `run` waited for was cancelled (`skyinfra cancel`) while it was
+    queued on the head: nothing of it ever ran. Exits as a cancelled job does (130)."""
+
+    exit_code = exitcodes.INTERRUPTED
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(
+            f"job {job_id} was cancelled while queued: it never started (nothing of it ran)"
+        )
+
+
 class CancelledByCtrlC(KeyboardInterrupt):
     """Raised in an attached `run` on Ctrl-C once it has ended the job's nodes (Ctrl-C cancels
     the job it follows). ``job_id``: the job; ``started``: False when Ctrl-C came while its

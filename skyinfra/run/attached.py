@@ -14,6 +14,7 @@ from skyinfra_runtime.topology import Topology
 
 from skyinfra.errors import (
     CancelledByCtrlC,
+    CancelledInQueue,
     Detached,
     HeadLostError,
     SkyinfraError,
@@ -83,7 +84,10 @@ def run_attempt(
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
             if client is not None:
-                take_attempts(report, client.record(fresh=True))
+                rec = client.record(fresh=True)
+                if rec is not None and rec.queue is not None and rec.queue.left_at is None:
+                    raise CancelledInQueue(report.run_id)  # it never left the queue
+                take_attempts(report, rec)
         except TransportError as err:
             # Node 0 gone once the job started (its folder, on the local target): not an error
             # of this run's own, but the job's head lost, which a restart may recover from.

@@ -230,3 +230,23 @@ def test_the_queue_outlives_the_operator(
         assert wait_for(project, env, job, FINAL) == "succeeded", record(project, env, job)
     one, two = record(project, env, interrupted), record(project, env, killed)
     assert one["ended_at"] <= two["started_at"], (one, two)
+
+
+def test_an_attached_run_whose_queued_job_is_cancelled_says_it_never_started(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    holder = hold(project, env, gate)
+    try:
+        follower, job, lines = attached(project, env)
+        cancel = cli(["cancel", "--cluster", NAME, "--yes", job], project, env)
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        rest = follower.communicate(timeout=120)[0]
+        said = "".join(lines) + rest
+        assert follower.returncode == 130, said
+        assert f"job {job} was cancelled while queued: it never started" in said, said
+        assert "Traceback" not in said and "lost" not in rest, said
+        assert record(project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+    assert wait_for(project, env, holder, FINAL) == "succeeded"

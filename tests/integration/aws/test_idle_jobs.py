@@ -124,11 +124,11 @@ def test_a_non_empty_queue_keeps_the_node_busy(tmp_path: Path) -> None:
     Shown on a node folder holding only the queued job's pid file, as the head has it."""
     node, gate = tmp_path / "node", tmp_path / "gate"
     (node / "pids").mkdir(parents=True)
-    start_job(node, "job-1", gate)
-    start_job(node, "job-2", gate)
     queued_only = tmp_path / "queued-only"
     (queued_only / "pids").mkdir(parents=True)
     try:
+        start_job(node, "job-1", gate)
+        start_job(node, "job-2", gate)
         assert record(node, "job-2")["state"] == "queued"
         pid_file = node / "pids" / "job-2.pid"
         held = pid_file.read_text()
