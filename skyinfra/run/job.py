@@ -423,14 +423,15 @@ def _tag() -> str:
 def running_jobs(
     make_transport: Callable[[], NodeTransport],
 ) -> tuple[list[JobRecord], str]:
-    """The jobs still running on the cluster (its head's records), newest first, and why
-    they could not be read ("" when they could): for `status` and `down`."""
+    """The jobs still running or queued on the cluster (its head's records), newest first,
+    and why they could not be read ("" when they could): for `status` and `down`."""
     found, why = cluster_jobs(make_transport)
     return [j for j in found if is_running(j)], why
 
 
 def is_running(job: JobRecord) -> bool:
-    return job.running
+    """The job runs, or waits in the head's queue (it too ends with the cluster)."""
+    return job.running or job.queued
 
 
 def cluster_jobs(
@@ -486,6 +487,11 @@ def job_line(job: JobRecord) -> str:
     """One running job in words: id, entry, who started it and when."""
     entry = " ".join([job.entry, *job.args])
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created_at or 0))
+    if job.queued and job.queue is not None:
+        return (
+            f"{job.id} ({entry}; queued (position {job.queue.position}) by {job.started_by} "
+            f"at {started})"
+        )
     return f"{job.id} ({entry}; started by {job.started_by} at {started})"
 
 

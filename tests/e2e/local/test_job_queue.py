@@ -145,6 +145,11 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
         first = f"job {queued[0]} is queued (position 1): it waits for nodes 0-1, held by job "
         assert f"{first}{holder}" in table.stdout, table.stdout
         assert "queued (#10)" in table.stdout, table.stdout
+        # `status` lists the queued jobs beside the running one (`down` names them too).
+        status = cli(["status", "--cluster", NAME], project, env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"running jobs: {SUBMISSIONS + 1}" in status.stdout, status.stdout
+        assert f"{queued[-1]} (work.py:quick; queued (position {SUBMISSIONS}) by " in status.stdout
         last = record(project, env, queued[-1])
         assert last["state"] == "queued" and last["queue"]["held_by"] == holder, last
         assert f"{SUBMISSIONS - 1} job(s) queued ahead of it" in last["queue"]["waits_for"]
