@@ -460,12 +460,27 @@ class MissingFrameworkError(SpecError):
         )
 
 
+class CancelledInQueue(SkyinfraError):
+    """The job an attached `run` waited for was cancelled (`skyinfra cancel`) while it was
+    queued on the head: nothing of it ever ran. Exits as a cancelled job does (130)."""
+
+    exit_code = exitcodes.INTERRUPTED
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(
+            f"job {job_id} was cancelled while queued: it never started (nothing of it ran)"
+        )
+
+
 class CancelledByCtrlC(KeyboardInterrupt):
     """Raised in an attached `run` on Ctrl-C once it has ended the job's nodes (Ctrl-C cancels
     the job it follows). ``job_id``: the job; ``started``: False when Ctrl-C came while its
-    agents were being started (some may have started before it)."""
+    agents were being started (some may have started before it); ``queued``: the job was
+    waiting in the head's queue and was left there (Ctrl-C leaves a queued job queued)."""
 
-    def __init__(self, job_id: str, *, started: bool) -> None:
+    def __init__(self, job_id: str, *, started: bool, queued: bool = False) -> None:
         super().__init__(job_id)
         self.job_id = job_id
         self.started = started
+        self.queued = queued

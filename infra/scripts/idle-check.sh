@@ -29,7 +29,9 @@ stamp="$STATE_DIR/last-busy"
 busy=0
 # A running job is busy on every node: each node's job agent (skyinfra-runtime supervise)
 # holds pids/<job id>.pid while its part of the job runs, and removes it when that part ends,
-# so a finished job (or one whose agent died: a lost job) leaves the node idle.
+# so a finished job (or one whose agent died: a lost job) leaves the node idle. A job waiting
+# in the head's queue is busy too: its agents hold their pid files from its submission (a
+# non-empty queue keeps the cluster up until its jobs ran or were cancelled).
 for f in "$NODE_DIR"/pids/*.pid; do
     # A pid file holds "PID START" (the process's start time, field 22 of /proc/PID/stat):
     # a pid reused by an unrelated process since is not ours.

@@ -303,10 +303,11 @@ def logs(
 @click.argument("job_id", metavar="JOB")
 def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_id: str) -> None:
     """End a job on every node (SIGTERM, SIGKILL after the grace) and wait until nothing of it
-    runs. A job that already ended: said, exit 0."""
+    runs; a queued job is taken out of the head's queue and never starts. A job that is
+    neither queued nor running (it ended): exit 2 naming it."""
     import sys
 
-    from skyinfra.errors import ConfirmationRequired, Declined
+    from skyinfra.errors import ConfirmationRequired, Declined, UsageError
     from skyinfra.run.job import JobState, cancel_job, find_job, resolve_job
 
     _, transport, _ = _cluster(clusters_root, cluster_name)
@@ -314,13 +315,18 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     job_id = job.id
     # A job that waits for its lost nodes runs nothing; cancelling it means no recovery.
     if job.final and job.state is not JobState.NEEDS_NODES:
-        echo(f"job {job_id} already ended: {job.state}; nothing to cancel")
-        return
+        raise UsageError(
+            f"job {job_id} is not queued or running: it ended ({job.state}); nothing to cancel"
+        )
+    what = "Remove queued job" if job.queued else "Cancel job"
     if not yes:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise ConfirmationRequired(f"cancel job {job_id}: --yes is needed off a terminal")
-        if not click.confirm(f"Cancel job {job_id} ({job.entry}) on every node?"):
+        if not click.confirm(f"{what} {job_id} ({job.entry}) on every node?"):
             raise Declined(f"cancel cancelled: you answered no; job {job_id} goes on")
     said = cancel_job(transport, job_id)
     state = find_job(transport, job_id).state
+    if said.get("was_queued"):
+        echo(f"job {job_id}: {state} (taken out of the queue: it never started)")
+        return
     echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))

@@ -23,8 +23,9 @@ def _when(t: Any) -> str:
 def _duration(view: JobView) -> str:
     job = view.record
     start = job.started_at or job.created_at
-    # A kept copy of a job that had not ended: when it did is not known.
-    if not start or view.shown_state is not None:
+    # A kept copy of a job that had not ended: when it did is not known; a queued job has
+    # not started.
+    if not start or view.shown_state is not None or job.queued:
         return "-"
     end = job.ended_at or time.time()
     s = int(end - start)
@@ -60,6 +61,9 @@ def interruption_words(item: Interruption) -> str:
 
 def _state(view: JobView) -> str:
     state = view.state
+    queue = view.record.queue
+    if view.record.queued and view.shown_state is None and queue is not None:
+        state += f" (#{queue.position})"
     if view.record.attempt > 1:
         state += f" (attempt {view.record.attempt})"
     return f"{state} (STALLED)" if view.stalled else state
@@ -112,8 +116,12 @@ def print_jobs(found: list[JobView]) -> None:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    from skyinfra.run.job import queue_words
+
     for view in found:
         j = view.record
+        if view.shown_state is None and j.queued and j.queue is not None:
+            echo(queue_words(j.id, j.queue.to_dict()))
         for item in j.interruptions:
             echo(f"job {j.id}: {interruption_words(item)}")
         if view.shown_state is None and j.state is JobState.NEEDS_NODES:
@@ -171,6 +179,17 @@ def show_job(view: JobView) -> None:
     if job.state is JobState.LOST:
         echo(f"  {_supervisor_gone_words(job)}")
     echo(f"  entry:      {' '.join([job.entry, *job.args])}")
+    queue = job.queue
+    if queue is not None and job.queued and view.shown_state is None:
+        echo(
+            f"  queued:     position {queue.position} since {_when(queue.queued_at)}: waits "
+            f"for {queue.waits_for or 'the nodes'}"
+        )
+    elif queue is not None and queue.left_at and queue.queued_at:
+        waited = int(queue.left_at - queue.queued_at)
+        echo(f"  queued:     {waited} s, from {_when(queue.queued_at)} to {_when(queue.left_at)}")
+    elif queue is not None and job.state is JobState.CANCELLED:
+        echo(f"  queued:     from {_when(queue.queued_at)}; cancelled there, never started")
     echo(f"  started by: {job.started_by}")
     echo(f"  started:    {_when(job.created_at)}   ended: {_when(job.ended_at)}")
     echo(f"  duration:   {_duration(view)}")

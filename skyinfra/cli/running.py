@@ -168,6 +168,11 @@ def run(
 
     The run is a job that lives on the nodes: a closed terminal (SIGHUP) or a killed
     `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
+
+    On a cluster whose nodes another job holds, the job is queued on the head (attached or
+    --detach) and the head starts it when its turn comes, first in, first out; an attached
+    run waits and says so, and Ctrl-C while it waits leaves it queued (`skyinfra cancel JOB`
+    removes it). --verify on a busy cluster is refused (its checks would meet the job).
     """
     from skyinfra import lifecycle
     from skyinfra.errors import CancelledByCtrlC, Detached
@@ -260,7 +265,13 @@ def run(
                 _say_cancelled(ws.name, stop)
             raise SystemExit(exitcodes.INTERRUPTED) from None
     if detach:
-        echo(f"job {report.run_id} started on every node")
+        if report.queued is not None:
+            from skyinfra.run.job import queue_words, queued_hint
+
+            said = queue_words(report.run_id, report.queued)
+            echo(f"{said}; {queued_hint(ws.name, report.run_id)}")
+        else:
+            echo(f"job {report.run_id} started on every node")
         echo(follow_hint(ws.name, report.run_id))
         return
     print_report(report, echo)
@@ -270,6 +281,15 @@ def run(
 def _say_cancelled(cluster: str, stop: CancelledByCtrlC) -> None:
     """What Ctrl-C did to the job an attached `run` followed, and where to see it."""
     job = stop.job_id
+    if stop.queued:
+        echo(
+            f"\n[skyinfra] Ctrl-C: stopped waiting; job {job} stays queued (Ctrl-C leaves a "
+            "queued job in the queue: the head starts it when its turn comes); "
+            f"`skyinfra cancel --cluster {cluster} {job}` removes it"
+        )
+        echo(f"  follow:  skyinfra logs --cluster {cluster} {job} --follow")
+        echo(f"  state:   skyinfra jobs --cluster {cluster} {job}")
+        return
     if stop.started:
         echo(
             f"\n[skyinfra] Ctrl-C: job {job} cancelled on every node (Ctrl-C cancels the job "

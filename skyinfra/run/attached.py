@@ -14,19 +14,24 @@ from skyinfra_runtime.topology import Topology
 
 from skyinfra.errors import (
     CancelledByCtrlC,
+    CancelledInQueue,
     Detached,
     HeadLostError,
+    SkyinfraError,
     SupervisorGoneError,
     TransportError,
 )
 from skyinfra.run.job import (
     HEAD_LOST,
     JOB_COPY,
+    RECORD_EVERY_S,
     JobClient,
     JobNodeProcess,
     JobRecord,
     end_node_part,
     head_gone,
+    queue_words,
+    queued_hint,
 )
 from skyinfra.run.launch import JobLaunch
 from skyinfra.run.nodes import start_all, start_job_attempt
@@ -71,13 +76,18 @@ def run_attempt(
                     start_job_attempt(transport, topology, report, launch, attempts_before)
                 started = True
                 client = follow_job(transport, report, live, skip_lines or {})
+                if report.queued is not None:
+                    say_queued(topology.cluster, report, client, echo)
             # The job's supervisor enforces the timeout itself; this one only reports it.
             pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
             for proc in live.procs.values():
                 if isinstance(proc, JobNodeProcess):
                     proc.finish()
             if client is not None:
-                take_attempts(report, client.record(fresh=True))
+                rec = client.record(fresh=True)
+                if rec is not None and rec.queue is not None and rec.queue.left_at is None:
+                    raise CancelledInQueue(report.run_id)  # it never left the queue
+                take_attempts(report, rec)
         except TransportError as err:
             # Node 0 gone once the job started (its folder, on the local target): not an error
             # of this run's own, but the job's head lost, which a restart may recover from.
@@ -94,6 +104,13 @@ def run_attempt(
                 transport, report, rec, launch, attempts_before, why, echo, node_0_kept=node_0_kept
             )
         except KeyboardInterrupt:
+            if client is not None and report.queued is not None and still_queued(client):
+                # Ctrl-C leaves a queued job queued: nothing of it runs yet, and the head
+                # starts it when its turn comes (`skyinfra cancel JOB` removes it).
+                for proc in live.procs.values():
+                    if isinstance(proc, JobNodeProcess):
+                        proc.stop_following()
+                raise CancelledByCtrlC(report.run_id, started=True, queued=True) from None
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             if topology is None:
                 raise
@@ -224,3 +241,37 @@ def follow_job(
         live.tails[i] = collections.deque(maxlen=TAIL_LINES)
         threading.Thread(target=pump, args=(i, proc, live.events), daemon=True).start()
     return client
+
+
+def say_queued(cluster: str, report: RunReport, client: JobClient, echo: Echo) -> None:
+    """An attached run of a job the head queued: say where it waits, and (from a thread of
+    its own, while the nodes' output is followed) when it leaves the queue."""
+    queued = report.queued or {}
+    echo(f"[skyinfra] {queue_words(report.run_id, queued)}")
+    echo(
+        f"[skyinfra] waiting for it here; {queued_hint(cluster, report.run_id)}; Ctrl-C "
+        "stops waiting and leaves it queued"
+    )
+
+    def watch() -> None:
+        while True:
+            try:
+                rec = client.record()
+            except (SkyinfraError, OSError):
+                return  # the follow says what went wrong
+            if rec is not None and not rec.queued:
+                if not rec.final:
+                    echo(f"[skyinfra] job {report.run_id} left the queue: starting on every node")
+                return
+            time.sleep(RECORD_EVERY_S)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def still_queued(client: JobClient) -> bool:
+    """The job still waits in the head's queue (as the head's record says now)."""
+    try:
+        rec = client.record(fresh=True)
+    except (SkyinfraError, OSError):
+        return False
+    return rec is not None and rec.queued

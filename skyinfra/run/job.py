@@ -303,11 +303,28 @@ def list_jobs(transport: NodeTransport) -> list[JobRecord]:
 
 def running_job(transport: NodeTransport) -> dict[str, Any] | None:
     """The job that holds the cluster's nodes now (its record not final, its supervisor
-    alive), or None; as JSON (what ClusterBusyError and verify say of it)."""
-    for job in list_jobs(transport):
-        if not job.final:
-            return job.to_dict()
+    alive; a running one before a queued one), or None; as JSON (what ClusterBusyError and
+    verify say of it)."""
+    jobs = [j for j in list_jobs(transport) if not j.final]
+    for job in sorted(jobs, key=lambda j: j.queued):
+        return job.to_dict()
     return None
+
+
+def queue_words(job_id: str, queued: Mapping[str, Any]) -> str:
+    """A queued job's place in the head's queue in words, from the head's word on it (its
+    record's ``queue``, or what the head said when it queued it)."""
+    position = queued.get("position") or 1
+    waits = queued.get("waits_for") or "the cluster's nodes"
+    return f"job {job_id} is queued (position {position}): it waits for {waits}"
+
+
+def queued_hint(cluster: str, job_id: str) -> str:
+    return (
+        "the head starts it when its turn comes (first in, first out), whether or not "
+        f"anything follows it; `skyinfra cancel --cluster {cluster} {job_id}` removes it "
+        "from the queue"
+    )
 
 
 def refuse_if_busy(transport: NodeTransport, cluster: str) -> None:
@@ -406,14 +423,15 @@ def _tag() -> str:
 def running_jobs(
     make_transport: Callable[[], NodeTransport],
 ) -> tuple[list[JobRecord], str]:
-    """The jobs still running on the cluster (its head's records), newest first, and why
-    they could not be read ("" when they could): for `status` and `down`."""
+    """The jobs still running or queued on the cluster (its head's records), newest first,
+    and why they could not be read ("" when they could): for `status` and `down`."""
     found, why = cluster_jobs(make_transport)
     return [j for j in found if is_running(j)], why
 
 
 def is_running(job: JobRecord) -> bool:
-    return job.running
+    """The job runs, or waits in the head's queue (it too ends with the cluster)."""
+    return job.running or job.queued
 
 
 def cluster_jobs(
@@ -469,6 +487,11 @@ def job_line(job: JobRecord) -> str:
     """One running job in words: id, entry, who started it and when."""
     entry = " ".join([job.entry, *job.args])
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created_at or 0))
+    if job.queued and job.queue is not None:
+        return (
+            f"{job.id} ({entry}; queued (position {job.queue.position}) by {job.started_by} "
+            f"at {started})"
+        )
     return f"{job.id} ({entry}; started by {job.started_by} at {started})"
 
 

@@ -42,9 +42,12 @@ def start_job(
     timeout_s: float | None,
     attempts_before: Sequence[Mapping[str, Any]] = (),
     created_at: float | None = None,
-) -> None:
+) -> dict[str, Any] | None:
     """Start every node's agent: the head first (it says which port it listens on), then
-    the peers. ``per_node``: each node's launcher. The job's token and ``launch``'s job_env
+    the peers. Returns the head's word on the job's place in its queue (seq, position,
+    waits_for, held_by) when other jobs hold the nodes, else None: a queued job's agents are
+    all started and wait (the peers for the head's "start"); the head starts it when its
+    turn comes. ``per_node``: each node's launcher. The job's token and ``launch``'s job_env
     (the user's env and secrets) go on each agent's stdin, never on a command line or in a
     file; the record keeps env and the secrets' names. ``launch``'s checkpoints: the job's
     checkpoint set (None: the job id), on every agent's command line (``--checkpoints``) and
@@ -66,7 +69,7 @@ def start_job(
     if recover is not None and recover.prepare is not None:
         recover.prepare(transport)  # what node 0's recovery command needs there
     try:
-        _start_agents(
+        queued = _start_agents(
             transport,
             topology,
             job_id,
@@ -81,6 +84,7 @@ def start_job(
             signal.signal(number, handler)
     if hung_up:  # every agent started (a failure to start raised above)
         raise Detached(job_id, hung_up[0])
+    return queued
 
 
 def _start_agents(
@@ -93,7 +97,7 @@ def _start_agents(
     timeout_s: float | None,
     attempts_before: Sequence[Mapping[str, Any]] = (),
     created_at: float | None = None,
-) -> None:
+) -> dict[str, Any] | None:
     """``attempts_before``: a job started again after a lost node was replaced goes on as the
     next attempt (its record keeps the earlier ones)."""
     token = secrets.token_hex(16)
@@ -154,9 +158,12 @@ def _start_agents(
     role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
+    queued = said.get("queued") if isinstance(said.get("queued"), dict) else None
+    # A queued job's peers wait for the head's "start" (its turn in the queue).
+    peer_role = ["--head", head, *(["--wait-start"] if queued is not None else [])]
     # The peers start together: each start is a process (or an SSH channel) of its own, and
     # waiting for one before starting the next cost 0.2 s a node (1.5 s of an 8-node start).
-    peers = {i: start(i, ["--head", head]) for i in sorted(per_node) if i != 0}
+    peers = {i: start(i, peer_role) for i in sorted(per_node) if i != 0}
     failed: list[TransportError] = []
     for i, proc in peers.items():  # every one is waited for, even after a failure
         try:
@@ -165,3 +172,4 @@ def _start_agents(
             failed.append(err)
     if failed:
         raise failed[0]
+    return queued

@@ -72,14 +72,16 @@ class NodeDirs:
 def start_and_wait(
     transport: NodeTransport, topology: Topology, report: RunReport, launch: JobLaunch
 ) -> None:
-    """The job started on every node, not followed: returns once every agent said so. A
+    """The job started on every node, not followed: returns once every agent said so (or,
+    for a job the head queued, once every agent waits: ``report.queued`` says where). A
     hang-up (``Detached``) names the job once its agents were started, none before. A job
     started again goes on after the report's attempts."""
     started = False
     try:
         start_job_attempt(transport, topology, report, launch, report.attempts)
         started = True
-        wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+        if report.queued is None:  # a queued job's nodes start when the head starts it
+            wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
     except Detached as hup:
         raise Detached(hup.job_id or (report.run_id if started else ""), hup.signum) from None
 
@@ -208,7 +210,7 @@ def start_job_attempt(
             _launch_env(dirs, i, launch.keep_runs),
             dirs.work,
         )
-    start_job(
+    report.queued = start_job(
         transport,
         topology,
         report.run_id,

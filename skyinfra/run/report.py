@@ -55,6 +55,9 @@ class RunReport:
     interruptions: list[Interruption] = field(default_factory=list)
     # Node 0's unattended recovery of the job (its record's head_recovery; None: none).
     head_recovery: HeadRecoveryRun | None = None
+    # The head's word when it queued the job (seq, position, waits_for, held_by); None: it
+    # started at once.
+    queued: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:

@@ -20,7 +20,6 @@ from skyinfra.errors import InternalError
 from skyinfra.run.attached import run_attempt
 from skyinfra.run.entry_check import check_entry
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns, secrets_left_out
-from skyinfra.run.job import refuse_if_busy
 from skyinfra.run.launch import ClusterNodes, JobLaunch
 from skyinfra.run.nodes import (
     collect_results,
@@ -72,8 +71,6 @@ def run_on_cluster(
         terminal=terminal,
     )
     startup.mark("ready")
-    if launch.is_job:
-        refuse_if_busy(transport, topology.cluster)
     left_out = secrets_left_out(launch.src, patterns)
     if left_out:
         echo(

@@ -35,6 +35,9 @@ class JobState(str, enum.Enum):
     # Never written by a supervisor: the head's `jobs` says it of a record that is not final
     # and whose supervisor is gone (killed); `jobs recover` starts it again.
     LOST = "lost"
+    # Submitted while other jobs hold the nodes (or wait ahead of it): it waits in the head's
+    # queue, its agents started and idle, until the head starts it (first in, first out).
+    QUEUED = "queued"
 
     def __str__(self) -> str:
         return self.value
@@ -55,6 +58,49 @@ FINAL_STATES: tuple[JobState, ...] = (
 # supervisor was killed.
 RECOVERABLE_STATES: tuple[JobState, ...] = (JobState.NEEDS_NODES, JobState.LOST)
 RUNNING_STATES: tuple[JobState, ...] = (JobState.STARTING, JobState.RUNNING)
+
+
+_QUEUE_KEYS = ("seq", "queued_at", "position", "waits_for", "held_by", "left_at")
+
+
+@dataclass(frozen=True)
+class QueueWait:
+    """A job's time in the head's queue: its place in the submission order (``seq``, given
+    out by the head under its start lock), when it was queued, its position now (1: next),
+    what it waits for in words ("nodes 0-1, held by job J") and the job that holds them
+    (None: only jobs queued ahead of it), and when it left the queue (None: it still waits,
+    or was cancelled there). Kept in the record once the job started."""
+
+    seq: int
+    queued_at: float | None = None
+    position: int = 1
+    waits_for: str = ""
+    held_by: str | None = None
+    left_at: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QueueWait:
+        return cls(
+            seq=_opt_int(data.get("seq")) or 0,
+            queued_at=_opt_float(data.get("queued_at")),
+            position=_opt_int(data.get("position")) or 1,
+            waits_for=str(data.get("waits_for") or ""),
+            held_by=_opt_str(data.get("held_by")),
+            left_at=_opt_float(data.get("left_at")),
+            extra=_extra(data, _QUEUE_KEYS),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "queued_at": self.queued_at,
+            "position": self.position,
+            "waits_for": self.waits_for,
+            "held_by": self.held_by,
+            "left_at": self.left_at,
+            **self.extra,
+        }
 
 
 @dataclass(frozen=True)
@@ -365,6 +411,7 @@ _RECORD_KEYS = (
     "needs_nodes",
     "head_recovery",
     "interruptions",
+    "queue",
     "nodes",
     "checked_at",
     "ended_by_down",
@@ -408,6 +455,8 @@ class JobRecord:
     head_recovery: HeadRecoveryRun | None = None
     # Every Spot interruption notice of the job, earlier attempts' included.
     interruptions: tuple[Interruption, ...] = ()
+    # Its wait in the head's queue (None: it started at once; records older than the queue).
+    queue: QueueWait | None = None
     nodes: tuple[NodeResult, ...] = ()
     # The head's time when its `jobs` listed the record (never written by the supervisor).
     checked_at: float | None = None
@@ -422,6 +471,10 @@ class JobRecord:
     @property
     def running(self) -> bool:
         return self.state in RUNNING_STATES
+
+    @property
+    def queued(self) -> bool:
+        return self.state is JobState.QUEUED
 
     def node(self, index: int) -> NodeResult | None:
         for n in self.nodes:
@@ -451,6 +504,7 @@ class JobRecord:
         head_recovery = data.get("head_recovery")
         nodes = data.get("nodes")
         attempts = data.get("attempts")
+        queue = data.get("queue")
         return cls(
             id=job_id,
             state=job_state,
@@ -482,6 +536,7 @@ class JobRecord:
             if isinstance(head_recovery, Mapping)
             else None,
             interruptions=_notices(data.get("interruptions")),
+            queue=QueueWait.from_dict(queue) if isinstance(queue, Mapping) else None,
             nodes=tuple(NodeResult.from_dict(n) for n in nodes if isinstance(n, Mapping))
             if isinstance(nodes, list)
             else (),
@@ -522,6 +577,7 @@ class JobRecord:
                 else {}
             ),
             "interruptions": [i.to_dict() for i in self.interruptions],
+            **({"queue": self.queue.to_dict()} if self.queue is not None else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             **({"checked_at": self.checked_at} if self.checked_at is not None else {}),
             **({"ended_by_down": True} if self.ended_by_down else {}),

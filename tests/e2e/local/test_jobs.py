@@ -257,7 +257,7 @@ def test_cancel_leaves_nothing_of_the_job_on_any_node(project: Path, env: dict[s
     rec = jobs_json(project, env, job)
     assert isinstance(rec, dict) and rec["state"] == "cancelled"
     again = cli(["cancel", "--cluster", NAME, job, "--yes"], project, env)
-    assert again.returncode == 0 and "already ended" in again.stdout
+    assert again.returncode == 2 and f"job {job} is not queued or running" in again.stderr
     follow = cli(["logs", "--cluster", NAME, job, "--follow"], project, env)
     assert follow.returncode == 130
 
@@ -327,7 +327,8 @@ def test_a_job_is_named_by_last_or_a_part_of_its_id_only_it_has(
     logs = cli(["logs", "--cluster", NAME, job[-6:]], project, env)
     assert logs.returncode == 0 and "[node-0] step 1 on node 0" in logs.stdout, logs.stderr
     done = cli(["cancel", "--cluster", NAME, "--yes", "last"], project, env)
-    assert done.returncode == 0 and f"job {job} already ended" in done.stdout, done.stderr
+    said = f"job {job} is not queued or running: it ended (succeeded)"
+    assert done.returncode == 2 and said in done.stderr, done.stdout + done.stderr
     same = 0
     while first[same] == job[same]:
         same += 1

@@ -1,12 +1,14 @@
 """Nothing kills a running job by accident (issue 42): on a 2-node local cluster with the jax
 plugin, while a detached JAX job holds the cluster (its coordinator on head_port), a second
-`run`, attached or detached, is refused (exit 2) naming the job and how to wait for it or end
-it, and starts nothing; `verify` leaves the job's ports alone and says which job holds them.
-The job then ends as it would have alone (succeeded), and the next `run` gets the cluster.
-Before this, the second job joined the first one's coordinator and both nodes of the first
-aborted. A second cluster on the same machine, on other addresses with the same head_port,
-runs its own JAX and torch job beside it: each JAX coordinator and each torch rendezvous store
-listens on its head's own address (they listened on every interface, so the second cluster's
+`run`, attached or detached, is queued on the head (issue 47) naming the job it waits for and
+how to cancel it, and nothing of it starts before that job ended; `run --verify` is refused
+(exit 2: its collective would join the job's) and starts nothing; `verify` leaves the job's
+ports alone and says which job holds them. The job then ends as it would have alone
+(succeeded), the queued jobs run after it, and the next `run` gets the cluster. Before issue
+42, the second job joined the first one's coordinator and both nodes of the first aborted.
+A second cluster on the same machine, on other addresses with the same head_port, runs its
+own JAX and torch job beside it: each JAX coordinator and each torch rendezvous store listens
+on its head's own address (they listened on every interface, so the second cluster's
 processes reached the first's JAX coordinator, and its torch store could not listen at all).
 The job waits on a gate file the test opens: nothing here is timed."""
 
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli as run_cli
 from tests.support.local_jobs import cluster_up, module_env
 
@@ -123,18 +126,25 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
     job = hold(project, env, gate)
     try:
         before = runs_on_the_operator(project)
-        # --verify too: its port and collective checks would meet the job's coordinator.
-        for flags in ([], ["-d"], ["--verify"]):
-            second = cli(["run", "--cluster", NAME, *flags, "work.py:quick"], project, env)
-            assert second.returncode == 2, second.stdout + second.stderr
-            assert "verify:" not in second.stdout, second.stdout  # refused before checking
-            said = second.stderr
-            assert f"cluster '{NAME}' is busy: job {job} is running on it" in said, said
-            assert "entry work.py:hold" in said and "nothing was started" in said, said
-            assert f"skyinfra logs --cluster {NAME} {job} --follow" in said, said
-            assert f"skyinfra cancel --cluster {NAME} {job}" in said, said
-            assert "Traceback" not in said
+        # --verify is refused: its port and collective checks would meet the job's coordinator.
+        second = cli(["run", "--cluster", NAME, "--verify", "work.py:quick"], project, env)
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert "verify:" not in second.stdout, second.stdout  # refused before checking
+        said = second.stderr
+        assert f"cluster '{NAME}' is busy: job {job} is running on it" in said, said
+        assert "entry work.py:hold" in said and "nothing was started" in said, said
+        assert f"skyinfra logs --cluster {NAME} {job} --follow" in said, said
+        assert f"skyinfra cancel --cluster {NAME} {job}" in said, said
+        assert "Traceback" not in said
         assert runs_on_the_operator(project) == before  # nothing copied, nothing recorded
+        # `run --detach`: queued behind the job, nothing of it started.
+        detached = cli(["run", "--cluster", NAME, "-d", "work.py:quick"], project, env)
+        assert detached.returncode == 0, detached.stdout + detached.stderr
+        queued = detached.stdout.split("job ", 1)[1].split()[0]
+        waits = f"job {queued} is queued (position 1): it waits for nodes 0-1, held by job {job}"
+        assert waits in detached.stdout, detached.stdout
+        assert f"skyinfra cancel --cluster {NAME} {queued}" in detached.stdout, detached.stdout
+        assert record(project, env, queued)["state"] == "queued"
 
         checked = cli(["verify", "--cluster", NAME, "--min-free-gb", "0.1", "--json"], project, env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -148,10 +158,34 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
         assert rows["runtime"]["node-0"]["status"] == "pass"  # the other checks ran
         table = cli(["verify", "--cluster", NAME, "--min-free-gb", "0.1"], project, env)
         assert table.returncode == 0 and held in table.stdout, table.stdout + table.stderr
+        # An attached `run`: queued behind the other, it waits and says so.
+        follower = subprocess.Popen(
+            [*skyinfra_argv(), "run", "--cluster", NAME, "work.py:quick"],
+            cwd=project,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert follower.stdout is not None
+        shown = ""
+        for line in follower.stdout:  # bounded by the process: it says so, or ends
+            shown += line
+            if "Ctrl-C stops waiting and leaves it queued" in line:
+                break
+        assert "is queued (position 2): it waits for nodes 0-1, held by job " + job in shown, shown
         assert record(project, env, job)["state"] == "running"
+        assert record(project, env, queued)["state"] == "queued"
     finally:
         gate.write_text("")
     ended_alone(project, env, job)
+    out = follower.communicate(timeout=600)[0]
+    assert follower.returncode == 0, shown + out
+    assert "left the queue: starting on every node" in out, out
+    for later in (queued, shown.split(" is queued (position 2)", 1)[0].rsplit("job ", 1)[1]):
+        assert wait_for(project, env, later, ("succeeded", "failed", "cancelled")) == "succeeded"
+        # Started by the head once the job had ended: never beside it.
+        assert record(project, env, later)["started_at"] >= record(project, env, job)["ended_at"]
 
     # The cluster is free again: the next run gets it.
     after = cli(["run", "--cluster", NAME, "work.py:quick"], project, env)

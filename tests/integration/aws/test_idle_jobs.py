@@ -116,3 +116,33 @@ def test_a_lost_job_does_not_keep_the_node_busy(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_non_empty_queue_keeps_the_node_busy(tmp_path: Path) -> None:
+    """A queued job's agent holds its pid file from its submission until it leaves the queue
+    and ends (or is cancelled there): a node whose only job waits in the queue is busy.
+    Shown on a node folder holding only the queued job's pid file, as the head has it."""
+    node, gate = tmp_path / "node", tmp_path / "gate"
+    (node / "pids").mkdir(parents=True)
+    queued_only = tmp_path / "queued-only"
+    (queued_only / "pids").mkdir(parents=True)
+    try:
+        start_job(node, "job-1", gate)
+        start_job(node, "job-2", gate)
+        assert record(node, "job-2")["state"] == "queued"
+        pid_file = node / "pids" / "job-2.pid"
+        held = pid_file.read_text()
+        (queued_only / "pids" / "job-2.pid").write_text(held)
+        assert idle_check(tmp_path, queued_only) is False  # first look: stamps
+        assert idle_check(tmp_path, queued_only) is False  # the queued job: busy
+        cancel = [RUNTIME, "cancel", "--job", "job-2", "--node-dir", str(node)]
+        assert subprocess.run(cancel, capture_output=True, timeout=60).returncode == 0
+        assert record(node, "job-2")["state"] == "cancelled"
+        pid = int(held.split()[0])
+        end = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
+            time.sleep(0.05)  # its agent removed the pid file and ends
+        assert idle_check(tmp_path, queued_only) is True  # cancelled: nothing waits any more
+    finally:
+        gate.write_text("")
+    wait_gone(node / "pids" / "job-1.pid")

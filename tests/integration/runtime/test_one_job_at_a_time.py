@@ -1,10 +1,13 @@
 """One job holds a cluster's nodes at a time, decided on the head: `skyinfra-runtime
-supervise` refuses to start a job while another job's supervisor runs there, naming it, and
-two starts at the same moment never both get in (the head's start lock). Real supervisors on
-a temporary node folder, their launchers waiting on a gate file; nothing is timed."""
+supervise` queues a job while another job's supervisor runs there (or jobs wait ahead of it),
+naming what it waits for, and the head starts the queued jobs itself, one at a time, in the
+order they were submitted; two starts at the same moment never both get the nodes (the head's
+start lock). A queued job cancelled never starts. Real supervisors on a temporary node
+folder, their launchers waiting on a gate file; nothing is timed."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from typing import Any
 RUNTIME = str(Path(sys.executable).parent / "skyinfra-runtime")
 # The job's launcher: waits until the test opens the gate, then ends with exit 0.
 WAIT = "import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.05)\n"
+FINAL = ("succeeded", "failed", "cancelled", "timed_out")
 
 
 def supervise(node: Path, job: str, gate: Path) -> subprocess.CompletedProcess[str]:
@@ -33,43 +37,75 @@ def said(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return data
 
 
+def record(node: Path, job: str) -> dict[str, Any]:
+    data = json.loads((node / "jobs" / f"{job}.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
 def wait_final(node: Path, job: str) -> str:
-    record = node / "jobs" / f"{job}.json"
     until = time.monotonic() + 60  # a bound on the wait, not an assertion on time
     while time.monotonic() < until:
-        state = json.loads(record.read_text()).get("state")
-        if state in ("succeeded", "failed", "cancelled"):
+        state = record(node, job).get("state")
+        if state in FINAL:
             return str(state)
         time.sleep(0.1)
-    raise AssertionError(f"{job} did not end: {record.read_text()}")
+    raise AssertionError(f"{job} did not end: {record(node, job)}")
 
 
-def test_a_second_job_is_refused_naming_the_running_one(tmp_path: Path) -> None:
+def test_a_second_job_is_queued_naming_the_running_one_and_starts_after_it(
+    tmp_path: Path,
+) -> None:
     node, gate = tmp_path / "node", tmp_path / "gate"
     first = supervise(node, "job-1", gate)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "queued" not in said(first)
     try:
         second = supervise(node, "job-2", gate)
-        assert second.returncode == 2, second.stdout + second.stderr
-        busy = said(second)["busy"]
-        assert (busy["id"], busy["entry"], busy["started_by"]) == (
-            "job-1",
-            "job-1.py:main",
-            "tester@here",
-        )
-        assert busy["state"] in ("starting", "running")
-        assert not (node / "jobs" / "job-2.json").exists()  # nothing of it was made
+        assert second.returncode == 0, second.stdout + second.stderr
+        queued = said(second)["queued"]
+        assert (queued["position"], queued["held_by"]) == (1, "job-1"), queued
+        assert queued["waits_for"] == "node 0, held by job job-1", queued
+        rec = record(node, "job-2")
+        assert rec["state"] == "queued" and rec["queue"]["seq"] == queued["seq"], rec
+        third = supervise(node, "job-3", gate)
+        assert said(third)["queued"]["position"] == 2, third.stdout
+        assert "1 job(s) queued ahead of it (next: job-2)" in said(third)["queued"]["waits_for"]
+        assert not (node / "runs" / "job-2" / "output.log").exists()  # nothing of it ran
     finally:
         gate.write_text("")
-    assert wait_final(node, "job-1") == "succeeded"
-    gate.unlink()
-    third = supervise(node, "job-3", gate)  # the nodes are free again
+    for job in ("job-1", "job-2", "job-3"):
+        assert wait_final(node, job) == "succeeded", record(node, job)
+    one, two, three = (record(node, j) for j in ("job-1", "job-2", "job-3"))
+    # The head started each when the one before had ended: in submission order.
+    assert one["ended_at"] <= two["started_at"] and two["ended_at"] <= three["started_at"]
+    assert two["queue"]["left_at"] >= one["ended_at"], two
+    assert one.get("queue") is None  # it never waited
+
+
+def test_a_queued_job_cancelled_never_starts(tmp_path: Path) -> None:
+    node, gate = tmp_path / "node", tmp_path / "gate"
+    assert supervise(node, "job-1", gate).returncode == 0
     try:
-        assert third.returncode == 0, third.stdout + third.stderr
-        assert "pid" in said(third)
+        assert "queued" in said(supervise(node, "job-2", gate))
+        assert "queued" in said(supervise(node, "job-3", gate))
+        cancel = [RUNTIME, "cancel", "--job", "job-2", "--node-dir", str(node)]
+        done = subprocess.run(cancel, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert said(done) == {"was_running": True, "was_queued": True, "state": "cancelled"}
+        # job-3 moved up: job-2 no longer waits ahead of it.
+        until = time.monotonic() + 60
+        while record(node, "job-3")["queue"]["position"] != 1:
+            assert time.monotonic() < until, record(node, "job-3")
+            time.sleep(0.1)
     finally:
         gate.write_text("")
     assert wait_final(node, "job-3") == "succeeded"
+    never = record(node, "job-2")
+    assert never["state"] == "cancelled" and never["started_at"] is None, never
+    assert never["attempts"] == [] and never["queue"]["left_at"] is None, never
+    assert not (node / "runs" / "job-2" / "output.log").exists()
+    assert not (node / "pids" / "job-2.pid").exists()
 
 
 def test_of_two_starts_at_once_exactly_one_gets_the_nodes(tmp_path: Path) -> None:
@@ -77,11 +113,16 @@ def test_of_two_starts_at_once_exactly_one_gets_the_nodes(tmp_path: Path) -> Non
     try:
         with ThreadPoolExecutor(4) as pool:
             done = list(pool.map(lambda j: supervise(node, j, gate), ["a", "b", "c", "d"]))
-        started = [d for d in done if d.returncode == 0]
-        refused = [d for d in done if d.returncode == 2]
-        assert len(started) == 1 and len(refused) == 3, [d.stdout + d.stderr for d in done]
-        winner = next(p.stem for p in (node / "jobs").glob("*.json"))
-        assert {said(d)["busy"]["id"] for d in refused} == {winner}
+        assert all(d.returncode == 0 for d in done), [d.stdout + d.stderr for d in done]
+        started = [d for d in done if "queued" not in said(d)]
+        queued = [said(d)["queued"] for d in done if "queued" in said(d)]
+        assert len(started) == 1 and len(queued) == 3, [d.stdout for d in done]
+        assert sorted(q["seq"] for q in queued) == [1, 2, 3]
+        assert sorted(q["position"] for q in queued) == [1, 2, 3]
     finally:
         gate.write_text("")
-    assert wait_final(node, winner) == "succeeded"
+    jobs = ["a", "b", "c", "d"]
+    assert all(wait_final(node, j) == "succeeded" for j in jobs)
+    spans = sorted((record(node, j)["started_at"], record(node, j)["ended_at"]) for j in jobs)
+    for (_, ended), (started_at, _) in itertools.pairwise(spans):
+        assert ended <= started_at, spans  # never two at once

@@ -188,7 +188,7 @@ def test_an_old_record_without_the_newer_keys_reads_with_defaults() -> None:
 
 def test_keys_a_later_version_adds_are_kept() -> None:
     data = waiting_for_nodes()
-    data["queue"] = {"position": 3}
+    data["lease"] = {"nodes": [0]}  # ("queue" was this test's example before the queue)
     data["attempts"][0]["instance_type"] = "g5.xlarge"
     data["attempts"][1]["cause"]["region"] = "us-east-1"
     data["nodes"][0]["zone"] = "a"
@@ -214,3 +214,24 @@ def test_the_head_and_the_operator_share_one_set_of_final_states() -> None:
     assert "lost" in FINAL_STATES and "needs_nodes" in FINAL_STATES
     assert set(job.RECOVERABLE_STATES) <= set(FINAL_STATES)
     assert {s.value for s in job.STATE_EXIT} == {s.value for s in FINAL_STATES}
+
+
+def test_a_queued_job_reads_and_writes_back_its_wait() -> None:
+    """A job in the head's queue (and one that left it) keeps its place, position and what it
+    waits for; a record written before the queue has none and writes back without it."""
+    wait = {
+        "seq": 7,
+        "queued_at": 1700.0,
+        "position": 2,
+        "waits_for": "nodes 0-1, held by job J",
+        "held_by": "J",
+        "left_at": None,
+    }
+    data = {**real_record(), "state": "queued", "queue": wait}
+    rec = JobRecord.from_dict(data)
+    assert rec.state is JobState.QUEUED and rec.queued and not rec.final and not rec.running
+    assert rec.queue is not None and (rec.queue.seq, rec.queue.position) == (7, 2)
+    assert rec.queue.held_by == "J" and rec.queue.waits_for.endswith("held by job J")
+    assert rec.to_dict() == data
+    old = JobRecord.from_dict(real_record())
+    assert old.queue is None and "queue" not in old.to_dict()

@@ -222,10 +222,12 @@ def _end_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def report_to_head(agent: Agent, head: str, token: str) -> None:
+def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = False) -> None:
     """A peer's agent: report to the head, end the launcher when told or when the head goes;
     when the head restarts the job, run the launcher again as the attempt it names (the env
-    and secrets are those this agent read on its stdin: they never travel again)."""
+    and secrets are those this agent read on its stdin: they never travel again).
+    ``wait_start``: the job is queued on the head; the launcher starts when the head says
+    "start" (its turn came), never when it says "done" or goes (cancelled in the queue)."""
     host, _, port = head.rpartition(":")
     sock = None
     until = now() + 30
@@ -245,7 +247,7 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
         with lock, contextlib.suppress(OSError):
             send(sock, msg)
 
-    report({"node": agent.node, "token": token})
+    report({"node": agent.node, "token": token, "waiting": wait_start})
     agent.on_notice(lambda notice: report({"event": "notice", **notice.to_dict()}))
 
     def listen() -> None:
@@ -274,11 +276,15 @@ def report_to_head(agent: Agent, head: str, token: str) -> None:
 
     def on_term(signum: int, frame: object) -> None:
         threading.Thread(target=agent.end, args=("SIGTERM to its agent",), daemon=True).start()
+        starts.put(None)  # a queued job's peer, waiting for its start: it never starts
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     threading.Thread(target=listen, daemon=True).start()
-    while True:
+    first = starts.get() if wait_start else agent.attempt
+    if first is not None and first != agent.attempt:
+        agent.reset(first)
+    while first is not None:
         agent.start()
         report({"event": "started", "attempt": agent.attempt})
         said, said_at = None, 0.0

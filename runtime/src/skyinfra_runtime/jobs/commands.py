@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -22,11 +21,15 @@ from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     Paths,
+    lock_job_starts,
+    next_queue_seq,
     now,
     pid_alive,
     process_start_time,
+    queued_jobs,
     read_json,
     running_job,
+    waits_for,
     write_json,
 )
 from skyinfra_runtime.jobs.supervisor import Supervisor
@@ -62,16 +65,6 @@ def _daemonize(paths: Paths) -> int | None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     return None
-
-
-def _lock_job_starts(node_dir: Path) -> int:
-    """Take the head's job-start lock for this process's life (a POSIX lock: the daemon a
-    fork makes does not hold it, and the kernel drops it when this process ends)."""
-    lock = node_dir / "jobs" / ".start.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.lockf(fd, fcntl.LOCK_EX)
-    return fd
 
 
 def _ready(msg: dict[str, Any]) -> None:
@@ -145,15 +138,24 @@ def supervise(ns: argparse.Namespace) -> int:
     server = None
     listen = ns.listen
     start_lock = None
+    queued: dict[str, Any] | None = None
     if ns.node == 0:
-        # One job holds the cluster's nodes and ports at a time: this start is refused while
-        # another job's supervisor runs. The lock (held by this caller until the daemon below
-        # has written its record) makes the check and the record one step for every start.
-        start_lock = _lock_job_starts(Path(ns.node_dir))
+        # One job holds the cluster's nodes and ports at a time: while another job's
+        # supervisor runs (or jobs wait ahead of this one), this job is queued; its supervisor
+        # starts it when its turn comes (Supervisor.wait_in_queue). The lock (held by this
+        # caller until the daemon below has written its record) makes the check and the
+        # record one step for every start, so the submission order is the queue's.
+        start_lock = lock_job_starts(Path(ns.node_dir))
         busy = running_job(Path(ns.node_dir), but=ns.job)
-        if busy is not None:
-            print(json.dumps({"busy": busy}), flush=True)
-            return exitcodes.USAGE
+        ahead = queued_jobs(Path(ns.node_dir), but=ns.job)
+        if busy is not None or ahead:
+            queued = {
+                "seq": next_queue_seq(Path(ns.node_dir)),
+                "queued_at": now(),
+                "position": len(ahead) + 1,
+                "held_by": None if busy is None else busy["id"],
+                "waits_for": waits_for(ns.nodes, None if busy is None else busy["id"], ahead),
+            }
         try:
             server = socket.create_server((listen, 0))
         except OSError:
@@ -222,14 +224,17 @@ def supervise(ns: argparse.Namespace) -> int:
                 retry_on=ns.retry_on,
                 recover=private.get("recover"),
             )
+            if queued is not None:
+                sup.enqueue(queued)
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
-            _ready({"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]})
+            ready = {"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]}
+            _ready({**ready, **({"queued": queued} if queued is not None else {})})
             sup.run()
             server.close()
         else:
             _ready({"pid": os.getpid()})
-            report_to_head(agent, ns.head, private["token"])
+            report_to_head(agent, ns.head, private["token"], wait_start=ns.wait_start)
         if agent.after_end is not None:  # not made above when the head could not be reached
             agent.after_end()
         _drop_unused_set(ns, sup, paths)
@@ -364,8 +369,10 @@ def logs(ns: argparse.Namespace) -> int:
 
 def cancel(ns: argparse.Namespace) -> int:
     """End the job: SIGTERM to its supervisor, which ends every node (TERM, then KILL after
-    the grace); wait until the supervisor is gone. Prints the record's final state."""
+    the grace), or takes a queued job out of the queue (it never starts); wait until the
+    supervisor is gone. Prints the record's final state."""
     paths = Paths(Path(ns.node_dir), ns.job)
+    before = _read_record(paths.record)
     pid = pid_alive(paths.pid_file)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
@@ -385,7 +392,9 @@ def cancel(ns: argparse.Namespace) -> int:
         # It will not go on on its set: one it never used goes (_drop_unused_set).
         _remove_set_if_unused(paths)
     state = None if record is None else record.state.value
-    print(json.dumps({"was_running": pid is not None, "state": state}))
+    # A queued job's supervisor ends it "cancelled" without starting it.
+    was_queued = before is not None and before.queued and pid is not None
+    print(json.dumps({"was_running": pid is not None, "was_queued": was_queued, "state": state}))
     return exitcodes.OK
 
 
@@ -453,6 +462,11 @@ def main(argv: list[str]) -> int:
         "--checkpoints",
         metavar="NAME",
         help="the job's checkpoint set ($SKYINFRA_CHECKPOINT_DIR; default: the job id)",
+    )
+    sup.add_argument(
+        "--wait-start",
+        action="store_true",
+        help="a peer of a queued job: start the launcher when the head says so (peers)",
     )
     sup.add_argument(
         "--private-stdin",

@@ -5,6 +5,7 @@ Standard library only: this runs on the nodes.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -115,8 +116,8 @@ class Paths:
 
 def running_job(node_dir: Path, but: str | None = None) -> dict[str, Any] | None:
     """A job of this head (other than ``but``) that holds the cluster's nodes: its record is
-    not final and its supervisor runs. Its coordinator and rendezvous are the cluster's ports,
-    so a second job there would join them and end it."""
+    neither final nor queued and its supervisor runs. Its coordinator and rendezvous are the
+    cluster's ports, so a second job there would join them and end it."""
     for path in sorted((node_dir / "jobs").glob("*.json")):
         job_id = path.stem
         data = read_json(path)
@@ -124,9 +125,65 @@ def running_job(node_dir: Path, but: str | None = None) -> dict[str, Any] | None
             record = JobRecord.from_dict(data)
         except ValueError:  # not a job's record
             continue
-        if job_id == but or record.final:
+        if job_id == but or record.final or record.queued:
             continue
         if pid_alive(Paths(node_dir, job_id).pid_file) is not None:
             said = record.to_dict()
             return {"id": job_id, **{k: said[k] for k in BUSY_FIELDS}}
     return None
+
+
+# How often a queued job's supervisor looks whether its turn has come.
+QUEUE_POLL_S = 0.2
+
+
+def queued_jobs(node_dir: Path, but: str | None = None) -> list[tuple[int, str]]:
+    """The jobs of this head waiting in its queue (other than ``but``) whose supervisor
+    runs, as (seq, id) in submission order."""
+    found = []
+    for path in (node_dir / "jobs").glob("*.json"):
+        try:
+            record = JobRecord.from_dict(read_json(path))
+        except ValueError:
+            continue
+        if path.stem == but or not record.queued or record.queue is None:
+            continue
+        if pid_alive(Paths(node_dir, path.stem).pid_file) is not None:
+            found.append((record.queue.seq, path.stem))
+    return sorted(found)
+
+
+def next_queue_seq(node_dir: Path) -> int:
+    """The next place in the head's submission order (called under the start lock)."""
+    path = node_dir / "jobs" / ".queue-seq"
+    last = read_json(path)
+    seq = (last if isinstance(last, int) and not isinstance(last, bool) else 0) + 1
+    write_json(path, seq)
+    return seq
+
+
+def nodes_words(nodes: int) -> str:
+    """ "nodes 0-3": every node of the cluster (each job holds them all)."""
+    return "node 0" if nodes <= 1 else f"nodes 0-{nodes - 1}"
+
+
+def waits_for(nodes: int, holder: str | None, ahead: list[tuple[int, str]]) -> str:
+    """What a queued job waits for, in words."""
+    said = nodes_words(nodes)
+    if holder is not None:
+        said += f", held by job {holder}"
+    if ahead:
+        said += f"; {len(ahead)} job(s) queued ahead of it (next: {ahead[0][1]})"
+    return said
+
+
+def lock_job_starts(node_dir: Path) -> int:
+    """Take the head's job-start lock for this process (a POSIX lock: the daemon a fork makes
+    does not hold it, and the kernel drops it when this process ends or closes the fd
+    returned). Every job's start, and every queued job's leaving the queue, is decided under
+    it."""
+    lock = node_dir / "jobs" / ".start.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    return fd

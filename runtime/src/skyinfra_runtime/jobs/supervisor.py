@@ -12,6 +12,14 @@ A Spot interruption notice on a node (its agent's watcher, spot.py) ends the att
 every node's workers get SIGTERM and until shortly before the notice's time to save (the
 deadline in $SKYINFRA_PREEMPT_DEADLINE), then the interrupted node counts as lost (it is going
 away): the operator replaces it and starts the next attempt, as for any lost node.
+
+The queue: a job submitted while another job holds the nodes (or while jobs wait ahead of it)
+is ``queued``. Its agents are all started (the operator started them, then may go) and idle:
+the peers' agents are connected and wait for the head's "start". The supervisor looks every
+QUEUE_POLL_S, under the head's start lock, whether its turn came (no job holds the nodes and
+no live queued job was submitted before it): then it leaves the queue, starts its launcher
+and tells its peers to start theirs, as a restart does. Cancelled while queued (SIGTERM, as
+for any job): it ends ``cancelled`` without ever starting, and its peers' agents go.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from skyinfra_runtime.jobrecord import (
     JobRecord,
     JobState,
     NodeResult,
+    QueueWait,
 )
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent
@@ -41,7 +50,12 @@ from skyinfra_runtime.jobs.records import (
     END_GRACE_S,
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
+    QUEUE_POLL_S,
+    lock_job_starts,
     now,
+    queued_jobs,
+    running_job,
+    waits_for,
     write_json,
 )
 from skyinfra_runtime.jobs.wire import messages, send
@@ -117,6 +131,18 @@ class Supervisor:
         # does), and, once the job ended needing nodes, what the record says of its run.
         self.recover = recover
         self.head_recovery: HeadRecoveryRun | None = None
+        # Its wait in the head's queue (None: it started at once, or not queued yet). Until it
+        # leaves the queue its peers' agents wait for a "start" (released: they may start).
+        self.queue: QueueWait | None = None
+        self.released = True
+        self._release_lock = threading.Lock()
+
+    def enqueue(self, queued: dict[str, Any]) -> None:
+        """The head queued the job (commands.supervise, under the start lock): it waits for
+        its turn before anything of it starts (``run`` then waits in ``wait_in_queue``)."""
+        self.queue = QueueWait.from_dict(queued)
+        self.state = JobState.QUEUED
+        self.released = False
 
     @property
     def restarts_left(self) -> int:
@@ -146,6 +172,7 @@ class Supervisor:
             head_recovery=self.head_recovery,
             # Every notice of the job, earlier attempts' included.
             interruptions=tuple(i for a in attempts for i in a.interruptions),
+            queue=self.queue,
             nodes=tuple(
                 NodeResult(
                     node=v.node,
@@ -182,7 +209,11 @@ class Supervisor:
                     if msg.get("token") != self.token or i not in self.view or i == 0:
                         return
                     node = int(i)
-                    self.view[node].conn = conn
+                    with self._release_lock:
+                        self.view[node].conn = conn
+                        if msg.get("waiting") and self.released:
+                            # A queued job's peer that joined after the job left the queue.
+                            send(conn, {"cmd": "start", "attempt": self.attempt})
                     if self.ending:  # joined after the job began to end
                         send(conn, self._end_message())
                     continue
@@ -201,6 +232,11 @@ class Supervisor:
         signal.signal(signal.SIGINT, lambda *_: self.cancel.set())
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.agent.on_notice(lambda notice: self.events.put(("notice", 0, notice.to_dict())))
+        if self.queue is not None:
+            if not self.wait_in_queue():
+                self._cancelled_in_queue()
+                return
+            self.start_peers = True  # once the head's launcher runs, as a restart's
         while True:
             self._run_attempt()
             cause = self._cause()
@@ -252,6 +288,57 @@ class Supervisor:
             )
         self.save()
 
+    def wait_in_queue(self) -> bool:
+        """Wait until this queued job's turn: True once it left the queue (state starting,
+        written under the start lock, so that a job submitted meanwhile queues behind it);
+        False when it was cancelled first. Its position and what it waits for are rewritten
+        in the record whenever they change."""
+        assert self.queue is not None
+        node_dir, me = self.agent.paths.node_dir, self.agent.paths.job_id
+        while not self.cancel.is_set():
+            lock = lock_job_starts(node_dir)
+            try:
+                busy = running_job(node_dir, but=me)
+                ahead = [q for q in queued_jobs(node_dir, but=me) if q[0] < self.queue.seq]
+                if busy is None and not ahead:
+                    self.queue = replace(self.queue, position=0, left_at=now())
+                    self.state = JobState.STARTING
+                    self.save()
+                    return True
+            finally:
+                os.close(lock)
+            holder = None if busy is None else str(busy["id"])
+            said = replace(
+                self.queue,
+                position=len(ahead) + 1,
+                held_by=holder,
+                waits_for=waits_for(len(self.view), holder, ahead),
+            )
+            if said != self.queue:
+                self.queue = said
+                self.save()
+            self.cancel.wait(QUEUE_POLL_S)
+        return False
+
+    def _cancelled_in_queue(self) -> None:
+        """Cancelled before its turn: nothing of it ever ran; its peers' agents go."""
+        self.attempts = []
+        self.ending = "cancelled"
+        for v in self.view.values():
+            v.state, v.ended_reason = "ended", "cancelled while queued: never started"
+            v.ended_at = now()
+            if v.conn is not None:
+                with contextlib.suppress(OSError):
+                    send(v.conn, {"cmd": "done"})
+        self.state, self.ended_at = JobState.CANCELLED, now()
+        self.save()
+
+    def _timeout_from(self) -> float:
+        """When --timeout starts counting: the job's creation, less its time in the queue."""
+        q = self.queue
+        waited = q.left_at - q.queued_at if q and q.left_at and q.queued_at else 0.0
+        return self.created_at + max(0.0, waited)
+
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
         self.agent.start()
@@ -285,7 +372,7 @@ class Supervisor:
                 self.first_failure = missing[0].node
                 self._end_all(f"after a node never reported in within {JOIN_WAIT_S:g} s")
                 changed = True
-            deadline = self.timeout_s and self.created_at + self.timeout_s
+            deadline = self.timeout_s and self._timeout_from() + self.timeout_s
             if deadline and now() >= deadline and not self.ending:
                 self.timed_out = [v.node for v in self.view.values() if v.state != "ended"]
                 self._end_all(f"at --timeout {self.timeout_s:g} s")
@@ -383,10 +470,12 @@ class Supervisor:
         """A restart's "start" to every peer, once the head's launcher runs: the peers' jax
         clients then find its coordinator listening instead of backing off and retrying."""
         self.start_peers = False
-        for v in self.view.values():
-            if v.node != 0 and v.conn is not None:
-                with contextlib.suppress(OSError):
-                    send(v.conn, {"cmd": "start", "attempt": self.attempt})
+        with self._release_lock:
+            self.released = True  # a queued job's peer that joins later starts at once
+            for v in self.view.values():
+                if v.node != 0 and v.conn is not None:
+                    with contextlib.suppress(OSError):
+                        send(v.conn, {"cmd": "start", "attempt": self.attempt})
 
     def _take_events(self) -> bool:
         changed = False

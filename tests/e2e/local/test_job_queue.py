@@ -1,0 +1,257 @@
+"""The head's queue, end to end on one 2-node local cluster (issue 47, its first part): while
+a job holds the nodes, `run --detach` and an attached `run` queue their jobs on the head
+(state queued, their position and what they wait for) and the head starts them itself, first
+in, first out, once the nodes free; the head's job records prove the order (each job started
+after the one before it ended). A queued job cancelled never starts; the queue outlives the
+operator (an attached `run` SIGKILLed while its job waits: the job still starts and ends;
+Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
+naming it. Trivial entries, no framework; the holding job waits on a gate file the test
+opens: nothing here is timed."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
+from tests.support.ports import free_port_pair
+
+pytestmark = pytest.mark.slow
+
+NAME = "queue"
+SUBMISSIONS = 10
+FINAL = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
+
+ENTRY = """\
+import os, pathlib, time
+
+
+def hold():
+    gate = pathlib.Path(os.environ["GATE"])
+    while not gate.exists():
+        time.sleep(0.1)
+    return 1
+
+
+def quick():
+    return int(os.environ["SKYINFRA_NODE"])
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    found = module_env(tmp_path_factory, tf_plugin_cache, "queue")
+    found["PYTHONUNBUFFERED"] = "1"  # an attached run's lines reach the test as printed
+    return found
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Path]:
+    proj = tmp_path_factory.mktemp("queue-project")
+    (proj / "skyinfra.toml").write_text(
+        f'name = "{NAME}"\nnodes = 2\nhead_port = {free_port_pair()}\n'
+    )
+    (proj / "work.py").write_text(ENTRY)
+    with cluster_up(proj, env, NAME):
+        yield proj
+
+
+def nodes_dir(project: Path) -> Path:
+    return project / ".skyinfra" / "clusters" / NAME / "nodes"
+
+
+def record(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
+    shown = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    return dict(json.loads(shown.stdout))
+
+
+def wait_for(project: Path, env: dict[str, str], job: str, states: tuple[str, ...]) -> str:
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while True:
+        state = str(record(project, env, job)["state"])
+        if state in states:
+            return state
+        assert time.monotonic() < until, f"job {job} still {state}, waited for {states}"
+        time.sleep(0.5)
+
+
+def hold(project: Path, env: dict[str, str], gate: Path) -> str:
+    """A detached job that holds the nodes until ``gate`` exists; its id, once it runs."""
+    started = cli(
+        ["run", "--cluster", NAME, "-d", "--env", f"GATE={gate}", "work.py:hold"], project, env
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "started on every node" in started.stdout, started.stdout
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for(project, env, job, ("running", *FINAL)) == "running"
+    return job
+
+
+def submit(project: Path, env: dict[str, str], position: int, holder: str) -> str:
+    """`run --detach` of a quick job on the busy cluster: queued at ``position``; its id."""
+    # --keep-runs 0: each job's result stays on the nodes for the test to read.
+    res = cli(["run", "--cluster", NAME, "-d", "--keep-runs", "0", "work.py:quick"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    said = f"job {job} is queued (position {position}): it waits for nodes 0-1, held by job"
+    assert said in res.stdout and holder in res.stdout, res.stdout
+    assert f"skyinfra cancel --cluster {NAME} {job}" in res.stdout, res.stdout
+    assert "started on every node" not in res.stdout
+    return job
+
+
+def attached(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """An attached `run` of a quick job on the busy cluster, read until it says the job is
+    queued and that it waits: the process, the job's id and the lines so far."""
+    proc = subprocess.Popen(
+        [*skyinfra_argv(), "run", "--cluster", NAME, "work.py:quick"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:  # bounded by the process: it prints these, or ends
+        lines.append(line)
+        if "Ctrl-C stops waiting and leaves it queued" in line:
+            break
+    said = "".join(lines)
+    assert " is queued (position " in said, said
+    job = said.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1]
+    return proc, job, lines
+
+
+def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    holder = hold(project, env, gate)
+    try:
+        queued = [submit(project, env, i + 1, holder) for i in range(SUBMISSIONS)]
+        table = cli(["jobs", "--cluster", NAME], project, env)
+        assert table.returncode == 0, table.stdout + table.stderr
+        first = f"job {queued[0]} is queued (position 1): it waits for nodes 0-1, held by job "
+        assert f"{first}{holder}" in table.stdout, table.stdout
+        assert "queued (#10)" in table.stdout, table.stdout
+        # `status` lists the queued jobs beside the running one (`down` names them too).
+        status = cli(["status", "--cluster", NAME], project, env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"running jobs: {SUBMISSIONS + 1}" in status.stdout, status.stdout
+        assert f"{queued[-1]} (work.py:quick; queued (position {SUBMISSIONS}) by " in status.stdout
+        last = record(project, env, queued[-1])
+        assert last["state"] == "queued" and last["queue"]["held_by"] == holder, last
+        assert f"{SUBMISSIONS - 1} job(s) queued ahead of it" in last["queue"]["waits_for"]
+        assert record(project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+    assert wait_for(project, env, holder, FINAL) == "succeeded"
+    for job in queued:
+        assert wait_for(project, env, job, FINAL) == "succeeded", record(project, env, job)
+    records = [record(project, env, j) for j in [holder, *queued]]
+    for before, after in itertools.pairwise(records):
+        # The head started each job once the one submitted before it had ended.
+        assert before["ended_at"] <= after["started_at"], (before, after)
+        assert after["queue"]["left_at"] >= before["ended_at"], after
+    seqs = [r["queue"]["seq"] for r in records[1:]]
+    assert seqs == sorted(seqs), seqs
+    for r in records[1:]:
+        assert [n["result"]["workers"][0]["value"] for n in r["nodes"]] == [0, 1], r
+
+
+def test_a_queued_job_cancelled_never_starts(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    holder = hold(project, env, gate)
+    try:
+        dropped = submit(project, env, 1, holder)
+        kept = submit(project, env, 2, holder)
+        cancel = cli(["cancel", "--cluster", NAME, "--yes", dropped], project, env)
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        said = f"job {dropped}: cancelled (taken out of the queue: it never started)"
+        assert said in cancel.stdout, cancel.stdout
+        assert node_processes(nodes_dir(project), dropped) == []
+        moved = record(project, env, kept)
+        until = time.monotonic() + 60
+        while moved["queue"]["position"] != 1 and time.monotonic() < until:
+            time.sleep(0.3)
+            moved = record(project, env, kept)
+        assert moved["state"] == "queued" and moved["queue"]["position"] == 1, moved
+    finally:
+        gate.write_text("")
+    assert wait_for(project, env, kept, FINAL) == "succeeded"
+    never = record(project, env, dropped)
+    assert never["state"] == "cancelled" and never["started_at"] is None, never
+    assert never["attempts"] == [] and never["queue"]["left_at"] is None, never
+    for i in (0, 1):
+        assert not (nodes_dir(project) / f"node-{i}" / "runs" / dropped / "output.log").exists()
+    # Bad input: a job that is neither queued nor running (it ended) is not cancelled.
+    for job, state in ((dropped, "cancelled"), (holder, "succeeded")):
+        again = cli(["cancel", "--cluster", NAME, "--yes", job], project, env)
+        assert again.returncode == 2, again.stdout + again.stderr
+        assert f"job {job} is not queued or running: it ended ({state})" in again.stderr
+        assert "Traceback" not in again.stderr
+    assert record(project, env, holder)["state"] == "succeeded"
+
+
+def test_the_queue_outlives_the_operator(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-C on an attached `run` whose job waits leaves it queued (the default, said with
+    the command that removes it); a SIGKILLed attached `run` leaves its job queued too; the
+    head starts both in their turn and they end as they would have."""
+    gate = tmp_path / "gate"
+    holder = hold(project, env, gate)
+    try:
+        first, interrupted, _ = attached(project, env)
+        first.send_signal(signal.SIGINT)
+        rest = first.communicate(timeout=120)[0]
+        assert first.returncode == 130, rest
+        assert f"job {interrupted} stays queued" in rest, rest
+        assert f"skyinfra cancel --cluster {NAME} {interrupted}" in rest, rest
+        second, killed, lines = attached(project, env)
+        assert "(position 2)" in "".join(lines), lines
+        second.kill()
+        second.wait(60)
+        for job in (interrupted, killed):
+            assert record(project, env, job)["state"] == "queued"
+        assert record(project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+    assert wait_for(project, env, holder, FINAL) == "succeeded"
+    for job in (interrupted, killed):
+        assert wait_for(project, env, job, FINAL) == "succeeded", record(project, env, job)
+    one, two = record(project, env, interrupted), record(project, env, killed)
+    assert one["ended_at"] <= two["started_at"], (one, two)
+
+
+def test_an_attached_run_whose_queued_job_is_cancelled_says_it_never_started(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    holder = hold(project, env, gate)
+    try:
+        follower, job, lines = attached(project, env)
+        cancel = cli(["cancel", "--cluster", NAME, "--yes", job], project, env)
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        rest = follower.communicate(timeout=120)[0]
+        said = "".join(lines) + rest
+        assert follower.returncode == 130, said
+        assert f"job {job} was cancelled while queued: it never started" in said, said
+        assert "Traceback" not in said and "lost" not in rest, said
+        assert record(project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+    assert wait_for(project, env, holder, FINAL) == "succeeded"
