@@ -26,7 +26,8 @@ import datetime
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from skyinfra.errors import CapacityError, ConfigError, LaunchRefusedError, TerraformError
 from skyinfra.spec import ClusterSpec
@@ -55,6 +56,33 @@ from skyinfra.workspace import Workspace
 
 Echo = Callable[[str], None]
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ZoneLauncher(Generic[T]):
+    """How `up` puts the cluster in one zone: ``render(zone, reservation, markets)`` runs the
+    preflight and returns the root module's files (``markets``: each node's market, "on-demand"
+    or "spot", by name), ``apply(files)`` applies them; ``engine_factory`` makes the Terraform
+    that destroys a refused zone's part, ``clients`` ask AWS, ``sleep`` waits between rounds."""
+
+    clients: AwsClients
+    render: Callable[[str, tuple[str, bool] | None, dict[str, str]], dict[str, str]]
+    apply: Callable[[dict[str, str]], T]
+    engine_factory: EngineFactory
+    echo: Echo
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True)
+class _Rounds:
+    """This `up`'s rounds of zones: when it started, how long it may go on retrying
+    (``window_s``, from ``retry_for`` as the user wrote it) and the back-off's base."""
+
+    up_started: str
+    window_s: float
+    base_s: float
+    retry_for: str | None
+
 
 # Seconds between rounds of --retry-for: doubling from the base, at most the cap. The base
 # can be changed (tests use a fraction of a second).
@@ -172,24 +200,18 @@ def _give_up(
 def launch(
     spec: ClusterSpec,
     ws: Workspace,
+    launcher: ZoneLauncher[T],
     *,
-    echo: Echo,
-    clients: AwsClients,
-    render: Callable[[str, tuple[str, bool] | None, dict[str, str]], dict[str, str]],
-    apply: Callable[[dict[str, str]], T],
-    engine_factory: EngineFactory,
     zones_flag: str | None = None,
     retry_for: str | None = None,
     checks: bool = True,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Render and ``apply`` the cluster zone by zone until one has room (see the module
-    docstring). ``render(zone, reservation, markets)`` runs the preflight and returns the
-    files; ``markets``: each node's market ("on-demand" or "spot") by name."""
+    """Render and apply the cluster zone by zone until one has room (see the module
+    docstring), through ``launcher``."""
+    echo, clients, engine_factory = launcher.echo, launcher.clients, launcher.engine_factory
     spec_aws = spec.section_as(AwsSpec)
     wanted = parse_zones(zones_flag, "--zones", spec_aws.region) if zones_flag else spec_aws.zones
     window_s = parse_duration(retry_for, "--retry-for") if retry_for else 0.0
-    base_s = _backoff_base()
     existing = _nodes_in_state(ws, engine_factory)
     plan = plan_zones(
         spec, ws, clients, echo=echo, wanted=wanted, existing_nodes=existing, checks=checks
@@ -202,7 +224,9 @@ def launch(
     if spot and spec_aws.spot_fallback == ON_DEMAND:
         passes.append(dict.fromkeys(markets, ON_DEMAND))
     log: _Log | None = None
-    up_started = _now()
+    rounds = _Rounds(
+        up_started=_now(), window_s=window_s, base_s=_backoff_base(), retry_for=retry_for
+    )
     for pass_index, pass_markets in enumerate(passes):
         if pass_index:
             assert log is not None
@@ -213,23 +237,7 @@ def launch(
                 "On-Demand"
             )
             log.doc.spot_fallback = SpotFallback(nodes=spot, reason=why)
-        result, log = _zone_rounds(
-            spec,
-            ws,
-            plan,
-            pass_markets,
-            log,
-            echo=echo,
-            clients=clients,
-            render=render,
-            apply=apply,
-            engine_factory=engine_factory,
-            up_started=up_started,
-            window_s=window_s,
-            base_s=base_s,
-            retry_for=retry_for,
-            sleep=sleep,
-        )
+        result, log = _zone_rounds(spec, ws, plan, pass_markets, log, launcher, rounds)
         if result is not None:
             return result[0]
     assert log is not None  # every zone was attempted at least once
@@ -265,20 +273,13 @@ def _zone_rounds(
     plan: Plan,
     markets: dict[str, str],
     log: _Log | None,
-    *,
-    echo: Echo,
-    clients: AwsClients,
-    render: Callable[[str, tuple[str, bool] | None, dict[str, str]], dict[str, str]],
-    apply: Callable[[dict[str, str]], T],
-    engine_factory: EngineFactory,
-    up_started: str,
-    window_s: float,
-    base_s: float,
-    retry_for: str | None,
-    sleep: Callable[[float], None],
+    launcher: ZoneLauncher[T],
+    rounds: _Rounds,
 ) -> tuple[tuple[T] | None, _Log | None]:
     """The zones in order, in rounds until one has room or ``window_s`` has passed: ((the
     apply's result,), log), or (None, log) when every zone refused every round."""
+    echo, clients, engine_factory = launcher.echo, launcher.clients, launcher.engine_factory
+    up_started, window_s, retry_for = rounds.up_started, rounds.window_s, rounds.retry_for
     spec_aws = spec.section_as(AwsSpec)
     asked = asked_text(spec.nodes, spec_aws.instance_type, markets)
     if plan.fixed is None:
@@ -290,12 +291,12 @@ def _zone_rounds(
     while True:
         for zone in plan.zones:
             if zone not in files:
-                files[zone] = render(zone, plan.reservation, markets)
+                files[zone] = launcher.render(zone, plan.reservation, markets)
             number = len(log.this_up) + 1 if log else 1
             echo(f"[skyinfra] attempt {number} (round {round_index + 1}): {asked} in {zone}")
             started_at, started = _now(), time.monotonic()
             try:
-                result = apply(files[zone])
+                result = launcher.apply(files[zone])
             except TerraformError as err:
                 failure = classify(str(err))
                 log = log or _Log(ws)
@@ -341,12 +342,12 @@ def _zone_rounds(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None, log
-        wait = min(backoff_s(round_index, base_s=base_s, cap_s=BACKOFF_CAP_S), remaining)
+        wait = min(backoff_s(round_index, base_s=rounds.base_s, cap_s=BACKOFF_CAP_S), remaining)
         echo(
             f"[skyinfra] no zone had room in round {round_index + 1}; next round in "
             f"{wait:.1f} s ({remaining:.0f} s of --retry-for left)"
         )
-        sleep(wait)
+        launcher.sleep(wait)
         round_index += 1
 
 

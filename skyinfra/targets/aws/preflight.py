@@ -17,11 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 from skyinfra.errors import PreflightError
-from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.quotas import (
     ON_DEMAND_VCPU_QUOTAS,
     SPOT_VCPU_QUOTAS,
@@ -320,37 +318,43 @@ def _check_quota(
     return quota, running
 
 
-def run_preflight(
-    *,
-    region: str,
-    instance_type: str,
-    node_count: int,
-    availability_zone: str | None = None,
-    ami_id: str | None = None,
-    ami_parameter: str | None = None,
-    efa: bool = False,
-    spot_nodes: int = 0,
-    session: boto3.session.Session | None = None,
-    emulator: Emulator | None = None,
-    clients: AwsClients | None = None,
-    checks: bool = True,
-) -> PreflightResult:
-    """All checks, in the order a user would fix them, and the lookups later steps need. No
-    Terraform runs before this passes.
+@dataclass(frozen=True)
+class PreflightRequest:
+    """What the preflight checks: ``node_count`` x ``instance_type`` in ``region``.
 
     ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
-    behind ``ami_parameter``, else the DLAMI for the type's architecture. ``efa``:
-    the nodes get EFA interfaces and Elastic IPs, checked against the region's quotas.
-    ``spot_nodes``: how many of the ``node_count`` nodes are Spot; they are checked against
-    the class's Spot vCPU quota, the others against its On-Demand one.
-    ``clients`` (else made from ``session`` and ``emulator``) lets
-    the caller share its boto3 clients.
+    behind ``ami_parameter``, else the DLAMI for the type's architecture. ``efa``: the nodes
+    get EFA interfaces and Elastic IPs, checked against the region's quotas. ``spot_nodes``:
+    how many of the ``node_count`` nodes are Spot; they are checked against the class's Spot
+    vCPU quota, the others against its On-Demand one."""
+
+    region: str
+    instance_type: str
+    node_count: int
+    availability_zone: str | None = None
+    ami_id: str | None = None
+    ami_parameter: str | None = None
+    efa: bool = False
+    spot_nodes: int = 0
+
+
+def run_preflight(
+    request: PreflightRequest, *, clients: AwsClients, checks: bool = True
+) -> PreflightResult:
+    """All checks, in the order a user would fix them, and the lookups later steps need. No
+    Terraform runs before this passes. ``clients``: the caller's boto3 clients, for
+    ``request.region``.
 
     ``checks=False`` (``--skip-preflight``): the same lookups without the checks (offering in
     the zone, vCPU quota); a type that cannot be described, or whose zones cannot be listed,
     is a warning instead of an error. The credentials and the AMI are still required.
     """
-    clients = clients or AwsClients(session or boto3.session.Session(), region, emulator)
+    region, instance_type, node_count = request.region, request.instance_type, request.node_count
+    availability_zone, ami_id, spot_nodes = (
+        request.availability_zone,
+        request.ami_id,
+        request.spot_nodes,
+    )
     warnings: list[str] = []
     with aws_errors():
         account = check_credentials(clients.client("sts"))
@@ -362,9 +366,9 @@ def run_preflight(
         if checks:
             check_offered(ec2, instance_type, zone)
         ami = ami_id or resolve_ami(
-            clients.client("ssm"), ami_parameter or dlami_parameter(facts.architectures)
+            clients.client("ssm"), request.ami_parameter or dlami_parameter(facts.architectures)
         )
-        if checks and efa and facts.efa_interface_count:
+        if checks and request.efa and facts.efa_interface_count:
             check_efa_quotas(clients, node_count, facts.efa_interface_count, warnings)
         quota, running = (
             _check_quota(

@@ -19,7 +19,12 @@ from botocore.exceptions import ClientError
 from skyinfra.errors import PreflightError, SpecError, WorkspaceError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.ami import check_image_architecture, resolve_login_user
-from skyinfra.targets.aws.preflight import aws_errors, check_credentials, run_preflight
+from skyinfra.targets.aws.preflight import (
+    PreflightRequest,
+    aws_errors,
+    check_credentials,
+    run_preflight,
+)
 from skyinfra.targets.aws.render import TFVARS_FILE
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import AwsSpec
@@ -144,18 +149,17 @@ def resolve(
     zone = network.get("availability_zone") or zone or previous.get("availability_zone")
     ami = _pinned_ami(spec_aws, previous, echo)
     echo(_announce(spec, zone, checks=not skip_preflight))
-    found = run_preflight(
+    asked = PreflightRequest(
         region=spec_aws.region,
         availability_zone=zone,
         instance_type=spec_aws.instance_type,
         node_count=spec.nodes,
         ami_id=ami,
-        clients=clients,
-        checks=not skip_preflight,
         # EFA nodes: an Elastic IP each, an interface per card (infra/modules/aws/nodes).
         efa=spec_aws.efa,
         spot_nodes=spot_nodes,
     )
+    found = run_preflight(asked, clients=clients, checks=not skip_preflight)
     for message in found.warnings:
         warn(message)
     if spec_aws.efa and found.efa_interface_count == 0:

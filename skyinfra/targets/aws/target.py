@@ -120,10 +120,7 @@ class AwsTarget(AwsDeclaration):
         skip = bool(options.get(SKIP_PREFLIGHT.name))
 
         def launch_rung(on: ClusterSpec) -> T:
-            return failover.launch(
-                on,
-                ws,
-                echo=echo,
+            launcher = failover.ZoneLauncher(
                 clients=clients_for(on),
                 render=lambda zone, reservation, markets: render_files(
                     on,
@@ -136,6 +133,12 @@ class AwsTarget(AwsDeclaration):
                 ),
                 apply=apply,
                 engine_factory=engine_factory,
+                echo=echo,
+            )
+            return failover.launch(
+                on,
+                ws,
+                launcher,
                 zones_flag=options.get(ZONES.name),
                 retry_for=options.get(RETRY_FOR.name),
                 checks=not skip,

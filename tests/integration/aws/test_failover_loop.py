@@ -94,17 +94,15 @@ def run(
         return files["zone"]
 
     clients = AwsClients(boto3.session.Session(), REGION, Emulator(kwargs.pop("url")))
-    result = failover.launch(
-        spec,
-        ws,
-        echo=lines.append,
+    launcher = failover.ZoneLauncher(
         clients=clients,
         render=render,
         apply=apply,
         engine_factory=lambda path: RecordingEngine(calls, running),  # type: ignore[arg-type,return-value]
+        echo=lines.append,
         sleep=waits.append,
-        **kwargs,
     )
+    result = failover.launch(spec, ws, launcher, **kwargs)
     return result, lines, waits
 
 

@@ -24,6 +24,7 @@ from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     DLAMI_PARAMETER,
+    PreflightRequest,
     dlami_parameter,
     run_preflight,
 )
@@ -63,15 +64,19 @@ def seeded(aws_env: str) -> Iterator[dict[str, float]]:
 
 
 def preflight(moto_url: str, **kwargs: Any):  # type: ignore[no-untyped-def]
+    """run_preflight of 2 x p4d.24xlarge in REGION's zone a, unless ``kwargs`` say otherwise
+    (``session``, ``checks`` and the request's fields), against moto."""
     args: dict[str, Any] = {
         "region": REGION,
         "availability_zone": f"{REGION}a",
         "instance_type": "p4d.24xlarge",
         "node_count": 2,
-        "emulator": Emulator(url=moto_url),
     }
+    session = kwargs.pop("session", None) or boto3.session.Session()
+    checks = kwargs.pop("checks", True)
     args.update(kwargs)
-    return run_preflight(**args)
+    clients = AwsClients(session, args["region"], Emulator(url=moto_url))
+    return run_preflight(PreflightRequest(**args), clients=clients, checks=checks)
 
 
 def test_passes_and_resolves_the_ami_once(seeded: dict[str, float], aws_env: str) -> None:
