@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import shlex
+from collections.abc import Sequence
 
 from skyinfra.transport.base import Readiness
 
@@ -39,6 +40,28 @@ DETAIL_CHARS = 600
 # In the node folder: sourced before every process `run` starts on the node (ssh.py), when
 # present (the AWS target's user data writes it: cloudinit.py).
 NODE_ENV_FILE = "node-env.sh"
+
+
+def node_shell_line(root: str, node: int, command: Sequence[str]) -> str:
+    """The remote line `skyinfra ssh NODE -- CMD` runs: CMD (its words joined by spaces, as
+    ssh does) in the node's folder ``root`` with the node's environment: its env file when
+    the bootstrap wrote one, the venv first on PATH, SKYINFRA_NODE, SKYINFRA_NODE_DIR and
+    SKYINFRA_SHARED_DIR."""
+    venv = posixpath.join(root, "venv")
+    env_file = shlex.quote(posixpath.join(root, NODE_ENV_FILE))
+    exports = " ".join(
+        f"{name}={shlex.quote(value)}"
+        for name, value in {
+            "VIRTUAL_ENV": venv,
+            "SKYINFRA_NODE": str(node),
+            "SKYINFRA_NODE_DIR": root,
+            "SKYINFRA_SHARED_DIR": posixpath.join(root, "shared"),
+        }.items()
+    )
+    return (
+        f"cd {shlex.quote(root)} && if [ -r {env_file} ]; then . {env_file}; fi; "
+        f'export PATH={shlex.quote(venv + "/bin")}:"$PATH" {exports}; ' + " ".join(command)
+    )
 
 
 def probe_script(ready_marker: str, failed_marker: str, cloud_init_status: str | None) -> str:

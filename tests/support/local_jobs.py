@@ -3,11 +3,14 @@ environment of a test module's own, and the processes a local cluster's nodes le
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +23,28 @@ def cli(
     return subprocess.run(
         [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def job_record(cluster: str, project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
+    """The job's record as `skyinfra jobs --json JOB` prints it."""
+    shown = cli(["jobs", "--cluster", cluster, "--json", job], project, env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    found = json.loads(shown.stdout)
+    assert isinstance(found, dict), found
+    return found
+
+
+def wait_for_state(
+    cluster: str, project: Path, env: dict[str, str], job: str, states: tuple[str, ...]
+) -> str:
+    """The job's state once it is one of ``states``."""
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while True:
+        state = str(job_record(cluster, project, env, job)["state"])
+        if state in states:
+            return state
+        assert time.monotonic() < until, f"job {job} still {state}, waited for {states}"
+        time.sleep(0.5)
 
 
 def module_env(

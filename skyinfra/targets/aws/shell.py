@@ -5,8 +5,6 @@ and the OpenSSH config block per node that lets ssh, scp, rsync and editors reac
 
 from __future__ import annotations
 
-import posixpath
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, transport
 from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.targets.base import Echo, Shell
 from skyinfra.topology import Topology
-from skyinfra.transport.bootstrap import NODE_ENV_FILE
+from skyinfra.transport.bootstrap import node_shell_line
 from skyinfra.transport.ssh import SshTarget, SshTransport
 from skyinfra.workspace import Workspace
 
@@ -57,22 +55,7 @@ def shell(
     argv = ["ssh", *_options(ws, spec), "-p", str(target.port), f"{target.user}@{target.host}"]
     if not command:
         return Shell(argv)
-    venv = posixpath.join(root, "venv")
-    env_file = shlex.quote(posixpath.join(root, NODE_ENV_FILE))
-    exports = " ".join(
-        f"{name}={shlex.quote(value)}"
-        for name, value in {
-            "VIRTUAL_ENV": venv,
-            "SKYINFRA_NODE": str(node),
-            "SKYINFRA_NODE_DIR": root,
-            "SKYINFRA_SHARED_DIR": posixpath.join(root, "shared"),
-        }.items()
-    )
-    remote = (
-        f"cd {shlex.quote(root)} && if [ -r {env_file} ]; then . {env_file}; fi; "
-        f'export PATH={shlex.quote(venv + "/bin")}:"$PATH" {exports}; ' + " ".join(command)
-    )
-    return Shell([*argv, remote])
+    return Shell([*argv, node_shell_line(root, node, command)])
 
 
 def ssh_config(ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo) -> str:

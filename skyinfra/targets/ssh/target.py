@@ -43,6 +43,7 @@ from skyinfra.targets.ssh import enrol
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, contact, write_known_hosts
 from skyinfra.targets.ssh.spec import SshDeclaration, SshSpec, check_key_file
 from skyinfra.topology import Topology
+from skyinfra.transport.bootstrap import node_shell_line
 from skyinfra.transport.ssh import ReadinessProbe, SshKeys, SshTransport
 from skyinfra.transport.ssh import SshTarget as Login
 from skyinfra.wheel import build_runtime_wheel
@@ -350,22 +351,7 @@ class SshHostsTarget(SshDeclaration):
                 f"{section.user}@{h['host']}"]  # fmt: skip
         if not command:
             return Shell(argv)
-        root = h["node_dir"]
-        venv = posixpath.join(root, "venv")
-        exports = " ".join(
-            f"{name}={shlex.quote(value)}"
-            for name, value in {
-                "VIRTUAL_ENV": venv,
-                "SKYINFRA_NODE": str(node),
-                "SKYINFRA_NODE_DIR": root,
-                "SKYINFRA_SHARED_DIR": posixpath.join(root, "shared"),
-            }.items()
-        )
-        remote = (
-            f'cd {shlex.quote(root)} && export PATH={shlex.quote(venv + "/bin")}:"$PATH" '
-            f"{exports}; " + " ".join(command)
-        )
-        return Shell([*argv, remote])
+        return Shell([*argv, node_shell_line(h["node_dir"], node, command)])
 
     def ssh_config(
         self, ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Echo

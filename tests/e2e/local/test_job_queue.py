@@ -11,18 +11,23 @@ opens: nothing here is timed."""
 from __future__ import annotations
 
 import itertools
-import json
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import skyinfra_argv
-from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
+from tests.support.local_jobs import (
+    cli,
+    cluster_up,
+    job_record,
+    module_env,
+    node_processes,
+    wait_for_state,
+)
 from tests.support.ports import free_port_pair
 
 pytestmark = pytest.mark.slow
@@ -69,22 +74,6 @@ def nodes_dir(project: Path) -> Path:
     return project / ".skyinfra" / "clusters" / NAME / "nodes"
 
 
-def record(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
-    shown = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    return dict(json.loads(shown.stdout))
-
-
-def wait_for(project: Path, env: dict[str, str], job: str, states: tuple[str, ...]) -> str:
-    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
-    while True:
-        state = str(record(project, env, job)["state"])
-        if state in states:
-            return state
-        assert time.monotonic() < until, f"job {job} still {state}, waited for {states}"
-        time.sleep(0.5)
-
-
 def hold(project: Path, env: dict[str, str], gate: Path) -> str:
     """A detached job that holds the nodes until ``gate`` exists; its id, once it runs."""
     started = cli(
@@ -93,7 +82,7 @@ def hold(project: Path, env: dict[str, str], gate: Path) -> str:
     assert started.returncode == 0, started.stdout + started.stderr
     assert "started on every node" in started.stdout, started.stdout
     job = started.stdout.split("job ", 1)[1].split()[0]
-    assert wait_for(project, env, job, ("running", *FINAL)) == "running"
+    assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
     return job
 
 
@@ -150,16 +139,18 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"running jobs: {SUBMISSIONS + 1}" in status.stdout, status.stdout
         assert f"{queued[-1]} (work.py:quick; queued (position {SUBMISSIONS}) by " in status.stdout
-        last = record(project, env, queued[-1])
+        last = job_record(NAME, project, env, queued[-1])
         assert last["state"] == "queued" and last["queue"]["held_by"] == holder, last
         assert f"{SUBMISSIONS - 1} job(s) queued ahead of it" in last["queue"]["waits_for"]
-        assert record(project, env, holder)["state"] == "running"
+        assert job_record(NAME, project, env, holder)["state"] == "running"
     finally:
         gate.write_text("")
-    assert wait_for(project, env, holder, FINAL) == "succeeded"
+    assert wait_for_state(NAME, project, env, holder, FINAL) == "succeeded"
     for job in queued:
-        assert wait_for(project, env, job, FINAL) == "succeeded", record(project, env, job)
-    records = [record(project, env, j) for j in [holder, *queued]]
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+    records = [job_record(NAME, project, env, j) for j in [holder, *queued]]
     for before, after in itertools.pairwise(records):
         # The head started each job once the one submitted before it had ended.
         assert before["ended_at"] <= after["started_at"], (before, after)
@@ -183,16 +174,16 @@ def test_a_queued_job_cancelled_never_starts(
         said = f"job {dropped}: cancelled (taken out of the queue: it never started)"
         assert said in cancel.stdout, cancel.stdout
         assert node_processes(nodes_dir(project), dropped) == []
-        moved = record(project, env, kept)
+        moved = job_record(NAME, project, env, kept)
         until = time.monotonic() + 60
         while moved["queue"]["position"] != 1 and time.monotonic() < until:
             time.sleep(0.3)
-            moved = record(project, env, kept)
+            moved = job_record(NAME, project, env, kept)
         assert moved["state"] == "queued" and moved["queue"]["position"] == 1, moved
     finally:
         gate.write_text("")
-    assert wait_for(project, env, kept, FINAL) == "succeeded"
-    never = record(project, env, dropped)
+    assert wait_for_state(NAME, project, env, kept, FINAL) == "succeeded"
+    never = job_record(NAME, project, env, dropped)
     assert never["state"] == "cancelled" and never["started_at"] is None, never
     assert never["attempts"] == [] and never["queue"]["left_at"] is None, never
     for i in (0, 1):
@@ -203,7 +194,7 @@ def test_a_queued_job_cancelled_never_starts(
         assert again.returncode == 2, again.stdout + again.stderr
         assert f"job {job} is not queued or running: it ended ({state})" in again.stderr
         assert "Traceback" not in again.stderr
-    assert record(project, env, holder)["state"] == "succeeded"
+    assert job_record(NAME, project, env, holder)["state"] == "succeeded"
 
 
 def test_the_queue_outlives_the_operator(
@@ -226,14 +217,16 @@ def test_the_queue_outlives_the_operator(
         second.kill()
         second.wait(60)
         for job in (interrupted, killed):
-            assert record(project, env, job)["state"] == "queued"
-        assert record(project, env, holder)["state"] == "running"
+            assert job_record(NAME, project, env, job)["state"] == "queued"
+        assert job_record(NAME, project, env, holder)["state"] == "running"
     finally:
         gate.write_text("")
-    assert wait_for(project, env, holder, FINAL) == "succeeded"
+    assert wait_for_state(NAME, project, env, holder, FINAL) == "succeeded"
     for job in (interrupted, killed):
-        assert wait_for(project, env, job, FINAL) == "succeeded", record(project, env, job)
-    one, two = record(project, env, interrupted), record(project, env, killed)
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+    one, two = job_record(NAME, project, env, interrupted), job_record(NAME, project, env, killed)
     assert one["ended_at"] <= two["started_at"], (one, two)
 
 
@@ -251,7 +244,7 @@ def test_an_attached_run_whose_queued_job_is_cancelled_says_it_never_started(
         assert follower.returncode == 130, said
         assert f"job {job} was cancelled while queued: it never started" in said, said
         assert "Traceback" not in said and "lost" not in rest, said
-        assert record(project, env, holder)["state"] == "running"
+        assert job_record(NAME, project, env, holder)["state"] == "running"
     finally:
         gate.write_text("")
-    assert wait_for(project, env, holder, FINAL) == "succeeded"
+    assert wait_for_state(NAME, project, env, holder, FINAL) == "succeeded"

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli as run_cli
-from tests.support.local_jobs import cluster_up, module_env
+from tests.support.local_jobs import cluster_up, job_record, module_env, wait_for_state
 
 pytestmark = pytest.mark.slow
 
@@ -79,22 +77,6 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
         yield proj
 
 
-def record(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
-    shown = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    return dict(json.loads(shown.stdout))
-
-
-def wait_for(project: Path, env: dict[str, str], job: str, states: tuple[str, ...]) -> str:
-    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
-    while True:
-        state = str(record(project, env, job)["state"])
-        if state in states:
-            return state
-        assert time.monotonic() < until, f"job {job} still {state}, waited for {states}"
-        time.sleep(0.5)
-
-
 def runs_on_the_operator(project: Path) -> list[str]:
     runs = project / ".skyinfra" / "clusters" / NAME / "runs"
     return sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
@@ -107,15 +89,17 @@ def hold(project: Path, env: dict[str, str], gate: Path) -> str:
     )
     assert started.returncode == 0, started.stdout + started.stderr
     job = started.stdout.split("job ", 1)[1].split()[0]
-    assert wait_for(project, env, job, ("running", "failed", "succeeded")) == "running"
+    assert wait_for_state(NAME, project, env, job, ("running", "failed", "succeeded")) == "running"
     return job
 
 
 def ended_alone(project: Path, env: dict[str, str], job: str) -> None:
     """The job ended as it would have alone: succeeded, both processes of it counted."""
     final = ("succeeded", "failed", "cancelled", "lost")
-    assert wait_for(project, env, job, final) == "succeeded", record(project, env, job)
-    ended = record(project, env, job)
+    assert wait_for_state(NAME, project, env, job, final) == "succeeded", job_record(
+        NAME, project, env, job
+    )
+    ended = job_record(NAME, project, env, job)
     assert [n["result"]["workers"][0]["value"] for n in ended["nodes"]] == [2, 2], ended
 
 
@@ -144,7 +128,7 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
         waits = f"job {queued} is queued (position 1): it waits for nodes 0-1, held by job {job}"
         assert waits in detached.stdout, detached.stdout
         assert f"skyinfra cancel --cluster {NAME} {queued}" in detached.stdout, detached.stdout
-        assert record(project, env, queued)["state"] == "queued"
+        assert job_record(NAME, project, env, queued)["state"] == "queued"
 
         checked = cli(["verify", "--cluster", NAME, "--min-free-gb", "0.1", "--json"], project, env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -174,8 +158,8 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
             if "Ctrl-C stops waiting and leaves it queued" in line:
                 break
         assert "is queued (position 2): it waits for nodes 0-1, held by job " + job in shown, shown
-        assert record(project, env, job)["state"] == "running"
-        assert record(project, env, queued)["state"] == "queued"
+        assert job_record(NAME, project, env, job)["state"] == "running"
+        assert job_record(NAME, project, env, queued)["state"] == "queued"
     finally:
         gate.write_text("")
     ended_alone(project, env, job)
@@ -183,9 +167,15 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
     assert follower.returncode == 0, shown + out
     assert "left the queue: starting on every node" in out, out
     for later in (queued, shown.split(" is queued (position 2)", 1)[0].rsplit("job ", 1)[1]):
-        assert wait_for(project, env, later, ("succeeded", "failed", "cancelled")) == "succeeded"
+        assert (
+            wait_for_state(NAME, project, env, later, ("succeeded", "failed", "cancelled"))
+            == "succeeded"
+        )
         # Started by the head once the job had ended: never beside it.
-        assert record(project, env, later)["started_at"] >= record(project, env, job)["ended_at"]
+        assert (
+            job_record(NAME, project, env, later)["started_at"]
+            >= job_record(NAME, project, env, job)["ended_at"]
+        )
 
     # The cluster is free again: the next run gets it.
     after = cli(["run", "--cluster", NAME, "work.py:quick"], project, env)
@@ -211,7 +201,7 @@ def test_a_second_cluster_with_the_same_head_port_runs_beside_it(
         try:
             beside = cli(["run", "--cluster", "one-job-b", "work.py:quick"], other, env)
             assert beside.returncode == 0, beside.stdout + beside.stderr
-            assert record(project, env, job)["state"] == "running"
+            assert job_record(NAME, project, env, job)["state"] == "running"
         finally:
             gate.write_text("")
         ended_alone(project, env, job)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skyinfra_argv
-from tests.support.local_jobs import cli, cluster_up, module_env
+from tests.support.local_jobs import cli, cluster_up, job_record, module_env
 
 pytestmark = pytest.mark.slow
 
@@ -100,14 +100,6 @@ def detach(project: Path, env: dict[str, str], *args: str) -> str:
     return res.stdout.split("job ", 1)[1].split()[0]
 
 
-def record(project: Path, env: dict[str, str], job: str) -> dict[str, object]:
-    res = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
-    assert res.returncode == 0, res.stdout + res.stderr
-    found = json.loads(res.stdout)
-    assert isinstance(found, dict)
-    return found
-
-
 def open_gate(project: Path, job: str) -> None:
     nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
     for i in (0, 1):
@@ -140,7 +132,7 @@ def test_no_at_a_prompt_changes_nothing_and_is_not_an_error(
         assert code == 1, said
         assert f"cancel cancelled: you answered no; job {job} goes on" in said, said
         assert "error" not in said, said
-        assert record(project, env, job)["state"] == "running"
+        assert job_record(NAME, project, env, job)["state"] == "running"
     finally:
         open_gate(project, job)
         cli(["cancel", "--cluster", NAME, "--yes", job], project, env)
@@ -160,7 +152,7 @@ def test_a_script_prints_no_return_value_and_a_function_does(
 def test_logs_all_with_tail_prints_the_nodes_in_order(project: Path, env: dict[str, str]) -> None:
     job = detach(project, env, "script.py", "--", "5")
     until = time.monotonic() + 60
-    while record(project, env, job)["state"] in ("starting", "running"):
+    while job_record(NAME, project, env, job)["state"] in ("starting", "running"):
         assert time.monotonic() < until, "the job did not end"
         time.sleep(0.2)
     expected = [f"[node-{node}] line {i} of node {node}" for node in (0, 1) for i in (3, 4)]
@@ -190,7 +182,7 @@ def test_ctrl_c_on_logs_follow_says_the_job_goes_on(project: Path, env: dict[str
         assert f"skyinfra logs --cluster {NAME} {job} --follow" in err, err
         assert f"skyinfra cancel --cluster {NAME} {job}" in err, err
         assert "interrupted" not in err, err
-        assert record(project, env, job)["state"] == "running"
+        assert job_record(NAME, project, env, job)["state"] == "running"
     finally:
         open_gate(project, job)
         cli(["cancel", "--cluster", NAME, "--yes", job], project, env)
@@ -217,14 +209,14 @@ def test_ctrl_c_on_an_attached_run_says_it_cancelled_the_job(
     assert f"skyinfra jobs --cluster {NAME} {job}" in out, out
     assert f"skyinfra logs --cluster {NAME} {job} --all" in out, out
     assert "interrupted" not in err, err
-    assert record(project, env, job)["state"] == "cancelled"
+    assert job_record(NAME, project, env, job)["state"] == "cancelled"
 
 
 def test_jobs_after_down_lists_the_kept_runs(project: Path, env: dict[str, str]) -> None:
     """Last in the module: it takes the cluster down."""
     job = detach(project, env, "script.py")
     until = time.monotonic() + 60
-    while record(project, env, job)["state"] in ("starting", "running"):
+    while job_record(NAME, project, env, job)["state"] in ("starting", "running"):
         assert time.monotonic() < until, "the job did not end"
         time.sleep(0.2)
     running = detach(project, env, "code.py:gated")
