@@ -16,12 +16,12 @@ from skyinfra_runtime.jobrecord import JobRecord, JobState, NodeResult
 
 from skyinfra.errors import InternalError, SupervisorGoneError, UsageError
 from skyinfra.run.job import (
-    JOB_COPY,
     RECORD_EVERY_S,
     JobClient,
     cancel_job,
     runtime_bin,
 )
+from skyinfra.run.jobcopies import JOB_COPY
 from skyinfra.run.report import NodeOutcome, RunReport
 from skyinfra.transport.base import NodeTransport
 from skyinfra.workspace import Workspace

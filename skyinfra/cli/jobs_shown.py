@@ -71,7 +71,8 @@ def _state(view: JobView) -> str:
 
 def kept_job_copies(ws: Workspace) -> list[JobRecord]:
     """The job records `run` copied into the workspace's runs/<id>/job.json, newest first."""
-    from skyinfra.run.job import JOB_COPY, JobRecord
+    from skyinfra.run.job import JobRecord
+    from skyinfra.run.jobcopies import JOB_COPY
 
     found = []
     for copy in ws.runs_dir.glob(f"*/{JOB_COPY}"):

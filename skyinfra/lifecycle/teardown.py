@@ -48,7 +48,7 @@ def down(
                 + "; nothing was changed. Confirm at the prompt on a terminal, or pass --yes"
             )
         if jobs:
-            from skyinfra.run.job import mark_ended_by_down
+            from skyinfra.run.jobcopies import mark_ended_by_down
 
             echo(f"[skyinfra] ending the running job(s) {', '.join(jobs)} with the cluster")
             mark_ended_by_down(ws.runs_dir, jobs)
@@ -74,7 +74,8 @@ def down(
 
 def _jobs_that_end(ws: Workspace, spec: ClusterSpec, echo: Echo) -> list[str]:
     """The ids of the cluster's running jobs, each listed for `down`'s confirmation."""
-    from skyinfra.run.job import announce_running, cluster_jobs, is_running, keep_job_copies
+    from skyinfra.run.job import announce_running, cluster_jobs, is_running
+    from skyinfra.run.jobcopies import keep_job_copies
 
     if not ws.topology_file.is_file():
         return []

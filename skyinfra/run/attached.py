@@ -23,7 +23,6 @@ from skyinfra.errors import (
 )
 from skyinfra.run.job import (
     HEAD_LOST,
-    JOB_COPY,
     RECORD_EVERY_S,
     JobClient,
     JobNodeProcess,
@@ -33,6 +32,7 @@ from skyinfra.run.job import (
     queue_words,
     queued_hint,
 )
+from skyinfra.run.jobcopies import JOB_COPY
 from skyinfra.run.launch import JobLaunch
 from skyinfra.run.nodes import start_all, start_job_attempt
 from skyinfra.run.report import RunReport

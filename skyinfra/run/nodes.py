@@ -25,7 +25,8 @@ from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, Topology
 
 from skyinfra.errors import Detached, TransportError, UsageError
 from skyinfra.run.ignore import make_ignore, read_ignore_patterns
-from skyinfra.run.job import JOB_COPY, JobClient, wait_started
+from skyinfra.run.job import JobClient, wait_started
+from skyinfra.run.jobcopies import JOB_COPY
 from skyinfra.run.jobstart import start_job
 from skyinfra.run.launch import JobLaunch
 from skyinfra.run.report import COPY_RECORD, NodeOutcome, RunReport, copy_line, write_summary

@@ -26,7 +26,6 @@ from skyinfra.run import DEFAULT_KEEP_RUNS
 from skyinfra.run.attached import record_head_lost, run_attempt, take_attempts
 from skyinfra.run.job import (
     HEAD_LOST,
-    JOB_COPY,
     RECOVERABLE_STATES,
     JobClient,
     JobRecord,
@@ -34,6 +33,7 @@ from skyinfra.run.job import (
     find_job,
     head_gone,
 )
+from skyinfra.run.jobcopies import JOB_COPY
 from skyinfra.run.jobenv import resolve
 from skyinfra.run.launch import ClusterNodes, JobLaunch, Restarts
 from skyinfra.run.nodes import collect_and_summarise, copy_to_nodes, scan_project, start_and_wait

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import logging
 import os
 import posixpath
 import shlex
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +36,7 @@ from skyinfra.errors import HostKeyChangedError, TransportError
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.bootstrap import NODE_ENV_FILE, parse_probe_output, probe_script
 from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.ssh_process import START_TIME, SshProcess
 from skyinfra.transport.tree import CopyStats
 
 # paramiko logs a failed connection's traceback from its own thread; without a handler
@@ -91,62 +90,6 @@ class ReadinessProbe:
     failed_marker: str
     cloud_init_status: str | None
     bootstrap_log: str
-
-
-# Shell: when process $1 started (field 22 of /proc/PID/stat; the command name before it
-# may hold spaces). Pid files hold "PID START".
-_START_TIME = "start_of() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f20; }; start_of"
-
-
-class SshProcess:
-    """A command running on a node; stdout and stderr arrive merged, line by line."""
-
-    def __init__(
-        self, node: int, transport: SshTransport, channel: paramiko.Channel, pid_file: str
-    ) -> None:
-        self.node = node
-        self._transport = transport
-        self._channel = channel
-        self._pid_file = pid_file
-
-    def lines(self) -> Iterator[str]:
-        stream = self._channel.makefile("r")
-        for line in stream:
-            yield str(line).rstrip("\n")
-
-    def poll(self) -> int | None:
-        if self._channel.exit_status_ready():
-            return int(self._channel.recv_exit_status())
-        return None
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._channel.exit_status_ready():
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"node {self.node}: command still running after {timeout}s")
-            time.sleep(0.05)
-        return int(self._channel.recv_exit_status())
-
-    def kill(self, grace_s: float = 10.0) -> None:
-        """TERM the remote process group, then KILL it after ``grace_s`` seconds."""
-        pid_file = shlex.quote(self._pid_file)
-        steps = int(max(grace_s, 0.5) / 0.5)
-        # A live process with the recorded pid but another start time reused the pid of a
-        # stale file: never signal it (a gone leader's group id cannot be reused while any
-        # member of the group lives, so that group is still ours).
-        script = (
-            f"read -r pid start < {pid_file} 2>/dev/null || exit 0; "
-            f'now=$({_START_TIME} "$pid"); '
-            f'if [ -n "$now" ] && [ "$now" != "$start" ]; then rm -f {pid_file}; exit 0; fi; '
-            'kill -TERM -- "-$pid" 2>/dev/null || exit 0; '
-            f"for _ in $(seq {steps}); do "
-            'kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done; '
-            'kill -KILL -- "-$pid" 2>/dev/null; '
-            f"rm -f {pid_file}"
-        )
-        self._transport.check_call(self.node, script)
-        with contextlib.suppress(TimeoutError):
-            self.wait(timeout=5)
 
 
 class SshTransport:
@@ -460,7 +403,7 @@ class SshTransport:
         # group id `kill` signals. `exec` keeps that pid for the user's command.
         command = (
             f"mkdir -p {shlex.quote(posixpath.dirname(pid_file))} && "
-            f'echo "$$ $({_START_TIME} $$)" > {shlex.quote(pid_file)} && '
+            f'echo "$$ $({START_TIME} $$)" > {shlex.quote(pid_file)} && '
             f"cd {shlex.quote(cwd)} && "
             # The node's own environment (NODE_ENV_FILE; on AWS, NCCL over EFA), before
             # the caller's variables, which win.
