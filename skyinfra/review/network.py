@@ -54,6 +54,10 @@ def is_private(plan: Mapping[str, Any]) -> bool:
     return isinstance(value, Mapping) and value.get("network") == "private"
 
 
+def _first(value: Any) -> Mapping[str, Any]:
+    return value[0] if isinstance(value, list) and value and isinstance(value[0], dict) else {}
+
+
 def _node_name(address: str) -> str:
     """node-0 from module.nodes.aws_instance.this["node-0"]."""
     return address.rsplit('["', 1)[-1].rstrip('"]') if '["' in address else address
@@ -109,9 +113,12 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
     if bastions:
         kind = str(bastions[0].after.get("instance_type"))
         hourly = table.hourly(region or "", kind)
+        disk = _first(bastions[0].after.get("root_block_device")).get("volume_size")
         lines.append(
             f"**Public**: only the bastion `{bastions[0].address}` (`{kind}`, "
-            f"{usd(hourly) + '/h' if hourly is not None else 'no price in the table'})"
+            f"{usd(hourly) + '/h' if hourly is not None else 'no price in the table'}"
+            + (f", a {disk} GB root volume" if disk else "")
+            + ")"
             + (f" and node(s) {', '.join(public)}" if public else "")
             + "."
         )

@@ -63,9 +63,11 @@ resource "aws_instance" "this" {
     http_put_response_hop_limit = 1
   }
 
-  # The image's own root size (a bastion keeps nothing), encrypted.
+  # Encrypted; as large as the image needs (skyinfra boots the nodes' image with the nodes'
+  # size: a Deep Learning AMI's snapshot is large, and EC2 refuses a smaller volume).
   root_block_device {
     volume_type           = "gp3"
+    volume_size           = var.root_volume_size_gb
     encrypted             = true
     delete_on_termination = true
   }

@@ -55,6 +55,17 @@ variable "instance_type" {
   }
 }
 
+variable "root_volume_size_gb" {
+  description = "Size of the encrypted gp3 root volume in GiB; null: the image's own size."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.root_volume_size_gb == null ? true : var.root_volume_size_gb >= 8 && var.root_volume_size_gb <= 16384
+    error_message = "The root_volume_size_gb must be between 8 and 16384 GiB (gp3 limits), or null."
+  }
+}
+
 variable "key_name" {
   description = "Key pair installed for the login user (the cluster's own)."
   type        = string
