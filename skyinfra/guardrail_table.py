@@ -11,7 +11,14 @@ from typing import Any
 
 from skyinfra.errors import SpecError
 
-GUARDRAIL_KEYS = ("max_hourly_usd", "require_idle_shutdown", "allow_world_ssh")
+GUARDRAIL_KEYS = (
+    "max_hourly_usd",
+    "require_idle_shutdown",
+    "allow_world_ssh",
+    # Issue 46: a private network's nodes may reach 0.0.0.0/0 (aws.nat = true).
+    "allow_internet_egress",
+)
+_SWITCHES = ("require_idle_shutdown", "allow_world_ssh", "allow_internet_egress")
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,7 @@ class Guardrails:
     max_hourly_usd: float | None = None
     require_idle_shutdown: bool = False
     allow_world_ssh: bool = False
+    allow_internet_egress: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The table as the spec file holds it (defaults left out)."""
@@ -46,7 +54,7 @@ def parse_guardrails(raw: Any) -> Guardrails:
     ):
         raise SpecError("guardrails.max_hourly_usd", limit, "a number of dollars >= 0, e.g. 50")
     flags = {}
-    for key in ("require_idle_shutdown", "allow_world_ssh"):
+    for key in _SWITCHES:
         value = raw.get(key, False)
         if not isinstance(value, bool):
             raise SpecError(f"guardrails.{key}", value, "true or false")
@@ -55,4 +63,5 @@ def parse_guardrails(raw: Any) -> Guardrails:
         max_hourly_usd=None if limit is None else float(limit),
         require_idle_shutdown=flags["require_idle_shutdown"],
         allow_world_ssh=flags["allow_world_ssh"],
+        allow_internet_egress=flags["allow_internet_egress"],
     )

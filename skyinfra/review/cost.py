@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,10 @@ class PriceTable:
     source: str
     date: str
     regions: Mapping[str, Mapping[str, float]]
+    # Issue 46: the network's prices by region (NAT gateway per hour and per GB, interface
+    # endpoint per hour), keyed as skyinfra/review/network.py names them.
+    network: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    network_source: str = ""
 
     def hourly(self, region: str, instance_type: str) -> float | None:
         return self.regions.get(region, {}).get(instance_type)
@@ -60,6 +64,11 @@ def table_from_dict(raw: Mapping[str, Any]) -> PriceTable:
         source=str(raw["source"]),
         date=str(raw["date"]),
         regions={r: {t: float(p) for t, p in types.items()} for r, types in raw["regions"].items()},
+        network={
+            r: {k: float(p) for k, p in prices.items()}
+            for r, prices in (raw.get("network") or {}).items()
+        },
+        network_source=str(raw.get("network_source", "")),
     )
 
 

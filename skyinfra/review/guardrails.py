@@ -13,7 +13,9 @@ Fixed checks (AWS), on what the plan leaves in place (its "after" values):
 - with EFA interfaces, the security group's self ingress AND egress rules (EFA needs both:
   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html#efa-start-security);
 - with the head's role (``aws.recover``, issue 26), that node-0 alone launches with it, and
-  in a few words what the role may and may not do (the nodes module's "The head's role").
+  in a few words what the role may and may not do (the nodes module's "The head's role");
+- with a private network (issue 46), no egress to 0.0.0.0/0 (a NAT gateway's default route)
+  unless ``guardrails.allow_internet_egress`` (skyinfra/review/network.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from skyinfra.guardrail_table import GUARDRAIL_KEYS, Guardrails, parse_guardrails
 from skyinfra.review.cost import Cost, usd
+from skyinfra.review.network import EGRESS_CHECK, egress_check
 from skyinfra.target_registry import declaration
 
 # The table is the spec's (guardrail_table.py); the checks on it are here.
@@ -155,6 +158,9 @@ def fixed_checks(plan: Mapping[str, Any], rails: Guardrails) -> list[Check]:
     head = _head_role(plan)
     if head is not None:
         checks.append(head)
+    egress = egress_check(plan, rails)
+    if egress is not None:
+        checks.append(Check(EGRESS_CHECK, *egress))
     return checks
 
 

@@ -282,6 +282,10 @@ def render(
     )
     parts.append(cost(review.cost))
     parts.append(guardrails(review))
+    if review.network:
+        items = [f"- {line}" for line in review.network if not line.startswith("<sub>")]
+        notes = [line for line in review.network if line.startswith("<sub>")]
+        parts.append(["### Network", "", *items, *([""] if notes else []), *notes])
     parts += [section.rstrip("\n").split("\n") for section in sections]
     if review.node_access:
         parts.append(

@@ -79,4 +79,7 @@ def refreshed(
         "date": today,
         "currency": "USD",
         "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())},
+        # The network's prices (issue 46) are not refreshed: kept as shipped.
+        "network_source": shipped.network_source,
+        "network": {r: dict(p) for r, p in sorted(shipped.network.items())},
     }

@@ -11,6 +11,7 @@ from typing import Any
 from skyinfra.errors import GuardrailError
 from skyinfra.review import cost as cost_mod
 from skyinfra.review.guardrails import Check, Guardrails, failed, fixed_checks, policy_checks
+from skyinfra.review.network import shape_lines
 from skyinfra.review.summary import PlanSummary, summarize
 from skyinfra.spec import ClusterSpec
 
@@ -38,6 +39,8 @@ class Review:
     full_plan: str = ""
     # What the nodes' instance role may do in S3 (node_access()), one line each.
     node_access: tuple[str, ...] = ()
+    # A private network's shape (network.shape_lines()): what is public, the way in, egress.
+    network: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -81,6 +84,7 @@ class Review:
             "cost": self.cost.to_dict(),
             "guardrails": [{"name": c.name, "ok": c.ok, "reason": c.reason} for c in self.checks],
             "node_access": list(self.node_access),
+            "network": list(self.network),
             "passed": self.passed,
         }
 
@@ -131,6 +135,7 @@ def build_review(
     """``spot_prices``: the Spot price history of the nodes' type at plan time (issue 26);
     the plan's Spot nodes are priced (and ``max_hourly_usd`` judged) at its price."""
     summary = summarize(plan, target=facts.target)
+    table = table or cost_mod.price_table()
     cost = cost_mod.estimate(
         target=facts.target,
         region=facts.region,
@@ -164,6 +169,7 @@ def build_review(
         providers=dict(sorted((providers or {}).items())),
         full_plan=full_plan,
         node_access=node_access(plan),
+        network=shape_lines(plan, table, facts.region),
     )
 
 

@@ -301,3 +301,29 @@ def test_validate_refuses_a_bad_ladder_naming_the_field(
     assert expected in problems[field]["expected"]
     assert problems[field]["line"] is not None
     assert listing(root) == before
+
+
+def test_a_bad_network_exits_2_and_up_refuses_a_private_one_before_anything(
+    tmp_path: Path, no_credentials: dict[str, str]
+) -> None:
+    """Issue 46: an unknown aws.network exits 2 naming it, offline; a valid private network
+    plans, but `up` (which waits for SSH to every node, not yet through the bastion) refuses
+    it with exit 2 before any AWS call, writing nothing."""
+    root = project(tmp_path, AWS_SPEC.replace('ssh_key = "keys/missing"', 'network = "dmz"'))
+    before = listing(root)
+    proc = skyinfra(["validate", "--json"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    problems = {p["field"]: p for p in json.loads(proc.stdout)}
+    assert set(problems) == {"aws.network"}
+    assert "one of ['public', 'private']" in problems["aws.network"]["expected"]
+    assert listing(root) == before
+    (root / "skyinfra.toml").write_text(AWS_SPEC.replace("[aws]\n", '[aws]\nnetwork = "private"\n'))
+    (root / "keys").mkdir()
+    (root / "keys/missing").write_text("private\n")
+    (root / "keys/missing.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8 k\n")
+    before = listing(root)
+    proc = skyinfra(["up", "--yes"], root, no_credentials)
+    assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
+    assert "'aws.network'" in proc.stderr and "`skyinfra plan`" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "credentials" not in proc.stderr.lower()
+    assert listing(root) == before

@@ -60,6 +60,19 @@ def subnet_for(
     return f"{vpc.network_address}/{prefix}"
 
 
+# A private network's public subnet (the bastion's and the NAT gateway's): the VPC's last
+# /28 (16 addresses, 11 usable: the smallest subnet AWS allows), away from the nodes' subnet,
+# which grows from the VPC's start.
+PUBLIC_SUBNET_PREFIX = 28
+
+
+def public_subnet_for(vpc_cidr: str = DEFAULT_VPC_CIDR) -> str:
+    """The public subnet of a private network in ``vpc_cidr``: its last /28."""
+    vpc = ipaddress.ip_network(vpc_cidr, strict=False)
+    last = vpc.broadcast_address - (2 ** (32 - PUBLIC_SUBNET_PREFIX) - 1)
+    return f"{last}/{PUBLIC_SUBNET_PREFIX}"
+
+
 # The most nodes the default layout holds: the whole /16 VPC as one subnet. The other
 # limits are the account's and are checked by the preflight (vCPU and Elastic IP quotas);
 # a cluster placement group has no instance limit of its own, only capacity

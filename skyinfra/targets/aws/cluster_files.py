@@ -40,6 +40,7 @@ from skyinfra.targets.aws.reach import TARGET_FILE
 from skyinfra.targets.aws.render import MODULES as AWS_MODULES
 from skyinfra.targets.aws.render import (
     AwsClusterParams,
+    PrivateNetwork,
     node_names,
     planned_private_ips,
     render_root_module,
@@ -129,8 +130,17 @@ def cluster_params(
         node_markets=dict(markets if markets is not None else node_markets(spec_aws, spec.nodes)),
         spot_max_price=spec_aws.spot_max_price,
         head_recovery=head_recovery_state(spec),
+        private_network=private_network(spec_aws),
         **extra,
     )
+
+
+def private_network(spec_aws: AwsSpec) -> PrivateNetwork | None:
+    """The renderer's private network (issue 46), or None for a public one."""
+    fields = spec_aws.network_fields
+    if not fields.private:
+        return None
+    return PrivateNetwork(bastion=fields.has_bastion, nat=fields.nat, ssm=fields.ssm)
 
 
 def head_recovery_state(spec: ClusterSpec) -> tuple[str, str] | None:

@@ -336,6 +336,9 @@ class PreflightRequest:
     ami_parameter: str | None = None
     efa: bool = False
     spot_nodes: int = 0
+    # Elastic IPs the cluster takes; None: one per EFA node (a public network). A private
+    # network's nodes take none (issue 46): node 0 one without a bastion, a NAT gateway one.
+    elastic_ips: int | None = None
 
 
 def run_preflight(
@@ -369,7 +372,8 @@ def run_preflight(
             clients.client("ssm"), request.ami_parameter or dlami_parameter(facts.architectures)
         )
         if checks and request.efa and facts.efa_interface_count:
-            check_efa_quotas(clients, node_count, facts.efa_interface_count, warnings)
+            eips = node_count if request.elastic_ips is None else request.elastic_ips
+            check_efa_quotas(clients, (node_count, eips), facts.efa_interface_count, warnings)
         quota, running = (
             _check_quota(
                 clients,

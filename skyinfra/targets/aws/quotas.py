@@ -103,9 +103,13 @@ def quota_vcpus(quotas: Any, quota_code: str, service: str = "ec2") -> float | N
     return None
 
 
-def check_efa_quotas(clients: AwsClients, nodes: int, cards: int, warnings: list[str]) -> None:
-    """PreflightError when the EFA nodes' Elastic IPs (one each) or network interfaces (one
-    per card each) would pass the region's quota; a warning when a quota has no answer."""
+def check_efa_quotas(
+    clients: AwsClients, counts: tuple[int, int], cards: int, warnings: list[str]
+) -> None:
+    """PreflightError when the EFA nodes' Elastic IPs or network interfaces (one per card
+    each) would pass the region's quota; a warning when a quota has no answer. ``counts``:
+    (nodes, Elastic IPs: one per node on a public network, issue 46)."""
+    nodes, eips = counts
     ec2 = clients.client("ec2")
     allocated = len(ec2.describe_addresses()["Addresses"])
     interfaces = sum(
@@ -116,7 +120,7 @@ def check_efa_quotas(clients: AwsClients, nodes: int, cards: int, warnings: list
         (
             EIP_QUOTA,
             "ec2",
-            nodes,
+            eips,
             allocated,
             "each EFA node is reached through an Elastic IP "
             "(AWS gives no public address to an instance with EFA interfaces)",

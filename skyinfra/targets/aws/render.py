@@ -22,6 +22,7 @@ from skyinfra.targets.aws.addressing import (
     DEFAULT_VPC_CIDR,
     RESERVED_LOW,
     max_nodes,
+    public_subnet_for,
 )
 from skyinfra.targets.aws.endpoints import (
     EMULATOR_CONFIG_FILE,
@@ -36,7 +37,7 @@ from skyinfra.terraform.backend import LOCK_SUFFIX
 # The root module's values (the settings of the last `up`, which the next one pins from).
 TFVARS_FILE = "terraform.tfvars.json"
 # The static modules the root module calls (copied into the workspace under modules/aws/).
-MODULES = ("aws/network", "aws/security", "aws/nodes")
+MODULES = ("aws/network", "aws/security", "aws/nodes", "aws/bastion")
 
 # The provider version the modules are applied with in our tests (the local mirror holds it).
 AWS_PROVIDER_VERSION = "5.100.0"
@@ -52,6 +53,23 @@ EMULATOR_MAX_RETRIES = 4
 # EC2 limits user data to 16 KB before base64:
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT_BYTES = 16 * 1024
+
+
+# The bastion's type (aws.bastion): it only forwards SSH. x86_64, like the nodes' default
+# image (the bastion boots the nodes' AMI).
+BASTION_INSTANCE_TYPE = "t3.micro"
+
+
+@dataclass(frozen=True)
+class PrivateNetwork:
+    """A private network (issue 46, aws.network = "private"): no node has a public address,
+    the way in is a bastion (or node-0 without one), S3 through a gateway endpoint, the
+    internet only through a NAT gateway (``nat``), Session Manager endpoints with ``ssm``."""
+
+    bastion: bool = True
+    nat: bool = False
+    ssm: bool = False
+    bastion_instance_type: str = BASTION_INSTANCE_TYPE
 
 
 @dataclass(frozen=True)
@@ -95,6 +113,9 @@ class AwsClusterParams:
     # object in S3, which node-0 reads and writes with a role of its own (the nodes module's
     # head_recovery); None: off, and the rendered files are those of a cluster without it.
     head_recovery: tuple[str, str] | None = None
+    # Issue 46: a private network, or None (public: every node has a public address, and the
+    # rendered files are those of a cluster from before it).
+    private_network: PrivateNetwork | None = None
 
     def spot_nodes(self) -> list[str]:
         """The nodes bought on Spot, in node order."""
@@ -205,6 +226,50 @@ def validate_params(params: AwsClusterParams) -> None:
         raise SpecError("aws.spot_max_price", params.spot_max_price, "a price above 0")
     if params.head_recovery is not None:
         _check_head_recovery(params.head_recovery)
+    if params.private_network is not None:
+        _check_private(params)
+
+
+def _check_private(params: AwsClusterParams) -> None:
+    """A private network builds its own VPC and subnets, and never opens SSH to everyone
+    (the spec's rules, spec_parsing.py, say the same to the user)."""
+    if params.existing_subnet_id is not None:
+        raise SpecError(
+            "aws.network",
+            "private",
+            '"public" with aws.subnet_id: a private network builds its own VPC and subnets',
+        )
+    if params.allow_ssh_from_anywhere:
+        raise SpecError(
+            "aws.allow_ssh_from_anywhere",
+            True,
+            'false with aws.network = "private": its way in takes SSH from aws.ssh_cidrs only',
+        )
+    public = ipaddress.ip_network(public_subnet_for(params.vpc_cidr_block))
+    if public.overlaps(ipaddress.ip_network(params.subnet_cidr_block, strict=False)):
+        raise SpecError(
+            "nodes",
+            params.node_count,
+            f"fewer nodes: their subnet {params.subnet_cidr_block} would take the public "
+            f"subnet {public} of the private network (the bastion's and the NAT gateway's)",
+        )
+
+
+def private_network_vars(params: AwsClusterParams) -> dict[str, object]:
+    """The tfvars' network fields; none for a public network (its tfvars stay as before)."""
+    private = params.private_network
+    if private is None:
+        return {}
+    return {
+        "network": "private",
+        "bastion": private.bastion,
+        "bastion_instance_type": private.bastion_instance_type,
+        "public_subnet_cidr_block": (
+            public_subnet_for(params.vpc_cidr_block) if private.bastion or private.nat else None
+        ),
+        "nat": private.nat,
+        "ssm": private.ssm,
+    }
 
 
 def _check_head_recovery(state: tuple[str, str]) -> None:
@@ -250,6 +315,7 @@ def render_root_module(
             "emulator_config_file": EMULATOR_CONFIG_FILE,
             "max_retries": EMULATOR_MAX_RETRIES if emulator else PROVIDER_MAX_RETRIES,
             "head_recovery": params.head_recovery is not None,
+            "private": params.private_network is not None,
         },
     )
     tfvars = {
@@ -290,6 +356,7 @@ def render_root_module(
             # Every node's market, so the committed tfvars say which nodes are Spot.
             "node_markets": {name: params.node_markets.get(name, "on-demand") for name in expected},
             "spot_max_price": params.spot_max_price,
+            **private_network_vars(params),
         },
         "staging": (
             None

@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from skyinfra.errors import PreflightError, SpecError, WorkspaceError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.ami import check_image_architecture, resolve_login_user
+from skyinfra.targets.aws.network_spec import elastic_ips
 from skyinfra.targets.aws.preflight import (
     PreflightRequest,
     aws_errors,
@@ -158,6 +159,7 @@ def resolve(
         # EFA nodes: an Elastic IP each, an interface per card (infra/modules/aws/nodes).
         efa=spec_aws.efa,
         spot_nodes=spot_nodes,
+        elastic_ips=elastic_ips(spec_aws.network_fields),
     )
     found = run_preflight(asked, clients=clients, checks=not skip_preflight)
     for message in found.warnings:

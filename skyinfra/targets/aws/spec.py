@@ -15,6 +15,7 @@ from skyinfra.errors import SpecError
 from skyinfra.targets.aws.accelerators import Accelerators, parse_accelerators
 from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
 from skyinfra.targets.aws.ladder_spec import LADDER_KEYS
+from skyinfra.targets.aws.network_spec import NETWORK_KEYS, PUBLIC, NetworkFields
 
 # The jax[EXTRA] every AWS node installs; "none" installs no jax (a torch-only cluster, or an
 # image that brings its own).
@@ -61,6 +62,8 @@ AWS_KEYS = (
     "recover",
     # The ladder (issue 44): GPUs asked for, instance types and regions in order.
     *LADDER_KEYS,
+    # The network (issue 46): public or private, the bastion, NAT, Session Manager.
+    *NETWORK_KEYS,
 )
 # Spot (issue 26). The head (node 0) runs the coordinator: it stays On-Demand unless asked.
 ON_DEMAND = "on-demand"
@@ -78,6 +81,9 @@ _QUIET_DEFAULTS = {
     "spot_fallback": "none",
     "recover": False,
     "allow_reshape": False,
+    "network": PUBLIC,
+    "nat": False,
+    "ssm": False,
 }
 # The longest max_lifetime_hours: 30 days.
 MAX_LIFETIME_HOURS = 30 * 24
@@ -138,6 +144,16 @@ class AwsSpec:
     accelerators: str | None = None
     min_gpu_memory_gib: float | None = None
     allow_reshape: bool = False
+    # The network (issue 46, network_spec.py): "public" or "private"; a private network's
+    # way in is a bastion unless bastion = false (then node 0); a NAT gateway; SSM endpoints.
+    network: str = PUBLIC
+    bastion: bool | None = None
+    nat: bool = False
+    ssm: bool = False
+
+    @property
+    def network_fields(self) -> NetworkFields:
+        return NetworkFields(self.network, self.bastion, self.nat, self.ssm)
 
     @property
     def ladder_types(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from skyinfra_runtime.s3 import URL_EXPECTED, url_problem
@@ -16,6 +17,7 @@ from skyinfra.errors import SpecError
 from skyinfra.spec import Problems, read_bool, read_int, read_str, reject_unknown
 from skyinfra.targets.aws.capacity import parse_zones
 from skyinfra.targets.aws.ladder_spec import LadderFields, parse_ladder
+from skyinfra.targets.aws.network_spec import network_problems, parse_network
 from skyinfra.targets.aws.spec import (
     AWS_KEYS,
     DEFAULT_IDLE_SHUTDOWN_MINUTES,
@@ -374,5 +376,10 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         **_ladder_fields(ladder),
     )
     problems.found.extend(_spot_problems(table))
+    network = network_problems(raw, allow_ssh_from_anywhere=allow_anywhere)
+    problems.found.extend(network)
     problems.raise_any()
-    return table
+    fields = parse_network(raw)
+    return replace(
+        table, network=fields.network, bastion=fields.bastion, nat=fields.nat, ssm=fields.ssm
+    )

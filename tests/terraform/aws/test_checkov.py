@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skyinfra.targets.aws.render import AwsClusterParams
+from skyinfra.targets.aws.render import AwsClusterParams, PrivateNetwork
 from tests.conftest import require_system_tool
 from tests.support.aws import REGION, write_root
 
@@ -30,11 +30,13 @@ def checkov_executable() -> str:
 
 
 @pytest.mark.parametrize(
-    ("efa", "recover"),
-    [(False, False), (True, False), (False, True)],
-    ids=["default", "efa-placement-group", "head-role"],
+    ("efa", "recover", "private"),
+    [(False, False, False), (True, False, False), (False, True, False), (True, False, True)],
+    ids=["default", "efa-placement-group", "head-role", "private-bastion-nat-ssm"],
 )
-def test_rendered_root_has_no_failed_checks(tmp_path: Path, efa: bool, recover: bool) -> None:
+def test_rendered_root_has_no_failed_checks(
+    tmp_path: Path, efa: bool, recover: bool, private: bool
+) -> None:
     checkov = checkov_executable()
     params = AwsClusterParams(
         cluster_name="ck",
@@ -49,6 +51,8 @@ def test_rendered_root_has_no_failed_checks(tmp_path: Path, efa: bool, recover: 
         efa_interface_count=4 if efa else 0,
         # aws.recover: node-0's own role with the recover policy (issue 26).
         head_recovery=("team-state", "skyinfra/ck/terraform.tfstate") if recover else None,
+        # Issue 46: every resource a private network adds (bastion, NAT, SSM endpoints).
+        private_network=PrivateNetwork(nat=True, ssm=True) if private else None,
     )
     root = write_root(tmp_path, params)
     # --skip-download: no traffic to the vendor's API (offline, loopback-only tests).

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.aws import MODULES_DIR, TerraformFactory
 
-MODULE_NAMES = ("network", "security", "nodes")
+MODULE_NAMES = ("network", "security", "nodes", "bastion")
 
 
 def test_modules_are_fmt_clean(terraform: TerraformFactory) -> None:

@@ -14,7 +14,12 @@ import pytest
 from skyinfra.errors import RenderError, SpecError
 from skyinfra.targets.aws.addressing import max_nodes, subnet_for
 from skyinfra.targets.aws.endpoints import EMULATOR_CONFIG_FILE, EMULATOR_PROFILE, Emulator
-from skyinfra.targets.aws.render import AwsClusterParams, planned_private_ips, render_root_module
+from skyinfra.targets.aws.render import (
+    AwsClusterParams,
+    PrivateNetwork,
+    planned_private_ips,
+    render_root_module,
+)
 from skyinfra.targets.aws.spec import MAX_AWS_NODES
 from tests.support.aws import REGION, TerraformFactory
 
@@ -129,12 +134,17 @@ def test_user_data_must_cover_every_node() -> None:
         render_root_module(params(), modules_source="../m", user_data={"node-0": "#cloud-config\n"})
 
 
-@pytest.mark.parametrize(("emulated", "recover"), [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize(
+    ("emulated", "recover", "private"),
+    [(False, False, False), (True, False, False), (False, True, False), (False, False, True)],
+)
 def test_rendered_main_tf_is_fmt_clean(
-    terraform: TerraformFactory, tmp_path: Path, emulated: bool, recover: bool
+    terraform: TerraformFactory, tmp_path: Path, emulated: bool, recover: bool, private: bool
 ) -> None:
     emulator = Emulator(url="http://127.0.0.1:4566") if emulated else None
-    p = params(head_recovery=STATE) if recover else params()
+    p = params(head_recovery=STATE if recover else None)
+    if private:
+        p = params(private_network=PrivateNetwork(nat=True, ssm=True))
     (tmp_path / "main.tf").write_text(render(p, emulator)["main.tf"])
     code, out, err = terraform(tmp_path).command(["fmt", "-check", "-diff", "-no-color"])
     assert code == 0, out + err
@@ -254,3 +264,56 @@ def test_cluster_params_take_the_state_from_the_backend_only_with_recover() -> N
     on_spec = ClusterSpec.from_dict({**raw, "aws": {**raw["aws"], "recover": True}})
     on = cluster_params(on_spec, None, SSH_KEY)
     assert on.head_recovery == ("team-state", "skyinfra/demo/terraform.tfstate")
+
+
+def test_a_private_network_renders_its_fields_and_a_public_one_gets_none() -> None:
+    """Issue 46: a public cluster's modules get nothing of the private network and its tfvars
+    hold none of its fields (the cluster type's new ones are optional: what was applied before
+    plans no change); a private one names the bastion module, the public subnet (the VPC's
+    last /28) and its switches."""
+    public = render(params())
+    assert 'module "bastion"' not in public["main.tf"]
+    assert "private_subnet" not in public["main.tf"]
+    assert "network" not in json.loads(public["terraform.tfvars.json"])["cluster"]
+    private = render(params(private_network=PrivateNetwork(ssm=True)))
+    cluster = json.loads(private["terraform.tfvars.json"])["cluster"]
+    assert {k: cluster[k] for k in ("network", "bastion", "nat", "ssm")} == {
+        "network": "private",
+        "bastion": True,
+        "nat": False,
+        "ssm": True,
+    }
+    assert cluster["public_subnet_cidr_block"] == "10.42.255.240/28"
+    assert 'source = "../modules/aws/bastion"' in private["main.tf"]
+    assert "private_subnet           = true" in private["main.tf"]
+    node_zero = render(params(private_network=PrivateNetwork(bastion=False)))
+    assert (
+        json.loads(node_zero["terraform.tfvars.json"])["cluster"]["public_subnet_cidr_block"]
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (
+            {
+                "existing_vpc_id": "vpc-0123456789abcdef0",
+                "existing_subnet_id": "subnet-0123456789abcdef0",
+            },
+            "aws.network",
+        ),
+        (
+            {"ssh_ingress_cidrs": ["0.0.0.0/0"], "allow_ssh_from_anywhere": True},
+            "aws.allow_ssh_from_anywhere",
+        ),
+        # The nodes' subnet grows from the VPC's start; it must leave the last /28 free.
+        ({"node_count": 4000, "subnet_cidr_block": "10.42.0.0/16"}, "nodes"),
+    ],
+)
+def test_a_private_network_refuses_what_it_cannot_build(
+    overrides: dict[str, object], field: str
+) -> None:
+    with pytest.raises(SpecError) as caught:
+        render(params(private_network=PrivateNetwork(), **overrides))
+    assert caught.value.field == field

@@ -10,7 +10,14 @@ output "subnet_id" {
   # An Elastic IP can only be associated in a VPC with an internet gateway (the aws_eip
   # docs: "EIP may require IGW to exist prior to association"), and a node's cloud-init
   # needs the route to reach PyPI: whatever uses the subnet waits for both.
-  depends_on = [aws_internet_gateway.this, aws_route.internet, aws_route_table_association.this]
+  depends_on = [
+    aws_internet_gateway.this,
+    aws_route.internet,
+    aws_route.return,
+    aws_route.nat,
+    aws_route_table_association.this,
+    aws_vpc_endpoint.s3,
+  ]
 }
 
 output "subnet_cidr_block" {
@@ -21,4 +28,26 @@ output "subnet_cidr_block" {
 output "availability_zone" {
   description = "Availability zone of the subnet."
   value       = local.create ? aws_subnet.this[0].availability_zone : data.aws_subnet.existing[0].availability_zone
+}
+
+output "route_table_id" {
+  description = "ID of the nodes' route table (null with an existing subnet)."
+  value       = try(aws_route_table.this[0].id, null)
+}
+
+output "public_subnet_id" {
+  description = "ID of the public subnet of a private network (the bastion's), or null."
+  value       = try(aws_subnet.public[0].id, null)
+
+  depends_on = [aws_route.public_internet, aws_route_table_association.public]
+}
+
+output "s3_prefix_list_id" {
+  description = "Prefix list of the S3 gateway endpoint (private subnet), or null: the nodes' egress to S3."
+  value       = try(aws_vpc_endpoint.s3[0].prefix_list_id, null)
+}
+
+output "nat_gateway_id" {
+  description = "ID of the NAT gateway (private subnet with nat_gateway), or null."
+  value       = try(aws_nat_gateway.this[0].id, null)
 }

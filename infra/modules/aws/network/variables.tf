@@ -79,3 +79,67 @@ variable "tags" {
   default     = {}
   nullable    = false
 }
+
+variable "private_subnet" {
+  description = "Make the nodes' subnet private: no public addresses, no default route to the internet (unless nat_gateway), S3 through a gateway endpoint. Needs a new VPC."
+  type        = bool
+  default     = false
+  nullable    = false
+
+  validation {
+    condition     = !var.private_subnet || var.existing_subnet_id == null
+    error_message = "private_subnet builds its own VPC and route table: leave existing_vpc_id and existing_subnet_id unset."
+  }
+}
+
+variable "public_subnet_cidr_block" {
+  description = "CIDR block of the public subnet of a private network (for a bastion or the NAT gateway); null: none."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.public_subnet_cidr_block == null || (can(cidrhost(var.public_subnet_cidr_block, 0)) && !can(regex(":", var.public_subnet_cidr_block)))
+    error_message = "The public_subnet_cidr_block must be an IPv4 CIDR block such as 10.42.255.240/28."
+  }
+
+  validation {
+    condition     = var.public_subnet_cidr_block == null || var.private_subnet
+    error_message = "public_subnet_cidr_block is for a private network: set private_subnet = true, or leave it null."
+  }
+}
+
+variable "nat_gateway" {
+  description = "Give the private subnet a default route through a NAT gateway in the public subnet (open egress to the internet, billed per hour and per GB)."
+  type        = bool
+  default     = false
+  nullable    = false
+
+  validation {
+    condition     = !var.nat_gateway || (var.private_subnet && var.public_subnet_cidr_block != null)
+    error_message = "nat_gateway needs private_subnet = true and a public_subnet_cidr_block to put the gateway in."
+  }
+}
+
+variable "return_route_cidrs" {
+  description = "Private subnet only: IPv4 blocks routed to the internet gateway, so that a node with a public address (node 0 as the way in) can answer them. Never 0.0.0.0/0 (that is nat_gateway's default route)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for cidr in var.return_route_cidrs : can(cidrhost(cidr, 0)) && !can(regex(":", cidr)) && cidr != "0.0.0.0/0"])
+    error_message = "Every entry of return_route_cidrs must be an IPv4 CIDR block narrower than 0.0.0.0/0."
+  }
+}
+
+variable "interface_endpoints" {
+  description = "Private subnet only: AWS services reached through interface endpoints in the nodes' subnet, by short name (ssm, ssmmessages, ec2messages for Session Manager)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for name in var.interface_endpoints : can(regex("^[a-z0-9.-]+$", name))]) && (length(var.interface_endpoints) == 0 || var.private_subnet)
+    error_message = "interface_endpoints are short service names (ssm, ssmmessages, ec2messages) and need private_subnet = true."
+  }
+}

@@ -38,7 +38,14 @@ locals {
   # network interface in the request."
   # https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceNetworkInterfaceSpecification.html
   # An EFA node reachable from outside gets an Elastic IP on its card-0 interface instead.
-  public_eips = local.efa_enabled && var.associate_public_ip_address ? local.nodes : {}
+  public_eips = local.efa_enabled ? { for node, attrs in local.nodes : node => attrs if local.public[node] } : {}
+
+  # Which nodes get a public address: every node by associate_public_ip_address, or only
+  # those public_nodes names (a private network's way in, node 0, when it has no bastion).
+  public = {
+    for node in keys(local.nodes) : node => var.public_nodes == null ? var.associate_public_ip_address : contains(local.public_names, node)
+  }
+  public_names = var.public_nodes == null ? [] : var.public_nodes
 
   # Fixed precedence: caller's tags < instance tags < the identity tags set here.
   base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
@@ -473,7 +480,7 @@ resource "aws_instance" "this" {
   subnet_id                   = local.efa_enabled ? null : var.subnet_id
   private_ip                  = local.efa_enabled ? null : each.value.private_ip
   vpc_security_group_ids      = local.efa_enabled ? null : var.security_group_ids
-  associate_public_ip_address = local.efa_enabled ? null : var.associate_public_ip_address
+  associate_public_ip_address = local.efa_enabled ? null : local.public[each.key]
 
   dynamic "network_interface" {
     for_each = { for key, eni in local.efa_interfaces : key => eni if eni.node == each.key }

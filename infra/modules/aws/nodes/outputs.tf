@@ -26,3 +26,8 @@ output "head_instance_profile_name" {
   description = "Name of node-0's own instance profile with head_recovery (aws.recover), or null when off (node-0 then uses instance_profile_name)."
   value       = try(aws_iam_instance_profile.head[0].name, null)
 }
+
+output "key_name" {
+  description = "Name of the cluster's key pair (a bastion is reached with the same key)."
+  value       = aws_key_pair.this.key_name
+}

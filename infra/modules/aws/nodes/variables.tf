@@ -123,6 +123,17 @@ variable "associate_public_ip_address" {
   nullable    = false
 }
 
+variable "public_nodes" {
+  description = "Only these nodes (by name, node-0 ...) get a public address, whatever associate_public_ip_address says; null: every node follows associate_public_ip_address."
+  type        = list(string)
+  default     = null
+
+  validation {
+    condition     = alltrue([for node in(var.public_nodes == null ? [] : var.public_nodes) : can(regex("^node-[0-9]+$", node))])
+    error_message = "Every entry of public_nodes must be a node name such as node-0."
+  }
+}
+
 variable "placement_group_enabled" {
   description = "Create a cluster placement group and launch every node into it (low-latency, same rack)."
   type        = bool

@@ -65,3 +65,37 @@ resource "aws_vpc_security_group_egress_rule" "outbound" {
 
   tags = merge(var.tags, { Name = "${var.name}-out" })
 }
+
+################################################################################
+# Private network: SSH from the bastion's group only, egress to S3 through its endpoint
+#
+# count, not for_each: the ids are known only after apply (the bastion's group, the
+# endpoint's prefix list), and for_each keys must be known at plan time.
+################################################################################
+
+resource "aws_vpc_security_group_ingress_rule" "ssh_from_group" {
+  # checkov:skip=CKV_AWS_24:The rule admits SSH from the bastion's security group (referenced_security_group_id), never from a CIDR block; checkov cannot resolve the group reference and flags it.
+  count = length(var.ssh_source_security_group_ids)
+
+  security_group_id            = aws_security_group.this.id
+  description                  = "SSH from the bastion's security group"
+  ip_protocol                  = "tcp"
+  from_port                    = 22
+  to_port                      = 22
+  referenced_security_group_id = var.ssh_source_security_group_ids[count.index]
+
+  tags = merge(var.tags, { Name = "${var.name}-ssh-from-bastion" })
+}
+
+resource "aws_vpc_security_group_egress_rule" "prefix_list" {
+  count = length(var.egress_prefix_list_ids)
+
+  security_group_id = aws_security_group.this.id
+  description       = "HTTPS to the S3 gateway endpoint (runtime wheel, checkpoints)"
+  ip_protocol       = "tcp"
+  from_port         = 443
+  to_port           = 443
+  prefix_list_id    = var.egress_prefix_list_ids[count.index]
+
+  tags = merge(var.tags, { Name = "${var.name}-out-s3" })
+}

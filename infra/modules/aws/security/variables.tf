@@ -54,7 +54,7 @@ variable "allow_ssh_from_anywhere" {
 }
 
 variable "egress_cidrs" {
-  description = "IPv4 CIDR blocks the nodes may open connections to (besides each other). Nodes download the runtime wheel from S3 and packages from PyPI at boot, so the default is the internet."
+  description = "IPv4 CIDR blocks the nodes may open connections to (besides each other). Nodes download the runtime wheel from S3 and packages from PyPI at boot, so the default is the internet; a private network without NAT gives its VPC block only."
   type        = list(string)
   default     = ["0.0.0.0/0"]
   nullable    = false
@@ -69,5 +69,19 @@ variable "tags" {
   description = "Tags for every resource; the Name tag set by this module wins over a Name given here."
   type        = map(string)
   default     = {}
+  nullable    = false
+}
+
+variable "ssh_source_security_group_ids" {
+  description = "Security groups allowed to reach TCP 22 of the nodes (a private network's bastion)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+}
+
+variable "egress_prefix_list_ids" {
+  description = "Managed prefix lists the nodes may reach on HTTPS (a private network's S3 gateway endpoint)."
+  type        = list(string)
+  default     = []
   nullable    = false
 }

@@ -62,7 +62,20 @@ variable "cluster" {
     # nodes' price cap in USD per hour (null: the On-Demand price).
     node_markets   = optional(map(string), {})
     spot_max_price = optional(number)
+    # The network (issue 46): "public" (every node has a public address) or "private" (no
+    # node has one; the way in is the bastion, or node-0 without one), NAT, Session Manager.
+    network                  = optional(string, "public")
+    bastion                  = optional(bool, false)
+    bastion_instance_type    = optional(string, "t3.micro")
+    public_subnet_cidr_block = optional(string)
+    nat                      = optional(bool, false)
+    ssm                      = optional(bool, false)
   })
+
+  validation {
+    condition     = contains(["public", "private"], var.cluster.network)
+    error_message = "cluster.network must be \"public\" or \"private\"."
+  }
 }
 
 variable "staging" {

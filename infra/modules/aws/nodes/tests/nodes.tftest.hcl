@@ -137,6 +137,34 @@ run "no_eip_without_efa" {
   }
 }
 
+# Issue 46: a private network without a bastion makes node-0 alone the way in.
+run "only_public_nodes_get_an_address" {
+  command = plan
+
+  variables {
+    public_nodes = ["node-0"]
+  }
+
+  assert {
+    condition     = aws_instance.this["node-0"].associate_public_ip_address && !aws_instance.this["node-1"].associate_public_ip_address
+    error_message = "public_nodes gives node-0 alone a public address."
+  }
+}
+
+run "efa_private_nodes_take_no_elastic_ip_but_the_way_in" {
+  command = plan
+
+  variables {
+    efa_interface_count = 1
+    public_nodes        = ["node-0"]
+  }
+
+  assert {
+    condition     = keys(aws_eip.node) == ["node-0"]
+    error_message = "With EFA only the public node-0 takes an Elastic IP."
+  }
+}
+
 run "more_than_64_nodes" {
   command = plan
 

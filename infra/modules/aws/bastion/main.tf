@@ -1,0 +1,80 @@
+# The way in to a private network: one small instance with the only public address, SSH from
+# ssh_ingress_cidrs only, and SSH on to the nodes' subnet only. The nodes' security group
+# allows SSH from this instance's group alone (the security module's ssh_source_security_group_ids).
+
+locals {
+  base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
+}
+
+resource "aws_security_group" "this" {
+  # checkov:skip=CKV2_AWS_5:The group is attached to the bastion instance below through vpc_security_group_ids.
+  name        = "${var.name}-bastion"
+  description = "skyinfra cluster ${var.name}: the bastion, SSH in from the given CIDRs and out to the nodes"
+  vpc_id      = var.vpc_id
+
+  tags = merge(local.base_tags, { Name = "${var.name}-bastion" })
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_vpc_security_group_ingress_rule" "ssh" {
+  for_each = toset(var.ssh_ingress_cidrs)
+
+  security_group_id = aws_security_group.this.id
+  description       = "SSH from ${each.value}"
+  ip_protocol       = "tcp"
+  from_port         = 22
+  to_port           = 22
+  cidr_ipv4         = each.value
+
+  tags = merge(local.base_tags, { Name = "${var.name}-bastion-ssh" })
+}
+
+resource "aws_vpc_security_group_egress_rule" "ssh" {
+  security_group_id = aws_security_group.this.id
+  description       = "SSH to the nodes' subnet ${var.nodes_cidr_block}"
+  ip_protocol       = "tcp"
+  from_port         = 22
+  to_port           = 22
+  cidr_ipv4         = var.nodes_cidr_block
+
+  tags = merge(local.base_tags, { Name = "${var.name}-bastion-out" })
+}
+
+resource "aws_instance" "this" {
+  # checkov:skip=CKV_AWS_88:The bastion is the private network's one way in: its public address is the point, and its group admits SSH from ssh_ingress_cidrs only.
+  # checkov:skip=CKV2_AWS_41:The bastion forwards SSH and calls no AWS API: it gets no instance role, so no credentials sit on the one public host.
+  # checkov:skip=CKV_AWS_126:Detailed (1-minute) monitoring is billed per instance and has no use for a forwarding host.
+  ami                         = var.ami_id
+  instance_type               = var.instance_type
+  key_name                    = var.key_name
+  subnet_id                   = var.subnet_id
+  vpc_security_group_ids      = [aws_security_group.this.id]
+  associate_public_ip_address = true
+  monitoring                  = false
+  ebs_optimized               = true
+
+  # IMDSv2 only, as on the nodes.
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1
+  }
+
+  # Encrypted; as large as the image needs (skyinfra boots the nodes' image with the nodes'
+  # size: a Deep Learning AMI's snapshot is large, and EC2 refuses a smaller volume).
+  root_block_device {
+    volume_type           = "gp3"
+    volume_size           = var.root_volume_size_gb
+    encrypted             = true
+    delete_on_termination = true
+  }
+
+  tags = merge(local.base_tags, {
+    Name            = "${var.name}-bastion"
+    "skyinfra:role" = "bastion"
+  })
+  volume_tags = merge(local.base_tags, { Name = "${var.name}-bastion-root" })
+}

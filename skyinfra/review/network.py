@@ -1,0 +1,188 @@
+"""The network shape of an AWS plan (issue 46, pure): what is public, the way in, the egress,
+read from the planned resources themselves; and the guardrail on open egress.
+
+Only a private network (``aws.network = "private"``, the root module's ``cluster.network``)
+gets a shape and the check. A public network is the behaviour from before it: every node has
+its own public address and reaches the internet through it, which `plan` has always shown in
+the SSH guardrail and the topology; ``guardrails.allow_internet_egress`` is not asked of it,
+so that no existing spec starts failing its plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from skyinfra.guardrail_table import Guardrails
+from skyinfra.review.cost import PriceTable, usd
+
+# The network price table's keys (prices.json "network"), USD.
+NAT_HOURLY = "nat_gateway_hourly"
+NAT_PER_GB = "nat_gateway_per_gb"
+ENDPOINT_HOURLY = "interface_endpoint_hourly"
+EGRESS_CHECK = "Internet egress"
+
+
+@dataclass(frozen=True)
+class Planned:
+    address: str
+    after: Mapping[str, Any]
+    unknown: Mapping[str, Any]
+
+
+def _planned(plan: Mapping[str, Any], kind: str) -> list[Planned]:
+    """The resources of ``kind`` the plan leaves in place (deleted ones have no "after")."""
+    found = []
+    for entry in plan.get("resource_changes") or []:
+        change = entry.get("change") or {}
+        after = change.get("after")
+        if entry.get("type") == kind and isinstance(after, dict):
+            unknown = change.get("after_unknown")
+            found.append(
+                Planned(
+                    str(entry.get("address")), after, unknown if isinstance(unknown, dict) else {}
+                )
+            )
+    return found
+
+
+def is_private(plan: Mapping[str, Any]) -> bool:
+    """Whether the plan is of a private network (the root module's ``cluster.network``)."""
+    item = (plan.get("variables") or {}).get("cluster")
+    value = item.get("value") if isinstance(item, Mapping) else None
+    return isinstance(value, Mapping) and value.get("network") == "private"
+
+
+def _first(value: Any) -> Mapping[str, Any]:
+    return value[0] if isinstance(value, list) and value and isinstance(value[0], dict) else {}
+
+
+def _node_name(address: str) -> str:
+    """node-0 from module.nodes.aws_instance.this["node-0"]."""
+    return address.rsplit('["', 1)[-1].rstrip('"]') if '["' in address else address
+
+
+def _nat_routes(plan: Mapping[str, Any]) -> list[str]:
+    """Default routes through a NAT gateway (the nodes' open egress)."""
+    return [
+        r.address
+        for r in _planned(plan, "aws_route")
+        if r.after.get("destination_cidr_block") == "0.0.0.0/0"
+        and (r.after.get("nat_gateway_id") or r.unknown.get("nat_gateway_id") is True)
+    ]
+
+
+def public_nodes(plan: Mapping[str, Any]) -> list[str]:
+    """The nodes with a public address: their own, or an Elastic IP (EFA)."""
+    named = {
+        _node_name(i.address)
+        for i in _planned(plan, "aws_instance")
+        if i.address.startswith("module.nodes.") and i.after.get("associate_public_ip_address")
+    }
+    named |= {
+        _node_name(e.address)
+        for e in _planned(plan, "aws_eip")
+        if e.address.startswith("module.nodes.")
+    }
+    return sorted(named)
+
+
+def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) -> tuple[str, ...]:
+    """plan.md's "Network" lines for a private network; none for a public one."""
+    if not is_private(plan):
+        return ()
+    prices = table.network.get(region or "", {})
+
+    def price(key: str) -> str:
+        value = prices.get(key)
+        return usd(value) if value is not None else "no price in the table"
+
+    nodes = [i for i in _planned(plan, "aws_instance") if i.address.startswith("module.nodes.")]
+    bastions = [i for i in _planned(plan, "aws_instance") if i.address.startswith("module.bastion")]
+    public = public_nodes(plan)
+    private = [n for n in sorted(_node_name(i.address) for i in nodes) if n not in public]
+    lines = [
+        f"**Private nodes**: {', '.join(private) or 'none'}: no public address, no Elastic IP."
+    ]
+    cidrs = sorted(
+        str(r.after.get("cidr_ipv4"))
+        for r in _planned(plan, "aws_vpc_security_group_ingress_rule")
+        if r.address.startswith("module.bastion") and r.after.get("cidr_ipv4")
+    )
+    if bastions:
+        kind = str(bastions[0].after.get("instance_type"))
+        hourly = table.hourly(region or "", kind)
+        disk = _first(bastions[0].after.get("root_block_device")).get("volume_size")
+        lines.append(
+            f"**Public**: only the bastion `{bastions[0].address}` (`{kind}`, "
+            f"{usd(hourly) + '/h' if hourly is not None else 'no price in the table'}"
+            + (f", a {disk} GB root volume" if disk else "")
+            + ")"
+            + (f" and node(s) {', '.join(public)}" if public else "")
+            + "."
+        )
+        lines.append(
+            f"**Way in**: SSH to the bastion from {', '.join(cidrs) or 'nowhere'} only, then on "
+            "to the nodes, whose security group admits SSH from the bastion's group alone."
+        )
+    else:
+        lines.append(f"**Public**: only {', '.join(public) or 'nothing'} (no bastion).")
+        lines.append(
+            f"**Way in**: SSH to {', '.join(public) or 'no node'} from `aws.ssh_cidrs` (its "
+            "subnet routes only those blocks back to the internet gateway), then on to the others."
+        )
+    s3 = any(
+        e.after.get("vpc_endpoint_type") == "Gateway"
+        and str(e.after.get("service_name", "")).endswith(".s3")
+        for e in _planned(plan, "aws_vpc_endpoint")
+    )
+    via_s3 = "S3 through its gateway endpoint (free)" if s3 else "no S3 endpoint"
+    s3_how = "a gateway endpoint in the nodes' route table (free)" if s3 else "no S3 endpoint"
+    if _planned(plan, "aws_nat_gateway") or _nat_routes(plan):
+        lines.append(
+            f"**Egress**: the internet (0.0.0.0/0) through a NAT gateway, "
+            f"{price(NAT_HOURLY)}/h plus {price(NAT_PER_GB)} per GB it processes (every "
+            f"package download and checkpoint that does not go to S3); {via_s3}."
+        )
+    else:
+        lines.append(
+            f"**Egress**: S3 endpoint only: {s3_how}; no route to the internet, no NAT gateway."
+        )
+    endpoints = sorted(
+        str(e.after.get("service_name", "")).rsplit(".", 1)[-1]
+        for e in _planned(plan, "aws_vpc_endpoint")
+        if e.after.get("vpc_endpoint_type") == "Interface"
+    )
+    if endpoints:
+        lines.append(
+            f"**Session Manager**: interface endpoints {', '.join(endpoints)}, "
+            f"{price(ENDPOINT_HOURLY)}/h each; the nodes' role has AmazonSSMManagedInstanceCore."
+        )
+    if table.network_source:
+        lines.append(
+            f"<sub>On top of the Cost above. Network prices: {table.network_source}; "
+            f"as of {table.date}.</sub>"
+        )
+    return tuple(lines)
+
+
+def egress_check(plan: Mapping[str, Any], rails: Guardrails) -> tuple[bool, str] | None:
+    """(passed, reason) of the "Internet egress" guardrail for a private network; None for a
+    public one (see the module's docstring)."""
+    if not is_private(plan):
+        return None
+    routes = _nat_routes(plan)
+    if not routes:
+        return True, "egress: S3 endpoint only; no route to 0.0.0.0/0"
+    where = ", ".join(routes)
+    if rails.allow_internet_egress:
+        return (
+            True,
+            f"{where} opens egress to 0.0.0.0/0 (allowed by guardrails.allow_internet_egress)",
+        )
+    return (
+        False,
+        f"{where} opens egress to 0.0.0.0/0 through the NAT gateway; set "
+        "guardrails.allow_internet_egress = true, or aws.nat = false",
+    )

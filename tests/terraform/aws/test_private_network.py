@@ -1,0 +1,145 @@
+"""Issue 46 at plan level: a private network through real Terraform and the real AWS provider
+against moto's server, one plan (no apply) shared by every assertion. Two EFA nodes
+(p4d.24xlarge, four cards each) behind a bastion: no node has a public address or an Elastic
+IP, the S3 gateway endpoint is in the nodes' route table, the bastion is the only public
+instance, there is no NAT gateway and no default route, and plan.md shows the network's shape.
+
+NAT on and off, SSM endpoints and node 0 as the way in are the network module's
+`terraform test` runs (infra/modules/aws/network/tests); the guardrail's cases are unit tests
+(tests/unit/review/test_network.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from skyinfra.review import markdown
+from skyinfra.review.cost import shipped_table
+from skyinfra.review.report import ClusterFacts, build_review
+from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.render import AwsClusterParams, PrivateNetwork
+from tests.support.aws import REGION, TerraformFactory, write_root
+from tests.support.golden_plans import check_golden
+
+pytestmark = pytest.mark.slow
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk test"
+BASTION = "module.bastion[0].aws_instance.this"
+
+
+@pytest.fixture(scope="module")
+def plan(
+    terraform: TerraformFactory, moto_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    params = AwsClusterParams(
+        cluster_name="moto-private",
+        region=REGION,
+        availability_zone=f"{REGION}a",
+        instance_type="p4d.24xlarge",
+        ami_id="ami-12c6146b",
+        node_count=2,
+        ssh_public_key=SSH_KEY,
+        ssh_ingress_cidrs=["203.0.113.7/32"],
+        placement_group=True,
+        efa_interface_count=4,
+        private_network=PrivateNetwork(bastion=True),
+    )
+    # The provider block holds the emulator's dummy credentials: no environment needed.
+    root = write_root(tmp_path_factory.mktemp("private"), params, Emulator(url=moto_url))
+    engine = terraform(root)
+    engine.init()
+    engine.plan(out="tfplan")
+    found: dict[str, Any] = engine.show_plan("tfplan")
+    return found
+
+
+def created(plan: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {
+        c["address"]: c["change"]["after"]
+        for c in plan["resource_changes"]
+        if c["type"] == kind and c["change"]["actions"] == ["create"]
+    }
+
+
+def test_no_node_has_a_public_address_or_an_elastic_ip(plan: dict[str, Any]) -> None:
+    instances = created(plan, "aws_instance")
+    nodes = {a: i for a, i in instances.items() if a.startswith("module.nodes.")}
+    assert len(nodes) == 2
+    # EFA nodes launch with their own interfaces: no public address can be asked for on
+    # them, and no Elastic IP is planned anywhere but for a NAT gateway (none here).
+    assert all(not i.get("associate_public_ip_address") for i in nodes.values())
+    assert created(plan, "aws_eip") == {}
+    efa = created(plan, "aws_network_interface")
+    assert len(efa) == 8
+    subnets = created(plan, "aws_subnet")
+    nodes_subnet = subnets["module.network.aws_subnet.this[0]"]
+    assert nodes_subnet["map_public_ip_on_launch"] is False
+    assert nodes_subnet["cidr_block"] == "10.42.0.0/24"
+
+
+def test_the_bastion_is_the_only_public_instance(plan: dict[str, Any]) -> None:
+    public = [
+        a for a, i in created(plan, "aws_instance").items() if i.get("associate_public_ip_address")
+    ]
+    assert public == [BASTION]
+    bastion = created(plan, "aws_instance")[BASTION]
+    assert bastion["instance_type"] == "t3.micro"
+    assert bastion["metadata_options"][0]["http_tokens"] == "required"
+    public_subnet = created(plan, "aws_subnet")["module.network.aws_subnet.public[0]"]
+    assert public_subnet["cidr_block"] == "10.42.255.240/28"
+    rules = created(plan, "aws_vpc_security_group_ingress_rule")
+    bastion_in = [r["cidr_ipv4"] for a, r in rules.items() if a.startswith("module.bastion")]
+    assert bastion_in == ["203.0.113.7/32"]
+    # The nodes' group takes SSH from the bastion's group only: no CIDR rule on port 22.
+    node_ssh = {
+        a: r
+        for a, r in rules.items()
+        if a.startswith("module.security.") and r.get("to_port") == 22
+    }
+    assert list(node_ssh) == [
+        "module.security.aws_vpc_security_group_ingress_rule.ssh_from_group[0]"
+    ]
+    assert node_ssh[next(iter(node_ssh))].get("cidr_ipv4") is None
+
+
+def test_the_nodes_reach_s3_through_the_gateway_endpoint_and_nothing_else(
+    plan: dict[str, Any],
+) -> None:
+    endpoints = created(plan, "aws_vpc_endpoint")
+    assert list(endpoints) == ["module.network.aws_vpc_endpoint.s3[0]"]
+    s3 = endpoints["module.network.aws_vpc_endpoint.s3[0]"]
+    assert s3["vpc_endpoint_type"] == "Gateway"
+    assert s3["service_name"] == f"com.amazonaws.{REGION}.s3"
+    # In the nodes' route table: the reference is resolved at apply, the plan names it.
+    config = plan["configuration"]["root_module"]["module_calls"]["network"]["module"]
+    endpoint = next(r for r in config["resources"] if r["address"] == "aws_vpc_endpoint.s3")
+    assert (
+        endpoint["expressions"]["route_table_ids"]["references"][0] == "aws_route_table.this[0].id"
+    )
+    # No NAT gateway, and the only default route is the public subnet's (bastion) one.
+    assert created(plan, "aws_nat_gateway") == {}
+    routes = {
+        a: r
+        for a, r in created(plan, "aws_route").items()
+        if r["destination_cidr_block"] == "0.0.0.0/0"
+    }
+    assert list(routes) == ["module.network.aws_route.public_internet[0]"]
+    egress = created(plan, "aws_vpc_security_group_egress_rule")
+    open_egress = [a for a, r in egress.items() if r.get("cidr_ipv4") == "0.0.0.0/0"]
+    assert open_egress == []
+
+
+def test_plan_md_shows_the_network_and_the_guardrail_passes(plan: dict[str, Any]) -> None:
+    review = build_review(
+        plan,
+        ClusterFacts(cluster="moto-private", target="aws", region=REGION, max_lifetime_hours=8),
+        planfile_sha256="0" * 64,
+        table=shipped_table(),
+    )
+    assert review.passed, review.checks
+    egress = [c for c in review.checks if c.name == "Internet egress"]
+    assert [c.reason for c in egress] == ["egress: S3 endpoint only; no route to 0.0.0.0/0"]
+    text = markdown.render(review)
+    check_golden("aws-private-bastion", text)
+    assert review.to_dict()["network"] == list(review.network)
