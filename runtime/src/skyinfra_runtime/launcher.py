@@ -29,6 +29,7 @@ from skyinfra_runtime.errors import (
     TopologyError,
     UsageError,
 )
+from skyinfra_runtime.jobports import job_topology
 from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
 from skyinfra_runtime.topology import (
     NODE_ENV,
@@ -129,7 +130,8 @@ def launch(argv: list[str]) -> int:
         print(f"skyinfra-runtime: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     try:
-        topology = load_topology(ns.topology)
+        # A job's own ports (the head gave them): its workers' coordinator and rendezvous.
+        topology = job_topology(load_topology(ns.topology), os.environ)
         node = node_index(topology, ns.node)
         if flags is not None:
             topology = dataclasses.replace(topology, plugins=tuple(flags))

@@ -14,6 +14,7 @@ import itertools
 import signal
 import subprocess
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +49,10 @@ def hold():
 
 
 def quick():
-    return int(os.environ["SKYINFRA_NODE"])
+    from skyinfra_runtime import instance_info
+
+    # The job's own coordinator port, as its workers see it (the head gave it).
+    return [int(os.environ["SKYINFRA_NODE"]), instance_info().head_port]
 """
 
 
@@ -68,6 +72,12 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     (proj / "work.py").write_text(ENTRY)
     with cluster_up(proj, env, NAME):
         yield proj
+
+
+def head_port(project: Path) -> int:
+    port = tomllib.loads((project / "skyinfra.toml").read_text())["head_port"]
+    assert isinstance(port, int)
+    return port
 
 
 def nodes_dir(project: Path) -> Path:
@@ -157,8 +167,14 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
         assert after["queue"]["left_at"] >= before["ended_at"], after
     seqs = [r["queue"]["seq"] for r in records[1:]]
     assert seqs == sorted(seqs), seqs
+    # Each job got its ports from the head when it started (the first pair: one job at a
+    # time), and its workers on both nodes used them.
+    port = head_port(project)
+    for r in records:
+        assert r["ports"] == {"jax": port, "torch": port + 1}, r
     for r in records[1:]:
-        assert [n["result"]["workers"][0]["value"] for n in r["nodes"]] == [0, 1], r
+        values = [n["result"]["workers"][0]["value"] for n in r["nodes"]]
+        assert values == [[0, port], [1, port]], r
 
 
 def test_a_queued_job_cancelled_never_starts(

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
-from skyinfra_runtime.jobrecord import JobRecord, JobState
+from skyinfra_runtime.jobrecord import JobPorts, JobRecord, JobState
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     Paths,
+    free_ports,
     lock_job_starts,
     next_queue_seq,
     now,
@@ -139,16 +140,20 @@ def supervise(ns: argparse.Namespace) -> int:
     listen = ns.listen
     start_lock = None
     queued: dict[str, Any] | None = None
+    ports: JobPorts | None = None
     if ns.node == 0:
-        # One job holds the cluster's nodes and ports at a time: while another job's
-        # supervisor runs (or jobs wait ahead of this one), this job is queued; its supervisor
-        # starts it when its turn comes (Supervisor.wait_in_queue). The lock (held by this
-        # caller until the daemon below has written its record) makes the check and the
-        # record one step for every start, so the submission order is the queue's.
+        # One job holds the cluster's nodes at a time: while another job's supervisor runs
+        # (or jobs wait ahead of this one), this job is queued; its supervisor starts it when
+        # its turn comes (Supervisor.wait_in_queue). A job that starts gets ports of its own.
+        # The lock (held by this caller until the daemon below has written its record) makes
+        # the check and the record one step for every start, so the submission order is the
+        # queue's and no two live jobs get the same ports.
         start_lock = lock_job_starts(Path(ns.node_dir))
         busy = running_job(Path(ns.node_dir), but=ns.job)
         ahead = queued_jobs(Path(ns.node_dir), but=ns.job)
-        if busy is not None or ahead:
+        if busy is None and not ahead:
+            ports = free_ports(Path(ns.node_dir), ns.nodes, ns.job)
+        if ports is None:
             queued = {
                 "seq": next_queue_seq(Path(ns.node_dir)),
                 "queued_at": now(),
@@ -226,9 +231,13 @@ def supervise(ns: argparse.Namespace) -> int:
             )
             if queued is not None:
                 sup.enqueue(queued)
+            if ports is not None:
+                sup.take_ports(ports)
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
             ready = {"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]}
+            if ports is not None:
+                ready["ports"] = ports.to_dict()
             _ready({**ready, **({"queued": queued} if queued is not None else {})})
             sup.run()
             server.close()
@@ -466,7 +475,7 @@ def main(argv: list[str]) -> int:
     sup.add_argument(
         "--wait-start",
         action="store_true",
-        help="a peer of a queued job: start the launcher when the head says so (peers)",
+        help="start the launcher when the head says so, with the job's ports (peers)",
     )
     sup.add_argument(
         "--private-stdin",

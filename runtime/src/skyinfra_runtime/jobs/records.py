@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime.errors import TopologyError
+from skyinfra_runtime.jobports import allocate
+
 # The final states are defined once, in skyinfra_runtime.jobrecord (the operator's too).
 from skyinfra_runtime.jobrecord import FINAL_STATES as FINAL_STATES
-from skyinfra_runtime.jobrecord import JobRecord
+from skyinfra_runtime.jobrecord import JobPorts, JobRecord
+from skyinfra_runtime.topology import DEFAULT_HEAD_PORT, load_topology
 
 SCHEMA = 1  # of node.json (the job's record has its own: skyinfra_runtime.jobrecord)
 # Ending a node: SIGTERM to its launcher's process group, SIGKILL after this many seconds
@@ -131,6 +135,40 @@ def running_job(node_dir: Path, but: str | None = None) -> dict[str, Any] | None
             said = record.to_dict()
             return {"id": job_id, **{k: said[k] for k in BUSY_FIELDS}}
     return None
+
+
+def ports_in_use(node_dir: Path, but: str | None = None) -> list[JobPorts]:
+    """The ports of this head's jobs (other than ``but``) that hold them: started (neither
+    final nor queued), with ports, and their supervisor runs (called under the start lock)."""
+    held = []
+    for path in (node_dir / "jobs").glob("*.json"):
+        try:
+            record = JobRecord.from_dict(read_json(path))
+        except ValueError:
+            continue
+        if path.stem == but or record.final or record.queued or record.ports is None:
+            continue
+        if pid_alive(Paths(node_dir, path.stem).pid_file) is not None:
+            held.append(record.ports)
+    return held
+
+
+def cluster_ports(node_dir: Path, nodes: int) -> tuple[int, int]:
+    """The cluster's head_port and node count, from the topology the operator copied to the
+    node folder (jobports.port_range of them is the jobs' range); without one (a bare node
+    folder), the default head_port and the job's ``nodes``."""
+    try:
+        topology = load_topology(node_dir / "topology.json")
+    except TopologyError:
+        return DEFAULT_HEAD_PORT, nodes
+    return topology.head_port, len(topology.nodes)
+
+
+def free_ports(node_dir: Path, nodes: int, but: str) -> JobPorts | None:
+    """Ports for job ``but`` that no other live job of this head holds (under the start
+    lock); None when every pair of the range is held."""
+    head_port, cluster_nodes = cluster_ports(node_dir, nodes)
+    return allocate(head_port, cluster_nodes, ports_in_use(node_dir, but=but))
 
 
 # How often a queued job's supervisor looks whether its turn has come.

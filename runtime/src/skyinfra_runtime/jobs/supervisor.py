@@ -34,10 +34,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skyinfra_runtime import exitcodes
+from skyinfra_runtime.jobports import PORT_ENV
 from skyinfra_runtime.jobrecord import (
     Attempt,
     HeadRecoveryRun,
     Interruption,
+    JobPorts,
     JobRecord,
     JobState,
     NodeResult,
@@ -51,6 +53,7 @@ from skyinfra_runtime.jobs.records import (
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     QUEUE_POLL_S,
+    free_ports,
     lock_job_starts,
     now,
     queued_jobs,
@@ -136,6 +139,20 @@ class Supervisor:
         self.queue: QueueWait | None = None
         self.released = True
         self._release_lock = threading.Lock()
+        # Its own coordinator and rendezvous ports, given when it starts (take_ports).
+        self.ports: JobPorts | None = None
+
+    def take_ports(self, ports: JobPorts) -> None:
+        """The ports the head gave the job as it starts it (under the start lock): in the
+        record, in the head's launcher's environment, and in every peer's "start"."""
+        self.ports = ports
+        self.agent.env[PORT_ENV] = str(ports.jax)
+
+    def _start_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"cmd": "start", "attempt": self.attempt}
+        if self.ports is not None:
+            msg["port"] = self.ports.jax
+        return msg
 
     def enqueue(self, queued: dict[str, Any]) -> None:
         """The head queued the job (commands.supervise, under the start lock): it waits for
@@ -173,6 +190,7 @@ class Supervisor:
             # Every notice of the job, earlier attempts' included.
             interruptions=tuple(i for a in attempts for i in a.interruptions),
             queue=self.queue,
+            ports=self.ports,
             nodes=tuple(
                 NodeResult(
                     node=v.node,
@@ -212,8 +230,9 @@ class Supervisor:
                     with self._release_lock:
                         self.view[node].conn = conn
                         if msg.get("waiting") and self.released:
-                            # A queued job's peer that joined after the job left the queue.
-                            send(conn, {"cmd": "start", "attempt": self.attempt})
+                            # A peer that joined once the job started (or left the queue):
+                            # it starts at once, with the job's ports.
+                            send(conn, self._start_message())
                     if self.ending:  # joined after the job began to end
                         send(conn, self._end_message())
                     continue
@@ -300,7 +319,9 @@ class Supervisor:
             try:
                 busy = running_job(node_dir, but=me)
                 ahead = [q for q in queued_jobs(node_dir, but=me) if q[0] < self.queue.seq]
-                if busy is None and not ahead:
+                ports = None if busy or ahead else free_ports(node_dir, len(self.view), me)
+                if ports is not None:
+                    self.take_ports(ports)
                     self.queue = replace(self.queue, position=0, left_at=now())
                     self.state = JobState.STARTING
                     self.save()
@@ -475,7 +496,7 @@ class Supervisor:
             for v in self.view.values():
                 if v.node != 0 and v.conn is not None:
                     with contextlib.suppress(OSError):
-                        send(v.conn, {"cmd": "start", "attempt": self.attempt})
+                        send(v.conn, self._start_message())
 
     def _take_events(self) -> bool:
         changed = False
