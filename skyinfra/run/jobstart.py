@@ -156,6 +156,8 @@ def _start_agents(
     if timeout_s is not None:
         role += ["--timeout", f"{timeout_s:g}"]
     role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
+    if launch.world is not None:  # K of the nodes: every node's agent starts, the head picks
+        role += ["--world", str(launch.world)]
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
     queued = said.get("queued") if isinstance(said.get("queued"), dict) else None

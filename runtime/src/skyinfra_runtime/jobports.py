@@ -26,9 +26,11 @@ from skyinfra_runtime.errors import TopologyError
 from skyinfra_runtime.jobrecord import JobPorts
 from skyinfra_runtime.topology import Topology
 
-# The job's base port (its JAX coordinator's; torch's rendezvous is the next), set by the
-# job's agent in its launcher's environment.
+# The job's base port (its JAX coordinator's; torch's rendezvous is the next), and the
+# cluster's nodes it runs on (rank order, comma-separated), set by the job's agent in its
+# launcher's environment.
 PORT_ENV = "SKYINFRA_JOB_PORT"
+WORLD_ENV = "SKYINFRA_JOB_NODES"
 HIGHEST_PORT = 65535
 
 
@@ -48,18 +50,36 @@ def allocate(head_port: int, nodes: int, taken: Iterable[JobPorts]) -> JobPorts 
     return None
 
 
-def job_topology(topology: Topology, environ: Mapping[str, str]) -> Topology:
-    """The topology the job's workers see: the cluster's, with the job's own base port (from
-    ``environ``) as head_port; the cluster's unchanged outside a job the head started."""
+def job_topology(topology: Topology, node: int, environ: Mapping[str, str]) -> tuple[Topology, int]:
+    """The topology the job's workers see, and cluster node ``node``'s index in it: the
+    cluster's, with the job's own base port (``environ``'s) as head_port, and only the job's
+    nodes (``run --nodes K``), numbered from 0 in the head's order, its first the job's head;
+    the cluster's unchanged outside a job the head started."""
     raw = environ.get(PORT_ENV)
-    if not raw:
-        return topology
+    if raw:
+        try:
+            port = int(raw)
+        except ValueError:
+            port = 0
+        if not 1 <= port < HIGHEST_PORT:
+            raise TopologyError(
+                f"environment variable {PORT_ENV}={raw!r} is not a port; expected 1.."
+                f"{HIGHEST_PORT - 1}"
+            )
+        topology = dataclasses.replace(topology, head_port=port)
+    listed = environ.get(WORLD_ENV)
+    if not listed:
+        return topology, node
     try:
-        port = int(raw)
+        world = [int(i) for i in listed.split(",")]
     except ValueError:
-        port = 0
-    if not 1 <= port < HIGHEST_PORT:
+        world = []
+    total = len(topology.nodes)
+    if not world or node not in world or any(not 0 <= i < total for i in world):
         raise TopologyError(
-            f"environment variable {PORT_ENV}={raw!r} is not a port; expected 1..{HIGHEST_PORT - 1}"
+            f"environment variable {WORLD_ENV}={listed!r}: expected this node ({node}) among "
+            f"distinct node indices from 0 to {total - 1}"
         )
-    return dataclasses.replace(topology, head_port=port)
+    nodes = tuple(dataclasses.replace(topology.nodes[i], index=k) for k, i in enumerate(world))
+    world_topology = dataclasses.replace(topology, nodes=nodes, head_addr=nodes[0].private_ip)
+    return world_topology, world.index(node)

@@ -439,6 +439,7 @@ _RECORD_KEYS = (
     "interruptions",
     "queue",
     "ports",
+    "world",
     "nodes",
     "checked_at",
     "ended_by_down",
@@ -487,6 +488,10 @@ class JobRecord:
     # Its own coordinator and rendezvous ports, given out by the head when it started the job
     # (None: not started yet, or a record older than them: the topology's head_port).
     ports: JobPorts | None = None
+    # The cluster's nodes the job runs on, its rank 0's first (`run --nodes K`: the K the
+    # head chose as it started the job; () before it started, and in older records: every
+    # node). Only these are in ``nodes``.
+    world: tuple[int, ...] = ()
     nodes: tuple[NodeResult, ...] = ()
     # The head's time when its `jobs` listed the record (never written by the supervisor).
     checked_at: float | None = None
@@ -569,6 +574,7 @@ class JobRecord:
             interruptions=_notices(data.get("interruptions")),
             queue=QueueWait.from_dict(queue) if isinstance(queue, Mapping) else None,
             ports=JobPorts.from_dict(ports) if isinstance(ports, Mapping) else None,
+            world=_ints(data.get("world")),
             nodes=tuple(NodeResult.from_dict(n) for n in nodes if isinstance(n, Mapping))
             if isinstance(nodes, list)
             else (),
@@ -611,6 +617,7 @@ class JobRecord:
             "interruptions": [i.to_dict() for i in self.interruptions],
             **({"queue": self.queue.to_dict()} if self.queue is not None else {}),
             **({"ports": self.ports.to_dict()} if self.ports is not None else {}),
+            **({"world": list(self.world)} if self.world else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             **({"checked_at": self.checked_at} if self.checked_at is not None else {}),
             **({"ended_by_down": True} if self.ended_by_down else {}),

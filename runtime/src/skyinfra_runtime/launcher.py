@@ -130,9 +130,9 @@ def launch(argv: list[str]) -> int:
         print(f"skyinfra-runtime: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     try:
-        # A job's own ports (the head gave them): its workers' coordinator and rendezvous.
-        topology = job_topology(load_topology(ns.topology), os.environ)
-        node = node_index(topology, ns.node)
+        # A job's own ports and nodes (the head gave them): its workers' world.
+        cluster = load_topology(ns.topology)
+        topology, node = job_topology(cluster, node_index(cluster, ns.node), os.environ)
         if flags is not None:
             topology = dataclasses.replace(topology, plugins=tuple(flags))
         # Unknown names and bad options fail here, before any wait (the table's rules).

@@ -1,6 +1,7 @@
-"""Each job's own ports (skyinfra_runtime.jobports): the head's choice as a pure function of
-the cluster's head_port, its node count and the ports the live jobs hold, checked against a
-golden table (SKYINFRA_UPDATE_GOLDEN=1 rewrites it); the topology a job's workers see."""
+"""Each job's own ports and nodes (skyinfra_runtime.jobports, jobplace): the head's choices as
+pure functions of the cluster's head_port, its node count and what the live jobs hold, checked
+against golden tables (SKYINFRA_UPDATE_GOLDEN=1 rewrites them); the topology a job's workers
+see."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from skyinfra_runtime.errors import TopologyError
-from skyinfra_runtime.jobports import PORT_ENV, allocate, job_topology, port_range
+from skyinfra_runtime.jobplace import nodes_words, place, waits_for
+from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV, allocate, job_topology, port_range
 from skyinfra_runtime.jobrecord import JobPorts, JobRecord
 
 from tests.support.topologies import local_topology
@@ -72,10 +74,59 @@ def test_the_record_keeps_the_ports() -> None:
     assert "ports" not in JobRecord.from_dict({"id": "old"}).to_dict()  # older records
 
 
-def test_the_workers_topology_has_the_jobs_port() -> None:
-    cluster = local_topology(2)
-    mine = job_topology(cluster, {PORT_ENV: "29502"})
-    assert (mine.jax_port, mine.torch_port, mine.nodes) == (29502, 29503, cluster.nodes)
-    assert job_topology(cluster, {}) == cluster  # outside a job the head started
+def test_the_workers_topology_has_the_jobs_port_and_nodes() -> None:
+    cluster = local_topology(3)
+    mine, node = job_topology(cluster, 1, {PORT_ENV: "29502"})
+    assert (mine.jax_port, mine.torch_port, mine.nodes, node) == (29502, 29503, cluster.nodes, 1)
+    assert job_topology(cluster, 2, {}) == (cluster, 2)  # outside a job the head started
+    # `run --nodes 2` on nodes 2 and 1: node 2 is the job's rank 0 and its head address.
+    world, node = job_topology(cluster, 1, {PORT_ENV: "29504", WORLD_ENV: "2,1"})
+    assert node == 1 and [n.index for n in world.nodes] == [0, 1]
+    assert [n.private_ip for n in world.nodes] == [
+        cluster.nodes[2].private_ip,
+        cluster.nodes[1].private_ip,
+    ]
+    assert world.head_addr == cluster.nodes[2].private_ip and world.head_port == 29504
     with pytest.raises(TopologyError, match=f"{PORT_ENV}='x' is not a port"):
-        job_topology(cluster, {PORT_ENV: "x"})
+        job_topology(cluster, 0, {PORT_ENV: "x"})
+    with pytest.raises(TopologyError, match=f"{WORLD_ENV}='1,2': expected this node \\(0\\)"):
+        job_topology(cluster, 0, {WORLD_ENV: "1,2"})
+
+
+# (nodes of the cluster, the live jobs' nodes, nodes asked for, why)
+PLACES = [
+    (2, [], 2, "an idle cluster, every node"),
+    (2, [], 1, "an idle cluster, one node: the lowest"),
+    (2, [[0]], 1, "node 0 held: node 1"),
+    (2, [[0]], 2, "node 0 held, both asked: none"),
+    (2, [[0], [1]], 1, "both held: none"),
+    (4, [[1], [3]], 2, "the free ones, not in a row"),
+    (4, [[0, 1, 2, 3]], 1, "a whole-cluster job holds all"),
+]
+
+
+def places() -> str:
+    lines = ["nodes held             want -> given"]
+    for total, held, want, why in PLACES:
+        got = place(total, held, want)
+        given = "none" if got is None else nodes_words(got)
+        lines.append(f"{total:<5} {held!s:<16} {want:<4} -> {given:<12} {why}")
+    lines.append("")
+    lines.append("what a queued job waits for:")
+    for total, want, holders, ahead in [
+        (2, 2, [("J", (0, 1))], []),
+        (2, 1, [("J", (0,)), ("L", (1,))], []),
+        (4, 2, [("J", (0, 1, 2))], ["M"]),
+        (2, 1, [], ["M", "N"]),
+    ]:
+        lines.append(f"{total} nodes, {want} wanted: {waits_for(total, want, holders, ahead)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_placement_golden() -> None:
+    """Which nodes a job gets (the lowest free ones) and what a queued one waits for."""
+    path = GOLDEN.with_name("placement.txt")
+    text = places()
+    if os.environ.get("SKYINFRA_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()

@@ -21,7 +21,7 @@ from typing import Any
 from skyinfra_runtime import spot
 from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
-from skyinfra_runtime.jobports import PORT_ENV
+from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
     END_GRACE_S,
@@ -267,9 +267,11 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
                     else:
                         agent.end(reason, _grace(msg))
                 elif cmd == "start":
-                    port = msg.get("port")
+                    port, world = msg.get("port"), msg.get("world")
                     if isinstance(port, int) and not isinstance(port, bool):
                         agent.env[PORT_ENV] = str(port)  # the job's own ports (jobports)
+                    if isinstance(world, list):  # the job's nodes (`run --nodes K`)
+                        agent.env[WORLD_ENV] = ",".join(str(i) for i in world)
                     starts.put(int(msg.get("attempt", agent.attempt + 1)))
                 elif cmd == "done":
                     starts.put(None)

@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skyinfra_runtime import exitcodes
-from skyinfra_runtime.jobports import PORT_ENV
+from skyinfra_runtime.jobplace import waits_for
+from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
 from skyinfra_runtime.jobrecord import (
     Attempt,
     HeadRecoveryRun,
@@ -53,12 +54,11 @@ from skyinfra_runtime.jobs.records import (
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     QUEUE_POLL_S,
-    free_ports,
+    holders,
     lock_job_starts,
     now,
     queued_jobs,
-    running_job,
-    waits_for,
+    starting,
     write_json,
 )
 from skyinfra_runtime.jobs.wire import messages, send
@@ -139,19 +139,31 @@ class Supervisor:
         self.queue: QueueWait | None = None
         self.released = True
         self._release_lock = threading.Lock()
-        # Its own coordinator and rendezvous ports, given when it starts (take_ports).
+        # How many of the cluster's nodes it runs on (`run --nodes K`; set by supervise),
+        # which ones and its own coordinator and rendezvous ports: given when it starts
+        # (take_start).
+        self.want = nodes
+        self.world: tuple[int, ...] = tuple(range(nodes))
         self.ports: JobPorts | None = None
 
-    def take_ports(self, ports: JobPorts) -> None:
-        """The ports the head gave the job as it starts it (under the start lock): in the
-        record, in the head's launcher's environment, and in every peer's "start"."""
-        self.ports = ports
+    def take_start(self, world: tuple[int, ...], ports: JobPorts) -> None:
+        """The nodes and ports the head gave the job as it starts it (under the start lock):
+        in the record, in the head's launcher's environment and in every peer's "start"; the
+        cluster's other nodes are not in the job (their agents go without starting)."""
+        self.world, self.ports = world, ports
         self.agent.env[PORT_ENV] = str(ports.jax)
+        self.agent.env[WORLD_ENV] = ",".join(str(i) for i in world)
+        for v in self.view.values():
+            if v.node not in world:
+                v.state, v.ended_reason, v.exit_code = "ended", "not in the job", 0
 
-    def _start_message(self) -> dict[str, Any]:
+    def _start_message(self, node: int) -> dict[str, Any]:
+        """A peer's "start" (with the job's ports and nodes), or "done" to a peer not in it."""
+        if node not in self.world:
+            return {"cmd": "done"}
         msg: dict[str, Any] = {"cmd": "start", "attempt": self.attempt}
         if self.ports is not None:
-            msg["port"] = self.ports.jax
+            msg.update(port=self.ports.jax, world=list(self.world))
         return msg
 
     def enqueue(self, queued: dict[str, Any]) -> None:
@@ -191,6 +203,7 @@ class Supervisor:
             interruptions=tuple(i for a in attempts for i in a.interruptions),
             queue=self.queue,
             ports=self.ports,
+            world=self.world if self.ports is not None else (),
             nodes=tuple(
                 NodeResult(
                     node=v.node,
@@ -204,6 +217,7 @@ class Supervisor:
                     interrupted=self.interrupted.get(v.node),
                 )
                 for v in self.view.values()
+                if v.node in self.world
             ),
         )
 
@@ -232,7 +246,7 @@ class Supervisor:
                         if msg.get("waiting") and self.released:
                             # A peer that joined once the job started (or left the queue):
                             # it starts at once, with the job's ports.
-                            send(conn, self._start_message())
+                            send(conn, self._start_message(node))
                     if self.ending:  # joined after the job began to end
                         send(conn, self._end_message())
                     continue
@@ -317,23 +331,23 @@ class Supervisor:
         while not self.cancel.is_set():
             lock = lock_job_starts(node_dir)
             try:
-                busy = running_job(node_dir, but=me)
+                total = len(self.view)
+                held = holders(node_dir, total, but=me)
                 ahead = [q for q in queued_jobs(node_dir, but=me) if q[0] < self.queue.seq]
-                ports = None if busy or ahead else free_ports(node_dir, len(self.view), me)
-                if ports is not None:
-                    self.take_ports(ports)
+                start = None if ahead else starting(node_dir, total, self.want, me, held)
+                if start is not None:
+                    self.take_start(*start)
                     self.queue = replace(self.queue, position=0, left_at=now())
                     self.state = JobState.STARTING
                     self.save()
                     return True
             finally:
                 os.close(lock)
-            holder = None if busy is None else str(busy["id"])
             said = replace(
                 self.queue,
                 position=len(ahead) + 1,
-                held_by=holder,
-                waits_for=waits_for(len(self.view), holder, ahead),
+                held_by=held[0][0] if held else None,
+                waits_for=waits_for(total, self.want, held, [job for _, job in ahead]),
             )
             if said != self.queue:
                 self.queue = said
@@ -362,10 +376,11 @@ class Supervisor:
 
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
-        self.agent.start()
+        if 0 in self.world:
+            self.agent.start()
+            self.view[0].state = "running"
         if self.start_peers:
             self._start_peers()
-        self.view[0].state = "running"
         self.save()
         join_by = now() + JOIN_WAIT_S
         last_save = 0.0
@@ -373,7 +388,7 @@ class Supervisor:
             changed = self._take_events()
             code = self.agent.poll()
             head = self.view[0]
-            if code is not None and head.state != "ended":
+            if code is not None and head.state != "ended" and 0 in self.world:
                 self._ended(0, code, self.agent.tail_at_end)
                 changed = True
             head.last_output_at = self.agent.last_output
@@ -481,8 +496,8 @@ class Supervisor:
         )
         self.ending_deadline = None
         for v in self.view.values():
-            conn = v.conn
-            self.view[v.node] = NodeView(v.node, conn=conn)
+            if v.node in self.world:  # the others are not in the job
+                self.view[v.node] = NodeView(v.node, conn=v.conn)
         self.save()
         self.agent.reset(self.attempt)
         self.start_peers = True
@@ -496,7 +511,7 @@ class Supervisor:
             for v in self.view.values():
                 if v.node != 0 and v.conn is not None:
                     with contextlib.suppress(OSError):
-                        send(v.conn, self._start_message())
+                        send(v.conn, self._start_message(v.node))
 
     def _take_events(self) -> bool:
         changed = False
@@ -599,7 +614,7 @@ class Supervisor:
         """Peers whose agent is gone (or never came), and peers being interrupted (they are
         going away): only the operator can start them."""
         gone = {v.node for v in self.view.values() if v.node != 0 and v.conn is None}
-        return sorted(gone | (set(self.interrupted) - {0}))
+        return sorted((gone | (set(self.interrupted) - {0})) & set(self.world))
 
     def _final_state(self) -> JobState:
         if self.needs_nodes:
