@@ -354,3 +354,13 @@ def test_nodes_out_of_range_is_refused_and_nothing_is_queued(
     assert res.returncode == 2, res.stdout + res.stderr
     assert said in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert ids() == before  # nothing queued, nothing started
+
+
+def test_an_attached_run_on_one_node_reports_that_node_alone(
+    project: Path, env: dict[str, str]
+) -> None:
+    res = cli(["run", "--cluster", NAME, "--nodes", "1", "work.py:quick"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # An idle cluster: the lowest node; the other was never in the job.
+    assert "node-0: ok (exit 0)" in res.stdout and "node-1: " not in res.stdout, res.stdout
+    assert f"node-0 worker 0: [0, {head_port(project)}]" in res.stdout, res.stdout
