@@ -33,6 +33,7 @@ from tests.support.local_jobs import (
     wait_for_state,
 )
 from tests.support.ports import free_port_pair
+from tests.support.resume_proof import kill_node_processes
 
 pytestmark = pytest.mark.slow
 
@@ -364,3 +365,23 @@ def test_an_attached_run_on_one_node_reports_that_node_alone(
     # An idle cluster: the lowest node; the other was never in the job.
     assert "node-0: ok (exit 0)" in res.stdout and "node-1: " not in res.stdout, res.stdout
     assert f"node-0 worker 0: [0, {head_port(project)}]" in res.stdout, res.stdout
+
+
+def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--nodes", "1", "--max-restarts", "1"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:listen"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
+    assert job_record(NAME, project, env, job)["world"] == [0]
+    kill_node_processes(nodes_dir(project).parent, 0)
+    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+    gate.write_text("")
+    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    record = job_record(NAME, project, env, job)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
