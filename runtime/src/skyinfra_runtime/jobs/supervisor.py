@@ -13,13 +13,19 @@ every node's workers get SIGTERM and until shortly before the notice's time to s
 deadline in $SKYINFRA_PREEMPT_DEADLINE), then the interrupted node counts as lost (it is going
 away): the operator replaces it and starts the next attempt, as for any lost node.
 
-The queue: a job submitted while another job holds the nodes (or while jobs wait ahead of it)
-is ``queued``. Its agents are all started (the operator started them, then may go) and idle:
-the peers' agents are connected and wait for the head's "start". The supervisor looks every
-QUEUE_POLL_S, under the head's start lock, whether its turn came (no job holds the nodes and
-no live queued job was submitted before it): then it leaves the queue, starts its launcher
-and tells its peers to start theirs, as a restart does. Cancelled while queued (SIGTERM, as
-for any job): it ends ``cancelled`` without ever starting, and its peers' agents go.
+The queue: a job submitted while the nodes it asks for are held by other jobs (or while jobs
+wait ahead of it) is ``queued``. Its agents are all started (the operator started them, then
+may go) and idle: the peers' agents are connected and wait for the head's "start". The
+supervisor looks every QUEUE_POLL_S, under the head's start lock, whether its turn came (its K
+nodes are free and no live queued job was submitted before it): then it leaves the queue,
+starts its launcher and tells its peers to start theirs, as a restart does. Cancelled while
+queued (SIGTERM, as for any job): it ends ``cancelled`` without ever starting, and its peers'
+agents go.
+
+Every job, queued or not, gets its nodes (``run --nodes K``: K of the cluster's, jobplace.py)
+and its own ports (jobports.py) as it starts (take_start); every peer waits for the head's
+"start", which carries them; a peer not among the K gets "done" and goes, and the head's own
+launcher starts only when node 0 is among them. The record's nodes are the K.
 """
 
 from __future__ import annotations
