@@ -261,14 +261,14 @@ class Cluster:
         fn: Callable[..., Any],
         /,
         *args: Any,
-        nodes: Sequence[int] | None = None,
+        nodes: Sequence[int] | int | None = None,
         **kwargs: Any,
     ) -> list[Any]:
         """``fn(*args, **kwargs)`` on every worker of every node (``nodes``: of those nodes,
-        numbered from 0 in the call), with the plugins set up around it as `skyinfra run`
-        does; the values it returned, one per worker in rank order. A failure raises
-        :class:`skyinfra.RemoteError` with every node's outcome and the first failing worker's
-        traceback text."""
+        numbered from 0 in the call; an integer K: K of them, any free ones), with the
+        plugins set up around it as `skyinfra run` does; the values it returned, one per
+        worker in rank order. A failure raises :class:`skyinfra.RemoteError` with every
+        node's outcome and the first failing worker's traceback text."""
         from skyinfra.api.calls import fetch_results
 
         with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
@@ -285,7 +285,7 @@ class Cluster:
         fn: Callable[..., Any],
         /,
         *args: Any,
-        nodes: Sequence[int] | None = None,
+        nodes: Sequence[int] | int | None = None,
         **kwargs: Any,
     ) -> Job:
         """Start ``fn(*args, **kwargs)`` as a detached job (as `skyinfra run --detach`) and
@@ -337,7 +337,7 @@ class Cluster:
         fn: Callable[..., Any],
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-        nodes: Sequence[int] | None,
+        nodes: Sequence[int] | int | None,
         folder: Path,
         *,
         detach: bool,
@@ -345,7 +345,7 @@ class Cluster:
         """What `skyinfra run` does, with the call as its entry (cli/running.py)."""
         from skyinfra import lifecycle, shared_state
         from skyinfra.api.calls import CALL_ENTRY, check_python, pickle_call
-        from skyinfra.api.subset import SubsetTransport, selected_nodes, sub_topology
+        from skyinfra.api.subset import SubsetTransport, selected_nodes, sub_topology, world_size
         from skyinfra.errors import ClusterDownError
         from skyinfra.run import DEFAULT_KEEP_RUNS
         from skyinfra.run.ignore import topology_path_inside
@@ -369,7 +369,9 @@ class Cluster:
             raise ClusterDownError(ws.name)
         topology = ws_topology = read_topology(ws.topology_file)
         topology_file = ws.topology_file
-        chosen = selected_nodes(nodes, topology)
+        # nodes=K: the head picks K free ones (the job's world); a list: those, as a cluster
+        world = world_size(nodes, topology)
+        chosen = None if world is not None else selected_nodes(nodes, topology)  # type: ignore[arg-type]
         echo = self._echo
         if chosen is not None:
             topology = sub_topology(topology, chosen)
@@ -416,6 +418,7 @@ class Cluster:
                     detach=detach,
                     all_logs=self.all_logs,
                     extra_ignores=tuple(topology_path_inside(src, ws.path)),
+                    world=world,
                 )
                 report = run_on_cluster(
                     launch,

@@ -17,6 +17,20 @@ from skyinfra.transport.nodesync import Entries
 from skyinfra.transport.tree import CopyStats
 
 
+def world_size(nodes: Sequence[int] | int | None, topology: Topology) -> int | None:
+    """``nodes=K`` (an integer): K of the cluster's nodes, any free ones the head picks, as
+    `run --nodes K` (None: not an integer); UsageError naming K and the valid range."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int):
+        return None
+    total = len(topology.nodes)
+    if not 1 <= nodes <= total:
+        raise UsageError(
+            f"nodes={nodes!r}: cluster {topology.cluster!r} has {total} node(s); expected 1 to "
+            f"{total} (any free ones), or a list of node indices"
+        )
+    return nodes
+
+
 def selected_nodes(nodes: Sequence[int] | None, topology: Topology) -> list[int] | None:
     """The cluster's node indices a call runs on (None: every node); UsageError naming the
     value and the valid range."""

@@ -192,6 +192,10 @@ def show_job(view: JobView) -> None:
     elif queue is not None and job.state is JobState.CANCELLED:
         echo(f"  queued:     from {_when(queue.queued_at)}; cancelled there, never started")
     echo(f"  started by: {job.started_by}")
+    if job.world and len(job.world) < job.nodes_total:  # `run --nodes K`
+        echo(f"  nodes:      {', '.join(f'node-{i}' for i in job.world)} (rank order)")
+    if job.ports is not None:
+        echo(f"  ports:      jax coordinator {job.ports.jax}, torch rendezvous {job.ports.torch}")
     echo(f"  started:    {_when(job.created_at)}   ended: {_when(job.ended_at)}")
     echo(f"  duration:   {_duration(view)}")
     echo(f"  last output: {_age(view.last_output_age_s)}")

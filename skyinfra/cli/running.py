@@ -127,6 +127,16 @@ if TYPE_CHECKING:
     "code, an exception). Default: the spec's retry_on, else signal.",
 )
 @click.option(
+    "--nodes",
+    "world",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="K",
+    help="Run on K of the cluster's nodes, any free ones (the head picks them when it starts "
+    "the job; the job's world is those K: ranks, instance_info() and shard() count K). Jobs "
+    "on disjoint nodes run at once, each with ports of its own. Default: every node.",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -149,11 +159,13 @@ def run(
     checkpoints: str | None,
     max_restarts: int | None,
     retry_on: str | None,
+    world: int | None,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
 ) -> None:
-    """Run ENTRY on every node through skyinfra-runtime (ENTRY [-- ARGS...]).
+    """Run ENTRY on every node (--nodes K: on K free ones) through skyinfra-runtime (ENTRY
+    [-- ARGS...]).
 
     ENTRY is script.py (run as __main__, as `python script.py` or torchrun: it gets
     torchrun's environment with the torch plugin), -m package.module, package.module:function
@@ -169,10 +181,12 @@ def run(
     The run is a job that lives on the nodes: a closed terminal (SIGHUP) or a killed
     `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
 
-    On a cluster whose nodes another job holds, the job is queued on the head (attached or
-    --detach) and the head starts it when its turn comes, first in, first out; an attached
-    run waits and says so, and Ctrl-C while it waits leaves it queued (`skyinfra cancel JOB`
-    removes it). --verify on a busy cluster is refused (its checks would meet the job).
+    On a cluster whose nodes other jobs hold, the job is queued on the head (attached or
+    --detach) and the head starts it when the nodes it needs are free and its turn comes,
+    strictly first in, first out; an attached run waits and says so, and Ctrl-C while it
+    waits leaves it queued (`skyinfra cancel JOB` removes it). Every job gets a coordinator
+    and rendezvous port of its own from head_port to head_port + 2 x nodes - 1. --verify on
+    a busy cluster is refused (its checks would meet the job).
     """
     from skyinfra import lifecycle
     from skyinfra.errors import CancelledByCtrlC, Detached
@@ -196,6 +210,7 @@ def run(
     if not ws.topology_file.is_file():
         raise lifecycle.not_up_error(ws)
     topology = read_topology(ws.topology_file)
+    _check_world(world, topology.cluster, len(topology.nodes))
     spec = ws.spec()
     src = Path.cwd()
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
@@ -232,6 +247,7 @@ def run(
                 all_logs=all_logs,
                 extra_ignores=tuple(topology_path_inside(src, ws.path)),
                 copy_cache=ws.copy_cache_file,
+                world=world,
             )
             cluster = ClusterNodes(
                 transport,
@@ -360,3 +376,13 @@ def _job_env(ws: Workspace, cli_env: tuple[str, ...], cli_secrets: tuple[str, ..
         cli_secrets=cli_secrets,
         environ=os.environ,
     )
+
+
+def _check_world(world: int | None, cluster: str, total: int) -> None:
+    """--nodes K: at most the cluster's nodes (exit 2 naming it, before anything is queued)."""
+    from skyinfra.errors import UsageError
+
+    if world is not None and world > total:
+        raise UsageError(
+            f"--nodes {world}: cluster {cluster!r} has {total} node(s); expected 1 to {total}"
+        )

@@ -88,6 +88,9 @@ def run_attempt(
                 if rec is not None and rec.queue is not None and rec.queue.left_at is None:
                     raise CancelledInQueue(report.run_id)  # it never left the queue
                 take_attempts(report, rec)
+                if rec is not None and rec.world:  # `run --nodes K`: only its K were in it
+                    for i in [i for i in report.outcomes if i not in rec.world]:
+                        del report.outcomes[i]
         except TransportError as err:
             # Node 0 gone once the job started (its folder, on the local target): not an error
             # of this run's own, but the job's head lost, which a restart may recover from.

@@ -231,10 +231,12 @@ class JobNodeProcess:
         return self.follower.lines()
 
     def poll(self) -> int | None:
+        rec = self.client.record()
+        if rec is not None and rec.world and self.node not in rec.world:
+            return 0  # not one of the nodes the head gave the job (`run --nodes K`)
         n = self.client.node(self.node)
         if not n.ended:
             return None
-        rec = self.client.record()
         if rec is not None and rec.restarts_left and not rec.final:
             return None  # the supervisor may start it again as the next attempt
         return n.exit_code if n.exit_code is not None else 255  # an agent that vanished

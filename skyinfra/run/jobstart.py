@@ -156,11 +156,14 @@ def _start_agents(
     if timeout_s is not None:
         role += ["--timeout", f"{timeout_s:g}"]
     role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
+    if launch.world is not None:  # K of the nodes: every node's agent starts, the head picks
+        role += ["--world", str(launch.world)]
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
     queued = said.get("queued") if isinstance(said.get("queued"), dict) else None
-    # A queued job's peers wait for the head's "start" (its turn in the queue).
-    peer_role = ["--head", head, *(["--wait-start"] if queued is not None else [])]
+    # Every peer waits for the head's "start", which carries the job's own ports (at once for
+    # a job the head started, when its turn comes for a queued one).
+    peer_role = ["--head", head, "--wait-start"]
     # The peers start together: each start is a process (or an SSH channel) of its own, and
     # waiting for one before starting the next cost 0.2 s a node (1.5 s of an 8-node start).
     peers = {i: start(i, peer_role) for i in sorted(per_node) if i != 0}

@@ -43,7 +43,8 @@ class JobLaunch:
     node started. ``all_logs``: stream every node's output, not only node 0's.
     ``extra_ignores``: patterns left out of the copy besides .skyinfraignore's.
     ``copy_cache``: where the project's file hashes are kept between runs (tree.scan; None:
-    hash every file)."""
+    hash every file). ``world``: a job on that many of the cluster's nodes, any free ones the
+    head picks as it starts it (None: every node)."""
 
     entry: str
     src: Path
@@ -59,6 +60,7 @@ class JobLaunch:
     all_logs: bool = False
     extra_ignores: tuple[str, ...] = ()
     copy_cache: Path | None = None
+    world: int | None = None
 
     @property
     def is_job(self) -> bool:

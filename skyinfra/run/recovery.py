@@ -307,6 +307,8 @@ def recover_job(
         keep_runs=DEFAULT_KEEP_RUNS,
         as_job=True,
         detach=unattended,
+        # A job on K of the nodes (`run --nodes K`) goes on on K free ones.
+        world=len(job.world) if 0 < len(job.world) < total else None,
     )
     if unattended and report.attempts:
         report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"

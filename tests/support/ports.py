@@ -30,19 +30,22 @@ def ephemeral_low() -> int:
         return DEFAULT_EPHEMERAL_LOW
 
 
-def free_port_pair() -> int:
-    """A port P with P and P + 1 free (a cluster's jax and torch rendezvous ports): other
-    clusters on this machine (the default 29500) must not meet the test's.
+def free_port_pair(nodes: int = 4) -> int:
+    """A port P with P to P + 2 * nodes - 1 free (the jax and torch ports the head gives the
+    jobs of a cluster of up to ``nodes`` nodes, skyinfra_runtime.jobports): other clusters on
+    this machine (the default 29500) must not meet the test's.
 
     P is picked below the ephemeral range: a port the kernel hands out (bind to port 0) is
     one it also gives to the next outgoing connection, so a Terraform or AWS client in the
     same network namespace could take P + 1 before the cluster listens on it (seen: a
     second `up` refused head_port because 33116 was in use)."""
-    top = min(ephemeral_low(), 65535) - 2
+    span = 2 * max(1, nodes)
+    top = min(ephemeral_low(), 65535) - span
     if top <= LOWEST:
-        raise RuntimeError(f"no ports below the ephemeral range (it starts at {top + 2})")
+        raise RuntimeError(f"no ports below the ephemeral range (it starts at {top + span})")
     for _ in range(200):
         port = random.randrange(LOWEST, top)
-        if port not in (29499, 29500) and _is_free(port) and _is_free(port + 1):
+        near_default = port + span > 29500 and port < 29500 + span
+        if not near_default and all(_is_free(p) for p in range(port, port + span)):
             return port
-    raise RuntimeError(f"no two free ports in a row between {LOWEST} and {top}")
+    raise RuntimeError(f"no {span} free ports in a row between {LOWEST} and {top}")

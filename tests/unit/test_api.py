@@ -17,7 +17,7 @@ from skyinfra_runtime.topology import Node
 
 import skyinfra
 from skyinfra.api.calls import _version_of, pickle_call
-from skyinfra.api.subset import selected_nodes, sub_topology
+from skyinfra.api.subset import selected_nodes, sub_topology, world_size
 from skyinfra.run.entry_check import check_entry
 from skyinfra.spec import validate_spec
 from skyinfra.topology import build_topology
@@ -171,6 +171,11 @@ def test_nodes_are_checked_and_renumbered() -> None:
     for bad in ([], [3], [1, 1], "0", [True]):
         with pytest.raises(skyinfra.UsageError, match="from 0 to 2"):
             selected_nodes(bad, topology)  # type: ignore[arg-type]
+    # nodes=K: K of them, any free ones (the head picks); a list is not a K.
+    assert world_size(2, topology) == 2 and world_size([2], topology) is None
+    for bad in (0, 4, -1):
+        with pytest.raises(skyinfra.UsageError, match=f"nodes={bad}: cluster 'api' has 3 node"):
+            world_size(bad, topology)
     sub = sub_topology(topology, [2, 0])
     assert [(n.index, n.private_ip) for n in sub.nodes] == [(0, "127.0.0.4"), (1, "127.0.0.2")]
     assert sub.head_addr == "127.0.0.4"

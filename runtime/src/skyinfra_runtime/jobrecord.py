@@ -103,6 +103,32 @@ class QueueWait:
         }
 
 
+_PORT_KEYS = ("jax", "torch")
+
+
+@dataclass(frozen=True)
+class JobPorts:
+    """The ports the head gave the job when it started it (skyinfra_runtime.jobs.ports): its
+    JAX coordinator's and its torch rendezvous's, torch's always jax's + 1 (as the topology's
+    head_port and head_port + 1). No two live jobs of a head hold the same."""
+
+    jax: int
+    torch: int
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobPorts:
+        jax = _opt_int(data.get("jax")) or 0
+        return cls(
+            jax=jax,
+            torch=_opt_int(data.get("torch")) or jax + 1,
+            extra=_extra(data, _PORT_KEYS),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jax": self.jax, "torch": self.torch, **self.extra}
+
+
 @dataclass(frozen=True)
 class Cause:
     """What ended an attempt: the node, its exit code (None: its agent went away) and its
@@ -412,6 +438,8 @@ _RECORD_KEYS = (
     "head_recovery",
     "interruptions",
     "queue",
+    "ports",
+    "world",
     "nodes",
     "checked_at",
     "ended_by_down",
@@ -457,6 +485,13 @@ class JobRecord:
     interruptions: tuple[Interruption, ...] = ()
     # Its wait in the head's queue (None: it started at once; records older than the queue).
     queue: QueueWait | None = None
+    # Its own coordinator and rendezvous ports, given out by the head when it started the job
+    # (None: not started yet, or a record older than them: the topology's head_port).
+    ports: JobPorts | None = None
+    # The cluster's nodes the job runs on, its rank 0's first (`run --nodes K`: the K the
+    # head chose as it started the job; () before it started, and in older records: every
+    # node). Only these are in ``nodes``.
+    world: tuple[int, ...] = ()
     nodes: tuple[NodeResult, ...] = ()
     # The head's time when its `jobs` listed the record (never written by the supervisor).
     checked_at: float | None = None
@@ -505,6 +540,7 @@ class JobRecord:
         nodes = data.get("nodes")
         attempts = data.get("attempts")
         queue = data.get("queue")
+        ports = data.get("ports")
         return cls(
             id=job_id,
             state=job_state,
@@ -537,6 +573,8 @@ class JobRecord:
             else None,
             interruptions=_notices(data.get("interruptions")),
             queue=QueueWait.from_dict(queue) if isinstance(queue, Mapping) else None,
+            ports=JobPorts.from_dict(ports) if isinstance(ports, Mapping) else None,
+            world=_ints(data.get("world")),
             nodes=tuple(NodeResult.from_dict(n) for n in nodes if isinstance(n, Mapping))
             if isinstance(nodes, list)
             else (),
@@ -578,6 +616,8 @@ class JobRecord:
             ),
             "interruptions": [i.to_dict() for i in self.interruptions],
             **({"queue": self.queue.to_dict()} if self.queue is not None else {}),
+            **({"ports": self.ports.to_dict()} if self.ports is not None else {}),
+            **({"world": list(self.world)} if self.world else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             **({"checked_at": self.checked_at} if self.checked_at is not None else {}),
             **({"ended_by_down": True} if self.ended_by_down else {}),

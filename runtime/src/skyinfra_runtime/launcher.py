@@ -29,6 +29,7 @@ from skyinfra_runtime.errors import (
     TopologyError,
     UsageError,
 )
+from skyinfra_runtime.jobports import job_topology
 from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
 from skyinfra_runtime.topology import (
     NODE_ENV,
@@ -129,8 +130,9 @@ def launch(argv: list[str]) -> int:
         print(f"skyinfra-runtime: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     try:
-        topology = load_topology(ns.topology)
-        node = node_index(topology, ns.node)
+        # A job's own ports and nodes (the head gave them): its workers' world.
+        cluster = load_topology(ns.topology)
+        topology, node = job_topology(cluster, node_index(cluster, ns.node), os.environ)
         if flags is not None:
             topology = dataclasses.replace(topology, plugins=tuple(flags))
         # Unknown names and bad options fail here, before any wait (the table's rules).

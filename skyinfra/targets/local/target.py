@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from skyinfra_runtime.jobports import port_range
+
 from skyinfra import render, timeline
 from skyinfra.errors import (
     ConfigError,
@@ -133,9 +135,14 @@ def local_files(context: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _ports(head_port: int) -> set[int]:
-    """The ports a cluster's job listens on: jax's coordinator and torch's rendezvous."""
-    return {head_port, head_port + 1}
+def _ports(spec: ClusterSpec) -> range:
+    """The ports a cluster's jobs listen on: a pair per node from head_port on, each job's
+    jax coordinator and torch rendezvous (skyinfra_runtime.jobports, the head gives them)."""
+    return port_range(spec.head_port, spec.nodes)
+
+
+def _span(ports: range) -> str:
+    return f"{ports[0]}-{ports[-1]}"
 
 
 def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
@@ -143,27 +150,26 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
     would end each other's jobs. Refuse a head_port that another local cluster in the same
     folder uses, the head address and ports of a local cluster of another folder that is up
     (registry.py), or ports that something on this machine holds right now."""
-    mine = _ports(spec.head_port)
+    mine = _ports(spec)
     siblings = ws.path.parent.iterdir() if ws.path.parent.is_dir() else iter(())
     for other in sorted(p for p in siblings if p != ws.path and p.is_dir()):
         neighbour = Workspace(other)
         if not (neighbour.exists() and neighbour.topology_file.is_file()):
             continue  # down, or never up
         theirs = neighbour.spec()
-        if theirs.provider == spec.provider and mine & _ports(theirs.head_port):
+        if theirs.provider == spec.provider and set(mine) & set(_ports(theirs)):
             raise SpecError(
                 "head_port",
                 spec.head_port,
                 f"ports no other local cluster uses: cluster {theirs.name!r} ({other}) is up "
-                f"on {theirs.head_port}-{theirs.head_port + 1}; pick e.g. head_port = "
-                f"{theirs.head_port + 2}",
+                f"on {_span(_ports(theirs))}; pick e.g. head_port = {_ports(theirs)[-1] + 1}",
             )
     # The same head address and ports as a local cluster of another folder that is up: the
     # default spec (127.0.0.2:29500) copied to a second project is the common case.
     head_address = spec.section_as(LocalSpec).base_address
     workspace = ws.path.resolve()
     holder = registry.holder_of(
-        workspace, head_address, mine, cluster=spec.name, backend=spec.backend
+        workspace, head_address, set(mine), cluster=spec.name, backend=spec.backend
     )
     if holder is not None:
         raise SpecError(
@@ -174,13 +180,14 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
             f"ports {'-'.join(str(p) for p in holder['ports'])}; give this cluster another "
             "local.base_address (e.g. 127.0.1.2) or another head_port, or bring that one down",
         )
-    registry.claim(workspace, spec.name, head_address, mine, spec.backend)
+    registry.claim(workspace, spec.name, head_address, set(mine), spec.backend)
     if ws.topology_file.is_file() and ws.exists():
         current = ws.spec()
         if current.head_port == spec.head_port:
-            return  # this cluster's own job may hold them
+            return  # this cluster's own jobs may hold them
     # jax's coordinator listens on the head's address; torch's rendezvous store on every one.
-    for port, address in ((spec.head_port, head_address), (spec.head_port + 1, "")):
+    pairs = [(port, head_address if (port - mine[0]) % 2 == 0 else "") for port in mine]
+    for port, address in pairs:
         with socket.socket() as probe:
             # A port a finished job left in TIME_WAIT is free for a listener; only a
             # listening socket makes this bind fail.

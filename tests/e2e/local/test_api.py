@@ -155,6 +155,8 @@ def test_nodes_runs_on_some_nodes_numbered_from_0(cluster: skyinfra.Cluster) -> 
         return info.node, info.total_nodes, os.path.basename(os.environ["SKYINFRA_NODE_DIR"])
 
     assert cluster.run(where, nodes=[1]) == [(0, 1, "node-1")]
+    # nodes=K: any K free nodes, through the head's queue (an idle cluster: the lowest).
+    assert cluster.run(where, nodes=1) == [(0, 1, "node-0")]
     # The node's own topology is the cluster's again (`verify` compares them).
     ws = cluster.workspace
     on_node = ws / "nodes" / "node-1" / "topology.json"
@@ -246,6 +248,8 @@ def test_bad_arguments_raise_naming_the_value_and_change_nothing(
     before = _snapshot(cluster.workspace)
     with pytest.raises(skyinfra.UsageError, match=r"nodes=\[2\].*from 0 to 1"):
         cluster.run(steps, 1, nodes=[2])
+    with pytest.raises(skyinfra.UsageError, match=r"nodes=3: cluster 'api' has 2 node\(s\)"):
+        cluster.run(steps, 1, nodes=3)
     with pytest.raises(skyinfra.UsageError, match="is not a function"):
         cluster.run(42)  # type: ignore[arg-type]
     with pytest.raises(skyinfra.UsageError, match="cannot be pickled"):

@@ -116,6 +116,8 @@ CASES: list[tuple[str | None, list[str], int, str]] = [
     ('name = "c"\nhead_port = 65535\n', ["up"], exitcodes.USAGE, "'head_port'"),
     ('name = "c"\nhead_port = "29500"\n', ["up"], exitcodes.USAGE, "'head_port'"),
     ('name = "live"\nnodes = 1\nhead_port = 29500\n', ["up", "--name", "twin"], 2, "is up on"),
+    # A 2-node cluster's jobs take 29498-29501 (a pair per node): they would meet live's.
+    ('name = "c"\nnodes = 2\nhead_port = 29498\n', ["up"], 2, "is up on 29500-29501"),
     # the spec file itself
     (
         'name = "c"\nnodes = 1\nname = "d"\n',

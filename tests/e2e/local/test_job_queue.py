@@ -5,15 +5,19 @@ in, first out, once the nodes free; the head's job records prove the order (each
 after the one before it ended). A queued job cancelled never starts; the queue outlives the
 operator (an attached `run` SIGKILLed while its job waits: the job still starts and ends;
 Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
-naming it. Trivial entries, no framework; the holding job waits on a gate file the test
-opens: nothing here is timed."""
+naming it. Every job gets ports of its own from the head, and `run --nodes 1` jobs run side
+by side on the two nodes, each listening on its own ports (a third waits for a free node);
+`--nodes` out of range is refused. Trivial entries, no framework; the holding job waits on a
+gate file the test opens: nothing here is timed."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import subprocess
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from tests.support.local_jobs import (
     wait_for_state,
 )
 from tests.support.ports import free_port_pair
+from tests.support.resume_proof import kill_node_processes
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +52,30 @@ def hold():
     return 1
 
 
+def listen():
+    # The job's own coordinator and rendezvous ports, held on every address until the gate
+    # opens (no SO_REUSEPORT, which JAX's gRPC coordinator sets, so that a second live job
+    # given the same ports could not listen: the jobs would meet).
+    import socket
+
+    from skyinfra_runtime import instance_info
+
+    me = instance_info()
+    held = []
+    for port in (me.head_port, me.head_port + 1):
+        sock = socket.socket()
+        sock.bind(("", port))
+        sock.listen()
+        held.append(sock)
+    hold()
+    return [me.node, me.total_nodes, me.head_port]
+
+
 def quick():
-    return int(os.environ["SKYINFRA_NODE"])
+    from skyinfra_runtime import instance_info
+
+    # The job's own coordinator port, as its workers see it (the head gave it).
+    return [int(os.environ["SKYINFRA_NODE"]), instance_info().head_port]
 """
 
 
@@ -68,6 +95,12 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     (proj / "work.py").write_text(ENTRY)
     with cluster_up(proj, env, NAME):
         yield proj
+
+
+def head_port(project: Path) -> int:
+    port = tomllib.loads((project / "skyinfra.toml").read_text())["head_port"]
+    assert isinstance(port, int)
+    return port
 
 
 def nodes_dir(project: Path) -> Path:
@@ -157,8 +190,14 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
         assert after["queue"]["left_at"] >= before["ended_at"], after
     seqs = [r["queue"]["seq"] for r in records[1:]]
     assert seqs == sorted(seqs), seqs
+    # Each job got its ports from the head when it started (the first pair: one job at a
+    # time), and its workers on both nodes used them.
+    port = head_port(project)
+    for r in records:
+        assert r["ports"] == {"jax": port, "torch": port + 1}, r
     for r in records[1:]:
-        assert [n["result"]["workers"][0]["value"] for n in r["nodes"]] == [0, 1], r
+        values = [n["result"]["workers"][0]["value"] for n in r["nodes"]]
+        assert values == [[0, port], [1, port]], r
 
 
 def test_a_queued_job_cancelled_never_starts(
@@ -248,3 +287,101 @@ def test_an_attached_run_whose_queued_job_is_cancelled_says_it_never_started(
     finally:
         gate.write_text("")
     assert wait_for_state(NAME, project, env, holder, FINAL) == "succeeded"
+
+
+def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`run --nodes 1` twice on the 2-node cluster: both start at once, each on a node of its
+    own (a world of one node) listening on ports of its own; a third waits for a free node
+    (first in, first out) and starts when one frees."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--nodes", "1", "--keep-runs", "0"]
+    jobs = []
+    try:
+        for _ in range(2):
+            res = cli([*argv, "--env", f"GATE={gate}", "work.py:listen"], project, env)
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert "is queued" not in res.stdout, res.stdout
+            jobs.append(res.stdout.split("job ", 1)[1].split()[0])
+        for job in jobs:
+            assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
+        third = cli([*argv, "work.py:quick"], project, env)
+        assert third.returncode == 0, third.stdout + third.stderr
+        waits = "it waits for 1 free node of 2; nodes 0-1 held by jobs"
+        assert waits in third.stdout, third.stdout
+        later = third.stdout.split("job ", 1)[1].split()[0]
+    finally:
+        gate.write_text("")
+    for job in [*jobs, later]:
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+    one, two, three = (job_record(NAME, project, env, j) for j in [*jobs, later])
+    assert sorted([one["world"], two["world"]]) == [[0], [1]], (one, two)
+    # Both ran at once (each started before the other ended), and no port met twice.
+    assert one["started_at"] < two["ended_at"] and two["started_at"] < one["ended_at"]
+    ports = [p for r in (one, two) for p in r["ports"].values()]
+    assert len(set(ports)) == 4, (one["ports"], two["ports"])
+    for r in (one, two):
+        [node] = r["nodes"]
+        assert node["node"] == r["world"][0], r
+        # Its world: one node (rank 0 of 1), listening on the job's own ports.
+        assert node["result"]["workers"][0]["value"] == [0, 1, r["ports"]["jax"]], r
+    assert len(three["world"]) == 1 and three["queue"]["left_at"] >= min(
+        one["ended_at"], two["ended_at"]
+    ), three
+    assert three["nodes"][0]["result"]["workers"][0]["value"] == [0, three["ports"]["jax"]]
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("0", "'--nodes': 0 is not in the range x>=1"),
+        ("3", "--nodes 3: cluster 'queue' has 2 node(s); expected 1 to 2"),
+        ("two", "'--nodes': 'two' is not a valid integer"),
+    ],
+)
+def test_nodes_out_of_range_is_refused_and_nothing_is_queued(
+    project: Path, env: dict[str, str], value: str, said: str
+) -> None:
+    def ids() -> list[str]:
+        shown = cli(["jobs", "--cluster", NAME, "--json"], project, env)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        return [j["id"] for j in json.loads(shown.stdout)]
+
+    before = ids()
+    res = cli(["run", "--cluster", NAME, "-d", "--nodes", value, "work.py:quick"], project, env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert said in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert ids() == before  # nothing queued, nothing started
+
+
+def test_an_attached_run_on_one_node_reports_that_node_alone(
+    project: Path, env: dict[str, str]
+) -> None:
+    res = cli(["run", "--cluster", NAME, "--nodes", "1", "work.py:quick"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # An idle cluster: the lowest node; the other was never in the job.
+    assert "node-0: ok (exit 0)" in res.stdout and "node-1: " not in res.stdout, res.stdout
+    assert f"node-0 worker 0: [0, {head_port(project)}]" in res.stdout, res.stdout
+
+
+def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--nodes", "1", "--max-restarts", "1"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:listen"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
+    assert job_record(NAME, project, env, job)["world"] == [0]
+    kill_node_processes(nodes_dir(project).parent, 0)
+    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+    gate.write_text("")
+    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    record = job_record(NAME, project, env, job)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record

@@ -1,6 +1,7 @@
 """The record a real supervisor writes goes through the type (skyinfra_runtime.jobrecord) and
 keeps today's JSON: the same keys, with values of the same types, as the record the
-supervisor wrote before the type existed (tests/unit/runtime/job_records/). A one-node job on
+supervisor wrote before the type existed (tests/unit/runtime/job_records/), and the keys added
+since (the job's own ports and nodes). A one-node job on
 a temporary node folder whose first attempt's launcher SIGKILLs itself; the second exits 0."""
 
 from __future__ import annotations
@@ -70,5 +71,10 @@ def test_a_real_supervisors_record_keeps_todays_json(tmp_path: Path) -> None:
     before = json.loads((TODAY / "restarted_after_sigkill.json").read_text(encoding="utf-8"))
     for data in (written, as_listed):
         assert JobRecord.from_dict(data).to_dict() == data
-        assert shape({k: v for k, v in data.items() if k != "checked_at"}) == shape(before)
+        # Added since: the job's own ports (a bare node folder: the default head_port's pair)
+        # and nodes (every node of the cluster: its one).
+        assert data["ports"] == {"jax": 29500, "torch": 29501}, data
+        assert data["world"] == [0], data
+        kept = {k: v for k, v in data.items() if k not in ("checked_at", "ports", "world")}
+        assert shape(kept) == shape(before)
     assert as_listed == {**written, "checked_at": as_listed["checked_at"]}

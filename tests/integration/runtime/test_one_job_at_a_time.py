@@ -81,6 +81,10 @@ def test_a_second_job_is_queued_naming_the_running_one_and_starts_after_it(
     assert one["ended_at"] <= two["started_at"] and two["ended_at"] <= three["started_at"]
     assert two["queue"]["left_at"] >= one["ended_at"], two
     assert one.get("queue") is None  # it never waited
+    # Each got the head's ports as it started (a queued one when it left the queue); one job
+    # at a time: the first pair each time (a bare node folder: the default head_port).
+    assert said(first)["ports"] == {"jax": 29500, "torch": 29501}
+    assert [r["ports"] for r in (one, two, three)] == [{"jax": 29500, "torch": 29501}] * 3
 
 
 def test_a_queued_job_cancelled_never_starts(tmp_path: Path) -> None:

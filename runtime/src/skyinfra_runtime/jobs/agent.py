@@ -21,6 +21,7 @@ from typing import Any
 from skyinfra_runtime import spot
 from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
+from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
     END_GRACE_S,
@@ -226,8 +227,9 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
     """A peer's agent: report to the head, end the launcher when told or when the head goes;
     when the head restarts the job, run the launcher again as the attempt it names (the env
     and secrets are those this agent read on its stdin: they never travel again).
-    ``wait_start``: the job is queued on the head; the launcher starts when the head says
-    "start" (its turn came), never when it says "done" or goes (cancelled in the queue)."""
+    ``wait_start``: the launcher starts when the head says "start" (at once for a job the
+    head started, once its turn came for a queued one), with the job's ports; never when it
+    says "done" or goes (cancelled in the queue)."""
     host, _, port = head.rpartition(":")
     sock = None
     until = now() + 30
@@ -265,6 +267,11 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
                     else:
                         agent.end(reason, _grace(msg))
                 elif cmd == "start":
+                    port, world = msg.get("port"), msg.get("world")
+                    if isinstance(port, int) and not isinstance(port, bool):
+                        agent.env[PORT_ENV] = str(port)  # the job's own ports (jobports)
+                    if isinstance(world, list):  # the job's nodes (`run --nodes K`)
+                        agent.env[WORLD_ENV] = ",".join(str(i) for i in world)
                     starts.put(int(msg.get("attempt", agent.attempt + 1)))
                 elif cmd == "done":
                     starts.put(None)

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
-from skyinfra_runtime.jobrecord import JobRecord, JobState
+from skyinfra_runtime.jobplace import waits_for
+from skyinfra_runtime.jobrecord import JobPorts, JobRecord, JobState
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
 from skyinfra_runtime.jobs.records import (
     Paths,
+    holders,
     lock_job_starts,
     next_queue_seq,
     now,
@@ -28,8 +30,7 @@ from skyinfra_runtime.jobs.records import (
     process_start_time,
     queued_jobs,
     read_json,
-    running_job,
-    waits_for,
+    starting,
     write_json,
 )
 from skyinfra_runtime.jobs.supervisor import Supervisor
@@ -139,22 +140,33 @@ def supervise(ns: argparse.Namespace) -> int:
     listen = ns.listen
     start_lock = None
     queued: dict[str, Any] | None = None
+    start: tuple[tuple[int, ...], JobPorts] | None = None
+    want = ns.world or ns.nodes
     if ns.node == 0:
-        # One job holds the cluster's nodes and ports at a time: while another job's
-        # supervisor runs (or jobs wait ahead of this one), this job is queued; its supervisor
-        # starts it when its turn comes (Supervisor.wait_in_queue). The lock (held by this
-        # caller until the daemon below has written its record) makes the check and the
-        # record one step for every start, so the submission order is the queue's.
+        if not 1 <= want <= ns.nodes:
+            print(
+                f"skyinfra-runtime supervise: --world {ns.world}: expected 1 to {ns.nodes} "
+                "(the cluster's nodes)",
+                file=sys.stderr,
+            )
+            return exitcodes.USAGE
+        # A job starts when the nodes it asks for are free and no job submitted before it
+        # still waits (first in, first out), with nodes and ports of its own; else it is
+        # queued and its supervisor starts it when its turn comes (Supervisor.wait_in_queue).
+        # The lock (held by this caller until the daemon below has written its record) makes
+        # the check and the record one step for every start, so the submission order is the
+        # queue's and no two live jobs get the same nodes or ports.
         start_lock = lock_job_starts(Path(ns.node_dir))
-        busy = running_job(Path(ns.node_dir), but=ns.job)
+        held = holders(Path(ns.node_dir), ns.nodes, but=ns.job)
         ahead = queued_jobs(Path(ns.node_dir), but=ns.job)
-        if busy is not None or ahead:
+        start = None if ahead else starting(Path(ns.node_dir), ns.nodes, want, ns.job, held)
+        if start is None:
             queued = {
                 "seq": next_queue_seq(Path(ns.node_dir)),
                 "queued_at": now(),
                 "position": len(ahead) + 1,
-                "held_by": None if busy is None else busy["id"],
-                "waits_for": waits_for(ns.nodes, None if busy is None else busy["id"], ahead),
+                "held_by": held[0][0] if held else None,
+                "waits_for": waits_for(ns.nodes, want, held, [job for _, job in ahead]),
             }
         try:
             server = socket.create_server((listen, 0))
@@ -224,11 +236,16 @@ def supervise(ns: argparse.Namespace) -> int:
                 retry_on=ns.retry_on,
                 recover=private.get("recover"),
             )
+            sup.want = want
             if queued is not None:
                 sup.enqueue(queued)
+            if start is not None:
+                sup.take_start(*start)
             sup.save()
             threading.Thread(target=sup.serve, args=(server,), daemon=True).start()
             ready = {"pid": os.getpid(), "host": listen, "port": server.getsockname()[1]}
+            if start is not None:
+                ready.update(world=list(start[0]), ports=start[1].to_dict())
             _ready({**ready, **({"queued": queued} if queued is not None else {})})
             sup.run()
             server.close()
@@ -432,7 +449,16 @@ def main(argv: list[str]) -> int:
     sup.add_argument("--job", required=True)
     sup.add_argument("--node-dir", required=True)
     sup.add_argument("--node", type=int, required=True)
-    sup.add_argument("--nodes", type=int, default=1, help="nodes in the job (head only)")
+    sup.add_argument(
+        "--nodes", type=int, default=1, help="the cluster's nodes, an agent on each (head only)"
+    )
+    sup.add_argument(
+        "--world",
+        type=int,
+        default=None,
+        metavar="K",
+        help="run on K of the nodes, any free ones (default: every node) (head only)",
+    )
     sup.add_argument("--listen", default="127.0.0.1", help="the head's address (head only)")
     sup.add_argument("--head", help="HOST:PORT of the job's supervisor (peers)")
     sup.add_argument("--timeout", type=float, default=None)
@@ -466,7 +492,7 @@ def main(argv: list[str]) -> int:
     sup.add_argument(
         "--wait-start",
         action="store_true",
-        help="a peer of a queued job: start the launcher when the head says so (peers)",
+        help="start the launcher when the head says so, with the job's ports (peers)",
     )
     sup.add_argument(
         "--private-stdin",

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime.errors import TopologyError
+from skyinfra_runtime.jobplace import place
+from skyinfra_runtime.jobports import allocate
+
 # The final states are defined once, in skyinfra_runtime.jobrecord (the operator's too).
 from skyinfra_runtime.jobrecord import FINAL_STATES as FINAL_STATES
-from skyinfra_runtime.jobrecord import JobRecord
+from skyinfra_runtime.jobrecord import JobPorts, JobRecord
+from skyinfra_runtime.topology import DEFAULT_HEAD_PORT, load_topology
 
 SCHEMA = 1  # of node.json (the job's record has its own: skyinfra_runtime.jobrecord)
 # Ending a node: SIGTERM to its launcher's process group, SIGKILL after this many seconds
@@ -32,8 +37,6 @@ JOIN_WAIT_S = 60.0
 TAIL_LINES = 20
 # How often a node's last-output time reaches the head and the record (at most).
 OUTPUT_EVERY_S = 1.0
-# What a refused start tells of the job that holds the nodes (running_job).
-BUSY_FIELDS = ("state", "entry", "started_by", "created_at", "attempt")
 
 
 def now() -> float:
@@ -114,23 +117,68 @@ class Paths:
         return self.node_dir / "jobs" / f"{self.job_id}.json"
 
 
-def running_job(node_dir: Path, but: str | None = None) -> dict[str, Any] | None:
-    """A job of this head (other than ``but``) that holds the cluster's nodes: its record is
-    neither final nor queued and its supervisor runs. Its coordinator and rendezvous are the
-    cluster's ports, so a second job there would join them and end it."""
+def holders(
+    node_dir: Path, total: int, but: str | None = None
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The jobs of this head (other than ``but``) that hold nodes, with the cluster's nodes
+    each holds (a record without ``world``: every node): started (neither final nor queued)
+    and their supervisor runs. A job's nodes are its alone until it ended."""
+    found = []
     for path in sorted((node_dir / "jobs").glob("*.json")):
         job_id = path.stem
-        data = read_json(path)
         try:
-            record = JobRecord.from_dict(data)
+            record = JobRecord.from_dict(read_json(path))
         except ValueError:  # not a job's record
             continue
         if job_id == but or record.final or record.queued:
             continue
         if pid_alive(Paths(node_dir, job_id).pid_file) is not None:
-            said = record.to_dict()
-            return {"id": job_id, **{k: said[k] for k in BUSY_FIELDS}}
-    return None
+            found.append((job_id, record.world or tuple(range(total))))
+    return found
+
+
+def ports_in_use(node_dir: Path, but: str | None = None) -> list[JobPorts]:
+    """The ports of this head's jobs (other than ``but``) that hold them: started (neither
+    final nor queued), with ports, and their supervisor runs (called under the start lock)."""
+    held = []
+    for path in (node_dir / "jobs").glob("*.json"):
+        try:
+            record = JobRecord.from_dict(read_json(path))
+        except ValueError:
+            continue
+        if path.stem == but or record.final or record.queued or record.ports is None:
+            continue
+        if pid_alive(Paths(node_dir, path.stem).pid_file) is not None:
+            held.append(record.ports)
+    return held
+
+
+def cluster_ports(node_dir: Path, nodes: int) -> tuple[int, int]:
+    """The cluster's head_port and node count, from the topology the operator copied to the
+    node folder (jobports.port_range of them is the jobs' range); without one (a bare node
+    folder), the default head_port and the job's ``nodes``."""
+    try:
+        topology = load_topology(node_dir / "topology.json")
+    except TopologyError:
+        return DEFAULT_HEAD_PORT, nodes
+    return topology.head_port, len(topology.nodes)
+
+
+def starting(
+    node_dir: Path,
+    total: int,
+    want: int,
+    job: str,
+    held: list[tuple[str, tuple[int, ...]]],
+) -> tuple[tuple[int, ...], JobPorts] | None:
+    """The nodes and ports job ``job`` starts on now (under the start lock), ``held`` being
+    the other live jobs' nodes; None while ``want`` nodes or a pair of ports are not free."""
+    world = place(total, [nodes for _, nodes in held], want)
+    if world is None:
+        return None
+    head_port, cluster_nodes = cluster_ports(node_dir, total)
+    ports = allocate(head_port, cluster_nodes, ports_in_use(node_dir, but=job))
+    return None if ports is None else (world, ports)
 
 
 # How often a queued job's supervisor looks whether its turn has come.
@@ -160,21 +208,6 @@ def next_queue_seq(node_dir: Path) -> int:
     seq = (last if isinstance(last, int) and not isinstance(last, bool) else 0) + 1
     write_json(path, seq)
     return seq
-
-
-def nodes_words(nodes: int) -> str:
-    """ "nodes 0-3": every node of the cluster (each job holds them all)."""
-    return "node 0" if nodes <= 1 else f"nodes 0-{nodes - 1}"
-
-
-def waits_for(nodes: int, holder: str | None, ahead: list[tuple[int, str]]) -> str:
-    """What a queued job waits for, in words."""
-    said = nodes_words(nodes)
-    if holder is not None:
-        said += f", held by job {holder}"
-    if ahead:
-        said += f"; {len(ahead)} job(s) queued ahead of it (next: {ahead[0][1]})"
-    return said
 
 
 def lock_job_starts(node_dir: Path) -> int:

@@ -13,13 +13,19 @@ every node's workers get SIGTERM and until shortly before the notice's time to s
 deadline in $SKYINFRA_PREEMPT_DEADLINE), then the interrupted node counts as lost (it is going
 away): the operator replaces it and starts the next attempt, as for any lost node.
 
-The queue: a job submitted while another job holds the nodes (or while jobs wait ahead of it)
-is ``queued``. Its agents are all started (the operator started them, then may go) and idle:
-the peers' agents are connected and wait for the head's "start". The supervisor looks every
-QUEUE_POLL_S, under the head's start lock, whether its turn came (no job holds the nodes and
-no live queued job was submitted before it): then it leaves the queue, starts its launcher
-and tells its peers to start theirs, as a restart does. Cancelled while queued (SIGTERM, as
-for any job): it ends ``cancelled`` without ever starting, and its peers' agents go.
+The queue: a job submitted while the nodes it asks for are held by other jobs (or while jobs
+wait ahead of it) is ``queued``. Its agents are all started (the operator started them, then
+may go) and idle: the peers' agents are connected and wait for the head's "start". The
+supervisor looks every QUEUE_POLL_S, under the head's start lock, whether its turn came (its K
+nodes are free and no live queued job was submitted before it): then it leaves the queue,
+starts its launcher and tells its peers to start theirs, as a restart does. Cancelled while
+queued (SIGTERM, as for any job): it ends ``cancelled`` without ever starting, and its peers'
+agents go.
+
+Every job, queued or not, gets its nodes (``run --nodes K``: K of the cluster's, jobplace.py)
+and its own ports (jobports.py) as it starts (take_start); every peer waits for the head's
+"start", which carries them; a peer not among the K gets "done" and goes, and the head's own
+launcher starts only when node 0 is among them. The record's nodes are the K.
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skyinfra_runtime import exitcodes
+from skyinfra_runtime.jobplace import waits_for
+from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
 from skyinfra_runtime.jobrecord import (
     Attempt,
     HeadRecoveryRun,
     Interruption,
+    JobPorts,
     JobRecord,
     JobState,
     NodeResult,
@@ -51,11 +60,11 @@ from skyinfra_runtime.jobs.records import (
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     QUEUE_POLL_S,
+    holders,
     lock_job_starts,
     now,
     queued_jobs,
-    running_job,
-    waits_for,
+    starting,
     write_json,
 )
 from skyinfra_runtime.jobs.wire import messages, send
@@ -136,6 +145,32 @@ class Supervisor:
         self.queue: QueueWait | None = None
         self.released = True
         self._release_lock = threading.Lock()
+        # How many of the cluster's nodes it runs on (`run --nodes K`; set by supervise),
+        # which ones and its own coordinator and rendezvous ports: given when it starts
+        # (take_start).
+        self.want = nodes
+        self.world: tuple[int, ...] = tuple(range(nodes))
+        self.ports: JobPorts | None = None
+
+    def take_start(self, world: tuple[int, ...], ports: JobPorts) -> None:
+        """The nodes and ports the head gave the job as it starts it (under the start lock):
+        in the record, in the head's launcher's environment and in every peer's "start"; the
+        cluster's other nodes are not in the job (their agents go without starting)."""
+        self.world, self.ports = world, ports
+        self.agent.env[PORT_ENV] = str(ports.jax)
+        self.agent.env[WORLD_ENV] = ",".join(str(i) for i in world)
+        for v in self.view.values():
+            if v.node not in world:
+                v.state, v.ended_reason, v.exit_code = "ended", "not in the job", 0
+
+    def _start_message(self, node: int) -> dict[str, Any]:
+        """A peer's "start" (with the job's ports and nodes), or "done" to a peer not in it."""
+        if node not in self.world:
+            return {"cmd": "done"}
+        msg: dict[str, Any] = {"cmd": "start", "attempt": self.attempt}
+        if self.ports is not None:
+            msg.update(port=self.ports.jax, world=list(self.world))
+        return msg
 
     def enqueue(self, queued: dict[str, Any]) -> None:
         """The head queued the job (commands.supervise, under the start lock): it waits for
@@ -173,6 +208,8 @@ class Supervisor:
             # Every notice of the job, earlier attempts' included.
             interruptions=tuple(i for a in attempts for i in a.interruptions),
             queue=self.queue,
+            ports=self.ports,
+            world=self.world if self.ports is not None else (),
             nodes=tuple(
                 NodeResult(
                     node=v.node,
@@ -186,6 +223,7 @@ class Supervisor:
                     interrupted=self.interrupted.get(v.node),
                 )
                 for v in self.view.values()
+                if v.node in self.world
             ),
         )
 
@@ -212,8 +250,9 @@ class Supervisor:
                     with self._release_lock:
                         self.view[node].conn = conn
                         if msg.get("waiting") and self.released:
-                            # A queued job's peer that joined after the job left the queue.
-                            send(conn, {"cmd": "start", "attempt": self.attempt})
+                            # A peer that joined once the job started (or left the queue):
+                            # it starts at once, with the job's ports.
+                            send(conn, self._start_message(node))
                     if self.ending:  # joined after the job began to end
                         send(conn, self._end_message())
                     continue
@@ -298,21 +337,23 @@ class Supervisor:
         while not self.cancel.is_set():
             lock = lock_job_starts(node_dir)
             try:
-                busy = running_job(node_dir, but=me)
+                total = len(self.view)
+                held = holders(node_dir, total, but=me)
                 ahead = [q for q in queued_jobs(node_dir, but=me) if q[0] < self.queue.seq]
-                if busy is None and not ahead:
+                start = None if ahead else starting(node_dir, total, self.want, me, held)
+                if start is not None:
+                    self.take_start(*start)
                     self.queue = replace(self.queue, position=0, left_at=now())
                     self.state = JobState.STARTING
                     self.save()
                     return True
             finally:
                 os.close(lock)
-            holder = None if busy is None else str(busy["id"])
             said = replace(
                 self.queue,
                 position=len(ahead) + 1,
-                held_by=holder,
-                waits_for=waits_for(len(self.view), holder, ahead),
+                held_by=held[0][0] if held else None,
+                waits_for=waits_for(total, self.want, held, [job for _, job in ahead]),
             )
             if said != self.queue:
                 self.queue = said
@@ -341,10 +382,11 @@ class Supervisor:
 
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
-        self.agent.start()
+        if 0 in self.world:
+            self.agent.start()
+            self.view[0].state = "running"
         if self.start_peers:
             self._start_peers()
-        self.view[0].state = "running"
         self.save()
         join_by = now() + JOIN_WAIT_S
         last_save = 0.0
@@ -352,7 +394,7 @@ class Supervisor:
             changed = self._take_events()
             code = self.agent.poll()
             head = self.view[0]
-            if code is not None and head.state != "ended":
+            if code is not None and head.state != "ended" and 0 in self.world:
                 self._ended(0, code, self.agent.tail_at_end)
                 changed = True
             head.last_output_at = self.agent.last_output
@@ -460,8 +502,8 @@ class Supervisor:
         )
         self.ending_deadline = None
         for v in self.view.values():
-            conn = v.conn
-            self.view[v.node] = NodeView(v.node, conn=conn)
+            if v.node in self.world:  # the others are not in the job
+                self.view[v.node] = NodeView(v.node, conn=v.conn)
         self.save()
         self.agent.reset(self.attempt)
         self.start_peers = True
@@ -475,7 +517,7 @@ class Supervisor:
             for v in self.view.values():
                 if v.node != 0 and v.conn is not None:
                     with contextlib.suppress(OSError):
-                        send(v.conn, {"cmd": "start", "attempt": self.attempt})
+                        send(v.conn, self._start_message(v.node))
 
     def _take_events(self) -> bool:
         changed = False
@@ -578,7 +620,7 @@ class Supervisor:
         """Peers whose agent is gone (or never came), and peers being interrupted (they are
         going away): only the operator can start them."""
         gone = {v.node for v in self.view.values() if v.node != 0 and v.conn is None}
-        return sorted(gone | (set(self.interrupted) - {0}))
+        return sorted((gone | (set(self.interrupted) - {0})) & set(self.world))
 
     def _final_state(self) -> JobState:
         if self.needs_nodes:
