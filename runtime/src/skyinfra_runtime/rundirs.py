@@ -10,6 +10,7 @@
                                        it in place)
             manifest.json              what work/ held when skyinfra run's copy ended
         shared/                        $SKYINFRA_SHARED_DIR: never deleted by a run
+        cache/jax/                     the jax plugin's compilation cache (plugins/jax.py)
 
 The launcher creates the shared directory and removes the oldest run directories beyond
 ``$SKYINFRA_KEEP_RUNS`` (0 or unset: keeps every run). Only directories named like a run id

@@ -34,8 +34,12 @@ __all__ = [
 ]
 
 
-def jax(init_timeout: float | None = None, initialize: bool = True) -> JaxPlugin:
-    return JaxPlugin(init_timeout=init_timeout, initialize=initialize)
+def jax(
+    init_timeout: float | None = None, initialize: bool = True, compilation_cache: bool = True
+) -> JaxPlugin:
+    return JaxPlugin(
+        init_timeout=init_timeout, initialize=initialize, compilation_cache=compilation_cache
+    )
 
 
 def keras(

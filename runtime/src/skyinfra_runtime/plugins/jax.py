@@ -12,20 +12,30 @@ option ``initialize = false`` the plugin leaves that to the script):
 so that ``jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
 process_id=int(os.environ["JAX_PROCESS_ID"]))`` is all a script needs
 (jax/_src/distributed.py reads JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS).
+
+Compiled programs are kept on the node (JAX's persistent compilation cache, in
+``$SKYINFRA_NODE_DIR/cache/jax``), so the node's next worker (a restart, a resumed job, the
+next job of a sweep) loads what an earlier one compiled instead of compiling it again; every
+program is kept, however quick its compile. JAX writes entries from process 0 only (it
+expects a folder every host shares): on several nodes, node 0's worker gains. A cache the
+user configured (JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS) is
+left as it is; ``compilation_cache = false`` turns it off.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from skyinfra_runtime.devices import jax_local_devices, node_gpus
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.plugins.base import init_timeout
 from skyinfra_runtime.plugins.table import validate_plugin
+from skyinfra_runtime.rundirs import NODE_DIR_ENV
 from skyinfra_runtime.topology import Topology
 
 # jax's message when initialize() runs twice (jax/_src/distributed.py).
@@ -44,6 +54,36 @@ def jax_env(info: InstanceInfo, topology: Topology) -> dict[str, str]:
     if ids is not None:
         env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in ids)
     return env
+
+
+CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
+MIN_COMPILE_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+
+
+def compilation_cache_settings(environ: Mapping[str, str]) -> dict[str, object]:
+    """The jax.config settings for the node's compilation cache, given the worker's
+    environment: none where there is no node directory or the user chose a cache directory;
+    the compile-time threshold only where the user did not set one (jax keeps only programs
+    that took over a second to compile by default; a restart pays for the quick ones too)."""
+    node_dir = environ.get(NODE_DIR_ENV)
+    if not node_dir or environ.get(CACHE_DIR_ENV):
+        return {}
+    settings: dict[str, object] = {
+        "jax_compilation_cache_dir": os.path.join(node_dir, "cache", "jax")
+    }
+    if MIN_COMPILE_TIME_ENV not in environ:
+        settings["jax_persistent_cache_min_compile_time_secs"] = 0.0
+    return settings
+
+
+def use_compilation_cache(jax: ModuleType, environ: Mapping[str, str]) -> None:
+    """Apply compilation_cache_settings; a jax too old to know one of them keeps its own."""
+    settings = compilation_cache_settings(environ)
+    if "jax_compilation_cache_dir" in settings:
+        os.makedirs(str(settings["jax_compilation_cache_dir"]), mode=0o700, exist_ok=True)
+    for name, value in settings.items():
+        with contextlib.suppress(AttributeError):
+            jax.config.update(name, value)
 
 
 def coordinator_bind_address(topology: Topology) -> str | None:
@@ -76,6 +116,7 @@ def _takes_bind_address(initialize: Callable[..., object]) -> bool:
 class JaxPlugin:
     init_timeout: float | str | None = None
     initialize: bool = True
+    compilation_cache: bool = True
     name: str = field(default="jax", init=False)
     _initialized: bool = field(default=False, init=False, repr=False)
     # Set after a failed run: jax registers its own atexit hook that calls shutdown(), the
@@ -83,7 +124,11 @@ class JaxPlugin:
     skip_exit_hooks: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        given = {"init_timeout": self.init_timeout, "initialize": self.initialize}
+        given = {
+            "init_timeout": self.init_timeout,
+            "initialize": self.initialize,
+            "compilation_cache": self.compilation_cache,
+        }
         validate_plugin("jax", {k: v for k, v in given.items() if v is not None})
 
     def setup(self, info: InstanceInfo, topology: Topology, script: bool = False) -> None:
@@ -100,6 +145,8 @@ class JaxPlugin:
         # also the script's own (initialize = false): the setting stays in this process.
         with contextlib.suppress(AttributeError):  # very old jax: no option, nothing to choose
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if self.compilation_cache:
+            use_compilation_cache(jax, os.environ)
         if not self.initialize or info.total_workers == 1:
             return  # the script initialises (initialize = false), or nothing to coordinate
         kwargs: dict[str, object] = {

@@ -247,6 +247,13 @@ PLUGINS: dict[str, PluginEntry] = {
                 "true (false: the script calls jax.distributed.initialize itself)",
                 _bool,
             ),
+            Option(
+                "compilation_cache",
+                "true or false",
+                "true: compiled programs are kept in $SKYINFRA_NODE_DIR/cache/jax for the node's"
+                " next worker",
+                _bool,
+            ),
         ),
     ),
     "keras": PluginEntry(
