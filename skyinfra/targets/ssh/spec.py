@@ -222,11 +222,9 @@ class SshDeclaration:
         diagram_parts=(DiagramPart("hosts", "your machines, reached over SSH"),),
         priced=False,
         # Each host's own machine: its address, folder and pinned key are in the plan's
-        # resources (plan.md's full plan) and the root module's header; its GPUs are
-        # counted when it enrols (the node's gpus file).
-        fixed_shape=FixedShape(
-            instance_type="SSH host", gpus_per_node="counted at enrolment", zone="your hosts"
-        ),
+        # resources (plan.md's full plan) and the root module's header; its GPUs, counted at
+        # first contact, are in the plan's node outputs.
+        fixed_shape=FixedShape(instance_type="SSH host", gpus_per_node=None, zone="your hosts"),
     )
 
     def parse_section(self, raw: Any, *, nodes: int) -> SshSpec:

@@ -109,7 +109,12 @@ def test_up_enrols_each_host_in_a_folder_of_its_own_with_pinned_keys(
         assert (node_dir(hosts, i) / "venv" / "bin" / "python").exists()
         assert node_dir(hosts, i).stat().st_uid == hosts.uid
         assert (node_dir(hosts, i) / "gpus").read_text().strip() == "0"
+        # No nvidia-smi on the stand-ins: no GPU in the topology, said by `up` and `status`.
+        assert f"{node_dir(hosts, i)} (venv made" in cluster.stdout
+    assert cluster.stdout.count("; no GPU)") == 2, cluster.stdout
     ws = workspace(project)
+    topology = json.loads((ws / "topology.json").read_text())
+    assert [n["accelerator"] for n in topology["nodes"]] == [None, None]
     known = ws / "known_hosts"
     assert stat.S_IMODE(known.stat().st_mode) == 0o600
     pinned = known.read_text()
@@ -129,7 +134,8 @@ def test_status_and_verify_reach_every_host(
 ) -> None:
     status = cli(["status", "--cluster", NAME], project, env)
     assert status.returncode == 0, status.stderr
-    assert status.stdout.count(" ready") == 2, status.stdout
+    assert status.stdout.count(" ready (bootstrap took ") == 2, status.stdout
+    assert status.stdout.count("), no GPU\n") == 2, status.stdout
     verify = cli(["verify", "--cluster", NAME], project, env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
@@ -142,7 +148,7 @@ def test_a_job_runs_on_each_host_with_identical_results(
     runs = sorted(p for p in (workspace(project) / "runs").iterdir() if p.is_dir())
     summary = json.loads((runs[-1] / "summary.json").read_text())
     values = [w["value"] for n in summary["nodes"] for w in n["result"]["workers"]]
-    assert len(values) == 2
+    assert len(values) == 2  # one worker process on each host: it has no GPU
     assert values[0]["digest"] == values[1]["digest"]
     # Each ran on its own host: its home, its network namespace, its node's folder.
     assert [v["home"] for v in values] == [str(h.home) for h in hosts.hosts]
