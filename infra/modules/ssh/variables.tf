@@ -31,8 +31,8 @@ variable "user" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-z_][a-z0-9_.-]{0,31}$", var.user))
-    error_message = "user must be a login name."
+    condition     = can(regex("^[a-z_][a-z0-9_.-]{0,31}$", var.user)) && var.user != "root"
+    error_message = "user must be a login name other than root."
   }
 }
 

@@ -150,6 +150,15 @@ def parse_ssh_section(raw: Any, nodes: int) -> SshSpec:
                 'the login name on the hosts, e.g. "ubuntu" (skyinfra needs no root)',
             )
         )
+    elif user == "root":  # the promise: no root, no sudo on the user's machines
+        problems.found.append(
+            SpecError(
+                "ssh.user",
+                user,
+                "a login other than root: skyinfra needs no root and runs nothing as root on "
+                'your machines; use an unprivileged account, e.g. "ubuntu"',
+            )
+        )
     key = raw.get("key")
     if not isinstance(key, str) or not key.strip():
         problems.found.append(
