@@ -134,6 +134,12 @@ class Hosts:
         host.config.write_text(host.config.read_text().replace(str(new), str(host.host_key)))
         self.start_sshd(host)
 
+    def cut_link(self, host: Host, *, up: bool = False) -> None:
+        """The host taken off the network (its veth's outer end down; ``up``: back on): its
+        sshd runs on, unreachable, as a machine whose switch port died."""
+        k = self.hosts.index(host)
+        _ip("link", "set", f"{self.bridge}h{k}", "up" if up else "down")
+
     def home_listing(self, host: Host) -> list[str]:
         return sorted(str(p.relative_to(host.home)) for p in host.home.rglob("*"))
 

@@ -3,8 +3,9 @@ each a real sshd in a network namespace of its own with its own address and home
 unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider enrols them.
 
 `up` -> `verify` -> `run` (attached, then detached with `logs`) -> a changed host key refused
-with nothing run -> `down`, after which each host's home and the login user's processes are
-listed: nothing. No timed assertions: every wait ends on a condition.
+with nothing run -> `down` with host 1 off the network (it names what is left there and keeps
+it in the state) -> `down` again, after which each host's home and the login user's processes
+are listed: nothing. No timed assertions: every wait ends on a condition.
 """
 
 from __future__ import annotations
@@ -214,6 +215,23 @@ def test_a_changed_host_key_is_refused_and_nothing_runs(
 def test_down_leaves_each_host_as_it_was(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
+    # Host 1 off the network: `down` removes host 0's node, names host 1 and what is left to
+    # clean there, fails as an unreachable host fails `up`, and keeps host 1 in the state.
+    lost = hosts.hosts[1]
+    hosts.cut_link(lost)
+    try:
+        partial = cli(["down", "--yes", "--cluster", NAME], project, env)
+    finally:
+        hosts.cut_link(lost, up=True)
+    assert partial.returncode == 1, partial.stdout + partial.stderr
+    said = partial.stdout + partial.stderr
+    assert f"host {hosts.addresses[0]}: nothing left" in said
+    assert f"host {lost.address}: not reachable" in partial.stderr, partial.stderr
+    assert f"left to clean there: the node folder {node_dir(hosts, 1)}" in partial.stderr
+    assert "processes may still run there" in partial.stderr
+    assert f"run `skyinfra down --cluster {NAME}` again" in partial.stderr
+    assert not node_dir(hosts, 0).exists() and node_dir(hosts, 1).is_dir()
+    # The later `down` finishes it.
     down = cli(["down", "--yes", "--cluster", NAME], project, env)
     assert down.returncode == 0, down.stdout + down.stderr
     for host in hosts.hosts:
