@@ -33,6 +33,10 @@ node_dir="$1"; shift
 log="$node_dir/.enrol/bootstrap.log"
 chmod 0755 "$node_dir/.enrol/uv"
 rm -f "$node_dir/.skyinfra-failed" "$node_dir/.skyinfra-ready"
+# The node's own environment, read by every command skyinfra runs there (node-env.sh): Keras
+# keeps its settings in the node's folder, not in ~/.keras, which `down` would leave behind.
+printf 'export KERAS_HOME=%q\\n' "$node_dir/.keras" > "$node_dir/node-env.sh"
+. "$node_dir/node-env.sh"
 if ! bash "$node_dir/.enrol/bootstrap-node.sh" --node-dir "$node_dir" "$@" > "$log" 2>&1; then
     cat "$log"
     { echo "the bootstrap failed on $(hostname) ($log):"; tail -n 15 "$log"; } \

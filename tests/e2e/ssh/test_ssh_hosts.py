@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -19,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skyinfra_argv
+from tests.conftest import REPO_ROOT, skyinfra_argv
 from tests.support.local_jobs import module_env
-from tests.support.ssh_hosts import Hosts, stand_in_hosts
+from tests.support.resume_proof import pausing_entry, restarted_after_kill, results
+from tests.support.ssh_hosts import Hosts, package_sources, stand_in_hosts
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +52,8 @@ def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    with stand_in_hosts(2) as made:
+    # The hosts install jax and keras (python_packages) from this machine's package sources.
+    with stand_in_hosts(2, package_sources()) as made:
         yield made
 
 
@@ -67,10 +70,13 @@ def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict
 def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts) -> Path:
     root = tmp_path_factory.mktemp("ssh-project")
     (root / "job.py").write_text(JOB)
+    shutil.copy(REPO_ROOT / "examples" / "keras_resume.py", root / "keras_resume.py")
+    (root / "train.py").write_text(pausing_entry("keras_resume"))
     addresses = ", ".join(f'"{a}"' for a in hosts.addresses)
     (root / "skyinfra.toml").write_text(
-        f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n\n[ssh]\nhosts = [{addresses}]\n'
-        f'user = "{hosts.user}"\nkey = "{hosts.key}"\n'
+        f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n'
+        'plugins = ["jax", "keras:backend=jax"]\npython_packages = ["jax", "keras"]\n\n'
+        f'[ssh]\nhosts = [{addresses}]\nuser = "{hosts.user}"\nkey = "{hosts.key}"\n'
     )
     return root
 
@@ -157,6 +163,32 @@ def test_a_job_runs_on_each_host_with_identical_results(
     for i, v in enumerate(values):
         assert v["cwd"].startswith(str(node_dir(hosts, i)) + "/")
         assert v["netns"] == os.readlink(f"/proc/{hosts.hosts[i].ns}/ns/net")
+
+
+def test_keras_on_the_hosts_same_weights_and_a_killed_worker_resumes_bit_identical(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    """The seeds' Keras example (on JAX, installed by each host's enrolment) trains across
+    both hosts to the same weights; node 1's worker SIGKILLed in epoch 3 of a job with
+    --max-restarts 1 restarts it, which resumes from epoch 2's backup in the checkpoint folder
+    on the hosts and ends with the uninterrupted run's weights, bit for bit."""
+    ws = workspace(project)
+    reference = {v["weights_sha256"] for v in results(ws, cli(["run", "--cluster", NAME,
+                 "--checkpoints", "ref", "train.py:main"], project, env))}  # fmt: skip
+    assert len(reference) == 1
+    run, summary = restarted_after_kill(
+        project, env, ws, "restart", ["--cluster", NAME, "train.py:main"],
+        node_1_dir=node_dir(hosts, 1),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "signal", attempts
+    step = node_dir(hosts, 0) / "checkpoints" / "restart" / "step-00000016"
+    assert f"resumed from {step} (epoch 2, step 16)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["weights_sha256"] for v in values} == reference
 
 
 def test_a_detached_job_and_its_logs(
