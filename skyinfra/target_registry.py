@@ -65,7 +65,8 @@ class FixedShape:
     """What every node is, where the plan's values do not say (nodes on this machine)."""
 
     instance_type: str
-    gpus_per_node: str
+    # None: the plan's node outputs say (their accelerator, as on AWS).
+    gpus_per_node: str | None
     zone: str
 
 

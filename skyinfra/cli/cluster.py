@@ -238,7 +238,7 @@ def _print_status(info: dict[str, Any]) -> None:
         state = node.get("readiness", "")
         echo(
             f"  {node['name']}: {node['private_ip']} {node['instance_id']} "
-            f"{words.get(state, state)}{phase_words(node)}"
+            f"{words.get(state, state)}{phase_words(node)}{gpu_words(node)}"
         )
         if state != "ready" and node.get("readiness_detail"):
             echo(f"    {node['readiness_detail']}")
@@ -261,6 +261,13 @@ def _print_status(info: dict[str, Any]) -> None:
         )
         for job in running:
             echo(f"    {job_line(JobRecord.from_dict(job))}")
+
+
+def gpu_words(node: dict[str, Any]) -> str:
+    """A node's GPUs for `status`, as its topology counts them."""
+    if not node.get("gpus"):
+        return ", no GPU"
+    return f", {node['gpus']} x {node.get('gpu_type') or 'GPU'}"
 
 
 def phase_words(node: dict[str, Any]) -> str:

@@ -131,6 +131,9 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
                     "private_ip": node.private_ip,
                     "public_ip": node.public_ip,
                     "instance_id": node.instance_id,
+                    # The topology's count (aws: the instance type's; ssh: nvidia-smi's).
+                    "gpus": node.accelerator.count if node.accelerator else 0,
+                    "gpu_type": node.accelerator.type if node.accelerator else None,
                     "ready": ready.ready,
                     "readiness": ready.state,
                     "readiness_detail": ready.detail,

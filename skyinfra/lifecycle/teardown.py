@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from skyinfra import shared_state
-from skyinfra.errors import ConfirmationRequired, WorkspaceError
+from skyinfra.errors import ConfirmationRequired, TerraformError, WorkspaceError
 from skyinfra.lifecycle.changes import Confirm, progress_printer
 from skyinfra.lifecycle.cluster_status import STATUS_CONNECT_TIMEOUT_S
 from skyinfra.lifecycle.markers import mark_finished
@@ -53,7 +53,21 @@ def down(
             echo(f"[skyinfra] ending the running job(s) {', '.join(jobs)} with the cluster")
             mark_ended_by_down(ws.runs_dir, jobs)
         echo(f"[skyinfra] terraform destroy in {ws.path}")
-        engine.destroy(on_event=progress_printer(echo))
+        try:
+            engine.destroy(on_event=progress_printer(echo))
+        except TerraformError as err:
+            # Part of it may be gone (the ssh target: a host that stopped answering keeps its
+            # node): the target says what is left where; the state keeps the rest for a later
+            # `down`.
+            left = target_of(spec).leftovers(ws, spec, echo=echo)
+            if not left:
+                raise
+            raise TerraformError(
+                f"cluster {ws.name!r}: destroy did not finish; left: "
+                + "; ".join(left)
+                + f". Terraform's state keeps what it could not destroy: run `skyinfra down "
+                f"--cluster {ws.name}` again to finish it ({err})"
+            ) from err
         ws.topology_file.unlink(missing_ok=True)
         mark_finished(ws)
         remaining = engine.state_list()

@@ -280,6 +280,8 @@ def _gpus(outputs: Mapping[str, Any]) -> str:
         acc = node.get("accelerator") if isinstance(node, dict) else None
         if isinstance(acc, dict) and acc.get("count"):
             kinds.add(f"{acc['count']} x {acc.get('type', 'GPU')}")
+        else:  # the ssh target's hosts may differ: one without GPU among others says so
+            kinds.add("0")
     return _first(kinds) if kinds else "0"
 
 
@@ -305,7 +307,7 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
         return Shape(
             nodes=len(names),
             instance_type=fixed.instance_type,
-            gpus_per_node=fixed.gpus_per_node,
+            gpus_per_node=fixed.gpus_per_node or _gpus(outputs),
             zone=fixed.zone,
             placement_group="-",
             coordinator=coordinator,

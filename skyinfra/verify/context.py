@@ -9,6 +9,7 @@ once, and the per-node checks read the outcome.
 from __future__ import annotations
 
 import json
+import posixpath
 import secrets
 import shlex
 import threading
@@ -22,6 +23,7 @@ from skyinfra_runtime.topology import Node, Topology
 
 from skyinfra.errors import SkyinfraError
 from skyinfra.transport.base import NodeProcess, NodeTransport
+from skyinfra.transport.bootstrap import NODE_ENV_FILE
 from skyinfra.verify.collective import CollectiveOutcome, run_collective
 from skyinfra.verify.hosts import node_host
 from skyinfra.verify.node import script
@@ -109,9 +111,11 @@ class VerifyContext:
         return accelerator is not None and accelerator.count > 0
 
     def run_script(self, index: int, name: str, *args: str) -> Any:
-        """Run node/<name>.py with the node's Python; testinfra's CommandResult."""
+        """Run node/<name>.py with the node's Python, in the node's own environment (its
+        NODE_ENV_FILE, as every command skyinfra starts there); testinfra's CommandResult."""
+        env = shlex.quote(posixpath.join(self.root(index), NODE_ENV_FILE))
         command = shlex.join([self.python(index), "-c", script(name), *args])
-        return self.hosts[index].run(command)
+        return self.hosts[index].run(f"if [ -r {env} ]; then . {env}; fi; exec {command}")
 
     # ------------------------------------------------------------------ facts
 

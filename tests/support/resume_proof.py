@@ -191,10 +191,12 @@ def restarted_after_kill(
     name: str,
     entry_args: list[str],
     lose: Callable[[Path, str], None] = kill_worker,
+    node_1_dir: Path | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
     """One attached `run --max-restarts 1` on checkpoint set ``name`` whose node 1 is hit
     where its worker paused in attempt 1 (``lose``: its worker SIGKILLed, or the whole node
-    lost): the job restarts by itself; the run (its output) and its summary.json."""
+    lost): the job restarts by itself; the run (its output) and its summary.json.
+    ``node_1_dir``: node 1's folder (default: the local target's, in the workspace)."""
     runs = workspace / "runs"
     before = set(runs.iterdir()) if runs.is_dir() else set()
     argv = ["run", "--max-restarts", "1", "--checkpoints", name]
@@ -211,8 +213,10 @@ def restarted_after_kill(
                 time.sleep(0.1)
             job = max(set(runs.iterdir()) - before).name
             _, epoch, batch = PAUSE_AT.split(":")
-            log = workspace / "nodes" / "node-1" / "runs" / job / "output.log"
-            wait_for_line(log, f"paused at epoch {epoch} batch {batch}")
+            node_1 = node_1_dir or workspace / "nodes" / "node-1"
+            wait_for_line(
+                node_1 / "runs" / job / "output.log", f"paused at epoch {epoch} batch {batch}"
+            )
             lose(workspace, job)
             code = proc.wait(timeout=300)
         finally:

@@ -24,9 +24,10 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class Hosts:
     base: Path
     bridge: str
     subnet: str
+    env: dict[str, str] = field(default_factory=dict)
     _rules: list[list[str]] = field(default_factory=list)
 
     @property
@@ -134,6 +136,12 @@ class Hosts:
         host.config.write_text(host.config.read_text().replace(str(new), str(host.host_key)))
         self.start_sshd(host)
 
+    def cut_link(self, host: Host, *, up: bool = False) -> None:
+        """The host taken off the network (its veth's outer end down; ``up``: back on): its
+        sshd runs on, unreachable, as a machine whose switch port died."""
+        k = self.hosts.index(host)
+        _ip("link", "set", f"{self.bridge}h{k}", "up" if up else "down")
+
     def home_listing(self, host: Host) -> list[str]:
         return sorted(str(p.relative_to(host.home)) for p in host.home.rglob("*"))
 
@@ -153,13 +161,41 @@ class Hosts:
         return found
 
 
+def package_sources() -> dict[str, str]:
+    """uv's settings for hosts that install from this machine's own package sources (as a
+    lab's machines use the lab's mirror): the local find-links and indexes pip is configured
+    with, as UV_* variables for the stand-ins' sshd to set. Skips when pip names none: the
+    hosts, in loopback-only namespaces, could reach no other."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+    ).stdout
+    found: dict[str, list[str]] = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        option = key.split(".", 1)[-1]
+        for source in value.strip("'\"").split():
+            local = source.startswith(("file://", "/"))
+            if local and option in ("find-links", "index-url", "extra-index-url"):
+                found.setdefault(option, []).append(source)
+    indexes = list(dict.fromkeys(found.get("index-url", []) + found.get("extra-index-url", [])))
+    links = list(dict.fromkeys(found.get("find-links", [])))
+    if not indexes and not links:
+        pytest.skip("pip names no local package source for the stand-in hosts to install from")
+    env = {"UV_FIND_LINKS": ",".join(links)}
+    if indexes:
+        env["UV_DEFAULT_INDEX"] = indexes[0]
+        env["UV_INDEX"] = " ".join(indexes[1:])
+    return {k: v for k, v in env.items() if v}
+
+
 def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
 @contextlib.contextmanager
-def stand_in_hosts(count: int) -> Iterator[Hosts]:
-    """``count`` hosts, 127.45.<n>.2, .3, ...; the operator's side of the bridge is .1."""
+def stand_in_hosts(count: int, env: Mapping[str, str] | None = None) -> Iterator[Hosts]:
+    """``count`` hosts, 127.45.<n>.2, .3, ...; the operator's side of the bridge is .1.
+    ``env``: variables every login session there gets (such as package_sources())."""
     require_system_tool(SSHD if os.access(SSHD, os.X_OK) else None, "openssh-server")
     require_system_tool(shutil.which("nsenter"), "util-linux")
     # /proc/self/net is this network namespace's (unlike /sys/class/net, the mount's).
@@ -189,7 +225,7 @@ def stand_in_hosts(count: int) -> Iterator[Hosts]:
     authorized.write_text(Path(f"{key}.pub").read_text())
     authorized.chmod(0o644)
     Path("/run/sshd").mkdir(exist_ok=True)
-    hosts = Hosts([], user.pw_name, user.pw_uid, key, base, bridge, subnet)
+    hosts = Hosts([], user.pw_name, user.pw_uid, key, base, bridge, subnet, dict(env or {}))
     try:
         _ip("link", "add", bridge, "type", "bridge")
         _sysctl("net.ipv4.conf.all.route_localnet")
@@ -258,12 +294,13 @@ def _make_host(hosts: Hosts, k: int) -> Host:
     host_key = hosts.base / f"host{k}_ed25519"
     _keygen(host_key)
     config = hosts.base / f"sshd{k}_config"
+    session_env = " ".join(f'"{n}={v}"' for n, v in {"HOME": str(home), **hosts.env}.items())
     config.write_text(
         f"Port 22\nListenAddress {address}\nHostKey {host_key}\n"
         f"AuthorizedKeysFile {hosts.base / 'authorized_keys'}\nPidFile none\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM yes\n"
         "StrictModes no\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
-        f"SetEnv HOME={home}\n"
+        f"SetEnv {session_env}\n"
     )
     host = Host(address, home, holder, config, host_key)
     hosts.start_sshd(host)

@@ -58,6 +58,10 @@ BAD = [
         "ssh.spare_hosts[1]", "a host that is not in ssh.hosts", id="spare-overlaps-hosts",
     ),
     pytest.param(
+        spec_text(GOOD.replace('user = "ml"', 'user = "root"')),
+        "ssh.user", "a login other than root", id="root",
+    ),
+    pytest.param(
         spec_text(GOOD.replace('"10.0.0.5"', '"ml@10.0.0.5:2222"')),
         "ssh.hosts[0]", "no user@ or :port", id="host-with-user-and-port",
     ),
@@ -92,7 +96,7 @@ def test_validate_refuses_a_bad_ssh_table_naming_the_field(
     assert listing(project) == before
 
 
-@pytest.mark.parametrize(("text", "field", "expected"), BAD[:4])
+@pytest.mark.parametrize(("text", "field", "expected"), BAD[:5])
 def test_up_refuses_it_before_dialling_anything_and_writes_nothing(
     project: Path, clean_env: dict[str, str], text: str, field: str, expected: str
 ) -> None:

@@ -7,7 +7,8 @@ output "nodes" {
       private_ip  = node.output.private_address
       public_ip   = node.output.host
       instance_id = node.output.instance_id
-      accelerator = null
+      # From the variable, not the resource: known at plan time, so plan.md shows the GPUs.
+      accelerator = var.hosts[name].gpus > 0 ? { type = var.hosts[name].gpu_type, count = var.hosts[name].gpus } : null
       node_dir    = node.output.node_dir
     }
   }

@@ -9,13 +9,15 @@ variable "cluster_name" {
 }
 
 variable "hosts" {
-  description = "The enrolled machines keyed by node name (node-0 first): where the operator dials, the address the nodes reach each other on, the node's folder under the login user's home, and the host key pinned at first contact."
+  description = "The enrolled machines keyed by node name (node-0 first): where the operator dials, the address the nodes reach each other on, the node's folder under the login user's home, the host key pinned at first contact, and its GPUs counted then (nvidia-smi -L; 0 and \"\" without)."
   type = map(object({
     index           = number
     host            = string
     private_address = string
     node_dir        = string
     host_key        = string
+    gpus            = number
+    gpu_type        = string
   }))
 
   validation {
@@ -29,8 +31,8 @@ variable "user" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-z_][a-z0-9_.-]{0,31}$", var.user))
-    error_message = "user must be a login name."
+    condition     = can(regex("^[a-z_][a-z0-9_.-]{0,31}$", var.user)) && var.user != "root"
+    error_message = "user must be a login name other than root."
   }
 }
 

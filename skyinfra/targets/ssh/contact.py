@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import paramiko
 
 from skyinfra.errors import HostKeyChangedError, SpecError, TransportError
 from skyinfra.targets.ssh.spec import SshSpec, check_key_file
+from skyinfra.topology import Accelerator
 from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
 
 KNOWN_HOSTS = "known_hosts"
@@ -39,6 +41,12 @@ class HostFacts:
     home: str
     python_version: str
     host_key: str  # "<type> <base64>", as Terraform's connection host_key takes it
+    # nvidia-smi's list at first contact (None: no GPU, or no nvidia-smi on the host).
+    accelerator: Accelerator | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.accelerator.count if self.accelerator else 0
 
     def node_dir(self, cluster: str) -> str:
         return f"{self.home.rstrip('/')}/{NODES_FOLDER}/{cluster}/node-{self.index}"
@@ -83,13 +91,35 @@ def write_known_hosts(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+# One line of `nvidia-smi -L` (what the AWS node check counts): "GPU 0: NVIDIA H100 80GB HBM3
+# (UUID: GPU-...)".
+_GPU_LINE = re.compile(r"^GPU \d+: (?P<name>.*?)(?: \(UUID: [^)]*\))?$")
+
+
+def gpus_from_listing(listing: str) -> Accelerator | None:
+    """The host's GPUs from ``nvidia-smi -L``'s lines, counted as the AWS node check counts
+    them (one "GPU N: ..." line each); None when there is none. The type is the name
+    nvidia-smi gives (without its "NVIDIA " prefix); mixed models are listed together."""
+    names = [
+        m.group("name").strip().removeprefix("NVIDIA ")
+        for m in (_GPU_LINE.match(line.strip()) for line in listing.splitlines())
+        if m
+    ]
+    if not names:
+        return None
+    return Accelerator(type=" / ".join(sorted(set(names))), count=len(names))
+
+
 def _probe_script(python: str) -> str:
+    """Prints the home folder, the Python version (or "none"), then nvidia-smi's GPU list
+    when the host has nvidia-smi."""
     py = shlex.quote(python)
     return (
         'printf "%s\\n" "$HOME"; '
         f"if command -v {py} >/dev/null 2>&1; then "
         f"{py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'; "
-        "else echo none; fi"
+        "else echo none; fi; "
+        "if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L 2>&1 || true; fi"
     )
 
 
@@ -166,8 +196,9 @@ def contact(
             assert client is not None
             server_key = client.get_remote_server_key()
             return HostFacts(
-                index, host, home, version, f"{server_key.get_name()} {server_key.get_base64()}"
-            )
+                index, host, home, version, f"{server_key.get_name()} {server_key.get_base64()}",
+                accelerator=gpus_from_listing("\n".join(lines[2:])),
+            )  # fmt: skip
 
         try:
             with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:

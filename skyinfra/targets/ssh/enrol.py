@@ -33,6 +33,10 @@ node_dir="$1"; shift
 log="$node_dir/.enrol/bootstrap.log"
 chmod 0755 "$node_dir/.enrol/uv"
 rm -f "$node_dir/.skyinfra-failed" "$node_dir/.skyinfra-ready"
+# The node's own environment, read by every command skyinfra runs there (node-env.sh): Keras
+# keeps its settings in the node's folder, not in ~/.keras, which `down` would leave behind.
+printf 'export KERAS_HOME=%q\\n' "$node_dir/.keras" > "$node_dir/node-env.sh"
+. "$node_dir/node-env.sh"
 if ! bash "$node_dir/.enrol/bootstrap-node.sh" --node-dir "$node_dir" "$@" > "$log" 2>&1; then
     cat "$log"
     { echo "the bootstrap failed on $(hostname) ($log):"; tail -n 15 "$log"; } \
@@ -70,9 +74,16 @@ def host_lines(section: SshSpec, facts: Sequence[HostFacts], cluster: str) -> li
     return [
         f"node-{f.index}: {section.user}@{f.host}:{section.port} -> {f.node_dir(cluster)} "
         f"(venv made with uv from {section.python}, Python {f.python_version}; the "
-        f"skyinfra-runtime wheel; key {f.host_key.split()[0]})"
+        f"skyinfra-runtime wheel; key {f.host_key.split()[0]}; {gpu_words(f)})"
         for f in facts
     ]
+
+
+def gpu_words(facts: HostFacts) -> str:
+    """What `up`, the root module's header and plan.md say of a host's GPUs."""
+    if facts.accelerator is None:
+        return "no GPU"
+    return f"{facts.accelerator.count} x {facts.accelerator.type} GPU(s)"
 
 
 def context(
@@ -97,6 +108,9 @@ def context(
                 "private_address": section.private_address(f.index),
                 "node_dir": f.node_dir(spec.name),
                 "host_key": f.host_key,
+                # nvidia-smi's count at first contact: the topology's accelerator.
+                "gpus": f.gpus,
+                "gpu_type": f.accelerator.type if f.accelerator else "",
             }
             for f in facts
         },
@@ -114,15 +128,16 @@ def context(
 
 def enrol_topology(spec: ClusterSpec, facts: Sequence[HostFacts]) -> str:
     """The topology the node check reads at enrolment (check-node.py: the plugins'
-    frameworks import on the host). The one the runtime reads comes from Terraform's outputs
-    after `up`; GPUs are counted by the enrolment itself (enrol.sh)."""
+        frameworks import on the host). The one the runtime reads comes from Terraform's outputs
+        after `up`; both carry the GPUs first contact counted, which the node check holds the
+    frameworks to (as on AWS)."""
     section = spec.section_as(SshSpec)
     topology = build_topology(
         spec,
         head_addr=section.private_address(0),
         nodes=[
             Node(f.index, f"node-{f.index}", section.private_address(f.index), f.host,
-                 f"ssh-{spec.name}-{f.index}")
+                 f"ssh-{spec.name}-{f.index}", f.accelerator)
             for f in facts
         ],
     )  # fmt: skip

@@ -150,6 +150,15 @@ def parse_ssh_section(raw: Any, nodes: int) -> SshSpec:
                 'the login name on the hosts, e.g. "ubuntu" (skyinfra needs no root)',
             )
         )
+    elif user == "root":  # the promise: no root, no sudo on the user's machines
+        problems.found.append(
+            SpecError(
+                "ssh.user",
+                user,
+                "a login other than root: skyinfra needs no root and runs nothing as root on "
+                'your machines; use an unprivileged account, e.g. "ubuntu"',
+            )
+        )
     key = raw.get("key")
     if not isinstance(key, str) or not key.strip():
         problems.found.append(
@@ -222,11 +231,9 @@ class SshDeclaration:
         diagram_parts=(DiagramPart("hosts", "your machines, reached over SSH"),),
         priced=False,
         # Each host's own machine: its address, folder and pinned key are in the plan's
-        # resources (plan.md's full plan) and the root module's header; its GPUs are
-        # counted when it enrols (the node's gpus file).
-        fixed_shape=FixedShape(
-            instance_type="SSH host", gpus_per_node="counted at enrolment", zone="your hosts"
-        ),
+        # resources (plan.md's full plan) and the root module's header; its GPUs, counted at
+        # first contact, are in the plan's node outputs.
+        fixed_shape=FixedShape(instance_type="SSH host", gpus_per_node=None, zone="your hosts"),
     )
 
     def parse_section(self, raw: Any, *, nodes: int) -> SshSpec:

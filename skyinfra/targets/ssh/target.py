@@ -281,8 +281,9 @@ class SshHostsTarget(SshDeclaration):
                 )
             except SkyinfraError as err:
                 return [
-                    f"host {h['host']}: not reachable ({err}); left to clean there: "
-                    f"{h['node_dir']} and its processes (`rm -rf` it after ending them)"
+                    f"host {h['host']}: not reachable ({err}); left to clean there: the node "
+                    f"folder {h['node_dir']}, and the node's processes may still run there "
+                    "(`skyinfra down` again once the host answers removes both)"
                 ]
             found = [f"host {h['host']}: {line}" for line in out.splitlines() if line.strip()]
             if not found:

@@ -3,14 +3,16 @@ each a real sshd in a network namespace of its own with its own address and home
 unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider enrols them.
 
 `up` -> `verify` -> `run` (attached, then detached with `logs`) -> a changed host key refused
-with nothing run -> `down`, after which each host's home and the login user's processes are
-listed: nothing. No timed assertions: every wait ends on a condition.
+with nothing run -> `down` with host 1 off the network (it names what is left there and keeps
+it in the state) -> `down` again, after which each host's home and the login user's processes
+are listed: nothing. No timed assertions: every wait ends on a condition.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -18,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skyinfra_argv
+from tests.conftest import REPO_ROOT, skyinfra_argv
 from tests.support.local_jobs import module_env
-from tests.support.ssh_hosts import Hosts, stand_in_hosts
+from tests.support.resume_proof import pausing_entry, restarted_after_kill, results
+from tests.support.ssh_hosts import Hosts, package_sources, stand_in_hosts
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +52,8 @@ def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    with stand_in_hosts(2) as made:
+    # The hosts install jax and keras (python_packages) from this machine's package sources.
+    with stand_in_hosts(2, package_sources()) as made:
         yield made
 
 
@@ -66,10 +70,13 @@ def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict
 def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts) -> Path:
     root = tmp_path_factory.mktemp("ssh-project")
     (root / "job.py").write_text(JOB)
+    shutil.copy(REPO_ROOT / "examples" / "keras_resume.py", root / "keras_resume.py")
+    (root / "train.py").write_text(pausing_entry("keras_resume"))
     addresses = ", ".join(f'"{a}"' for a in hosts.addresses)
     (root / "skyinfra.toml").write_text(
-        f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n\n[ssh]\nhosts = [{addresses}]\n'
-        f'user = "{hosts.user}"\nkey = "{hosts.key}"\n'
+        f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n'
+        'plugins = ["jax", "keras:backend=jax"]\npython_packages = ["jax", "keras"]\n\n'
+        f'[ssh]\nhosts = [{addresses}]\nuser = "{hosts.user}"\nkey = "{hosts.key}"\n'
     )
     return root
 
@@ -109,7 +116,12 @@ def test_up_enrols_each_host_in_a_folder_of_its_own_with_pinned_keys(
         assert (node_dir(hosts, i) / "venv" / "bin" / "python").exists()
         assert node_dir(hosts, i).stat().st_uid == hosts.uid
         assert (node_dir(hosts, i) / "gpus").read_text().strip() == "0"
+        # No nvidia-smi on the stand-ins: no GPU in the topology, said by `up` and `status`.
+        assert f"{node_dir(hosts, i)} (venv made" in cluster.stdout
+    assert cluster.stdout.count("; no GPU)") == 2, cluster.stdout
     ws = workspace(project)
+    topology = json.loads((ws / "topology.json").read_text())
+    assert [n["accelerator"] for n in topology["nodes"]] == [None, None]
     known = ws / "known_hosts"
     assert stat.S_IMODE(known.stat().st_mode) == 0o600
     pinned = known.read_text()
@@ -129,7 +141,8 @@ def test_status_and_verify_reach_every_host(
 ) -> None:
     status = cli(["status", "--cluster", NAME], project, env)
     assert status.returncode == 0, status.stderr
-    assert status.stdout.count(" ready") == 2, status.stdout
+    assert status.stdout.count(" ready (bootstrap took ") == 2, status.stdout
+    assert status.stdout.count("), no GPU\n") == 2, status.stdout
     verify = cli(["verify", "--cluster", NAME], project, env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
@@ -142,7 +155,7 @@ def test_a_job_runs_on_each_host_with_identical_results(
     runs = sorted(p for p in (workspace(project) / "runs").iterdir() if p.is_dir())
     summary = json.loads((runs[-1] / "summary.json").read_text())
     values = [w["value"] for n in summary["nodes"] for w in n["result"]["workers"]]
-    assert len(values) == 2
+    assert len(values) == 2  # one worker process on each host: it has no GPU
     assert values[0]["digest"] == values[1]["digest"]
     # Each ran on its own host: its home, its network namespace, its node's folder.
     assert [v["home"] for v in values] == [str(h.home) for h in hosts.hosts]
@@ -150,6 +163,32 @@ def test_a_job_runs_on_each_host_with_identical_results(
     for i, v in enumerate(values):
         assert v["cwd"].startswith(str(node_dir(hosts, i)) + "/")
         assert v["netns"] == os.readlink(f"/proc/{hosts.hosts[i].ns}/ns/net")
+
+
+def test_keras_on_the_hosts_same_weights_and_a_killed_worker_resumes_bit_identical(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    """The seeds' Keras example (on JAX, installed by each host's enrolment) trains across
+    both hosts to the same weights; node 1's worker SIGKILLed in epoch 3 of a job with
+    --max-restarts 1 restarts it, which resumes from epoch 2's backup in the checkpoint folder
+    on the hosts and ends with the uninterrupted run's weights, bit for bit."""
+    ws = workspace(project)
+    reference = {v["weights_sha256"] for v in results(ws, cli(["run", "--cluster", NAME,
+                 "--checkpoints", "ref", "train.py:main"], project, env))}  # fmt: skip
+    assert len(reference) == 1
+    run, summary = restarted_after_kill(
+        project, env, ws, "restart", ["--cluster", NAME, "train.py:main"],
+        node_1_dir=node_dir(hosts, 1),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "signal", attempts
+    step = node_dir(hosts, 0) / "checkpoints" / "restart" / "step-00000016"
+    assert f"resumed from {step} (epoch 2, step 16)" in run.stdout, run.stdout
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert {v["resumed_step"] for v in values} == {16}
+    assert {v["weights_sha256"] for v in values} == reference
 
 
 def test_a_detached_job_and_its_logs(
@@ -208,6 +247,23 @@ def test_a_changed_host_key_is_refused_and_nothing_runs(
 def test_down_leaves_each_host_as_it_was(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
+    # Host 1 off the network: `down` removes host 0's node, names host 1 and what is left to
+    # clean there, fails as an unreachable host fails `up`, and keeps host 1 in the state.
+    lost = hosts.hosts[1]
+    hosts.cut_link(lost)
+    try:
+        partial = cli(["down", "--yes", "--cluster", NAME], project, env)
+    finally:
+        hosts.cut_link(lost, up=True)
+    assert partial.returncode == 1, partial.stdout + partial.stderr
+    said = partial.stdout + partial.stderr
+    assert f"host {hosts.addresses[0]}: nothing left" in said
+    assert f"host {lost.address}: not reachable" in partial.stderr, partial.stderr
+    assert f"left to clean there: the node folder {node_dir(hosts, 1)}" in partial.stderr
+    assert "processes may still run there" in partial.stderr
+    assert f"run `skyinfra down --cluster {NAME}` again" in partial.stderr
+    assert not node_dir(hosts, 0).exists() and node_dir(hosts, 1).is_dir()
+    # The later `down` finishes it.
     down = cli(["down", "--yes", "--cluster", NAME], project, env)
     assert down.returncode == 0, down.stdout + down.stderr
     for host in hosts.hosts:

@@ -12,6 +12,7 @@ from skyinfra.spec import validate_spec
 from skyinfra.targets.ssh import enrol
 from skyinfra.targets.ssh.contact import HostFacts
 from skyinfra.terraform import EmbeddedTerraform
+from skyinfra.topology import Accelerator
 from skyinfra.workspace import Workspace
 from tests.conftest import REPO_ROOT
 
@@ -31,7 +32,7 @@ def rendered(tmp_path: Path) -> Path:
     )  # fmt: skip
     facts = [
         HostFacts(0, "10.0.0.5", "/home/ml", "3.11", KEY),
-        HostFacts(1, "gpu-2.lab", "/srv/home/ml", "3.12", KEY),
+        HostFacts(1, "gpu-2.lab", "/srv/home/ml", "3.12", KEY, Accelerator("L4", 2)),
     ]
     ctx = enrol.context(spec, facts, wheel_path=wheel, wheel_sha256="a" * 64, uv_path="/bin/true")
     ws = tmp_path / "clusters" / "lab"
@@ -58,6 +59,7 @@ def test_the_root_module_names_each_host_its_folder_and_key(rendered: Path) -> N
     assert hosts["node-1"] == {
         "index": 1, "host": "gpu-2.lab", "private_address": "192.168.0.6",
         "node_dir": "/srv/home/ml/.skyinfra/lab/node-1", "host_key": KEY,
+        "gpus": 2, "gpu_type": "L4",
     }  # fmt: skip
     staged = rendered / "scripts" / "hosts" / "node-1" / ".skyinfra" / "lab" / "node-1" / ".enrol"
     assert sorted(p.name for p in staged.iterdir()) == [
@@ -65,12 +67,19 @@ def test_the_root_module_names_each_host_its_folder_and_key(rendered: Path) -> N
     ]  # fmt: skip
     topology = json.loads((staged / "topology.json").read_text())
     assert topology["head_addr"] == "192.168.0.5" and topology["provider"] == "ssh"
+    # The node check at enrolment holds the frameworks to the GPUs first contact counted.
+    assert [n["accelerator"] for n in topology["nodes"]] == [None, {"type": "L4", "count": 2}]
 
 
 def test_the_module_refuses_a_host_without_a_pinned_key(rendered: Path) -> None:
     engine = EmbeddedTerraform(rendered)
     engine.init()
-    assert engine.raw(["plan", "-input=false", "-no-color"]) == 0  # as rendered: it plans
+    # As rendered it plans, and the node outputs carry each host's GPUs (plan.md's row).
+    assert engine.raw(["plan", "-input=false", "-no-color", "-out=gpus.tfplan"]) == 0
+    nodes = engine.show_plan("gpus.tfplan")["output_changes"]["nodes"]["after"]
+    assert [nodes[n]["accelerator"] for n in ("node-0", "node-1")] == [
+        None, {"type": "L4", "count": 2}
+    ]  # fmt: skip
     tfvars = rendered / "terraform.tfvars.json"
     values = json.loads(tfvars.read_text())
     values["hosts"]["node-0"]["host_key"] = ""

@@ -102,6 +102,47 @@ def coordinator_bind_address(topology: Topology) -> str | None:
     return f"{host}:{topology.jax_port}"
 
 
+def gloo_address(topology: Topology, node: int) -> str | None:
+    """The address gloo (JAX's CPU collectives) should give the other processes: this node's
+    own (the topology's) when it is this machine's. gloo's default is the address the
+    hostname resolves to: a VM's 127.0.0.1 or Debian's 127.0.1.1 on many machines, which
+    another host cannot reach. None: the default stays (the node's address is not this
+    machine's: a stand-in node of the emulated network)."""
+    import socket
+
+    own = topology.nodes[node].private_ip
+    family = socket.AF_INET6 if ":" in own else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((own, 0))
+    except (OSError, ValueError):
+        return None
+    return own
+
+
+def _gloo_on(address: str) -> None:
+    """JAX's CPU client made with gloo advertising ``address``: jax.distributed has no option
+    for it, so the CPU backend's factory (jax's own, with this hostname) is registered anew
+    before the first computation makes it. An older or newer jax without these: left as is."""
+    try:
+        from jax._src import distributed, xla_bridge
+        from jax._src.lib import _jax  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    make = getattr(_jax, "make_gloo_tcp_collectives", None)
+    if make is None or not hasattr(xla_bridge, "register_backend_factory"):
+        return
+
+    def cpu_client() -> object:
+        client = distributed.global_state.client
+        return xla_bridge.make_cpu_client(
+            collectives=make(distributed_client=client, hostname=address)
+        )
+
+    with contextlib.suppress(RuntimeError, TypeError):  # a CPU backend already made: as is
+        xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
+
+
 def _takes_bind_address(initialize: Callable[..., object]) -> bool:
     """jax 0.4.31 and later: older ones always listen on every interface."""
     import inspect
@@ -172,6 +213,9 @@ class JaxPlugin:
                 f" timeout {timeout:g}s): {exc}"
             ) from exc
         self._initialized = True
+        address = gloo_address(topology, info.node)
+        if address is not None:
+            _gloo_on(address)
 
     def explain(self, exc: BaseException) -> str | None:
         if self._initialized and _TWICE in str(exc):
