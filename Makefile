@@ -8,7 +8,8 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 # checkov gets its own environment: it pins an older boto3 than the project needs.
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
-# Wheels of skyinfra's dependencies: the pip-install test installs from here, never an index.
+# Wheels of skyinfra's dependencies (the pip-install test installs from here, never an index),
+# and of jax and keras at the versions in .venv (the ssh target's stand-in hosts install them).
 WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
@@ -59,9 +60,10 @@ $(CHECKOV_STAMP):
 wheelhouse: $(WHEELHOUSE_STAMP)
 
 # The dependencies named in pyproject.toml (skyinfra-runtime is built from runtime/ instead).
-$(WHEELHOUSE_STAMP): pyproject.toml $(STAMP)
+$(WHEELHOUSE_STAMP): pyproject.toml $(STAMP) Makefile
 	mkdir -p $(WHEELHOUSE)
 	$(BIN)/python -c 'import tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print("\n".join(d for d in deps if not d.startswith("skyinfra-runtime")))' > $(WHEELHOUSE)/requirements.txt
+	$(BIN)/python -c 'from importlib.metadata import version; print("\n".join(f"{p}=={version(p)}" for p in ("jax", "jaxlib", "keras")))' >> $(WHEELHOUSE)/requirements.txt
 	$(BIN)/python -m pip wheel -q --wheel-dir $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
 	touch $@
 

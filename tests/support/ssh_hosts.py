@@ -24,7 +24,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_wheelhouse
 from tests.support.tools import require_system_tool
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -146,46 +146,32 @@ class Hosts:
         return sorted(str(p.relative_to(host.home)) for p in host.home.rglob("*"))
 
     def user_processes(self) -> list[str]:
-        """Every process of the login user (all hosts share this machine's processes), but
-        the sshd sessions themselves: what skyinfra left running."""
+        """Every process of the login user on these hosts (all hosts share this machine's
+        processes, and the login user the hosts of other test files: a process is these
+        hosts' when its login's HOME or its command names one of their folders), but the sshd
+        sessions themselves: what skyinfra left running."""
+        homes = {f"HOME={h.home}".encode() for h in self.hosts}
         found = []
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 if proc.stat().st_uid != self.uid:
                     continue
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                environ = set((proc / "environ").read_bytes().split(b"\0"))
             except OSError:
                 continue
-            if cmd and not cmd.startswith("sshd"):
+            ours = bool(homes & environ) or str(self.base) in cmd
+            if ours and cmd and not cmd.startswith("sshd"):
                 found.append(f"{proc.name} {cmd}")
         return found
 
 
 def package_sources() -> dict[str, str]:
-    """uv's settings for hosts that install from this machine's own package sources (as a
-    lab's machines use the lab's mirror): the local find-links and indexes pip is configured
-    with, as UV_* variables for the stand-ins' sshd to set. Skips when pip names none: the
-    hosts, in loopback-only namespaces, could reach no other."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
-    ).stdout
-    found: dict[str, list[str]] = {}
-    for line in listed.splitlines():
-        key, _, value = line.partition("=")
-        option = key.split(".", 1)[-1]
-        for source in value.strip("'\"").split():
-            local = source.startswith(("file://", "/"))
-            if local and option in ("find-links", "index-url", "extra-index-url"):
-                found.setdefault(option, []).append(source)
-    indexes = list(dict.fromkeys(found.get("index-url", []) + found.get("extra-index-url", [])))
-    links = list(dict.fromkeys(found.get("find-links", [])))
-    if not indexes and not links:
-        pytest.skip("pip names no local package source for the stand-in hosts to install from")
-    env = {"UV_FIND_LINKS": ",".join(links)}
-    if indexes:
-        env["UV_DEFAULT_INDEX"] = indexes[0]
-        env["UV_INDEX"] = " ".join(indexes[1:])
-    return {k: v for k, v in env.items() if v}
+    """uv's settings for hosts that install their python_packages from the dependency
+    wheelhouse (which holds jax and keras at the operator's versions, as a lab's machines use
+    the lab's mirror) and nothing else (UV_OFFLINE: uv has no variable for --no-index): the
+    hosts, in loopback-only namespaces, reach no index."""
+    return {"UV_FIND_LINKS": str(require_wheelhouse()), "UV_OFFLINE": "1"}
 
 
 def _keygen(path: Path) -> None:
