@@ -24,6 +24,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -68,6 +69,9 @@ class Host:
     config: Path
     host_key: Path
     sshd: subprocess.Popen[str] | None = None
+    # Not reachable from the test's namespace (a private node): its sshd is waited for from
+    # inside its own.
+    inside: bool = False
 
     @property
     def ns(self) -> int:
@@ -105,8 +109,12 @@ class Hosts:
         )  # fmt: skip
         # Bounded by the sshd: it either accepts a connection or exits.
         while True:
-            with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 1):
-                return
+            if host.inside:
+                if _answers_inside(host):
+                    return
+            else:
+                with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 1):
+                    return
             if host.sshd.poll() is not None:
                 err = host.sshd.stderr.read() if host.sshd.stderr else ""
                 pytest.fail(f"sshd on {host.address} did not start: {err}")
@@ -151,6 +159,15 @@ class Hosts:
             if cmd and not cmd.startswith("sshd"):
                 found.append(f"{proc.name} {cmd}")
         return found
+
+
+def _answers_inside(host: Host) -> bool:
+    probe = f"import socket; socket.create_connection(({host.address!r}, 22), 1).close()"
+    done = subprocess.run(
+        ["nsenter", f"--net=/proc/{host.ns}/ns/net", sys.executable, "-c", probe],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    return done.returncode == 0
 
 
 def _keygen(path: Path) -> None:
