@@ -12,8 +12,9 @@ pending, or failed when provision.sh wrote its failed marker or the optional sta
 that protocol, this module runs its probe with the target's :class:`ReadinessProbe`. A node
 that does not answer over SSH is unreachable, which right after `up` is normal (it is still
 booting). Where a node's published host keys come from is the target's (the AWS target reads
-them from the EC2 console: targets/aws/host_keys.py); this module pins them and shows a key's
-fingerprint.
+them from the EC2 console: targets/aws/host_keys.py); ssh_connect.py pins them and shows a
+key's fingerprint. A node whose SshTarget names a jump host (a private network's way in) is
+reached over a channel that host opens, the jump's own key pinned the same way.
 """
 
 from __future__ import annotations
