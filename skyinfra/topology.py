@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime.errors import TopologyError as RuntimeTopologyError
-from skyinfra_runtime.topology import SCHEMA, Accelerator, Node, Topology
+from skyinfra_runtime.topology import SCHEMA, Accelerator, Node, Topology, WayIn
 
 from skyinfra.errors import TopologyError, WorkspaceError
 from skyinfra.spec import ClusterSpec
@@ -25,14 +25,18 @@ __all__ = [
     "Accelerator",
     "Node",
     "Topology",
+    "WayIn",
     "build_topology",
     "read_topology",
     "topology_from_outputs",
 ]
 
 
-def build_topology(spec: ClusterSpec, *, head_addr: str, nodes: Iterable[Node]) -> Topology:
-    """The topology of ``spec``'s cluster with these nodes, checked as the runtime reads it."""
+def build_topology(
+    spec: ClusterSpec, *, head_addr: str, nodes: Iterable[Node], way_in: WayIn | None = None
+) -> Topology:
+    """The topology of ``spec``'s cluster with these nodes (and the way in to them, on a
+    private network), checked as the runtime reads it."""
     ordered = tuple(sorted(nodes, key=lambda n: n.index))
     indices = [n.index for n in ordered]
     if indices != list(range(len(ordered))):
@@ -51,6 +55,7 @@ def build_topology(spec: ClusterSpec, *, head_addr: str, nodes: Iterable[Node]) 
         nodes=ordered,
         procs_per_node=spec.procs_per_node,
         plugins=spec.plugins,
+        way_in=way_in,
     )
     try:  # what the nodes will read: refuse here what the runtime would refuse there
         Topology.from_dict(topology.to_dict())
@@ -99,6 +104,30 @@ def _node(key: str, node: Any) -> Node:
     )
 
 
+def _way_in(network: Any, nodes: Iterable[Node]) -> WayIn | None:
+    """The way in named by the optional ``network`` output (a private network): the bastion,
+    with its public address and instance, or a node of the cluster by name."""
+    if network is None:
+        return None
+    where = "terraform output 'network'"
+    if not isinstance(network, Mapping) or not isinstance(network.get("way_in"), str):
+        raise TopologyError(f"{where}: expected an object with way_in, got {network!r}")
+    name = network["way_in"]
+    by_name = {node.name: node for node in nodes}
+    if name in by_name:
+        node = by_name[name]
+        if not node.public_ip:
+            raise TopologyError(f"{where}: the way in, {name}, has no public address")
+        return WayIn(name=name, public_ip=node.public_ip, node=node.index)
+    public_ip, instance_id = network.get("bastion_public_ip"), network.get("bastion_instance_id")
+    if not isinstance(public_ip, str) or not public_ip or not isinstance(instance_id, str):
+        raise TopologyError(
+            f"{where}: the way in is {name!r}, which needs bastion_public_ip and "
+            f"bastion_instance_id (or a node's name), got {network!r}"
+        )
+    return WayIn(name=name, public_ip=public_ip, instance_id=instance_id)
+
+
 def topology_from_outputs(outputs: Mapping[str, Any], spec: ClusterSpec) -> Topology:
     """Build the topology the runtime reads; a malformed output names what is wrong."""
     for key in ("head_addr", "head_port", "nodes"):
@@ -126,10 +155,12 @@ def topology_from_outputs(outputs: Mapping[str, Any], spec: ClusterSpec) -> Topo
                 f"terraform output {key!r} is {given[key]!r} but the spec says {value!r};"
                 " the workspace's root module does not match its spec (run `skyinfra up` again)"
             )
+    nodes = [_node(str(key), node) for key, node in nodes_out.items()]
     return build_topology(
         spec,
         head_addr=str(outputs["head_addr"]),
-        nodes=[_node(str(key), node) for key, node in nodes_out.items()],
+        nodes=nodes,
+        way_in=_way_in(outputs.get("network"), nodes),
     )
 
 

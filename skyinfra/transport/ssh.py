@@ -12,15 +12,13 @@ pending, or failed when provision.sh wrote its failed marker or the optional sta
 that protocol, this module runs its probe with the target's :class:`ReadinessProbe`. A node
 that does not answer over SSH is unreachable, which right after `up` is normal (it is still
 booting). Where a node's published host keys come from is the target's (the AWS target reads
-them from the EC2 console: targets/aws/host_keys.py); this module pins them and shows a key's
-fingerprint.
+them from the EC2 console: targets/aws/host_keys.py); ssh_connect.py pins them and shows a
+key's fingerprint. A node whose SshTarget names a jump host (a private network's way in) is
+reached over a channel that host opens, the jump's own key pinned the same way.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import logging
 import os
 import posixpath
@@ -36,6 +34,15 @@ from skyinfra.errors import HostKeyChangedError, TransportError
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.bootstrap import NODE_ENV_FILE, parse_probe_output, probe_script
 from skyinfra.transport.nodesync import Entries
+from skyinfra.transport.ssh_connect import (
+    Hop,
+    HostKeySource,
+    JumpHost,
+    SshKeys,
+    SshTarget,
+    connect,
+    fingerprint,
+)
 from skyinfra.transport.ssh_process import START_TIME, SshProcess
 from skyinfra.transport.tree import CopyStats
 
@@ -44,39 +51,16 @@ from skyinfra.transport.tree import CopyStats
 # unreachable node) anyway, so keep its log quiet unless the application configures logging.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-# A node's published host keys ("<type> <base64>" lines), or empty when not published yet.
-HostKeySource = Callable[[int], Sequence[str]]
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -l` prints it."""
-    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-    return f"{key.get_name()} SHA256:{digest}"
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach one node."""
-
-    host: str
-    user: str = "ubuntu"
-    port: int = 22
-    # Prefix of every path of the node (node root, markers): an emulated node that lives in a
-    # folder of a shared machine (SKYINFRA_AWS_EMULATED_NODES); empty for a real node.
-    root: str = ""
-
-
-@dataclass(frozen=True)
-class SshKeys:
-    """The keys of the connections to the nodes: the private key they log in with
-    (``key_path``), the file host keys are pinned in (``known_hosts``), the host keys the
-    nodes published (``host_keys``; None: a key seen first is trusted and recorded) and who
-    is told a first-seen key's fingerprint (``on_new_host_key``)."""
-
-    key_path: Path
-    known_hosts: Path
-    host_keys: HostKeySource | None = None
-    on_new_host_key: Callable[[str], None] | None = None
+# Defined beside the connection code (ssh_connect.py); named here, where callers know them.
+__all__ = [
+    "HostKeySource",
+    "JumpHost",
+    "ReadinessProbe",
+    "SshKeys",
+    "SshTarget",
+    "SshTransport",
+    "fingerprint",
+]
 
 
 @dataclass(frozen=True)
@@ -122,15 +106,17 @@ class SshTransport:
         ``node_gone``."""
         self._targets = dict(targets)
         self._unreachable = dict(unreachable or {})
+        self._keys = keys
         self._key_path = keys.key_path
-        self._known_hosts = keys.known_hosts
         self._root = node_root
         self._timeout = connect_timeout_s
         self._readiness_probe = probe
         self._clients: dict[int, paramiko.SSHClient] = {}
         self._host_keys = keys.host_keys
-        self._on_new_host_key = keys.on_new_host_key
         self._gone = gone
+        # The way-in hosts' connections (one per host), which every node's rides on.
+        self._jumps: dict[JumpHost, paramiko.SSHClient] = {}
+        self._jump_lock = threading.Lock()
         # One lock per node so nodes connect in parallel; _lock guards the dicts and the
         # known_hosts file.
         self._node_locks: dict[int, threading.Lock] = {}
@@ -167,98 +153,56 @@ class SshTransport:
             with self._lock:
                 if node in self._clients:
                     return self._clients[node]
-            client = paramiko.SSHClient()
-            with self._lock:
-                if self._known_hosts.is_file():
-                    client.load_host_keys(str(self._known_hosts))
-            published = self._pin_published_keys(node, target, client)
-            client.set_missing_host_key_policy(
-                paramiko.RejectPolicy() if published else paramiko.AutoAddPolicy()
-            )
-            try:
-                client.connect(
+            source = self._host_keys
+            client = connect(
+                Hop(
+                    f"node {node}",
                     target.host,
-                    port=target.port,
-                    username=target.user,
-                    key_filename=str(self._key_path),
-                    timeout=self._timeout,
-                    banner_timeout=self._timeout,
-                    auth_timeout=self._timeout,
-                    allow_agent=False,
-                    look_for_keys=False,
-                )
-            except paramiko.BadHostKeyException as err:
-                client.close()
-                if published:
-                    raise HostKeyChangedError(
-                        f"node {node} ({target.host}:{target.port}) presented "
-                        f"{fingerprint(err.key)}, which is not a key the node published on "
-                        "its console: refusing the connection (someone may be in between)"
-                    ) from err
-                raise HostKeyChangedError(
-                    f"node {node} ({target.host}:{target.port}): host key changed since it was "
-                    f"recorded in {self._known_hosts}; if the node was replaced, remove its line"
-                ) from err
-            except (paramiko.SSHException, OSError, EOFError) as err:
-                client.close()
-                raise TransportError(
-                    f"node {node}: cannot connect to {target.user}@{target.host}:{target.port} "
-                    f"with key {self._key_path}: {err}"
-                ) from err
-            self._tell_new_key(node, target, client, published)
+                    target.port,
+                    target.user,
+                    None if source is None else lambda: source(node),
+                ),
+                self._keys,
+                timeout=self._timeout,
+                file_lock=self._lock,
+                sock=None if target.jump is None else self._through_jump(node, target),
+            )
             with self._lock:
-                self._known_hosts.parent.mkdir(parents=True, exist_ok=True)
-                # Merge what other nodes' connections recorded meanwhile, then write.
-                if self._known_hosts.is_file():
-                    client.load_host_keys(str(self._known_hosts))
-                client.save_host_keys(str(self._known_hosts))
                 self._clients[node] = client
             return client
 
-    @staticmethod
-    def _host_name(target: SshTarget) -> str:
-        return target.host if target.port == 22 else f"[{target.host}]:{target.port}"
-
-    def _pin_published_keys(self, node: int, target: SshTarget, client: paramiko.SSHClient) -> bool:
-        """With a key source, and no key recorded for the host yet: add the node's published
-        keys as the only acceptable ones (True). TransportError while it has published none."""
-        if self._host_keys is None:
-            return False
-        name = self._host_name(target)
-        if client.get_host_keys().lookup(name):
-            return True  # pinned at an earlier connection (from the console, too)
-        lines = list(self._host_keys(node))
-        if not lines:
-            raise TransportError(
-                f"node {node}: its SSH host key is not on its console yet (cloud-init prints "
-                "it at first boot; read through EC2 GetConsoleOutput): not connecting to a "
-                "host whose key cannot be checked"
+    def _through_jump(self, node: int, target: SshTarget) -> paramiko.Channel:
+        """A channel from the way-in host to the node's sshd (ProxyJump's), over the one
+        connection to that host every node shares (made, and its key checked, first)."""
+        jump = target.jump
+        assert jump is not None
+        with self._jump_lock:
+            client = self._jumps.get(jump)
+            transport = None if client is None else client.get_transport()
+            if transport is None or not transport.is_active():
+                if client is not None:
+                    client.close()
+                client = connect(
+                    Hop(jump.label, jump.host, jump.port, jump.user, jump.host_keys, "it"),
+                    self._keys,
+                    timeout=self._timeout,
+                    file_lock=self._lock,
+                )
+                self._jumps[jump] = client
+                transport = client.get_transport()
+            assert transport is not None
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (target.host, target.port),
+                ("127.0.0.1", 0),
+                timeout=self._timeout,
             )
-        for line in lines:
-            key_type, _, data = line.partition(" ")
-            try:
-                key = paramiko.PKey.from_type_string(key_type, base64.b64decode(data))
-            except (ValueError, paramiko.SSHException, binascii.Error):
-                continue  # a key type paramiko does not know
-            client.get_host_keys().add(name, key_type, key)
-        return True
-
-    def _tell_new_key(
-        self, node: int, target: SshTarget, client: paramiko.SSHClient, published: bool
-    ) -> None:
-        transport = client.get_transport()
-        if self._on_new_host_key is None or transport is None:
-            return
-        if self._known_hosts.is_file():
-            recorded = paramiko.HostKeys(str(self._known_hosts))
-            if recorded.lookup(self._host_name(target)):
-                return
-        how = "matches the key it published on its console" if published else "trusted on first use"
-        self._on_new_host_key(
-            f"[skyinfra] node {node} ({target.host}:{target.port}): host key "
-            f"{fingerprint(transport.get_remote_server_key())} {how}; recorded in "
-            f"{self._known_hosts}"
-        )
+        except (paramiko.SSHException, OSError, EOFError) as err:
+            raise TransportError(
+                f"node {node}: {jump.label} ({jump.host}:{jump.port}) could not reach "
+                f"{target.host}:{target.port}: {err or type(err).__name__}"
+            ) from err
 
     def _drop(self, node: int) -> None:
         """Forget a node's connection (it broke: the node rebooted, or the network did)."""
@@ -285,6 +229,10 @@ class SshTransport:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+        with self._jump_lock:
+            for client in self._jumps.values():
+                client.close()
+            self._jumps.clear()
 
     def _exec(self, node: int, command: str) -> paramiko.Channel:
         transport = self._client(node).get_transport()
@@ -375,8 +323,10 @@ class SshTransport:
 
     def _tail_hint(self, target: SshTarget, bootstrap_log: str) -> str:
         port = "" if target.port == 22 else f" -p {target.port}"
+        jump = target.jump
+        via = "" if jump is None else f" -J {jump.user}@{jump.host}:{jump.port}"
         return (
-            f"ssh -i {self._key_path}{port} {target.user}@{target.host} "
+            f"ssh -i {self._key_path}{via}{port} {target.user}@{target.host} "
             f"sudo tail -n 50 {bootstrap_log}"
         )
 

@@ -24,6 +24,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -69,6 +70,9 @@ class Host:
     config: Path
     host_key: Path
     sshd: subprocess.Popen[str] | None = None
+    # Not reachable from the test's namespace (a private node): its sshd is waited for from
+    # inside its own.
+    inside: bool = False
 
     @property
     def ns(self) -> int:
@@ -107,8 +111,12 @@ class Hosts:
         )  # fmt: skip
         # Bounded by the sshd: it either accepts a connection or exits.
         while True:
-            with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 1):
-                return
+            if host.inside:
+                if _answers_inside(host):
+                    return
+            else:
+                with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 1):
+                    return
             if host.sshd.poll() is not None:
                 err = host.sshd.stderr.read() if host.sshd.stderr else ""
                 pytest.fail(f"sshd on {host.address} did not start: {err}")
@@ -172,6 +180,15 @@ def package_sources() -> dict[str, str]:
     the lab's mirror) and nothing else (UV_OFFLINE: uv has no variable for --no-index): the
     hosts, in loopback-only namespaces, reach no index."""
     return {"UV_FIND_LINKS": str(require_wheelhouse()), "UV_OFFLINE": "1"}
+
+
+def _answers_inside(host: Host) -> bool:
+    probe = f"import socket; socket.create_connection(({host.address!r}, 22), 1).close()"
+    done = subprocess.run(
+        ["nsenter", f"--net=/proc/{host.ns}/ns/net", sys.executable, "-c", probe],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    return done.returncode == 0
 
 
 def _keygen(path: Path) -> None:

@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 import pytest
-from skyinfra_runtime.topology import Topology
+from skyinfra_runtime.errors import TopologyError as RuntimeTopologyError
+from skyinfra_runtime.topology import Topology, WayIn
 
 from skyinfra.errors import TopologyError
 from skyinfra.spec import validate_spec
@@ -71,6 +72,28 @@ def test_ten_nodes_sort_by_index_not_name() -> None:
     }
     topo = topology_from_outputs(outs, validate_spec({"name": "demo", "nodes": 10}))
     assert [n.index for n in topo.nodes] == list(range(10))
+
+
+def test_the_network_output_names_the_way_in() -> None:
+    """A private network's `network` output (issue 46) becomes the topology's way in: the
+    bastion with its address and instance, or a node by name; the runtime reads it back."""
+    outs = outputs()
+    outs["network"] = {"kind": "private", "way_in": "bastion", "bastion_public_ip": "198.51.100.7",
+                       "bastion_private_ip": "10.42.255.244", "bastion_instance_id": "i-b",
+                       "nat_gateway_id": None}  # fmt: skip
+    topo = topology_from_outputs(outs, SPEC)
+    assert topo.way_in == WayIn("bastion", "198.51.100.7", instance_id="i-b")
+    assert Topology.from_dict(topo.to_dict()) == topo
+    outs["network"] = {"kind": "private", "way_in": "node-0", "bastion_public_ip": None}
+    outs["nodes"]["node-0"]["public_ip"] = "198.51.100.1"
+    assert topology_from_outputs(outs, SPEC).way_in == WayIn("node-0", "198.51.100.1", node=0)
+    # A public network's file is what it was: no way_in key at all.
+    assert "way_in" not in topology_from_outputs(outputs(), SPEC).to_dict()
+    outs["nodes"]["node-0"]["public_ip"] = None
+    with pytest.raises(TopologyError, match="the way in, node-0, has no public address"):
+        topology_from_outputs(outs, SPEC)
+    with pytest.raises(RuntimeTopologyError, match="way_in field 'node' is 5"):
+        Topology.from_dict({**topo.to_dict(), "way_in": {"name": "n", "public_ip": "x", "node": 5}})
 
 
 @pytest.mark.parametrize(

@@ -307,8 +307,8 @@ def test_a_bad_network_exits_2_and_up_refuses_a_private_one_before_anything(
     tmp_path: Path, no_credentials: dict[str, str]
 ) -> None:
     """Issue 46: an unknown aws.network exits 2 naming it, offline; a valid private network
-    plans, but `up` (which waits for SSH to every node, not yet through the bastion) refuses
-    it with exit 2 before any AWS call, writing nothing."""
+    plans, but `up` without aws.nat (whose nodes could not install their bootstrap until the
+    S3 wheelhouse lands) refuses it with exit 2 before any AWS call, writing nothing."""
     root = project(tmp_path, AWS_SPEC.replace('ssh_key = "keys/missing"', 'network = "dmz"'))
     before = listing(root)
     proc = skyinfra(["validate", "--json"], root, no_credentials)
@@ -324,6 +324,6 @@ def test_a_bad_network_exits_2_and_up_refuses_a_private_one_before_anything(
     before = listing(root)
     proc = skyinfra(["up", "--yes"], root, no_credentials)
     assert proc.returncode == exitcodes.USAGE, proc.stdout + proc.stderr
-    assert "'aws.network'" in proc.stderr and "`skyinfra plan`" in proc.stderr, proc.stderr
+    assert "'aws.nat'" in proc.stderr and "`skyinfra plan`" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "credentials" not in proc.stderr.lower()
     assert listing(root) == before

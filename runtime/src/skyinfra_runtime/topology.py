@@ -44,6 +44,20 @@ class Node:
 
 
 @dataclass(frozen=True)
+class WayIn:
+    """The one host the operator reaches a private network's nodes through (ProxyJump): a
+    bastion outside the nodes, or a node of the cluster (``node``, its index). The nodes
+    never use it; the operator's skyinfra reads it from topology.json to dial them."""
+
+    name: str
+    public_ip: str
+    # The bastion's instance (its console shows its host keys); None for a node, whose
+    # instance is its own entry's.
+    instance_id: str | None = None
+    node: int | None = None
+
+
+@dataclass(frozen=True)
 class PluginRef:
     """A plugin named in the topology (the operator writes the spec's plugins there)."""
 
@@ -60,6 +74,8 @@ class Topology:
     nodes: tuple[Node, ...]
     procs_per_node: int | str = 1
     plugins: tuple[PluginRef, ...] = ()
+    # None: every node is reached at its own address (a public network).
+    way_in: WayIn | None = None
 
     @property
     def jax_port(self) -> int:
@@ -117,9 +133,23 @@ class Topology:
             nodes=tuple(sorted(nodes, key=lambda n: n.index)),
             procs_per_node=procs,
             plugins=_plugins(data.get("plugins", [])),
+            way_in=_way_in(data.get("way_in"), len(nodes)),
         )
 
     def to_dict(self) -> dict[str, Any]:
+        # way_in only when there is one: a public cluster's file is what it was.
+        way_in = (
+            {}
+            if self.way_in is None
+            else {
+                "way_in": {
+                    "name": self.way_in.name,
+                    "public_ip": self.way_in.public_ip,
+                    "instance_id": self.way_in.instance_id,
+                    "node": self.way_in.node,
+                }
+            }
+        )
         return {
             "schema": SCHEMA,
             "cluster": self.cluster,
@@ -143,6 +173,7 @@ class Topology:
                 }
                 for n in self.nodes
             ],
+            **way_in,
         }
 
 
@@ -263,3 +294,23 @@ def _plugins(raw: object) -> tuple[PluginRef, ...]:
             raise TopologyError(f"topology plugins[{i}] field 'options' must be an object")
         refs.append(PluginRef(name, dict(options)))
     return tuple(refs)
+
+
+def _way_in(raw: object, node_count: int) -> WayIn | None:
+    if raw is None:
+        return None
+    where = "topology way_in"
+    if not isinstance(raw, Mapping):
+        raise TopologyError(f"{where} is {raw!r}; expected {{name, public_ip, ...}} or null")
+    instance_id = raw.get("instance_id")
+    if instance_id is not None and not (isinstance(instance_id, str) and instance_id):
+        raise TopologyError(f"{where} field 'instance_id' is {instance_id!r}; expected a string")
+    node = None
+    if raw.get("node") is not None:
+        node = _int(raw, "node", where, low=0, high=node_count - 1)
+    return WayIn(
+        name=_str(raw, "name", where),
+        public_ip=_str(raw, "public_ip", where),
+        instance_id=instance_id,
+        node=node,
+    )

@@ -44,15 +44,19 @@ def elastic_ips(fields: NetworkFields) -> int | None:
 
 
 def refuse_private_up(fields: NetworkFields) -> None:
-    """`up` waits until every node answers over SSH, and the way through the bastion is not
-    built yet: refused before anything is created (`plan` and `apply PLANFILE` work)."""
-    if fields.private:
+    """`run`, `ssh` and `verify` reach a private network's nodes through its way in, but a
+    node's bootstrap still installs from the package indexes (the S3 wheelhouse is not built
+    yet), which a private subnet reaches only through a NAT gateway: without ``aws.nat`` its
+    nodes could never become ready, so `up` is refused before anything is created."""
+    if fields.private and not fields.nat:
         raise SpecError(
-            "aws.network",
-            PRIVATE,
-            f'"{PUBLIC}" for `up`: a private network can be planned (`skyinfra plan`) and '
-            "applied (`skyinfra apply PLANFILE`), but `up`, `run`, `ssh` and `verify` do not "
-            "reach its nodes through the bastion yet; nothing was created",
+            "aws.nat",
+            False,
+            f'true with aws.network = "{PRIVATE}" for `up` (with guardrails.'
+            "allow_internet_egress = true): the nodes' bootstrap installs from the package "
+            "indexes (apt, PyPI), which a private subnet reaches only through NAT until the "
+            "S3 wheelhouse lands; `skyinfra plan` and `apply PLANFILE` work without it; "
+            "nothing was created",
         )
 
 

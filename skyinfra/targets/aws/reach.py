@@ -1,6 +1,7 @@
-"""How `run`, `status` and `verify` reach AWS nodes: SSH to each node's address, with its
-host key pinned from the node's serial console; in emulator mode only the stand-in machines
-SKYINFRA_AWS_EMULATED_NODES names (endpoints.py)."""
+"""How `run`, `status` and `verify` reach AWS nodes: SSH to each node where way_in.py says
+(its address, or through a private network's way in), every host key pinned from the host's
+serial console; in emulator mode only the stand-in machines SKYINFRA_AWS_EMULATED_NODES names
+(endpoints.py)."""
 
 from __future__ import annotations
 
@@ -12,71 +13,46 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from skyinfra.errors import ConfigError, WorkspaceError
+from skyinfra.errors import WorkspaceError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.cloudinit import NODE_DIR
-from skyinfra.targets.aws.endpoints import (
-    EMULATED_NODES_ENV_VAR,
-    ENDPOINT_ENV_VAR,
-    emulated_nodes_from_env,
-    emulator_from_env,
-)
+from skyinfra.targets.aws.endpoints import emulated_nodes_from_env, emulator_from_env
 from skyinfra.targets.aws.host_keys import host_keys_from_console
 from skyinfra.targets.aws.readiness import CLOUD_INIT_PROBE
 from skyinfra.targets.aws.session import clients_for
 from skyinfra.targets.aws.spec import AwsSpec
+from skyinfra.targets.aws.way_in import Dialling, node_targets
 from skyinfra.topology import Topology
-from skyinfra.transport.ssh import SshKeys, SshTarget, SshTransport
+from skyinfra.transport.ssh import SshKeys, SshTransport
 from skyinfra.workspace import Workspace
 
 # Values looked up at `up` that `run` needs later (the login user), kept beside the root module.
 TARGET_FILE = "aws-target.json"
-SSH_PORT = 22
 KNOWN_HOSTS_FILE = "known_hosts"
 # In node 0's copy of the workspace (aws.recover's kit, head.py): the key node 0 reaches the
 # nodes with. Its presence makes the workspace node 0's.
 HEAD_MARKER = "head.json"
 
 
-def _emulated_targets(
-    ws: Workspace, topology: Topology, user: str
-) -> tuple[dict[int, SshTarget], dict[int, str]]:
-    """Emulator mode: the nodes SKYINFRA_AWS_EMULATED_NODES maps to a stand-in sshd, and the
-    others as unreachable, each with the reason (their addresses are the emulator's)."""
-    emulated = emulated_nodes_from_env()
-    names = [node.name for node in topology.nodes]
-    for name in emulated:
-        if name not in names:
-            raise ConfigError(
-                f"{EMULATED_NODES_ENV_VAR}[{name!r}]", name, f"a node of {ws.name!r}: {names}"
-            )
-    targets: dict[int, SshTarget] = {}
-    unreachable: dict[int, str] = {}
-    for node in topology.nodes:
-        if node.name in emulated:
-            at = emulated[node.name]
-            targets[node.index] = SshTarget(host=at.host, user=user, port=at.port, root=at.root)
-        else:
-            addresses = ", ".join(a for a in (node.public_ip, node.private_ip) if a)
-            unreachable[node.index] = (
-                f"not dialled: emulator mode ({ENDPOINT_ENV_VAR} is set), so {node.name}'s "
-                f"addresses ({addresses}) are the emulator's, not a machine's; map "
-                f"{node.name} to a stand-in sshd with {EMULATED_NODES_ENV_VAR}"
-            )
-    return targets, unreachable
-
-
 def console_host_keys(spec: ClusterSpec, topology: Topology) -> Callable[[int], list[str]]:
-    """The SSH host keys each node printed on its serial console (cloud-init does at first
-    boot), read through EC2 GetConsoleOutput with the operator's credentials: a channel the
-    network between operator and node cannot forge. Empty while the node has not printed
-    them (or the API would not say)."""
+    """The SSH host keys each node printed on its serial console (console_keys)."""
     instance_ids = {node.index: node.instance_id for node in topology.nodes}
+    by_instance = console_keys(spec)
 
     def keys(index: int) -> list[str]:
         instance_id = instance_ids.get(index)
-        if not instance_id:
-            return []
+        return by_instance(instance_id) if instance_id else []
+
+    return keys
+
+
+def console_keys(spec: ClusterSpec) -> Callable[[str], list[str]]:
+    """The SSH host keys an instance (a node, the bastion) printed on its serial console
+    (cloud-init does at first boot), read through EC2 GetConsoleOutput with the operator's
+    credentials: a channel the network between operator and host cannot forge. Empty while
+    the instance has not printed them (or the API would not say)."""
+
+    def keys(instance_id: str) -> list[str]:
         ec2 = clients_for(spec).client("ec2")
         try:
             try:
@@ -126,8 +102,9 @@ def instances_gone(spec: ClusterSpec, topology: Topology) -> Callable[[int], boo
 def transport(
     ws: Workspace, spec: ClusterSpec, topology: Topology, *, connect_timeout_s: float = 20.0
 ) -> SshTransport:
-    """SSH to every node: its public address, or the private one when it has none. The node
-    is ready once cloud-init's provision.sh wrote its ready marker (cloudinit.READY_MARKER).
+    """SSH to every node where way_in.py says (its public address; on a private network
+    through the way in). The node is ready once cloud-init's provision.sh wrote its ready
+    marker (cloudinit.READY_MARKER).
 
     In emulator mode the nodes' own addresses are never dialled (see endpoints.py): a node is
     reached through SKYINFRA_AWS_EMULATED_NODES, or reads as unreachable, saying why.
@@ -148,18 +125,15 @@ def transport(
         settings = ws.read_json(ws.path / TARGET_FILE)
         user = str(settings["ssh_user"])
     emulated = emulator_from_env() is not None
-    if emulated:
-        targets, unreachable = _emulated_targets(ws, topology, user)
-    else:
-        targets = {
-            node.index: SshTarget(
-                host=node.private_ip if on_node_0 else node.public_ip or node.private_ip,
-                user=user,
-                port=SSH_PORT,
-            )
-            for node in topology.nodes
-        }
-        unreachable = {}
+    targets, unreachable = node_targets(
+        topology,
+        Dialling(
+            user=user,
+            on_node_0=on_node_0 is not None,
+            emulated=emulated_nodes_from_env() if emulated else None,
+            console_keys=console_keys(spec),
+        ),
+    )
     return SshTransport(
         targets,
         keys=SshKeys(

@@ -1,10 +1,14 @@
 """`skyinfra ssh` on AWS nodes: the system's OpenSSH client, held to the host key skyinfra
 pinned from the node's console (the workspace's ``known_hosts``, StrictHostKeyChecking=yes),
 and the OpenSSH config block per node that lets ssh, scp, rsync and editors reach
-``<cluster>-node-<i>`` directly."""
+``<cluster>-node-<i>`` directly. On a private network both go through the way in (the
+bastion, or node 0), whose key is held the same way on its own hop: `ssh` with a
+ProxyCommand that carries every option (ProxyJump would not pass them on), the config with
+a ``Host <cluster>-bastion`` block and ``ProxyJump`` to it."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.targets.base import Echo, Shell
 from skyinfra.topology import Topology
 from skyinfra.transport.bootstrap import node_shell_line
-from skyinfra.transport.ssh import SshTarget, SshTransport
+from skyinfra.transport.ssh import JumpHost, SshTarget, SshTransport
 from skyinfra.workspace import Workspace
 
 # Written by `skyinfra ssh --config` into the workspace (0600): Include it from ~/.ssh/config.
@@ -52,7 +56,12 @@ def shell(
         root = nodes.node_root(node)
     finally:
         nodes.close()
-    argv = ["ssh", *_options(ws, spec), "-p", str(target.port), f"{target.user}@{target.host}"]
+    options = _options(ws, spec)
+    if target.jump is not None:
+        jump = target.jump
+        through = ["ssh", *options, "-p", str(jump.port), "-W", "%h:%p", f"{jump.user}@{jump.host}"]
+        options += ["-o", f"ProxyCommand={shlex.join(through)}"]
+    argv = ["ssh", *options, "-p", str(target.port), f"{target.user}@{target.host}"]
     if not command:
         return Shell(argv)
     return Shell([*argv, node_shell_line(root, node, command)])
@@ -68,6 +77,8 @@ def ssh_config(ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Ec
         f"# Include it from ~/.ssh/config: Include {(ws.path / SSH_CONFIG_FILE).resolve()}",
     ]
     nodes = transport(ws, spec, topology)
+    names = {node.name for node in topology.nodes}
+    jumps: list[JumpHost] = []
     try:
         for node in topology.nodes:
             host = f"{spec.name}-{node.name}"
@@ -80,19 +91,32 @@ def ssh_config(ws: Workspace, spec: ClusterSpec, topology: Topology, *, echo: Ec
                 except SkyinfraError:
                     lines += ["", f"# {host}: not reachable from here ({err})"]
                     continue
-            lines += [
-                "",
-                f"Host {host}",
-                f"    HostName {target.host}",
-                f"    Port {target.port}",
-                f"    User {target.user}",
-                f"    IdentityFile {options[1]}",
-                "    IdentitiesOnly yes",
-                f"    {options[5].replace('=', ' ', 1)}",
-                "    StrictHostKeyChecking yes",
-            ]
+            jump = target.jump
+            lines += ["", *_host_block(host, target.host, target.port, target.user, options)]
+            if jump is not None:
+                lines.append(f"    ProxyJump {spec.name}-{jump.name}")
+                if jump.name not in names and jump not in jumps:
+                    jumps.append(jump)
     finally:
         nodes.close()
+    for jump in jumps:  # the bastion: not a node, its own block
+        lines += [
+            "",
+            *_host_block(f"{spec.name}-{jump.name}", jump.host, jump.port, jump.user, options),
+        ]
     text = "\n".join(lines) + "\n"
     ws.write_text(ws.path / SSH_CONFIG_FILE, text)
     return text
+
+
+def _host_block(alias: str, host: str, port: int, user: str, options: list[str]) -> list[str]:
+    return [
+        f"Host {alias}",
+        f"    HostName {host}",
+        f"    Port {port}",
+        f"    User {user}",
+        f"    IdentityFile {options[1]}",
+        "    IdentitiesOnly yes",
+        f"    {options[5].replace('=', ' ', 1)}",
+        "    StrictHostKeyChecking yes",
+    ]

@@ -56,6 +56,16 @@ resource "aws_instance" "this" {
   monitoring                  = false
   ebs_optimized               = true
 
+  # Its SSH host keys on the serial console at first boot, as the nodes' cloud-init prints
+  # theirs: skyinfra reads them through EC2 GetConsoleOutput and pins them before the first
+  # connection. No packages, no scripts: the bastion only forwards SSH.
+  user_data = <<-EOT
+    #cloud-config
+    ssh:
+      emit_keys_to_console: true
+    ssh_key_console_blacklist: []
+  EOT
+
   # IMDSv2 only, as on the nodes.
   metadata_options {
     http_endpoint               = "enabled"

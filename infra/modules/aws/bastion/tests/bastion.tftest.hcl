@@ -28,6 +28,11 @@ run "one_small_public_host_with_ssh_from_the_given_blocks" {
     condition     = aws_instance.this.metadata_options[0].http_tokens == "required" && aws_instance.this.root_block_device[0].encrypted == true
     error_message = "IMDSv2 and an encrypted root volume."
   }
+
+  assert {
+    condition     = strcontains(aws_instance.this.user_data, "emit_keys_to_console: true")
+    error_message = "The bastion prints its SSH host keys on its console, where skyinfra pins them from."
+  }
 }
 
 run "refuses_ssh_from_anywhere" {
