@@ -61,8 +61,8 @@ def ws(project: Path) -> Path:
     return project / ".skyinfra" / "clusters" / NAME
 
 
-def provision(project: Path, env: dict[str, str], node: int) -> None:
-    recovery_provision(project, env, node, NAME)
+def provision(project: Path, env: dict[str, str], node: int) -> str:
+    return recovery_provision(project, env, node, NAME)
 
 
 def authorize_the_clusters_key(project: Path, sshd_dir: Path) -> str:
@@ -109,7 +109,9 @@ def project(
         authorize_the_clusters_key(proj, sshd_dir)
         for node in range(2):
             with stage(f"provisioning of node {node} (its user data, as cloud-init)", PROVISION_S):
-                provision(proj, env, node)
+                said = provision(proj, env, node)
+            # Node 0's head venv (skyinfra and its dependencies) made with uv, not pip.
+            assert ("provision.sh: head venv with uv" in said) == (node == 0), said
         yield proj
     finally:
         (sshd_dir / "authorized_keys").write_text(authorized)
