@@ -141,3 +141,41 @@ def test_up_never_moves_state_by_accident(tmp_path: Path) -> None:
     ws.write_json(ws.spec_file, local.to_dict())
     with pytest.raises(WorkspaceError, match="skyinfra state push --cluster a"):
         shared_state.check_backend_kept(ws, shared)
+
+
+class _ListingEngine:
+    """Stands in for Terraform: counts `state list`, which costs a Terraform command (and
+    the provider's hashing) where the state is in a backend."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses, self.listed = addresses, 0
+
+    def state_list(self) -> list[str]:
+        self.listed += 1
+        return self.addresses
+
+
+@pytest.mark.parametrize(
+    ("section", "listed", "replaced"),
+    [
+        # AWS: Terraform's refresh sees a lost instance; the state is never listed for it.
+        ({"provider": "aws", "aws": {"region": "us-east-1", "instance_type": "t3.micro",
+                                     "ssh_cidrs": ["203.0.113.7/32"]}}, 0, []),
+        # Local: a node folder gone is a broken node only the target sees.
+        ({}, 1, ['module.nodes.terraform_data.node["node-0"]']),
+    ],
+)  # fmt: skip
+def test_up_lists_a_shared_state_only_for_a_target_that_looks_at_it(
+    tmp_path: Path, section: dict[str, object], listed: int, replaced: list[str]
+) -> None:
+    from skyinfra.lifecycle import broken_nodes
+
+    ws = Workspace(tmp_path / "a")
+    ws.ensure()
+    (ws.path / BACKEND_FILE).write_text('terraform {\n  backend "s3" {}\n}\n')
+    spec = validate_spec(
+        {"name": "a", "backend": "s3://team-state/sky?region=us-east-1", **section}
+    )
+    engine = _ListingEngine(['module.nodes.terraform_data.node["node-0"]'])
+    assert broken_nodes(ws, spec, engine) == replaced  # type: ignore[arg-type]
+    assert engine.listed == listed
