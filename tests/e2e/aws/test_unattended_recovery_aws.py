@@ -173,15 +173,18 @@ def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
         time.sleep(0.5)
     booter, replaced, errors = lose_node_1(project, env, before)
 
+    # Followed in node 0's record on its disk (written whole, atomically): the file `jobs`
+    # fetches over SSH, without a CLI and a Terraform `output` of the S3 state every second.
     record: dict[str, Any] = {}
     until = time.monotonic() + 600
-    while record.get("state") not in ("succeeded", "failed", "lost", "cancelled"):
+    while record.get("state") not in ("succeeded", "failed", "cancelled", "timed_out"):
         assert time.monotonic() < until, record
         time.sleep(1)
-        record = record_of(project, env, job)
+        record = json.loads((head / "jobs" / f"{job}.json").read_text())
         said = record.get("head_recovery") or {}
         log = head / "runs" / job / "recover.log"
         assert said.get("state") != "failed", log.read_text() if log.is_file() else said
+    record = record_of(project, env, job)  # what the operator's `jobs JOB --json` says
     booter.join(timeout=60)
     assert not errors, errors
     log_text = (head / "runs" / job / "recover.log").read_text()
