@@ -238,7 +238,7 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
     # asks an index (the loopback guard caught provision.sh asking pypi.org).
     env = offline_pip_env(dict(os.environ))
     env["PIP_FIND_LINKS"] = env["UV_FIND_LINKS"] = str(require_wheelhouse())
-    env["UV_NO_INDEX"] = "1"
+    env["UV_OFFLINE"] = "1"  # uv has no UV_NO_INDEX; offline, it takes the find-links
     return subprocess.run(
         [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
     )
