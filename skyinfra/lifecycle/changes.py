@@ -88,10 +88,14 @@ def broken_nodes(ws: Workspace, spec: ClusterSpec, engine: TerraformEngine) -> l
     to the plan, which waits for Terraform's lock."""
     if not shared_state.has_state(ws):
         return []
-    try:
-        in_state = engine.state_list()
-    except TerraformError:
-        return []
+
+    def in_state() -> list[str]:
+        # Asked only by a target that looks (local): a state in S3 costs a Terraform command.
+        try:
+            return engine.state_list()
+        except TerraformError:
+            return []
+
     return target_of(spec).nodes_to_replace(ws, spec, in_state)
 
 

@@ -164,10 +164,11 @@ class Target(TargetDeclaration, Protocol):
         ...
 
     def nodes_to_replace(
-        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+        self, ws: Workspace, spec: ClusterSpec, in_state: Callable[[], Sequence[str]]
     ) -> list[str]:
-        """The Terraform addresses among ``in_state`` (the state's resources) of nodes that
-        are broken in a way Terraform's refresh does not see; `up` replaces them."""
+        """The Terraform addresses among ``in_state()`` (the state's resources) of nodes that
+        are broken in a way Terraform's refresh does not see; `up` replaces them. Listed only
+        when called: with the state in a backend that is a Terraform command of its own."""
         ...
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:

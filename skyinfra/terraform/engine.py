@@ -180,6 +180,8 @@ class EmbeddedTerraform:
         # How long plan, apply and destroy wait for the state lock (Terraform's -lock-timeout);
         # None: by where the state lives (_lock_timeout).
         self.lock_timeout = lock_timeout
+        # A shared backend's state as `state pull` gave it, until the next other command.
+        self._pulled: dict[str, Any] | None = None
 
     def _lock_timeout(self) -> str:
         if self.lock_timeout is not None:
@@ -193,11 +195,18 @@ class EmbeddedTerraform:
         self, args: Sequence[str], *, on_line: Callable[[str], None] | None = None
     ) -> tuple[int, str, str]:
         """Run one command; stdout lines go to ``on_line`` as they come, and are returned.
+        Any command but ``state pull`` may change the state: the pulled copy is dropped."""
+        if list(args[:2]) != ["state", "pull"]:
+            self._pulled = None
+        return self._run(args, on_line=on_line)
 
-        Terraform runs in a session of its own; SIGINT, SIGTERM or SIGHUP to the operator (or
-        ``on_line`` failing, as when the terminal is gone) stop it gracefully, the operator
-        waits until it has saved its state and then raises KeyboardInterrupt (or the error).
-        """
+    def _run(
+        self, args: Sequence[str], *, on_line: Callable[[str], None] | None = None
+    ) -> tuple[int, str, str]:
+        """:meth:`command`'s process. Terraform runs in a session of its own; SIGINT, SIGTERM
+        or SIGHUP to the operator (or ``on_line`` failing, as when the terminal is gone) stop
+        it gracefully, the operator waits until it has saved its state and then raises
+        KeyboardInterrupt (or the error)."""
         argv = [*self._argv_prefix(), *args]
         proc = subprocess.Popen(
             argv,
@@ -377,8 +386,26 @@ class EmbeddedTerraform:
         env = os.environ if self._base_env is None else self._base_env
         return local_state.read(self.workdir, env)
 
-    def output(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, Any] | None:
+        """The state as JSON ({} where there is none yet): the local file read as it is, or
+        a shared backend's pulled once for the questions asked before the next command
+        (`status` asks its outputs and its resources: one Terraform command, not two). None
+        where neither answers (a pull that failed, another format): ask Terraform itself."""
         state = self._local_state()
+        if state is not None or self._pulled is not None:
+            return state if state is not None else self._pulled
+        code, out, _ = self.command(["state", "pull"])
+        try:
+            pulled = json.loads(out or "{}") if code == 0 else None
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(pulled, dict) or pulled.get("version", 4) != local_state.STATE_VERSION:
+            return None
+        self._pulled = pulled
+        return pulled
+
+    def output(self) -> dict[str, Any]:
+        state = self._state()
         if state is not None:
             return local_state.output_values(state)
         out = self._checked(["output", "-json", "-no-color"], "output")
@@ -391,7 +418,7 @@ class EmbeddedTerraform:
         return plan
 
     def state_list(self) -> list[str]:
-        state = self._local_state()
+        state = self._state()
         if state is not None:
             return local_state.addresses(state)
         code, out, err = self.command(["state", "list", "-no-color"])
@@ -410,16 +437,8 @@ class EmbeddedTerraform:
         # From the local state file where it is one: `state pull` loads the providers as any
         # backend operation does, and Terraform hashes each provider package against the lock
         # file first (the AWS provider: 707 MB read, about 0.5 s of CPU a command).
-        state = self._local_state()
-        if state is None:
-            code, out, _ = self.command(["state", "pull"])
-            if code != 0 or not out.strip():
-                return None
-            try:
-                state = json.loads(out)
-            except json.JSONDecodeError:
-                return None
-        if not isinstance(state, dict) or not state:
+        state = self._state()
+        if not state:
             return None
         return {"lineage": state.get("lineage"), "serial": state.get("serial")}
 

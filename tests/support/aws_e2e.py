@@ -233,10 +233,12 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
         path.write_text(moved(content_of(entry)))
         path.chmod(int(entry["permissions"], 8))
     command = document["runcmd"][-1]  # provision.sh (before it: the idle timer, when on)
-    # A real node installs uv from PyPI; this one takes it from the dependency wheelhouse and
-    # never asks an index (the loopback guard caught provision.sh asking pypi.org).
+    # A real node installs uv (and node 0's head venv, skyinfra's dependencies) from PyPI;
+    # this one takes them from the dependency wheelhouse, through pip and uv alike, and never
+    # asks an index (the loopback guard caught provision.sh asking pypi.org).
     env = offline_pip_env(dict(os.environ))
-    env["PIP_FIND_LINKS"] = str(require_wheelhouse())
+    env["PIP_FIND_LINKS"] = env["UV_FIND_LINKS"] = str(require_wheelhouse())
+    env["UV_OFFLINE"] = "1"  # uv has no UV_NO_INDEX; offline, it takes the find-links
     return subprocess.run(
         [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
     )

@@ -157,14 +157,16 @@ def node_root(env: dict[str, str], node: int) -> Path:
     return Path(json.loads(env[EMULATED_NODES_ENV_VAR])[f"node-{node}"]["root"])
 
 
-def provision(project: Path, env: dict[str, str], node: int, cluster: str) -> None:
-    """What cloud-init does at a node's first boot: the node's user data, run in its root."""
+def provision(project: Path, env: dict[str, str], node: int, cluster: str) -> str:
+    """What cloud-init does at a node's first boot: the node's user data, run in its root;
+    what it printed."""
     workspace = project / ".skyinfra" / "clusters" / cluster
     tfvars = json.loads((workspace / "terraform.tfvars.json").read_text())
     done = provision_in_root(
         user_data_text(tfvars["user_data"][f"node-{node}"]), node_root(env, node)
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 def processes_under(root: Path) -> list[int]:

@@ -3,7 +3,9 @@ error read back into who holds the lock, and what `up` refuses about a cluster's
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from skyinfra import shared_state
 from skyinfra.errors import SpecError, StateLockedError, WorkspaceError
 from skyinfra.spec import validate_spec
+from skyinfra.terraform import EmbeddedTerraform
 from skyinfra.terraform.backend import (
     BACKEND_FILE,
     S3Backend,
@@ -141,3 +144,84 @@ def test_up_never_moves_state_by_accident(tmp_path: Path) -> None:
     ws.write_json(ws.spec_file, local.to_dict())
     with pytest.raises(WorkspaceError, match="skyinfra state push --cluster a"):
         shared_state.check_backend_kept(ws, shared)
+
+
+class _ListingEngine:
+    """Stands in for Terraform: counts `state list`, which costs a Terraform command (and
+    the provider's hashing) where the state is in a backend."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses, self.listed = addresses, 0
+
+    def state_list(self) -> list[str]:
+        self.listed += 1
+        return self.addresses
+
+
+@pytest.mark.parametrize(
+    ("section", "listed", "replaced"),
+    [
+        # AWS: Terraform's refresh sees a lost instance; the state is never listed for it.
+        ({"provider": "aws", "aws": {"region": "us-east-1", "instance_type": "t3.micro",
+                                     "ssh_cidrs": ["203.0.113.7/32"]}}, 0, []),
+        # Local: a node folder gone is a broken node only the target sees.
+        ({}, 1, ['module.nodes.terraform_data.node["node-0"]']),
+    ],
+)  # fmt: skip
+def test_up_lists_a_shared_state_only_for_a_target_that_looks_at_it(
+    tmp_path: Path, section: dict[str, object], listed: int, replaced: list[str]
+) -> None:
+    from skyinfra.lifecycle import broken_nodes
+
+    ws = Workspace(tmp_path / "a")
+    ws.ensure()
+    (ws.path / BACKEND_FILE).write_text('terraform {\n  backend "s3" {}\n}\n')
+    spec = validate_spec(
+        {"name": "a", "backend": "s3://team-state/sky?region=us-east-1", **section}
+    )
+    engine = _ListingEngine(['module.nodes.terraform_data.node["node-0"]'])
+    assert broken_nodes(ws, spec, engine) == replaced  # type: ignore[arg-type]
+    assert engine.listed == listed
+
+
+class _PullingTerraform(EmbeddedTerraform):
+    """The embedded engine with its processes answered here: `state pull` gives ``state``;
+    every command started is noted."""
+
+    def __init__(self, workdir: Path, state: str) -> None:
+        super().__init__(workdir, env={})
+        self.state = state
+        self.ran: list[list[str]] = []
+
+    def _run(self, args: Sequence[str], **kwargs: object) -> tuple[int, str, str]:
+        self.ran.append(list(args))
+        return (0, self.state, "") if list(args) == ["state", "pull"] else (0, "", "")
+
+
+def test_a_shared_states_outputs_and_resources_come_from_one_pull(tmp_path: Path) -> None:
+    """`status` of a cluster whose state is in S3 asks its outputs and its resources: one
+    `state pull` answers both (each a Terraform command of its own before, the provider
+    hashed against the lock file each time); any other command drops what was pulled."""
+    (tmp_path / BACKEND_FILE).write_text('terraform {\n  backend "s3" {}\n}\n')
+    state = {
+        "version": 4,
+        "lineage": "l-1",
+        "serial": 7,
+        "outputs": {"nodes": {"value": {"node-0": {"ip": "10.0.0.1"}}, "type": "string"}},
+        "resources": [
+            {"module": "module.nodes", "mode": "managed", "type": "aws_instance",
+             "name": "this", "instances": [{"index_key": "node-0"}]},
+        ],
+    }  # fmt: skip
+    engine = _PullingTerraform(tmp_path, json.dumps(state))
+    assert engine.output() == {"nodes": {"node-0": {"ip": "10.0.0.1"}}}
+    assert engine.state_list() == ['module.nodes.aws_instance.this["node-0"]']
+    assert engine.state_identity() == {"lineage": "l-1", "serial": 7}
+    assert engine.ran == [["state", "pull"]]
+    engine.command(["apply", "-auto-approve"])  # the state may have changed: pulled again
+    assert engine.state_list() == ['module.nodes.aws_instance.this["node-0"]']
+    assert engine.ran[1:] == [["apply", "-auto-approve"], ["state", "pull"]]
+    # No state in the backend yet: nothing, from the same one command.
+    empty = _PullingTerraform(tmp_path, "")
+    assert (empty.output(), empty.state_list(), empty.state_identity()) == ({}, [], None)
+    assert empty.ran == [["state", "pull"]]

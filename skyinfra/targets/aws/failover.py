@@ -26,7 +26,7 @@ import datetime
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from skyinfra.errors import CapacityError, ConfigError, LaunchRefusedError, TerraformError
@@ -76,12 +76,14 @@ class ZoneLauncher(Generic[T]):
 @dataclass(frozen=True)
 class _Rounds:
     """This `up`'s rounds of zones: when it started, how long it may go on retrying
-    (``window_s``, from ``retry_for`` as the user wrote it) and the back-off's base."""
+    (``window_s``, from ``retry_for`` as the user wrote it) and the back-off's base;
+    ``last_pass``: no pass (the Spot fallback's) comes after these rounds."""
 
     up_started: str
     window_s: float
     base_s: float
     retry_for: str | None
+    last_pass: bool = True
 
 
 # Seconds between rounds of --retry-for: doubling from the base, at most the cap. The base
@@ -237,7 +239,10 @@ def launch(
                 "On-Demand"
             )
             log.doc.spot_fallback = SpotFallback(nodes=spot, reason=why)
-        result, log = _zone_rounds(spec, ws, plan, pass_markets, log, launcher, rounds)
+        last = pass_index == len(passes) - 1
+        result, log = _zone_rounds(
+            spec, ws, plan, pass_markets, log, launcher, replace(rounds, last_pass=last)
+        )
         if result is not None:
             return result[0]
     assert log is not None  # every zone was attempted at least once
@@ -319,7 +324,12 @@ def _zone_rounds(
                     f"{failure.message} ({attempt.duration_s:.1f} s)"
                 )
                 _after_refusal(spec, ws, clients, engine_factory, echo, plan, failure, log)
-                if failure.outcome == "capacity":
+                # The very last attempt's leftovers go with everything else (_give_up): a
+                # targeted destroy of them first was a Terraform command for nothing.
+                last_attempt = (
+                    rounds.last_pass and zone == plan.zones[-1] and time.monotonic() >= deadline
+                )
+                if failure.outcome == "capacity" and not last_attempt:
                     echo(f"[skyinfra] removing what attempt {number} started in {zone}")
                     _destroy(ws, engine_factory, ZONE_BOUND)
                 continue

@@ -287,7 +287,7 @@ class AwsTarget(AwsDeclaration):
         return {"jax": str(jax)} if jax else {}
 
     def nodes_to_replace(
-        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+        self, ws: Workspace, spec: ClusterSpec, in_state: Callable[[], Sequence[str]]
     ) -> list[str]:
         """None: Terraform's refresh sees an instance that is gone (terminated, deleted) and
         plans a new one itself; a node whose bootstrap failed is not replaced by `up`."""

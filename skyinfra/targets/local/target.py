@@ -11,7 +11,7 @@ import re
 import shutil
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -352,13 +352,13 @@ class LocalTarget(LocalDeclaration):
         return ""
 
     def nodes_to_replace(
-        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+        self, ws: Workspace, spec: ClusterSpec, in_state: Callable[[], Sequence[str]]
     ) -> list[str]:
         """Nodes in state whose folder is gone or broken (deleted by hand, say): Terraform
         cannot see that (``terraform_data`` has nothing to refresh), `status` reports them
         failed, so `up` plans them with ``-replace``."""
         broken = []
-        for address in in_state:
+        for address in in_state():
             match = NODE_ADDRESS.match(address)
             if match and node_problem(ws.nodes_dir / match.group(1)):
                 broken.append(address)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -241,7 +241,7 @@ class SshHostsTarget(SshDeclaration):
         return _transport(ws, spec, connect_timeout_s)
 
     def nodes_to_replace(
-        self, ws: Workspace, spec: ClusterSpec, in_state: Sequence[str]
+        self, ws: Workspace, spec: ClusterSpec, in_state: Callable[[], Sequence[str]]
     ) -> list[str]:
         """None yet: a host whose folder was removed by hand is found by `status` (failed);
         replacing it (and lost hosts) is left to the spare-hosts work of issue 45."""

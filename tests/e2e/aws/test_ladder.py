@@ -31,8 +31,11 @@ from tests.support.golden_plans import check_golden
 
 TYPE = "p5en.48xlarge"
 REGIONS = ("us-east-1", "us-west-2", "us-east-2")
-# The zones of us-east-1 moto offers p5en.48xlarge in (its DescribeInstanceTypeOfferings).
-REGION_1_ZONES = ("us-east-1a", "us-east-1c")
+# `up`'s ladder: region 1 is one that moto offers p5en.48xlarge in a single zone of (its
+# DescribeInstanceTypeOfferings), so that one refused apply fills it; each zone tried is a
+# Terraform apply and a destroy. Trying the zones of one rung in turn is test_zone_failover's.
+UP_REGIONS = ("us-west-1", "us-west-2", "us-east-2")
+REGION_1_ZONES = ("us-west-1b",)
 
 
 def _project(
@@ -141,21 +144,22 @@ def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
     tmp_path: Path,
     aws_env: str,
 ) -> None:
-    project = _project(tmp_path, "ladder-up", ssh_key)
+    assert _offering_zones(aws_env, UP_REGIONS[0], TYPE) == list(REGION_1_ZONES)
+    project = _project(tmp_path, "ladder-up", ssh_key, regions=UP_REGIONS)
     for zone in REGION_1_ZONES:
         proxy.refuse[zone] = insufficient_capacity()
     up = skyinfra("up", cwd=project, env=env, timeout=2 * TIMEOUT_S)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         out = up.stdout
-        assert f"[skyinfra] rung 1 of 3: 2 x {TYPE} in us-east-1" in out
-        assert f"[skyinfra] rung 1 ({TYPE} in us-east-1) had no room: next rung" in out
+        assert f"[skyinfra] rung 1 of 3: 2 x {TYPE} in us-west-1" in out
+        assert f"[skyinfra] rung 1 ({TYPE} in us-west-1) had no room: next rung" in out
         assert f"[skyinfra] rung 2 of 3: 2 x {TYPE} in us-west-2" in out
         assert "rung 3 of 3" not in out
         assert {z: proxy.refused[z] for z in REGION_1_ZONES} == {z: 2 for z in REGION_1_ZONES}
-        # Both nodes in us-west-2; nothing of the cluster left in us-east-1.
+        # Both nodes in us-west-2; nothing of the cluster left in us-west-1.
         assert len(live_instances(_ec2(aws_env, "us-west-2"), "ladder-up")) == 2
-        assert count_cluster_resources(_ec2(aws_env, "us-east-1"), "ladder-up") == NO_SPACE
+        assert count_cluster_resources(_ec2(aws_env, "us-west-1"), "ladder-up") == NO_SPACE
         log = capacity_log(project, "ladder-up")
         assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
         assert log["zone"].startswith("us-west-2")
@@ -167,7 +171,7 @@ def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
         proxy.refuse.clear()
         down = skyinfra("down", "--yes", cwd=project, env=env, timeout=TIMEOUT_S)
     assert down.returncode == 0, down.stdout + down.stderr
-    for region in REGIONS:
+    for region in UP_REGIONS:
         assert count_cluster_resources(_ec2(aws_env, region), "ladder-up") == NO_SPACE, region
 
 

@@ -61,8 +61,8 @@ def ws(project: Path) -> Path:
     return project / ".skyinfra" / "clusters" / NAME
 
 
-def provision(project: Path, env: dict[str, str], node: int) -> None:
-    recovery_provision(project, env, node, NAME)
+def provision(project: Path, env: dict[str, str], node: int) -> str:
+    return recovery_provision(project, env, node, NAME)
 
 
 def authorize_the_clusters_key(project: Path, sshd_dir: Path) -> str:
@@ -109,7 +109,9 @@ def project(
         authorize_the_clusters_key(proj, sshd_dir)
         for node in range(2):
             with stage(f"provisioning of node {node} (its user data, as cloud-init)", PROVISION_S):
-                provision(proj, env, node)
+                said = provision(proj, env, node)
+            # Node 0's head venv (skyinfra and its dependencies) made with uv, not pip.
+            assert ("provision.sh: head venv with uv" in said) == (node == 0), said
         yield proj
     finally:
         (sshd_dir / "authorized_keys").write_text(authorized)
@@ -171,15 +173,18 @@ def test_node_0_replaces_a_lost_worker_of_a_detached_job_with_nobody_attached(
         time.sleep(0.5)
     booter, replaced, errors = lose_node_1(project, env, before)
 
+    # Followed in node 0's record on its disk (written whole, atomically): the file `jobs`
+    # fetches over SSH, without a CLI and a Terraform `output` of the S3 state every second.
     record: dict[str, Any] = {}
     until = time.monotonic() + 600
-    while record.get("state") not in ("succeeded", "failed", "lost", "cancelled"):
+    while record.get("state") not in ("succeeded", "failed", "cancelled", "timed_out"):
         assert time.monotonic() < until, record
         time.sleep(1)
-        record = record_of(project, env, job)
+        record = json.loads((head / "jobs" / f"{job}.json").read_text())
         said = record.get("head_recovery") or {}
         log = head / "runs" / job / "recover.log"
         assert said.get("state") != "failed", log.read_text() if log.is_file() else said
+    record = record_of(project, env, job)  # what the operator's `jobs JOB --json` says
     booter.join(timeout=60)
     assert not errors, errors
     log_text = (head / "runs" / job / "recover.log").read_text()
