@@ -174,12 +174,27 @@ class Hosts:
         return found
 
 
-def package_sources() -> dict[str, str]:
+@contextlib.contextmanager
+def package_sources() -> Iterator[dict[str, str]]:
     """uv's settings for hosts that install their python_packages from the dependency
     wheelhouse (which holds jax and keras at the operator's versions, as a lab's machines use
     the lab's mirror) and nothing else (UV_OFFLINE: uv has no variable for --no-index): the
-    hosts, in loopback-only namespaces, reach no index."""
-    return {"UV_FIND_LINKS": str(require_wheelhouse()), "UV_OFFLINE": "1"}
+    hosts, in loopback-only namespaces, reach no index. The wheels are linked into a folder of
+    their own that the hosts' unprivileged login can read: the wheelhouse may be in one only
+    root can enter (a fresh clone under `mktemp -d`, as make test-cold makes)."""
+    wheelhouse = require_wheelhouse()
+    folder = Path(tempfile.mkdtemp(prefix="skyinfra-host-wheels-"))
+    try:
+        folder.chmod(0o755)
+        for wheel in wheelhouse.glob("*.whl"):
+            try:
+                os.link(wheel, folder / wheel.name)
+            except OSError:  # another file system
+                shutil.copy(wheel, folder / wheel.name)
+            (folder / wheel.name).chmod(0o644)
+        yield {"UV_FIND_LINKS": str(folder), "UV_OFFLINE": "1"}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _answers_inside(host: Host) -> bool:

@@ -53,7 +53,7 @@ def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
     # The hosts install jax and keras (python_packages) from this machine's package sources.
-    with stand_in_hosts(2, package_sources()) as made:
+    with package_sources() as sources, stand_in_hosts(2, sources) as made:
         yield made
 
 
