@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,38 +118,46 @@ class Paths:
         return self.node_dir / "jobs" / f"{self.job_id}.json"
 
 
-def holders(
-    node_dir: Path, total: int, but: str | None = None
-) -> list[tuple[str, tuple[int, ...]]]:
-    """The jobs of this head (other than ``but``) that hold nodes, with the cluster's nodes
-    each holds (a record without ``world``: every node): started (neither final nor queued)
-    and their supervisor runs. A job's nodes are its alone until it ended."""
-    found = []
+def _live_records(
+    node_dir: Path, keep: Callable[[JobRecord], bool], but: str | None = None
+) -> Iterator[tuple[str, JobRecord]]:
+    """This head's job records (other than ``but``) that ``keep`` takes and whose supervisor
+    runs, as (job id, record) in the order of their ids; files that are not a job's record are
+    passed over. ``keep`` goes first: the pid file is read only for a record it takes."""
     for path in sorted((node_dir / "jobs").glob("*.json")):
         job_id = path.stem
         try:
             record = JobRecord.from_dict(read_json(path))
         except ValueError:  # not a job's record
             continue
-        if job_id == but or record.final or record.queued:
+        if job_id == but or not keep(record):
             continue
         if pid_alive(Paths(node_dir, job_id).pid_file) is not None:
-            found.append((job_id, record.world or tuple(range(total))))
-    return found
+            yield job_id, record
+
+
+def _started(record: JobRecord) -> bool:
+    return not (record.final or record.queued)
+
+
+def holders(
+    node_dir: Path, total: int, but: str | None = None
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The jobs of this head (other than ``but``) that hold nodes, with the cluster's nodes
+    each holds (a record without ``world``: every node): started (neither final nor queued)
+    and their supervisor runs. A job's nodes are its alone until it ended."""
+    return [
+        (job_id, record.world or tuple(range(total)))
+        for job_id, record in _live_records(node_dir, _started, but)
+    ]
 
 
 def ports_in_use(node_dir: Path, but: str | None = None) -> list[JobPorts]:
     """The ports of this head's jobs (other than ``but``) that hold them: started (neither
     final nor queued), with ports, and their supervisor runs (called under the start lock)."""
     held = []
-    for path in (node_dir / "jobs").glob("*.json"):
-        try:
-            record = JobRecord.from_dict(read_json(path))
-        except ValueError:
-            continue
-        if path.stem == but or record.final or record.queued or record.ports is None:
-            continue
-        if pid_alive(Paths(node_dir, path.stem).pid_file) is not None:
+    for _, record in _live_records(node_dir, _started, but):
+        if record.ports is not None:
             held.append(record.ports)
     return held
 
@@ -188,17 +197,10 @@ QUEUE_POLL_S = 0.2
 def queued_jobs(node_dir: Path, but: str | None = None) -> list[tuple[int, str]]:
     """The jobs of this head waiting in its queue (other than ``but``) whose supervisor
     runs, as (seq, id) in submission order."""
-    found = []
-    for path in (node_dir / "jobs").glob("*.json"):
-        try:
-            record = JobRecord.from_dict(read_json(path))
-        except ValueError:
-            continue
-        if path.stem == but or not record.queued or record.queue is None:
-            continue
-        if pid_alive(Paths(node_dir, path.stem).pid_file) is not None:
-            found.append((record.queue.seq, path.stem))
-    return sorted(found)
+    waiting = _live_records(node_dir, lambda record: record.queued, but)
+    return sorted(
+        (record.queue.seq, job_id) for job_id, record in waiting if record.queue is not None
+    )
 
 
 def next_queue_seq(node_dir: Path) -> int:
