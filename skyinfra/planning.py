@@ -192,9 +192,8 @@ def plan(
                 Workspace(out).ensure()
                 planfile = out / PLANFILE
                 echo("[skyinfra] terraform plan")
-                engine.plan(out=str(planfile), replace=replace)
+                text = engine.plan_for_review(out=str(planfile), replace=replace)
                 plan_json = engine.show_plan(str(planfile))
-                _, text, _ = engine.command(["show", "-no-color", str(planfile)])
                 state = engine.state_identity()
                 providers = provider_versions(ws.path)
     except BaseException:

@@ -24,6 +24,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,6 +118,11 @@ class TerraformEngine(Protocol):
         ``replace``: resource addresses planned for replacement whatever their state says."""
         ...
 
+    def plan_for_review(self, *, out: str, replace: Sequence[str] = ()) -> str:
+        """Plan into the file ``out`` and return the plan in words, as ``terraform show
+        -no-color`` prints that file: one command where plan + show took two."""
+        ...
+
     def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None: ...
     def destroy(self, on_event: EventHandler | None = None) -> None: ...
     def output(self) -> dict[str, Any]: ...
@@ -155,6 +161,24 @@ EngineFactory = Callable[[Path], TerraformEngine]
 # whole apply: say so at once (see skyinfra/terraform/backend.py).
 DEFAULT_LOCK_TIMEOUT = "30s"
 SHARED_LOCK_TIMEOUT = "2s"
+
+
+# What `terraform plan` prints before the plan itself, one line per data source or resource
+# it reads; `terraform show PLANFILE` prints none of it.
+_READING = re.compile(
+    r"^\S.*: (Reading\.\.\.|Read complete after .*|Refreshing state\.\.\..*"
+    r"|Still reading\.\.\..*|Still refreshing\.\.\..*)$"
+)
+
+
+def plan_words(plan_output: str) -> str:
+    """``terraform plan -no-color``'s output as ``terraform show -no-color PLANFILE`` prints the
+    saved plan: without the reading and refreshing lines before it."""
+    lines = plan_output.split("\n")
+    start = 0
+    while start < len(lines) and _READING.match(lines[start]):
+        start += 1
+    return "\n".join(lines[start:])
 
 
 @functools.cache
@@ -357,6 +381,37 @@ class EmbeddedTerraform:
             args.append(f"-out={out}")
         _, events = self._json_command(args, "plan", on_event, ok=(0, 2))
         return plan_summary(events)
+
+    def plan_for_review(self, *, out: str, replace: Sequence[str] = ()) -> str:
+        # Terraform's words rather than its -json events: each further command (show
+        # -no-color) loads every provider's schema again, 1-3 s of CPU with the AWS provider.
+        args = [
+            "plan",
+            "-input=false",
+            "-no-color",
+            "-detailed-exitcode",
+            f"-lock-timeout={self._lock_timeout()}",
+            *(f"-replace={address}" for address in replace),
+            f"-out={out}",
+        ]
+        code, text, stderr = self.command(args)
+        if code not in (0, 2):
+            lock = parse_lock_error(stderr)
+            if lock is not None:
+                raise StateLockedError(
+                    self.workdir.name,
+                    lock,
+                    argv=["terraform", *args],
+                    returncode=code,
+                    stderr=stderr,
+                )
+            raise TerraformError(
+                f"terraform plan failed in {self.workdir}",
+                argv=["terraform", *args],
+                returncode=code,
+                stderr=stderr or text,
+            )
+        return plan_words(text)
 
     def apply(self, plan_file: str | None = None, on_event: EventHandler | None = None) -> None:
         args = [

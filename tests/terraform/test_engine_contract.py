@@ -23,6 +23,7 @@ import pytest
 
 from skyinfra.errors import StateLockedError, TerraformError
 from skyinfra.terraform.backend import parse_backend, render_backend
+from skyinfra.terraform.engine import plan_words
 from tests.conftest import REPO_ROOT
 from tests.support.aws import REGION
 from tests.support.engines import ENGINES, make_engine, terraform_binary
@@ -82,6 +83,11 @@ def test_engine_contract_on_the_local_root(
         'terraform_data.node["a"]',
         'terraform_data.node["b"]',
     ]
+    # `skyinfra plan`'s one command: the plan in words is what `show` prints of its file.
+    words = engine.plan_for_review(out="review.tfplan")
+    _, shown, _ = engine.command(["show", "-no-color", "review.tfplan"])
+    assert words == shown
+    assert 'terraform_data.node["a"] will be created' in words
 
     events.clear()
     engine.apply("contract.tfplan", on_event=events.append)
@@ -108,10 +114,37 @@ def test_engine_contract_on_the_local_root(
     assert failed.value.argv[:2] == ["terraform", "plan"]
     assert failed.value.returncode == 1
     assert "Reference to undeclared input variable" in str(failed.value)
+    with pytest.raises(TerraformError) as failed:
+        engine.plan_for_review(out="broken.tfplan")
+    assert failed.value.argv[:2] == ["terraform", "plan"]
+    assert "Reference to undeclared input variable" in str(failed.value)
     (tmp_path / "broken.tf").unlink()
 
     engine.destroy(on_event=events.append)
     assert engine.state_list() == []
+
+
+def test_plan_words_drop_the_reading_lines_that_show_does_not_print() -> None:
+    printed = "\n".join(
+        [
+            "data.aws_ami.node: Reading...",
+            "data.aws_ami.node: Still reading... [10s elapsed]",
+            "data.aws_ami.node: Read complete after 0s [id=ami-1]",
+            'aws_instance.node["0"]: Refreshing state... [id=i-1]',
+            "",
+            "Terraform used the selected providers to generate the following execution",
+            "plan. Resource actions are indicated with the following symbols:",
+            "  + create",
+            "",
+            "Plan: 1 to add, 0 to change, 0 to destroy.",
+        ]
+    )
+    assert plan_words(printed).split("\n")[:2] == ["", printed.split("\n")[5]]
+    assert plan_words(printed).endswith("Plan: 1 to add, 0 to change, 0 to destroy.")
+    # A plan with nothing read first is left as it is.
+    assert plan_words("No changes. Your infrastructure matches the configuration.") == (
+        "No changes. Your infrastructure matches the configuration."
+    )
 
 
 # --------------------------------------------------------------------- S3 backend, SIGINT
