@@ -131,11 +131,20 @@ def left_on_host(node_dir: str) -> str:
     return f"sh -c {shlex.quote(_LEFT_SCRIPT)} _ {shlex.quote(node_dir)}"
 
 
-# Shell: what of a node is left on its host: the folder, and processes started in it or from
-# its venv ($1: node folder). One line each.
+# Shell: what of a node is left on its host: the folder, the destroy provisioner's script
+# beside it, and processes started in it or from its venv ($1: node folder). One line each.
+# Once the node's folder is gone, what its destroy provisioner leaves beside it (its script's
+# empty copy) and the folders above, once empty, go first: a partial `down` (another host
+# did not answer) asks here without after_down's tidy.
 _LEFT_SCRIPT = r"""
-nd="$1"; top="$(dirname "$(dirname "$nd")")"
+nd="$1"; cluster="$(dirname "$nd")"; top="$(dirname "$cluster")"
+script="$cluster/.$(basename "$nd")-remove.sh"
+if [ ! -e "$nd" ]; then
+    [ -f "$script" ] && [ ! -s "$script" ] && rm -f "$script"
+    rmdir "$cluster" 2>/dev/null; rmdir "$top" 2>/dev/null
+fi
 [ -e "$nd" ] && echo "folder $nd"
+[ -e "$script" ] && echo "file $script"
 for p in /proc/[0-9]*; do
     cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
     cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
