@@ -4,8 +4,8 @@ unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider
 
 `up` -> `verify` -> `run` (attached, then detached with `logs`) -> a changed host key refused
 with nothing run -> `down` with host 1 off the network (it names what is left there and keeps
-it in the state; host 0 is left as it was) -> `down` again, after which each host's home and the login user's processes
-are listed: nothing. No timed assertions: every wait ends on a condition.
+it in the state; host 0 is left as it was) -> `down` again, after which each host's home and
+the login user's processes are listed: nothing. No timed assertions: every wait ends on a condition.
 """
 
 from __future__ import annotations
