@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from skyinfra.errors import NoSpareLeft
 from skyinfra.review.markdown import topology
 from skyinfra.review.summary import Shape
 from skyinfra.targets.ssh.spares import (
     LostHost,
-    NoSpareLeft,
     assigned_hosts,
     choose_spares,
     spares_left,

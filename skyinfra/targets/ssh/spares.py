@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyinfra.errors import TransportError
+from skyinfra.errors import NoSpareLeft
 from skyinfra.targets.ssh.spec import SshSpec
 
 
@@ -46,10 +46,6 @@ class LostHost:
             node_dir=str(data["node_dir"]),
             why=str(data.get("why", "")),
         )
-
-
-class NoSpareLeft(TransportError):
-    """A host is lost and ``ssh.spare_hosts`` has no spare left to stand in for it."""
 
 
 def _same(a: str, b: str) -> bool:
