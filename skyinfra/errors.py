@@ -323,6 +323,11 @@ class HostKeyChangedError(TransportError):
     """The node's host key differs from the one pinned in known_hosts: waiting cannot help."""
 
 
+class NoSpareLeft(TransportError):
+    """The ssh target: a host stopped answering and ``ssh.spare_hosts`` has no spare left to
+    stand in for it; names the lost host."""
+
+
 class RunError(SkyinfraError):
     """User code failed on one or more nodes; names the first failing node.
 

@@ -125,7 +125,19 @@ def topology(before: Shape, after: Shape) -> list[str]:
         _row("EFA interfaces per node", efa(before), efa(after)),
         _row("coordinator", keep(before, before.coordinator), keep(after, after.coordinator)),
         *_spot_row(before, after),
+        *_spares_row(before, after),
     ]
+
+
+def _spares_row(before: Shape, after: Shape) -> list[str]:
+    """Spare hosts standing by (listed, not enrolled until a host is lost)."""
+    if not (before.spare_hosts or after.spare_hosts):
+        return []
+
+    def spares(shape: Shape) -> str:
+        return ", ".join(shape.spare_hosts) or "-"
+
+    return [_row("spare hosts (not enrolled)", spares(before), spares(after))]
 
 
 def _spot_row(before: Shape, after: Shape) -> list[str]:

@@ -59,6 +59,8 @@ class Shape:
     node_names: tuple[str, ...] = ()
     # Spot (issue 26): the nodes launched on the Spot market (instance_market_options).
     spot_nodes: tuple[str, ...] = ()
+    # Hosts standing by, not enrolled (the root module's spare_hosts output: the ssh target).
+    spare_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,10 @@ def _gpus(outputs: Mapping[str, Any]) -> str:
     return _first(kinds) if kinds else "0"
 
 
+def _host_list(value: Any) -> tuple[str, ...]:
+    return tuple(str(h) for h in value) if isinstance(value, list) else ()
+
+
 def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
     """The cluster on ``side`` ("before" or "after") of the plan."""
     changes = _changes(plan)
@@ -312,6 +318,7 @@ def shape(plan: Mapping[str, Any], side: str, *, target: str) -> Shape:
             placement_group="-",
             coordinator=coordinator,
             node_names=names,
+            spare_hosts=_host_list(outputs.get("spare_hosts")),
         )
     types = [value.get("instance_type") for _, value in nodes.values()]
     zones = []

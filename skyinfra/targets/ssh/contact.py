@@ -15,7 +15,7 @@ import hashlib
 import re
 import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +123,16 @@ def _probe_script(python: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Contacted:
+    """What first contact found: the reached hosts' facts (node order), the known_hosts text
+    to keep, and the hosts of ``lost_ok`` that did not answer (node index -> why)."""
+
+    facts: list[HostFacts]
+    known_hosts: str
+    unreachable: dict[int, str]
+
+
 def contact(
     section: SshSpec,
     hosts: tuple[str, ...],
@@ -130,11 +140,15 @@ def contact(
     *,
     echo: Callable[[str], None],
     timeout_s: float = 20.0,
-) -> tuple[list[HostFacts], str]:
-    """Every host's facts (in order) and the known_hosts text to keep; all hosts at once.
-    HostKeyChangedError naming the host when a key differs from the pinned one;
-    TransportError naming the host when it cannot be reached or refuses the key; SpecError
-    (ssh.python) naming the host when its Python is missing or older than 3.10."""
+    lost_ok: Collection[int] = (),
+    labels: Mapping[int, str] | None = None,
+) -> Contacted:
+    """Every host's facts (``hosts[i]`` is node i's host) and the known_hosts text to keep;
+    all hosts at once. HostKeyChangedError naming the host when a key differs from the pinned
+    one; TransportError naming the host when it cannot be reached (but for a node of
+    ``lost_ok``, an enrolled host: it is listed as unreachable) or refuses the key; SpecError
+    (ssh.python) naming the host when its Python is missing or older than 3.10. ``labels``:
+    how a message names where a node's host is listed (default ``ssh.hosts[i]``)."""
     key = check_key_file(section)
     with tempfile.TemporaryDirectory(prefix="skyinfra-ssh-") as tmp:
         known = Path(tmp) / KNOWN_HOSTS
@@ -156,13 +170,16 @@ def contact(
                 return f"pinned in {cluster_known_hosts}"
             return f"your {USER_KNOWN_HOSTS} holds for it"
 
-        def one(index: int) -> HostFacts:
+        def label(index: int) -> str:
+            return (labels or {}).get(index, f"ssh.hosts[{index}]")
+
+        def one(index: int) -> HostFacts | str:
             host = hosts[index]
             try:
                 out = transport.check_call(index, _probe_script(section.python), timeout=timeout_s)
             except HostKeyChangedError as err:
                 raise HostKeyChangedError(
-                    f"host {host} (ssh.hosts[{index}]) presented another host key than the one "
+                    f"host {host} ({label(index)}) presented another host key than the one "
                     f"{where(host)}: refusing it, nothing was run on any host. If the machine "
                     "was reinstalled, remove its line from that file and run `skyinfra up` "
                     f"again ({err})"
@@ -171,12 +188,14 @@ def contact(
                 if isinstance(err.__cause__, paramiko.AuthenticationException):
                     raise SpecError(
                         "ssh.key", section.key,
-                        f"a key that host {host} (ssh.hosts[{index}]) accepts for user "
+                        f"a key that host {host} ({label(index)}) accepts for user "
                         f"{section.user}: it refused this one; add its public half to that "
                         "user's ~/.ssh/authorized_keys there, or set ssh.key/ssh.user",
                     ) from err  # fmt: skip
+                if index in lost_ok:
+                    return str(err)
                 raise TransportError(
-                    f"host {host} (ssh.hosts[{index}]): cannot log in as {section.user} on port "
+                    f"host {host} ({label(index)}): cannot log in as {section.user} on port "
                     f"{section.port} with key {section.key}; check that the host is up, that "
                     "the key's public half is in the user's ~/.ssh/authorized_keys, and "
                     f"ssh.user/ssh.port ({err})"
@@ -202,10 +221,11 @@ def contact(
 
         try:
             with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-                facts = list(pool.map(one, range(len(hosts))))
+                found = list(pool.map(one, range(len(hosts))))
         finally:
             transport.close()
         text = known.read_text() if known.is_file() else ""
+    facts = [f for f in found if isinstance(f, HostFacts)]
     for f in facts:
         if f.host not in seeded:
             echo(
@@ -213,7 +233,8 @@ def contact(
                 f"first use; pinned in {cluster_known_hosts} (every later connection is held "
                 "to it)"
             )
-    return facts, text
+    unreachable = {i: f for i, f in enumerate(found) if isinstance(f, str)}
+    return Contacted(facts, text, unreachable)
 
 
 def key_fingerprint(line: str) -> str:

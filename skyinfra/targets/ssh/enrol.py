@@ -66,6 +66,7 @@ TFVARS = (
     "wheel_sha256",
     "uv_path",
     "python_packages",
+    "spare_hosts",
 )
 
 
@@ -77,6 +78,15 @@ def host_lines(section: SshSpec, facts: Sequence[HostFacts], cluster: str) -> li
         f"skyinfra-runtime wheel; key {f.host_key.split()[0]}; {gpu_words(f)})"
         for f in facts
     ]
+
+
+def private_address(section: SshSpec, facts: HostFacts) -> str:
+    """Where the other nodes reach node ``facts.index``: its ssh.private_addresses entry
+    while it is on its host of ssh.hosts; a spare standing in for a lost host is reached on
+    the address it is dialled on (spares list no private address)."""
+    if facts.index < len(section.hosts) and section.hosts[facts.index] == facts.host:
+        return section.private_address(facts.index)
+    return facts.host
 
 
 def gpu_words(facts: HostFacts) -> str:
@@ -93,7 +103,9 @@ def context(
     wheel_path: Path,
     wheel_sha256: str,
     uv_path: str,
+    spares: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """``spares``: the spare hosts left (listed, not enrolled until a host is lost)."""
     section = spec.section_as(SshSpec)
     return {
         "cluster_name": spec.name,
@@ -105,7 +117,7 @@ def context(
             f"node-{f.index}": {
                 "index": f.index,
                 "host": f.host,
-                "private_address": section.private_address(f.index),
+                "private_address": private_address(section, f),
                 "node_dir": f.node_dir(spec.name),
                 "host_key": f.host_key,
                 # nvidia-smi's count at first contact: the topology's accelerator.
@@ -123,6 +135,7 @@ def context(
         "wheel_sha256": wheel_sha256,
         "uv_path": uv_path,
         "python_packages": list(spec.python_packages),
+        "spare_hosts": list(spares),
     }
 
 
@@ -134,9 +147,9 @@ def enrol_topology(spec: ClusterSpec, facts: Sequence[HostFacts]) -> str:
     section = spec.section_as(SshSpec)
     topology = build_topology(
         spec,
-        head_addr=section.private_address(0),
+        head_addr=private_address(section, facts[0]),
         nodes=[
-            Node(f.index, f"node-{f.index}", section.private_address(f.index), f.host,
+            Node(f.index, f"node-{f.index}", private_address(section, f), f.host,
                  f"ssh-{spec.name}-{f.index}", f.accelerator)
             for f in facts
         ],
@@ -144,16 +157,25 @@ def enrol_topology(spec: ClusterSpec, facts: Sequence[HostFacts]) -> str:
     return json.dumps(topology.to_dict(), indent=2) + "\n"
 
 
+def node_topology(topology: str, index: int) -> str:
+    """The enrolment topology as node ``index`` gets it: every field, but of the nodes only
+    its own (which the node check reads). The node's stage is hashed into its
+    ``triggers_replace``: a spare standing in for another node must not replace this one."""
+    data = json.loads(topology)
+    data["nodes"] = [n for n in data.get("nodes") or [] if n.get("index") == index]
+    return json.dumps(data, indent=2) + "\n"
+
+
 def stage_files(cluster: str, indexes: Sequence[int], topology: str) -> dict[str, str]:
     """Per node: scripts/hosts/node-<i>/.skyinfra/<cluster>/node-<i>/.enrol/ with the
-    bootstrap, enrol.sh, the node check and its topology."""
+    bootstrap, enrol.sh, the node check and its topology (its own node's)."""
     out: dict[str, str] = {}
     for i in indexes:
         base = f"{STAGE_DIR}/node-{i}/{NODES_FOLDER}/{cluster}/node-{i}/{ENROL}"
         out[f"{base}/bootstrap-node.sh"] = resources.bootstrap_script()
         out[f"{base}/enrol.sh"] = ENROL_SCRIPT
         out[f"{base}/check-node.py"] = resources.read_text(CHECK_SCRIPT)
-        out[f"{base}/topology.json"] = topology
+        out[f"{base}/topology.json"] = node_topology(topology, i)
     return out
 
 

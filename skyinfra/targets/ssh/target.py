@@ -17,17 +17,10 @@ import posixpath
 import shlex
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import timeline
-from skyinfra.errors import (
-    ConfigError,
-    SkyinfraError,
-    TerraformError,
-    UnsupportedByTarget,
-    WorkspaceError,
-)
+from skyinfra.errors import ConfigError, SkyinfraError, TerraformError, UnsupportedByTarget
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import (
     Apply,
@@ -39,13 +32,22 @@ from skyinfra.targets.base import (
     Shell,
     TargetOptions,
 )
-from skyinfra.targets.ssh import enrol
-from skyinfra.targets.ssh.contact import KNOWN_HOSTS, contact, write_known_hosts
+from skyinfra.targets.ssh import enrol, replace
+from skyinfra.targets.ssh.contact import KNOWN_HOSTS, write_known_hosts
+from skyinfra.targets.ssh.hosts import (
+    HOSTS_FILE,
+    enrolled,
+    left_on_host,
+    lost_hosts,
+    node_transport,
+    tidy,
+    write_hosts,
+)
+from skyinfra.targets.ssh.spares import spares_left
 from skyinfra.targets.ssh.spec import SshDeclaration, SshSpec, check_key_file
 from skyinfra.topology import Topology
 from skyinfra.transport.bootstrap import node_shell_line
-from skyinfra.transport.ssh import ReadinessProbe, SshKeys, SshTransport
-from skyinfra.transport.ssh import SshTarget as Login
+from skyinfra.transport.ssh import SshTransport
 from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
@@ -55,9 +57,6 @@ if TYPE_CHECKING:
     from skyinfra.targets.base import Target
     from skyinfra.terraform import EngineFactory, PlanSummary
 
-# The workspace's record of the enrolled hosts (index, host, home, node folder, key), written
-# by `up` before it applies: how the transport and `down` find each node's folder.
-HOSTS_FILE = "hosts.json"
 SSH_CONFIG_FILE = "ssh_config"
 
 
@@ -74,78 +73,6 @@ def operator_uv() -> str:
         ) from None
 
 
-def _hosts(ws: Workspace) -> dict[int, dict[str, Any]]:
-    path = ws.path / HOSTS_FILE
-    if not path.is_file():
-        raise WorkspaceError(
-            f"cluster {ws.name!r}: {path} is missing; it is written by `skyinfra up` (run it)"
-        )
-    return {int(h["index"]): h for h in ws.read_json(path)["hosts"]}
-
-
-# The enrolment's markers (provision.sh, run by Terraform's provisioner; no cloud-init).
-ENROLMENT_PROBE = ReadinessProbe(
-    ready_marker="/" + enrol.READY_MARKER,
-    failed_marker="/" + enrol.FAILED_MARKER,
-    cloud_init_status=None,
-    bootstrap_log="`skyinfra up`'s output (the enrolment runs there)",
-)
-
-
-def _transport(
-    ws: Workspace, spec: ClusterSpec, timeout_s: float | None = None, *, rooted: bool = True
-) -> SshTransport:
-    section = spec.section_as(SshSpec)
-    hosts = _hosts(ws)
-    logins = {
-        i: Login(host=h["host"], user=section.user, port=section.port,
-                 root=h["node_dir"] if rooted else "")
-        for i, h in hosts.items()
-    }  # fmt: skip
-    return SshTransport(
-        logins,
-        keys=SshKeys(key_path=Path(section.key).expanduser(), known_hosts=ws.path / KNOWN_HOSTS),
-        node_root="" if rooted else "/",
-        connect_timeout_s=timeout_s or 20.0,
-        probe=ENROLMENT_PROBE,
-    )
-
-
-# Shell: what of a node is left on its host: the folder, and processes started in it or from
-# its venv ($1: node folder). One line each.
-_LEFT_SCRIPT = r"""
-nd="$1"; top="$(dirname "$(dirname "$nd")")"
-[ -e "$nd" ] && echo "folder $nd"
-for p in /proc/[0-9]*; do
-    cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
-    cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
-    case "$cwd/ $cmd" in *"$nd/"*) echo "process ${p#/proc/}: $cmd" ;; esac
-done
-[ -e "$top" ] && [ -z "$(ls -A "$top" 2>/dev/null)" ] && echo "empty folder $top"
-exit 0
-"""
-
-# Shell ($1: node folder): remove the node as the destroy provisioner does (its processes
-# ended, its folder removed: Terraform runs no destroy provisioner for a tainted resource, the
-# one a failed enrolment leaves in state), what that provisioner leaves beside it (its
-# script's empty copy) and the folders above it once empty: ~/.skyinfra/<cluster>, ~/.skyinfra.
-_TIDY_SCRIPT = r"""
-nd="$1"; cluster="$(dirname "$nd")"; top="$(dirname "$cluster")"
-if [ -f "$nd/.enrol/bootstrap-node.sh" ]; then
-    bash "$nd/.enrol/bootstrap-node.sh" --remove --node-dir "$nd" >/dev/null || exit 1
-fi
-rm -rf "$nd"
-rm -f "$cluster/.$(basename "$nd")-remove.sh"
-rmdir "$cluster" 2>/dev/null || true
-rmdir "$top" 2>/dev/null || true
-exit 0
-"""
-
-
-def _tidy(node_dir: str) -> str:
-    return f"sh -c {shlex.quote(_TIDY_SCRIPT)} _ {shlex.quote(node_dir)}"
-
-
 class SshHostsTarget(SshDeclaration):
     """Nodes on the user's own machines, reached over SSH; its name, spec table and (no)
     flags are its declaration's (spec.py)."""
@@ -155,18 +82,22 @@ class SshHostsTarget(SshDeclaration):
 
     def _prepare(
         self, spec: ClusterSpec, ws: Workspace, echo: Echo
-    ) -> tuple[dict[str, str], str, list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], replace.Reached, list[dict[str, Any]]]:
         section = spec.section_as(SshSpec)
-        hosts = section.node_hosts(spec.nodes)
-        facts, known = contact(section, hosts, ws.path / KNOWN_HOSTS, echo=echo)
+        reached = replace.reach_hosts(spec, ws, echo)
+        facts = reached.contacted.facts
         timeline.lap("first contact")
         wheel = build_runtime_wheel()
         timeline.lap("wheel build")
+        spares = spares_left(section, [f.host for f in facts], reached.lost)
         ctx = enrol.context(
-            spec, facts, wheel_path=wheel.path, wheel_sha256=wheel.sha256, uv_path=operator_uv()
-        )
+            spec, facts, wheel_path=wheel.path, wheel_sha256=wheel.sha256, uv_path=operator_uv(),
+            spares=spares,
+        )  # fmt: skip
         for line in ctx["host_lines"]:
             echo(f"[skyinfra] enrols {line}")
+        if spares:
+            echo(f"[skyinfra] spare hosts (enrolled only when a host is lost): {', '.join(spares)}")
         records = [
             {
                 "index": f.index,
@@ -178,13 +109,14 @@ class SshHostsTarget(SshDeclaration):
             }
             for f in facts
         ]
-        return enrol.files(ctx), known, records
+        return enrol.files(ctx), reached, records
 
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
-        """Contacts every host first (its key pinned, its home and Python read): the root
-        module names each host's folder and key. Writes nothing into the workspace."""
+        """Contacts every host first (its key pinned, its home and Python read; a spare in
+        place of a lost one): the root module names each host's folder and key. Writes
+        nothing into the workspace."""
         return self._prepare(spec, ws, echo)[0]
 
     def launch(
@@ -197,33 +129,37 @@ class SshHostsTarget(SshDeclaration):
         apply: Apply,
         engine_factory: EngineFactory,
     ) -> tuple[PlanSummary, Topology]:
-        """Contact, render once, record the pinned keys and the hosts, apply."""
+        """Contact, render once, record the pinned keys and the hosts (a lost host's node
+        taken out of the state for its spare), apply; the spares get the checkpoints."""
         with timeline.stage("prepare"):
-            files, known, records = self._prepare(spec, ws, echo)
-        write_known_hosts(ws.path / KNOWN_HOSTS, known)
-        ws.write_json(ws.path / HOSTS_FILE, {"hosts": records})
+            files, reached, records = self._prepare(spec, ws, echo)
+        write_known_hosts(ws.path / KNOWN_HOSTS, reached.contacted.known_hosts)
+        write_hosts(ws, records, reached.lost)
+        replace.forget_lost_nodes(ws, reached, engine_factory, echo)
         try:
-            return apply(files)
+            done = apply(files)
         except TerraformError:
             # Terraform says only that the remote command failed: say why, host by host, and
             # take off each host whose enrolment failed what it had put there.
             self._undo_failed_enrolments(ws, spec, echo)
             raise
+        replace.seed_checkpoints(ws, spec, reached, echo)
+        return done
 
     def _undo_failed_enrolments(self, ws: Workspace, spec: ClusterSpec, echo: Echo) -> None:
         """Each host whose bootstrap failed (its failed marker): what it said last, shown;
         its node removed (processes, folder). Hosts that enrolled stay, as Terraform's state
         says (`up` again, or `down`)."""
-        nodes = _transport(ws, spec, rooted=False)
+        nodes = node_transport(ws, spec, rooted=False)
         try:
-            for i, h in sorted(_hosts(ws).items()):
+            for i, h in sorted(enrolled(ws).items()):
                 marker = shlex.quote(posixpath.join(h["node_dir"], enrol.FAILED_MARKER))
                 try:
                     said = nodes.check_call(i, f"if [ -f {marker} ]; then cat {marker}; fi")
                     if not said.strip():
                         continue
                     echo(f"[skyinfra] host {h['host']}: enrolment failed: {said.strip()}")
-                    nodes.check_call(i, _tidy(h["node_dir"]))
+                    nodes.check_call(i, tidy(h["node_dir"]))
                     echo(f"[skyinfra] host {h['host']}: removed {h['node_dir']}")
                 except SkyinfraError as err:
                     echo(f"[skyinfra] host {h['host']}: could not look at {h['node_dir']}: {err}")
@@ -238,13 +174,15 @@ class SshHostsTarget(SshDeclaration):
         *,
         connect_timeout_s: float | None = None,
     ) -> SshTransport:
-        return _transport(ws, spec, connect_timeout_s)
+        """Each node's host, rooted at its folder; one that does not answer reads as lost."""
+        return node_transport(ws, spec, connect_timeout_s)
 
     def nodes_to_replace(
         self, ws: Workspace, spec: ClusterSpec, in_state: Callable[[], Sequence[str]]
     ) -> list[str]:
-        """None yet: a host whose folder was removed by hand is found by `status` (failed);
-        replacing it (and lost hosts) is left to the spare-hosts work of issue 45."""
+        """None: a lost host's node is replaced by a spare when `up` contacts the hosts
+        (replace.py), before Terraform plans; a host whose folder was removed by hand is
+        found by `status` (failed)."""
         return []
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
@@ -254,15 +192,16 @@ class SshHostsTarget(SshDeclaration):
         copy) and the empty folders above go too, host by host."""
         if not (ws.path / HOSTS_FILE).is_file():
             return
-        nodes = _transport(ws, spec, rooted=False)
+        nodes = node_transport(ws, spec, rooted=False)
         try:
-            for i, h in sorted(_hosts(ws).items()):
+            for i, h in sorted(enrolled(ws).items()):
                 try:
-                    nodes.check_call(i, _tidy(h["node_dir"]))
+                    nodes.check_call(i, tidy(h["node_dir"]))
                 except SkyinfraError as err:
                     echo(f"[skyinfra] host {h['host']}: could not tidy {h['node_dir']}: {err}")
         finally:
             nodes.close()
+        replace.tidy_lost(ws, spec)
 
     def leftovers(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> list[str]:
         """Asked of every host: the node's folder, processes in it or from its venv, and the
@@ -270,15 +209,13 @@ class SshHostsTarget(SshDeclaration):
         is named with what is left to clean there."""
         if not (ws.path / HOSTS_FILE).is_file():
             return []
-        hosts = _hosts(ws)
-        nodes = _transport(ws, spec, rooted=False)
+        hosts = enrolled(ws)
+        nodes = node_transport(ws, spec, rooted=False)
 
         def ask(i: int) -> list[str]:
             h = hosts[i]
             try:
-                out = nodes.check_call(
-                    i, f"sh -c {shlex.quote(_LEFT_SCRIPT)} _ {shlex.quote(h['node_dir'])}"
-                )
+                out = nodes.check_call(i, left_on_host(h["node_dir"]))
             except SkyinfraError as err:
                 return [
                     f"host {h['host']}: not reachable ({err}); left to clean there: the node "
@@ -293,9 +230,10 @@ class SshHostsTarget(SshDeclaration):
 
         try:
             with ThreadPoolExecutor(max_workers=min(16, len(hosts) or 1)) as pool:
-                return [line for lines in pool.map(ask, sorted(hosts)) for line in lines]
+                left = [line for lines in pool.map(ask, sorted(hosts)) for line in lines]
         finally:
             nodes.close()
+        return left + replace.lost_left(ws, spec, echo)
 
     def orphans(
         self, workspaces: Sequence[Workspace], specs: Sequence[ClusterSpec], *, echo: Echo
@@ -309,11 +247,18 @@ class SshHostsTarget(SshDeclaration):
         return None
 
     def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:
-        """The enrolled hosts, node 0 first."""
+        """The enrolled hosts, node 0 first; the spares left and the lost hosts a spare
+        replaced (with it)."""
         path = ws.path / HOSTS_FILE
         if not path.is_file():
             return {}
-        return {"hosts": [h["host"] for h in ws.read_json(path)["hosts"]]}
+        hosts = [h["host"] for _, h in sorted(enrolled(ws).items())]
+        lost = lost_hosts(ws)
+        return {
+            "hosts": hosts,
+            "spare_hosts": spares_left(spec.section_as(SshSpec), hosts, lost),
+            "lost_hosts": [x.to_dict() for x in lost],
+        }
 
     def node_installs(self, ws: Workspace, spec: ClusterSpec) -> dict[str, str]:
         """{}: the nodes install the runtime wheel and the spec's packages only."""
@@ -324,7 +269,8 @@ class SshHostsTarget(SshDeclaration):
         return False
 
     def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
-        """None: lost hosts are not replaced yet (spare_hosts: a later part of issue 45)."""
+        """None: node 0 has neither the operator's key nor its known_hosts, so it cannot
+        enrol a spare; a detached job that lost a host waits for `skyinfra jobs recover`."""
         return None
 
     def _options(self, ws: Workspace, spec: ClusterSpec) -> list[str]:
@@ -347,7 +293,7 @@ class SshHostsTarget(SshDeclaration):
         """ssh to the host (held to its pinned key): a login shell, or ``command`` run in
         the node's folder with its venv first on PATH and SKYINFRA_NODE*."""
         section = spec.section_as(SshSpec)
-        h = _hosts(ws)[node]
+        h = enrolled(ws)[node]
         argv = ["ssh", *self._options(ws, spec), "-p", str(section.port),
                 f"{section.user}@{h['host']}"]  # fmt: skip
         if not command:
@@ -366,7 +312,7 @@ class SshHostsTarget(SshDeclaration):
             "`skyinfra ssh --config`.",
             f"# Include it from ~/.ssh/config: Include {(ws.path / SSH_CONFIG_FILE).resolve()}",
         ]
-        for i, h in sorted(_hosts(ws).items()):
+        for i, h in sorted(enrolled(ws).items()):
             lines += [
                 "",
                 f"Host {spec.name}-node-{i}",

@@ -4,8 +4,8 @@ unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider
 
 `up` -> `verify` -> `run` (attached, then detached with `logs`) -> a changed host key refused
 with nothing run -> `down` with host 1 off the network (it names what is left there and keeps
-it in the state) -> `down` again, after which each host's home and the login user's processes
-are listed: nothing. No timed assertions: every wait ends on a condition.
+it in the state; host 0 is left as it was) -> `down` again, after which each host's home and
+the login user's processes are listed: nothing. No timed assertions: every wait ends on a condition.
 """
 
 from __future__ import annotations
@@ -263,6 +263,9 @@ def test_down_leaves_each_host_as_it_was(
     assert "processes may still run there" in partial.stderr
     assert f"run `skyinfra down --cluster {NAME}` again" in partial.stderr
     assert not node_dir(hosts, 0).exists() and node_dir(hosts, 1).is_dir()
+    # Host 0 as it was already: not even the destroy provisioner's empty script beside its
+    # node's folder (~/.skyinfra/lab/.node-0-remove.sh), nor the folders above it.
+    assert hosts.home_listing(hosts.hosts[0]) == []
     # The later `down` finishes it.
     down = cli(["down", "--yes", "--cluster", NAME], project, env)
     assert down.returncode == 0, down.stdout + down.stderr

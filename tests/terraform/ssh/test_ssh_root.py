@@ -67,8 +67,9 @@ def test_the_root_module_names_each_host_its_folder_and_key(rendered: Path) -> N
     ]  # fmt: skip
     topology = json.loads((staged / "topology.json").read_text())
     assert topology["head_addr"] == "192.168.0.5" and topology["provider"] == "ssh"
-    # The node check at enrolment holds the frameworks to the GPUs first contact counted.
-    assert [n["accelerator"] for n in topology["nodes"]] == [None, {"type": "L4", "count": 2}]
+    # The node check at enrolment holds the frameworks to the GPUs first contact counted; the
+    # node's stage names no other node (a spare standing in for one replaces only that one).
+    assert [n["accelerator"] for n in topology["nodes"]] == [{"type": "L4", "count": 2}]
 
 
 def test_the_module_refuses_a_host_without_a_pinned_key(rendered: Path) -> None:

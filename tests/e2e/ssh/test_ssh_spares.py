@@ -1,0 +1,204 @@
+"""A lost host replaced by a spare (issue 45), end to end through the CLI: three stand-in
+hosts (tests/support/ssh_hosts.py: real sshds in network namespaces), two enrolled as nodes and
+one listed in ssh.spare_hosts; real Terraform enrols them.
+
+A detached job (a plain Python entry on the runtime's checkpoint API: node 0 commits a step
+each round) pauses in attempt 1 after step 3; host 1 then dies (its login's processes killed,
+its link cut). The head sees node 1 lost and the job waits (needs_nodes); `status` names the
+host as lost and the spare that would stand in; `jobs recover` enrols the spare as node 1
+through the same Terraform (its key pinned at first contact), copies node 0's checkpoint sets
+to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with what an
+uninterrupted run computes. `down` with host 1 still off the network names it with what is
+left to clean there; once it answers again, `down` removes that too: nothing is left on any of
+the three hosts. No timed assertions: every wait ends on a condition.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import module_env
+from tests.support.ssh_hosts import Hosts, package_sources, stand_in_hosts
+
+pytestmark = pytest.mark.slow
+
+NAME = "spares"
+SET = "ck"
+STEPS = 5
+PAUSE_AT = 3
+JOB = f'''import json, os, time
+from pathlib import Path
+
+from skyinfra_runtime import checkpoints
+
+
+def step(total, i):
+    return (total * 31 + i + 1) % (2 ** 61)
+
+
+def main():
+    """Node 0 commits every step; each node resumes from the newest committed step in its
+    own checkpoint folder (a spare's is node 0's copy)."""
+    root = checkpoints.directory()
+    node, attempt = int(os.environ["SKYINFRA_NODE"]), int(os.environ["SKYINFRA_ATTEMPT"])
+    last = checkpoints.latest_step(root)
+    total = 0 if last is None else json.loads(
+        (checkpoints.step_dir(root, last) / "state.json").read_text())["total"]
+    for i in range(last or 0, {STEPS}):
+        total = step(total, i)
+        if node == 0:
+            done = checkpoints.step_dir(root, i + 1)
+            done.mkdir(parents=True, exist_ok=True)
+            (done / "state.json").write_text(json.dumps({{"total": total}}))
+            checkpoints.commit(done)
+        if attempt == 1 and i + 1 == {PAUSE_AT}:
+            (root / f"paused-{{node}}").write_text("")
+            time.sleep(600)  # until the test takes host 1 away and the head ends this part
+    return {{"total": total, "resumed_from": last, "home": os.environ["HOME"]}}
+'''
+
+
+def uninterrupted() -> int:
+    total = 0
+    for i in range(STEPS):
+        total = (total * 31 + i + 1) % (2**61)
+    return total
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*skyinfra_argv(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def node_dir(hosts: Hosts, host: int, node: int) -> Path:
+    return hosts.hosts[host].home / ".skyinfra" / NAME / f"node-{node}"
+
+
+def wait_for(what: str, done: Callable[[], bool], deadline_s: float = 240.0) -> None:
+    until = time.monotonic() + deadline_s
+    while not done():
+        if time.monotonic() > until:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[Hosts]:
+    with package_sources() as sources, stand_in_hosts(3, sources) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def project(
+    tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path, hosts: Hosts
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    env = module_env(tmp_path_factory, tf_plugin_cache, "ssh-spares")
+    env["HOME"] = str(tmp_path_factory.mktemp("operator-home"))  # no known_hosts of ours
+    root = tmp_path_factory.mktemp("spares-project")
+    (root / "job.py").write_text(JOB)
+    a = hosts.addresses
+    (root / "skyinfra.toml").write_text(
+        f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n\n[ssh]\n'
+        f'hosts = ["{a[0]}", "{a[1]}"]\nspare_hosts = ["{a[2]}"]\n'
+        f'user = "{hosts.user}"\nkey = "{hosts.key}"\n'
+    )
+    yield root, env
+    if (root / ".skyinfra" / "clusters" / NAME / "topology.json").is_file():  # a test failed
+        hosts.cut_link(hosts.hosts[1], up=True)
+        cli(["down", "--yes", "--cluster", NAME], root, env)
+        cli(["down", "--yes", "--cluster", NAME], root, env)
+
+
+def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
+    project: tuple[Path, dict[str, str]], hosts: Hosts
+) -> None:
+    root, env = project
+    lost, spare = hosts.hosts[1], hosts.hosts[2]
+    up = cli(["up", "--yes"], root, env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert f"spare hosts (enrolled only when a host is lost): {spare.address}" in up.stdout
+    assert hosts.home_listing(spare) == []  # listed, not enrolled
+    ws = root / ".skyinfra" / "clusters" / NAME
+    main = (ws / "main.tf").read_text()
+    assert f"not enrolled until a host is lost (then the next takes its node): {spare.address}" in (
+        main
+    )
+
+    started = cli(
+        ["run", "--cluster", NAME, "--detach", "--max-restarts", "1", "--checkpoints", SET,
+         "job.py:main"], root, env,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = started.stdout.split("job ", 1)[1].split()[0]
+    head_set = node_dir(hosts, 0, 0) / "checkpoints" / SET
+    wait_for(
+        "both nodes paused after step 3",
+        lambda: (
+            (head_set / f"step-{PAUSE_AT:08d}" / "COMMITTED").is_file()
+            and (node_dir(hosts, 1, 1) / "checkpoints" / SET / "paused-1").is_file()
+        ),
+    )
+
+    # Host 1 dies: its processes end together, then it is off the network.
+    assert hosts.kill_processes(lost)
+
+    def waits() -> bool:
+        shown = cli(["jobs", "--cluster", NAME, job, "--json"], root, env)
+        return shown.returncode == 0 and json.loads(shown.stdout)["state"] == "needs_nodes"
+
+    wait_for("the job to wait for node 1", waits)
+    hosts.cut_link(lost)
+    status = cli(["status", "--cluster", NAME], root, env)
+    assert status.returncode != 0, status.stdout
+    assert f"host {lost.address} lost: it stopped answering over SSH" in status.stdout
+    assert f"enrols spare {spare.address} in its place" in status.stdout
+
+    recovered = cli(["jobs", "--cluster", NAME, "recover", job], root, env)
+    said = recovered.stdout + recovered.stderr
+    assert recovered.returncode == 0, said
+    assert f"host {lost.address} (node-1) lost" in said
+    assert f"spare {spare.address} is enrolled as node-1 in its place" in said
+    assert "trusted on first use" in said and spare.address in said
+    assert f"node-1 ({spare.address}): checkpoint sets copied from node-0's" in said
+    record = json.loads(cli(["jobs", "--cluster", NAME, job, "--json"], root, env).stdout)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert record["attempts"][0]["cause"]["kind"] == "lost", record["attempts"]
+    summary = json.loads((ws / "runs" / job / "summary.json").read_text())
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+    # Both resumed from step 3 (node 1 on the spare, from node 0's copied checkpoints) and
+    # end with the uninterrupted run's total.
+    assert [v["resumed_from"] for v in values] == [PAUSE_AT, PAUSE_AT], values
+    assert [v["total"] for v in values] == [uninterrupted()] * 2
+    assert [v["home"] for v in values] == [str(hosts.hosts[0].home), str(spare.home)]
+    topology = json.loads((ws / "topology.json").read_text())
+    assert [n["public_ip"] for n in topology["nodes"]] == [hosts.addresses[0], spare.address]
+    pinned = (ws / "known_hosts").read_text()
+    assert Path(f"{spare.host_key}.pub").read_text().split()[1] in pinned
+    status = cli(["status", "--cluster", NAME, "--json"], root, env)
+    shown = json.loads(status.stdout)
+    assert status.returncode == 0 and shown["spare_hosts"] == [], status.stdout
+    assert [x["host"] for x in shown["lost_hosts"]] == [lost.address]
+
+    # `down` with host 1 still away: the nodes go, host 1 is named with what is left there.
+    down = cli(["down", "--yes", "--cluster", NAME], root, env)
+    said = down.stdout + down.stderr
+    assert down.returncode == 0, said
+    assert f"host {lost.address} (lost; node-1 until spare {spare.address} replaced it)" in said
+    assert f"left to clean there: the node folder {node_dir(hosts, 1, 1)}" in said
+    assert hosts.home_listing(hosts.hosts[0]) == hosts.home_listing(spare) == []
+    # Back on the network: the next `down` removes what was left there.
+    hosts.cut_link(lost, up=True)
+    again = cli(["down", "--yes", "--cluster", NAME], root, env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"host {lost.address} (lost node-1): nothing left" in again.stdout
+    for host in hosts.hosts:
+        assert hosts.home_listing(host) == []
+    assert hosts.user_processes() == []
