@@ -22,13 +22,13 @@ from typing import Any
 
 from skyinfra import __version__, lifecycle, shared_state
 from skyinfra.digests import sha256_of
-from skyinfra.errors import StalePlanError, UsageError
+from skyinfra.errors import StalePlanError, TerraformError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
 from skyinfra.review.cost import SpotPrices
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import JOB_ONLY_KEYS, ClusterSpec
-from skyinfra.targets.base import TargetOptions
+from skyinfra.targets.base import LadderReview, TargetOptions
 from skyinfra.targets.identity import WORKSPACE_ID_FILE
 from skyinfra.terraform import EmbeddedTerraform, EngineFactory, TerraformEngine
 from skyinfra.topology import topology_from_outputs
@@ -174,10 +174,18 @@ def plan(
     try:
         with ws.lock("plan"):
             lifecycle.check_same_cluster(spec, ws, origin)
+            target = lifecycle.target_of(spec)
+            # A target's ladder of places to launch (aws, issue 44): shown in plan.md, kept in
+            # the metadata, and the rung rendered; None for a target without one, or one rung.
+            plan_ladder = getattr(target, "plan_ladder", None)
+            ladder: LadderReview | None = (
+                plan_ladder(spec, ws, echo, options) if plan_ladder is not None else None
+            )
             if from_dir is not None:
                 files = read_rendered(from_dir)
             else:
-                files = lifecycle.target_of(spec).render(spec, ws, echo=echo, options=options)
+                on = ladder.render_spec if ladder is not None else spec
+                files = target.render(on, ws, echo=echo, options=options)
                 files = {**files, **shared_state.backend_files(spec)}
             # Planning applies nothing: the workspace's files (the pins of the last `up` among
             # them) are put back as they were; `apply` writes the planned ones.
@@ -201,10 +209,6 @@ def plan(
             shutil.rmtree(ws.path, ignore_errors=True)
         raise
     spot = lifecycle.spot_prices(spec, echo)
-    # A target's ladder of places to launch (aws, issue 44): shown in plan.md and kept in the
-    # metadata; None for a target without one, or a spec with one rung.
-    plan_ladder = getattr(lifecycle.target_of(spec), "plan_ladder", None)
-    ladder = plan_ladder(spec, echo, options) if plan_ladder is not None else None
     review = build_review(
         plan_json,
         facts_of(spec),
@@ -214,7 +218,9 @@ def plan(
         spot_prices=spot,
     )
     hint = f"Apply exactly this plan: `skyinfra apply {PLANFILE}` (sha256 checked)."
-    document = markdown.render(review, apply_hint=hint, sections=[ladder[0]] if ladder else [])
+    document = markdown.render(
+        review, apply_hint=hint, sections=[ladder.markdown] if ladder else []
+    )
     out_ws = Workspace(out)
     out_ws.write_files(
         {
@@ -235,7 +241,7 @@ def plan(
                     "summary": review.to_dict(),
                     # The Spot prices it was reviewed with (issue 26): `apply` judges the same.
                     **({"spot_prices": spot.to_dict()} if spot is not None else {}),
-                    **({"ladder": ladder[1]} if ladder else {}),
+                    **({"ladder": ladder.metadata} if ladder else {}),
                 },
                 indent=2,
             )
@@ -319,6 +325,33 @@ def check_not_stale(
         )
 
 
+def _next_reviewed_rung(
+    spec: ClusterSpec,
+    ws: Workspace,
+    meta: Mapping[str, Any],
+    refusal: TerraformError,
+    echo: Echo,
+    confirm: lifecycle.Confirm | None,
+    engine_factory: EngineFactory,
+) -> tuple[Any, Any]:
+    """The planned rung had no room: the target climbs on to the next rung the plan approved
+    (aws: climb_reviewed), as `up` would; ``refusal`` again where it has no ladder."""
+    climb_reviewed = getattr(lifecycle.target_of(spec), "climb_reviewed", None)
+    reviewed = meta.get("ladder")
+    if climb_reviewed is None or not reviewed:
+        raise refusal
+    return lifecycle.up_with(
+        spec,
+        ws,
+        echo,
+        lambda apply: climb_reviewed(
+            spec, ws, reviewed, refusal, echo=echo, apply=apply, engine_factory=engine_factory
+        ),
+        engine_factory=engine_factory,
+        confirm=confirm,
+    )
+
+
 def apply_planfile(
     planfile: Path,
     ws: Workspace,
@@ -377,7 +410,16 @@ def apply_planfile(
                 ws.write_files(read_rendered(planned), owned_dirs=OWNED_DIRS, retired=RETIRED_FILES)
                 echo(f"[skyinfra] terraform apply {planfile.name} ({counts.line})")
                 lifecycle.mark_unfinished(ws, "apply")
-                engine.apply(str(planfile), on_event=lifecycle.progress_printer(echo))
+                try:
+                    engine.apply(str(planfile), on_event=lifecycle.progress_printer(echo))
+                except TerraformError as refusal:
+                    if review.summary.before.nodes:  # a running cluster never moves
+                        raise
+                    _, topology = _next_reviewed_rung(
+                        spec, ws, meta, refusal, echo, confirm, engine_factory
+                    )
+                    ws.write_json(ws.origin_file, {"spec_file": meta.get("spec_file")})
+                    return spec, topology
             ws.write_json(ws.spec_file, spec.to_dict())
             ws.write_json(ws.origin_file, {"spec_file": meta.get("spec_file")})
             topology = topology_from_outputs(engine.output(), spec)

@@ -23,6 +23,7 @@ from skyinfra.lifecycle.changes import (
     progress_printer,
     replace_from_root_module,
     up,
+    up_with,
 )
 from skyinfra.lifecycle.cluster_status import STATUS_CONNECT_TIMEOUT_S, node_readiness, status
 from skyinfra.lifecycle.markers import (
@@ -73,4 +74,5 @@ __all__ = [
     "transport_for",
     "unfinished_command",
     "up",
+    "up_with",
 ]

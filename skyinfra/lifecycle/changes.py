@@ -20,7 +20,7 @@ from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review.markdown import terminal as terminal_warning
 from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.base import TargetOptions
+from skyinfra.targets.base import Apply, TargetOptions
 from skyinfra.targets.identity import WORKSPACE_ID_FILE
 from skyinfra.terraform import (
     EmbeddedTerraform,
@@ -119,35 +119,77 @@ def up(
     already: `run` replacing a lost node of its job).
     """
     options = dict(options or {})
-    origin = origin or SpecOrigin()
     check_target_options(spec, options)
+    target = target_of(spec)
+
+    def launch(apply: Apply) -> tuple[PlanSummary, Topology]:
+        # A target may render and apply more than once (aws: zone by zone until one has
+        # capacity, targets/aws/failover.py); local renders once.
+        return target.launch(
+            spec, ws, echo=echo, options=options, apply=apply, engine_factory=engine_factory
+        )
+
+    settings = _UpSettings(engine_factory, origin or SpecOrigin(), confirm, lock_held)
+    return _up(spec, ws, echo, settings, launch)
+
+
+def up_with(
+    spec: ClusterSpec,
+    ws: Workspace,
+    echo: Echo,
+    launch: Callable[[Apply], tuple[PlanSummary, Topology]],
+    *,
+    engine_factory: EngineFactory = EmbeddedTerraform,
+    origin: SpecOrigin | None = None,
+    confirm: Confirm | None = None,
+) -> tuple[PlanSummary, Topology]:
+    """`up` with the target's render and apply given as ``launch`` (called with each apply),
+    in a workspace the caller holds: `apply PLANFILE` going on to the next rung its plan
+    approved when the planned one had no capacity (targets/aws: climb_reviewed)."""
+    settings = _UpSettings(engine_factory, origin or SpecOrigin(), confirm, lock_held=True)
+    return _up(spec, ws, echo, settings, launch)
+
+
+@dataclass(frozen=True)
+class _UpSettings:
+    engine_factory: EngineFactory
+    origin: SpecOrigin
+    confirm: Confirm | None
+    lock_held: bool
+
+
+def _up(
+    spec: ClusterSpec,
+    ws: Workspace,
+    echo: Echo,
+    settings: _UpSettings,
+    launch: Callable[[Apply], tuple[PlanSummary, Topology]],
+) -> tuple[PlanSummary, Topology]:
+    engine_factory, origin = settings.engine_factory, settings.origin
     created = _first_missing(ws.path)
     changed = False  # whether this `up` got past its checks and confirmation
     # Each stage is printed as it ends; timeline.json keeps them all (skyinfra/timeline.py).
     timeline = Timeline("up", echo)
     try:
-        held = contextlib.nullcontext() if lock_held else ws.lock("up")
+        held = contextlib.nullcontext() if settings.lock_held else ws.lock("up")
         with held, active(timeline):
             _check_same_cluster(spec, ws, origin)
             shared_state.check_backend_kept(ws, spec)
-            target = target_of(spec)
 
             def kept() -> None:
                 nonlocal created, changed
                 created = None  # from here on the workspace is the cluster's, even on failure
                 changed = True
 
-            this_up = _UpRun(spec, ws, echo, engine_factory, origin, confirm, timeline, kept)
+            this_up = _UpRun(
+                spec, ws, echo, engine_factory, origin, settings.confirm, timeline, kept
+            )
 
             def apply(files: dict[str, str]) -> tuple[PlanSummary, Topology]:
                 return _apply(this_up, {**files, **shared_state.backend_files(spec)})
 
             try:
-                # A target may render and apply more than once (aws: zone by zone until one
-                # has capacity, targets/aws/failover.py); local renders once.
-                return target.launch(
-                    spec, ws, echo=echo, options=options, apply=apply, engine_factory=engine_factory
-                )
+                return launch(apply)
             finally:
                 if changed:  # the workspace holds what was applied: keep how long it took
                     ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())

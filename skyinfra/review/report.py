@@ -5,7 +5,7 @@ guardrails)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skyinfra.errors import GuardrailError
@@ -122,6 +122,14 @@ def node_access(plan: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def planned_region(plan: Mapping[str, Any]) -> str | None:
+    """The region the planned root module was given (its ``region`` variable), if any: the
+    plan of a ladder's rung is in that rung's region, where the spec names the first."""
+    variable = (plan.get("variables") or {}).get("region") or {}
+    value = variable.get("value") if isinstance(variable, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
 def build_review(
     plan: Mapping[str, Any],
     facts: ClusterFacts,
@@ -133,7 +141,9 @@ def build_review(
     spot_prices: cost_mod.SpotPrices | None = None,
 ) -> Review:
     """``spot_prices``: the Spot price history of the nodes' type at plan time (issue 26);
-    the plan's Spot nodes are priced (and ``max_hourly_usd`` judged) at its price."""
+    the plan's Spot nodes are priced (and ``max_hourly_usd`` judged) at its price. The nodes
+    are priced at the plan's own region and instance type (a ladder's rung: its own)."""
+    facts = replace(facts, region=planned_region(plan) or facts.region)
     summary = summarize(plan, target=facts.target)
     table = table or cost_mod.price_table()
     cost = cost_mod.estimate(

@@ -44,6 +44,7 @@ __all__ = [
     "CheckpointSetInfo",
     "Echo",
     "InterruptRequest",
+    "LadderReview",
     "Shell",
     "Target",
     "TargetOption",
@@ -112,6 +113,18 @@ class InterruptRequest:
     notice_s: int
     role_arn: str | None = None
     yes: bool = False
+
+
+@dataclass(frozen=True)
+class LadderReview:
+    """A target's ladder of places to launch as `plan` shows it (``markdown``) and keeps it
+    in plan-meta.json (``metadata``: `apply PLANFILE` may take its approved rungs and no
+    other), and ``render_spec``: the spec on the rung the plan renders. Optional
+    ``plan_ladder`` of a target (aws, issue 44); its lookups are made once per plan."""
+
+    markdown: str
+    metadata: dict[str, Any]
+    render_spec: ClusterSpec
 
 
 # The target-specific flags the user gave (name -> value); only flags that were set.

@@ -419,3 +419,28 @@ def _settled(log: _Log, plan: Plan, zone: str, markets: dict[str, str]) -> None:
         still = [n for n in doc.spot_fallback.nodes if markets.get(n) == ON_DEMAND]
         doc.spot_fallback = SpotFallback(still, doc.spot_fallback.reason) if still else None
     log.save()
+
+
+def refused_planfile(
+    spec: ClusterSpec,
+    ws: Workspace,
+    launcher: ZoneLauncher[T],
+    zone: str,
+    failure: Failure,
+) -> CapacityError:
+    """A reviewed planfile's apply that ``zone`` refused for want of capacity (`apply
+    PLANFILE` of a ladder): kept in capacity.json as an attempt, and what it made destroyed
+    and asked for by tag, as when every zone of a rung refused; the error to climb on with."""
+    asked = f"{spec.nodes} x {spec.section_as(AwsSpec).instance_type}"
+    now = _now()
+    log = _Log(ws)
+    log.add(Attempt(now, 1, zone, asked, "capacity", failure.code, failure.message, now, 0.0))
+    log.doc.zone, log.doc.first_choice, log.doc.reason = None, zone, "the planned zone refused"
+    log.save()
+    left = _give_up(spec, ws, launcher.clients, launcher.engine_factory, launcher.echo)
+    return CapacityError(
+        f"the reviewed plan's zone {zone} had no capacity for {asked} of cluster "
+        f"{spec.name!r}; attempts:\n{attempt_table(log.this_up)}\n{left}. What to do: the "
+        "plan's next approved rung",
+        attempts=log.this_up,
+    )

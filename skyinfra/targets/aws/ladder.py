@@ -72,8 +72,12 @@ class RungFacts:
     # The image the nodes boot in this region (None: not looked up), or why it did not resolve.
     image: str | None = None
     image_problem: str | None = None
-    # EC2's Spot placement score (1-10) where asked.
+    # EC2's Spot placement score (1-10) where asked and answered.
     placement_score: int | None = None
+    # Where hourly_usd came from ("price table", "Spot price history ..."), or why none.
+    price_source: str | None = None
+    # The checkpoints are in another region than the rung's (checkpoint_crossing).
+    checkpoint_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,62 @@ class Policy:
     min_gpu_memory_gib: float | None = None
     max_hourly_usd: float | None = None
     lifetime_hours: float | None = None
+
+
+# ---------------------------------------------------------------- the rung's price
+
+
+def rung_price(
+    markets: Sequence[str],
+    on_demand_usd: float | None,
+    spot_usd_by_zone: Mapping[str, float] | None,
+) -> tuple[float | None, str]:
+    """The cluster's hourly price on a rung and where it came from: each node at its market's
+    price (``markets``: one per node), a Spot node at the highest price among the rung's
+    zones (`up` may land in any of them, and the guardrail must hold in each); None when a
+    price it needs is missing."""
+    spot_nodes = sum(1 for m in markets if m == "spot")
+    on_demand_nodes = len(markets) - spot_nodes
+    if on_demand_usd is None and on_demand_nodes:
+        return None, "not in the price table"
+    on_demand_total = (on_demand_usd or 0.0) * on_demand_nodes
+    if not spot_nodes:
+        return on_demand_total, "price table"
+    if not spot_usd_by_zone:
+        return None, "no Spot price history"
+    spot = max(spot_usd_by_zone.values())
+    zones = len(spot_usd_by_zone)
+    source = f"Spot price history (highest of {zones} zone{'s' if zones > 1 else ''})"
+    if on_demand_nodes:
+        source += " and price table"
+    return spot * spot_nodes + on_demand_total, source
+
+
+def best_score(scores: Mapping[str, int] | str) -> int | None:
+    """The rung's Spot placement score: its best zone's (placement.spot_placement_scores'
+    zone -> score), None when EC2 gave none or said why not (a reason)."""
+    if isinstance(scores, str) or not scores:
+        return None
+    return max(scores.values())
+
+
+@dataclass(frozen=True)
+class CheckpointPlace:
+    """Where ``aws.checkpoints_url`` keeps the checkpoints: its bucket's region, and how many
+    bytes are under its prefix (None: not counted)."""
+
+    url: str
+    region: str
+    size_bytes: int | None = None
+
+
+def checkpoint_crossing(rung: Rung, place: CheckpointPlace | None) -> str | None:
+    """The plan's note for a rung in another region than the checkpoints: a resumed job
+    restores them across regions (slower, and S3 charges the transfer)."""
+    if place is None or place.region == rung.region:
+        return None
+    size = "" if place.size_bytes is None else f": {place.size_bytes / 1e9:,.1f} GB"
+    return f"restoring the checkpoints ({place.url}, in {place.region}) crosses regions{size}"
 
 
 # ---------------------------------------------------------------- the checks, one per rule
@@ -218,6 +278,12 @@ def _money(value: float | None) -> str:
     return "unpriced" if value is None else f"${value:,.2f}"
 
 
+def _score(facts: RungFacts) -> str:
+    if facts.placement_score is not None:
+        return str(facts.placement_score)
+    return "no score" if facts.market == "spot" else "-"
+
+
 def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
     gpu = a.rung.gpu
     facts = a.facts
@@ -241,9 +307,10 @@ def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
         ("yes" if gpu.efa else "no") if gpu else "-",
         facts.market,
         _money(facts.hourly_usd),
+        facts.price_source or "-",
         "no limit" if policy.lifetime_hours is None else _money(lifetime),
         quota,
-        "-" if facts.placement_score is None else str(facts.placement_score),
+        _score(facts),
         facts.image or ("not found" if facts.image_problem else "not resolved"),
         status,
     )
@@ -258,6 +325,7 @@ HEADER = (
     "EFA",
     "market",
     "cluster $/h",
+    "priced from",
     "lifetime $",
     "quota headroom",
     "Spot score",
@@ -282,6 +350,13 @@ def ladder_markdown(assessed: Sequence[Assessed], policy: Policy) -> str:
     ]
     for index, a in enumerate(assessed, 1):
         lines.append("| " + " | ".join(_cells(a, index, policy)) + " |")
+    notes = [
+        f"- rung {index} ({a.rung.label}): {a.facts.checkpoint_note}"
+        for index, a in enumerate(assessed, 1)
+        if a.approved and a.facts.checkpoint_note
+    ]
+    if notes:
+        lines += ["", *notes]
     return "\n".join(lines) + "\n"
 
 
@@ -297,6 +372,9 @@ def ladder_metadata(assessed: Sequence[Assessed]) -> dict[str, Any]:
                 "verdict": a.verdict,
                 "reason": a.reason,
                 "hourly_usd": a.facts.hourly_usd,
+                "price_source": a.facts.price_source,
+                "placement_score": a.facts.placement_score,
+                **({"note": a.facts.checkpoint_note} if a.facts.checkpoint_note else {}),
             }
             for a in assessed
         ],
@@ -309,6 +387,20 @@ def approved_rungs(metadata: Mapping[str, Any]) -> tuple[Rung, ...]:
         Rung(str(r["instance_type"]), str(r["region"]))
         for r in metadata.get("rungs") or []
         if r.get("verdict") == "approved"
+    )
+
+
+def reviewed_assessed(metadata: Mapping[str, Any]) -> tuple[Assessed, ...]:
+    """The ladder as a reviewed plan kept it, every rung with its verdict: `apply PLANFILE`
+    climbs these approved rungs and no other (whatever the lookups would say now)."""
+    return tuple(
+        Assessed(
+            Rung(str(r["instance_type"]), str(r["region"])),
+            RungFacts(hourly_usd=r.get("hourly_usd")),
+            r.get("verdict") if r.get("verdict") in ("approved", "dropped") else "skipped",
+            r.get("reason"),
+        )
+        for r in metadata.get("rungs") or []
     )
 
 

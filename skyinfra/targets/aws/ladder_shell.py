@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from skyinfra_runtime.s3 import parse_url
+
 from skyinfra.errors import CapacityError, PreflightError
 from skyinfra.review.cost import price_table
 from skyinfra.spec import ClusterSpec
@@ -22,14 +24,19 @@ from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table
 from skyinfra.targets.aws.endpoints import emulator_from_env
 from skyinfra.targets.aws.ladder import (
     Assessed,
+    CheckpointPlace,
     Policy,
     Quota,
     Rung,
     RungFacts,
     assess_all,
     base_gpus_per_node,
+    best_score,
+    checkpoint_crossing,
+    rung_price,
     rungs,
 )
+from skyinfra.targets.aws.placement import spot_placement_scores
 from skyinfra.targets.aws.preflight import (
     InstanceTypeFacts,
     aws_errors,
@@ -46,7 +53,8 @@ from skyinfra.targets.aws.quotas import (
     running_vcpus,
 )
 from skyinfra.targets.aws.session import AwsClients
-from skyinfra.targets.aws.spec import SPOT, AwsSpec
+from skyinfra.targets.aws.spec import SPOT, AwsSpec, node_markets
+from skyinfra.targets.aws.spot_prices import spot_price_history
 from skyinfra.workspace import Workspace
 
 Echo = Callable[[str], None]
@@ -83,6 +91,19 @@ def rung_spec(spec: ClusterSpec, rung: Rung) -> ClusterSpec:
     return dataclasses.replace(spec, section=section)
 
 
+def only_rung(spec: ClusterSpec, rung: Rung) -> ClusterSpec:
+    """``spec`` on one rung and no other (its ladder lists dropped): what `plan` renders
+    once the ladder was looked up, so that the render does not look it up again."""
+    on = rung_spec(spec, rung)
+    section = dataclasses.replace(on.section_as(AwsSpec), instance_types=(), regions=())
+    return dataclasses.replace(on, section=section)
+
+
+def rung_of(spec: ClusterSpec) -> Rung:
+    aws = spec.section_as(AwsSpec)
+    return Rung(aws.instance_type, aws.region)
+
+
 def _quota(clients: AwsClients, rung: Rung, spot: bool) -> Quota | None:
     klass = quota_class(rung.instance_type)
     if klass is None:
@@ -109,16 +130,27 @@ def _image(clients: AwsClients, aws: AwsSpec, rung: Rung) -> str:
     return resolve_ami(clients.client("ssm"), dlami_parameter(facts.architectures))
 
 
+def _spot_usd(clients: AwsClients, rung: Rung, zones: Sequence[str] | None) -> dict[str, float]:
+    """The Spot price per zone of the rung's type in its region (the zones offering it, when
+    known); empty when EC2 gave none."""
+    try:
+        with aws_errors(f"asking the Spot price history of {rung.label}"):
+            prices = spot_price_history(clients.client("ec2"), rung.instance_type)
+    except PreflightError:
+        return {}
+    return {zone: usd for zone, (usd, _) in prices.zones.items() if zones is None or zone in zones}
+
+
 def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFacts:
     """What AWS says of one rung (a lookup that fails leaves its fact unknown; an image that
-    does not resolve is said, so that the rung is skipped)."""
+    does not resolve is said, so that the rung is skipped). A Spot rung is priced from its
+    region's Spot price history (looked up only with ``checks``)."""
     aws = spec.section_as(AwsSpec)
-    spot = aws.market == SPOT
-    price = price_table().hourly(rung.region, rung.instance_type)
-    facts = RungFacts(
-        hourly_usd=None if price is None or spot else price * spec.nodes,
-        market=aws.market,
-    )
+    markets = list(node_markets(aws, spec.nodes).values())
+    spot_nodes = markets.count(SPOT)
+    on_demand = price_table().hourly(rung.region, rung.instance_type)
+    hourly, source = rung_price(markets, on_demand, None)
+    facts = RungFacts(hourly_usd=hourly, market=aws.market, price_source=source)
     if not checks:
         return facts
     import boto3  # the target loads boto3 only when it calls AWS
@@ -131,7 +163,7 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     try:
         with aws_errors(f"looking up {rung.label}"):
             zones = tuple(offering_zones(clients.client("ec2"), rung.instance_type))
-            quota = _quota(clients, rung, spot)
+            quota = _quota(clients, rung, aws.market == SPOT)
     except PreflightError:
         pass
     try:
@@ -139,16 +171,57 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
             image = _image(clients, aws, rung)
     except PreflightError as err:
         image_problem = str(err)
+    score = None
+    if spot_nodes:
+        hourly, source = rung_price(markets, on_demand, _spot_usd(clients, rung, zones))
+        score = best_score(spot_placement_scores(clients, rung.instance_type, spot_nodes))
     return dataclasses.replace(
-        facts, zones=zones, quota=quota, image=image, image_problem=image_problem
+        facts,
+        hourly_usd=hourly,
+        price_source=source,
+        zones=zones,
+        quota=quota,
+        image=image,
+        image_problem=image_problem,
+        placement_score=score,
     )
+
+
+def checkpoint_place(spec: ClusterSpec) -> CheckpointPlace | None:
+    """Where ``aws.checkpoints_url`` is: its bucket's region and the bytes under its prefix
+    (None: no such url, or S3 did not say)."""
+    aws = spec.section_as(AwsSpec)
+    if aws.checkpoints_url is None:
+        return None
+    import boto3  # the target loads boto3 only when it calls AWS
+
+    bucket, prefix = parse_url(aws.checkpoints_url)
+    s3 = AwsClients(boto3.session.Session(), aws.region, emulator_from_env()).client("s3")
+    try:
+        with aws_errors(f"looking up the region of {aws.checkpoints_url}"):
+            where = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
+            pages = s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix.rstrip("/") + "/"
+            )
+            size = sum(o.get("Size", 0) for page in pages for o in page.get("Contents", []))
+    except PreflightError:
+        return None
+    # GetBucketLocation says nothing for us-east-1 and "EU" for the oldest eu-west-1 buckets.
+    region = {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(where, where)
+    return CheckpointPlace(aws.checkpoints_url, str(region), size)
 
 
 def assess_ladder(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, ...]:
     """Every rung with its facts (looked up concurrently) and verdict, in order."""
     ladder = ladder_of(spec)
-    with ThreadPoolExecutor(max_workers=min(MAX_LOOKUPS, len(ladder))) as pool:
+    with ThreadPoolExecutor(max_workers=min(MAX_LOOKUPS, len(ladder)) + 1) as pool:
+        place = pool.submit(checkpoint_place, spec) if checks else None
         found = list(pool.map(lambda rung: rung_facts(spec, rung, checks=checks), ladder))
+        where = None if place is None else place.result()
+    found = [
+        dataclasses.replace(facts, checkpoint_note=checkpoint_crossing(rung, where))
+        for rung, facts in zip(ladder, found, strict=True)
+    ]
     return assess_all(ladder, dict(zip(ladder, found, strict=True)), policy_of(spec))
 
 
@@ -210,8 +283,11 @@ def climb(
     *,
     echo: Echo,
     launch_rung: Callable[[ClusterSpec], T],
+    planned_refusal: CapacityError | None = None,
 ) -> T:
-    """Launch on the approved rungs in order until one has room (see the module docstring)."""
+    """Launch on the approved rungs in order until one has room (see the module docstring).
+    ``planned_refusal``: the first approved rung already refused (`apply PLANFILE`'s planned
+    rung): not launched again, the climb goes on from the next."""
     first_approved(spec, assessed)  # none: PreflightError, before anything is launched
     approved = [(i, a.rung) for i, a in enumerate(assessed, 1) if a.approved]
     for line in refusal_lines(assessed):
@@ -219,9 +295,11 @@ def climb(
     attempts: list[Attempt] = []
     refused: list[str] = []
     for number, (index, rung) in enumerate(approved, 1):
-        if len(assessed) > 1:
-            echo(f"[skyinfra] rung {index} of {len(assessed)}: {spec.nodes} x {rung.label}")
         try:
+            if number == 1 and planned_refusal is not None:
+                raise planned_refusal
+            if len(assessed) > 1:
+                echo(f"[skyinfra] rung {index} of {len(assessed)}: {spec.nodes} x {rung.label}")
             result = launch_rung(rung_spec(spec, rung))
         except CapacityError as err:
             if len(assessed) == 1:
@@ -233,6 +311,7 @@ def climb(
             continue
         if len(assessed) > 1:
             record_rung(ws, rung, index)
+            echo(f"[skyinfra] took rung {index} of {len(assessed)}: {rung.label}")
         return result
     raise CapacityError(
         f"no rung of the ladder of cluster {spec.name!r} had capacity; every rung was destroyed "

@@ -17,26 +17,27 @@ host_keys.py and readiness.py (reaching nodes with skyinfra/transport/ssh.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from skyinfra.errors import SpecError
+from skyinfra.errors import SpecError, TerraformError
 from skyinfra.review.cost import SpotPrices
 from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import checkpoint_store, failover, head
 from skyinfra.targets.aws import shell as aws_shell
 from skyinfra.targets.aws.capacity import LOG_FILE as CAPACITY_LOG
-from skyinfra.targets.aws.capacity import CapacityLog
+from skyinfra.targets.aws.capacity import CapacityLog, classify
 from skyinfra.targets.aws.cluster_files import aws_of, render_files, running_nodes
 from skyinfra.targets.aws.declaration import RETRY_FOR, SKIP_PREFLIGHT, ZONES, AwsDeclaration
 from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
-from skyinfra.targets.aws.ladder import ladder_markdown, ladder_metadata
+from skyinfra.targets.aws.ladder import ladder_markdown, ladder_metadata, reviewed_assessed
 from skyinfra.targets.aws.ladder_shell import (
     assess_ladder,
     climb,
@@ -44,7 +45,9 @@ from skyinfra.targets.aws.ladder_shell import (
     ladder_of,
     landed_rung,
     landed_spec,
+    only_rung,
     policy_of,
+    rung_of,
     rung_spec,
 )
 from skyinfra.targets.aws.network_spec import refuse_private_up
@@ -62,6 +65,7 @@ from skyinfra.targets.base import (
     CheckpointListing,
     CheckpointSetInfo,
     InterruptRequest,
+    LadderReview,
     Shell,
     TargetOptions,
 )
@@ -85,6 +89,45 @@ WAIT_READY_S = 900
 # ---------------------------------------------------------------- the Target
 
 
+@dataclass(frozen=True)
+class _RungLauncher(Generic[T]):
+    """`up`'s launch of the cluster on one rung: zone by zone until one has room."""
+
+    ws: Workspace
+    echo: Echo
+    options: TargetOptions
+    apply: Callable[[dict[str, str]], T]
+    engine_factory: EngineFactory
+
+    def launcher(self, on: ClusterSpec) -> failover.ZoneLauncher[T]:
+        skip = bool(self.options.get(SKIP_PREFLIGHT.name))
+        return failover.ZoneLauncher(
+            clients=clients_for(on),
+            render=lambda zone, reservation, markets: render_files(
+                on,
+                self.ws,
+                echo=self.echo,
+                skip_preflight=skip,
+                zone=zone,
+                capacity_reservation=reservation,
+                markets=markets,
+            ),
+            apply=self.apply,
+            engine_factory=self.engine_factory,
+            echo=self.echo,
+        )
+
+    def __call__(self, on: ClusterSpec) -> T:
+        return failover.launch(
+            on,
+            self.ws,
+            self.launcher(on),
+            zones_flag=self.options.get(ZONES.name),
+            retry_for=self.options.get(RETRY_FOR.name),
+            checks=not self.options.get(SKIP_PREFLIGHT.name),
+        )
+
+
 class AwsTarget(AwsDeclaration):
     """EC2 GPU nodes in a VPC of their own (or the spec's subnet), reached over SSH; its name,
     spec table and flags are its declaration's (declaration.py)."""
@@ -94,8 +137,9 @@ class AwsTarget(AwsDeclaration):
     def render(
         self, spec: ClusterSpec, ws: Workspace, *, echo: Echo, options: TargetOptions
     ) -> dict[str, str]:
-        """`plan` and `render`: a ladder's cluster on its first approved rung (the rung a
-        reviewed plan applies), a running one on the rung it runs on."""
+        """`render`: a ladder's cluster on its first approved rung (the
+        rung a reviewed plan applies), a running one on the rung it runs on; `plan` hands in
+        the spec plan_ladder put on that rung (one rung: nothing looked up again)."""
         skip = bool(options.get(SKIP_PREFLIGHT.name))
         if len(ladder_of(spec)) > 1:
             spec = (
@@ -119,33 +163,7 @@ class AwsTarget(AwsDeclaration):
         the ladder's approved rungs in order (ladder_shell.py); a running cluster stays on
         its rung."""
         refuse_private_up(aws_of(spec).network_fields)
-        skip = bool(options.get(SKIP_PREFLIGHT.name))
-
-        def launch_rung(on: ClusterSpec) -> T:
-            launcher = failover.ZoneLauncher(
-                clients=clients_for(on),
-                render=lambda zone, reservation, markets: render_files(
-                    on,
-                    ws,
-                    echo=echo,
-                    skip_preflight=skip,
-                    zone=zone,
-                    capacity_reservation=reservation,
-                    markets=markets,
-                ),
-                apply=apply,
-                engine_factory=engine_factory,
-                echo=echo,
-            )
-            return failover.launch(
-                on,
-                ws,
-                launcher,
-                zones_flag=options.get(ZONES.name),
-                retry_for=options.get(RETRY_FOR.name),
-                checks=not skip,
-            )
-
+        launch_rung = _RungLauncher(ws, echo, options, apply, engine_factory)
         if len(ladder_of(spec)) < 2:
             return launch_rung(spec)
         regions = aws_of(spec).ladder_regions
@@ -157,18 +175,63 @@ class AwsTarget(AwsDeclaration):
             )
         if running_nodes(ws):
             return launch_rung(landed_spec(spec, ws))
-        assessed = assess_ladder(spec, checks=not skip)
+        assessed = assess_ladder(spec, checks=not options.get(SKIP_PREFLIGHT.name))
         return climb(spec, ws, assessed, echo=echo, launch_rung=launch_rung)
 
+    def climb_reviewed(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        reviewed: Mapping[str, Any],
+        refusal: TerraformError,
+        *,
+        echo: Echo,
+        apply: Callable[[dict[str, str]], T],
+        engine_factory: EngineFactory,
+    ) -> T:
+        """`apply PLANFILE` whose planned rung (the plan's first approved one) had no
+        capacity: what it made is destroyed (checked by tag in its region), then the rungs
+        after it that the plan approved (``reviewed``, its metadata's ladder) are climbed as
+        `up` climbs, and no other. Any other refusal, or no approved rung after it, is
+        ``refusal`` raised again."""
+        failure = classify(str(refusal))
+        assessed = reviewed_assessed(reviewed)
+        if failure.outcome != "capacity" or sum(a.approved for a in assessed) < 2:
+            raise refusal
+        planned = rung_spec(spec, first_approved(spec, assessed))
+        settings = ws.path / TARGET_FILE
+        zone = ws.read_json(settings).get("availability_zone") if settings.is_file() else None
+        echo(
+            f"[skyinfra] the reviewed plan's rung ({rung_of(planned).label}) was refused in "
+            f"{zone}: {failure.code}: {failure.message}"
+        )
+        launch_rung = _RungLauncher(ws, echo, {}, apply, engine_factory)
+        planned_refusal = failover.refused_planfile(
+            planned, ws, launch_rung.launcher(planned), str(zone), failure
+        )
+        return climb(
+            spec,
+            ws,
+            assessed,
+            echo=echo,
+            launch_rung=launch_rung,
+            planned_refusal=planned_refusal,
+        )
+
     def plan_ladder(
-        self, spec: ClusterSpec, echo: Echo, options: TargetOptions
-    ) -> tuple[str, dict[str, Any]] | None:
-        """The ladder for plan.md and plan-meta.json (None: one rung)."""
+        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
+    ) -> LadderReview | None:
+        """The ladder for plan.md and plan-meta.json, and the spec on the rung to render:
+        the first approved one, or the one a running cluster is on (None: one rung)."""
         if len(ladder_of(spec)) < 2:
             return None
         echo(f"[skyinfra] looking up the ladder's {len(ladder_of(spec))} rungs")
         assessed = assess_ladder(spec, checks=not options.get(SKIP_PREFLIGHT.name))
-        return ladder_markdown(assessed, policy_of(spec)), ladder_metadata(assessed)
+        rung = rung_of(landed_spec(spec, ws)) if running_nodes(ws) else None
+        on = only_rung(spec, rung or first_approved(spec, assessed))
+        return LadderReview(
+            ladder_markdown(assessed, policy_of(spec)), ladder_metadata(assessed), on
+        )
 
     def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
         """The Spot price history of the spec's type at plan time, when some node is Spot

@@ -2,8 +2,10 @@
 one instance type in three regions, with real Terraform and the real AWS provider against
 moto's server (which answers DescribeInstanceTypeOfferings per region and zone) behind the
 fault-injecting proxy. The plan lists the rungs in the order `up` tries them (golden); with
-every zone of region 1 refusing the type, `up` lands on rung 2, and nothing is left in region 1
-(counted through the EC2 API of each region, by tag).
+every zone of region 1 refusing the type, `apply PLANFILE` of the reviewed plan (rung 1) climbs
+on to rung 2, the next rung the plan approved, and nothing is left in region 1 (counted through
+the EC2 API of each region, by tag); with every rung refusing, `up` exits 10 and leaves nothing
+anywhere. `up` and `apply` climb through the same code (ladder_shell.climb).
 """
 
 # ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
@@ -136,7 +138,7 @@ def test_plan_drops_a_rung_with_another_gpu_count_unless_allow_reshape(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
+def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_there(
     env: dict[str, str],
     proxy: FaultProxy,
     moto_like_ec2: None,
@@ -146,15 +148,22 @@ def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
 ) -> None:
     assert _offering_zones(aws_env, UP_REGIONS[0], TYPE) == list(REGION_1_ZONES)
     project = _project(tmp_path, "ladder-up", ssh_key, regions=UP_REGIONS)
+    plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    planfile = project / ".skyinfra" / "clusters" / "ladder-up" / "plan" / "skyinfra.tfplan"
     for zone in REGION_1_ZONES:
         proxy.refuse[zone] = insufficient_capacity()
-    up = skyinfra("up", cwd=project, env=env, timeout=2 * TIMEOUT_S)
+    up = skyinfra("apply", str(planfile), cwd=project, env=env, timeout=2 * TIMEOUT_S)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         out = up.stdout
-        assert f"[skyinfra] rung 1 of 3: 2 x {TYPE} in us-west-1" in out
+        assert (
+            f"[skyinfra] the reviewed plan's rung ({TYPE} in us-west-1) was refused in "
+            "us-west-1b: InsufficientInstanceCapacity"
+        ) in out
         assert f"[skyinfra] rung 1 ({TYPE} in us-west-1) had no room: next rung" in out
         assert f"[skyinfra] rung 2 of 3: 2 x {TYPE} in us-west-2" in out
+        assert f"[skyinfra] took rung 2 of 3: {TYPE} in us-west-2" in out
         assert "rung 3 of 3" not in out
         assert {z: proxy.refused[z] for z in REGION_1_ZONES} == {z: 2 for z in REGION_1_ZONES}
         # Both nodes in us-west-2; nothing of the cluster left in us-west-1.
@@ -163,6 +172,7 @@ def test_region_1_full_lands_on_the_next_rung_and_leaves_nothing_there(
         log = capacity_log(project, "ladder-up")
         assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
         assert log["zone"].startswith("us-west-2")
+        assert log["attempts"][0]["zone"] == "us-west-1b"  # the planfile's, refused
         status = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)
         assert status["rung"] == {"instance_type": TYPE, "region": "us-west-2"}
         text = skyinfra("status", cwd=project, env=env).stdout

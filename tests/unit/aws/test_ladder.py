@@ -14,6 +14,7 @@ from skyinfra.errors import SpecError
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.accelerators import Accelerators
 from skyinfra.targets.aws.ladder import (
+    CheckpointPlace,
     Policy,
     Quota,
     Rung,
@@ -22,8 +23,12 @@ from skyinfra.targets.aws.ladder import (
     assess,
     assess_all,
     base_gpus_per_node,
+    best_score,
+    checkpoint_crossing,
     ladder_markdown,
     ladder_metadata,
+    reviewed_assessed,
+    rung_price,
     rung_problem,
     rungs,
 )
@@ -110,7 +115,11 @@ def _three_rung_ladder() -> tuple[Any, Policy]:
     quota = Quota(*P_QUOTA, limit=2000, in_use=0)
     facts = {
         Rung("p5.48xlarge", "us-east-1"): RungFacts(
-            hourly_usd=110.08, quota=quota, zones=("us-east-1a",), image="ami-0123456789abcdef0"
+            hourly_usd=110.08,
+            price_source="price table",
+            quota=quota,
+            zones=("us-east-1a",),
+            image="ami-0123456789abcdef0",
         ),
         Rung("p5en.48xlarge", "us-east-1"): RungFacts(quota=quota, image="ami-0123456789abcdef0"),
         Rung("p4d.24xlarge", "us-east-1"): RungFacts(
@@ -118,9 +127,13 @@ def _three_rung_ladder() -> tuple[Any, Policy]:
         ),
         Rung("g6e.48xlarge", "us-east-1"): RungFacts(hourly_usd=300.0),
         Rung("p5.48xlarge", "us-west-2"): RungFacts(
-            hourly_usd=110.08, market="spot", placement_score=7, image="ami-0fedcba9876543210"
+            hourly_usd=35.2,
+            price_source="Spot price history (highest of 3 zones) and price table",
+            market="spot",
+            placement_score=7,
+            image="ami-0fedcba9876543210",
         ),
-        Rung("g6.12xlarge", "us-west-2"): RungFacts(),
+        Rung("g6.12xlarge", "us-west-2"): RungFacts(market="spot"),
     }
     policy = Policy(nodes=2, gpus_per_node=8, max_hourly_usd=200, lifetime_hours=24)
     return assess_all(ladder, facts, policy), policy
@@ -144,6 +157,61 @@ def test_metadata_keeps_the_approved_rungs_in_order() -> None:
         "p4d.24xlarge in us-east-1 is not a rung the reviewed plan approved (p5.48xlarge in "
         "us-east-1, p5en.48xlarge in us-east-1, p5.48xlarge in us-west-2)"
     )
+
+
+def test_reviewed_metadata_gives_back_each_rung_and_its_verdict() -> None:
+    assessed, _ = _three_rung_ladder()
+    again = reviewed_assessed(json.loads(json.dumps(ladder_metadata(assessed))))
+    assert [(a.rung, a.verdict, a.reason) for a in again] == [
+        (a.rung, a.verdict, a.reason) for a in assessed
+    ]
+
+
+def test_a_rung_is_priced_at_each_nodes_market() -> None:
+    on_demand = ["on-demand", "on-demand"]
+    assert rung_price(on_demand, 98.32, None) == (196.64, "price table")
+    assert rung_price(on_demand, None, None) == (None, "not in the price table")
+    # A Spot node at the highest zone's price (up may land in any zone), the head On-Demand.
+    zones = {"us-west-2a": 30.0, "us-west-2b": 41.5}
+    assert rung_price(["on-demand", "spot", "spot"], 98.32, zones) == (
+        98.32 + 2 * 41.5,
+        "Spot price history (highest of 2 zones) and price table",
+    )
+    assert rung_price(["spot"], None, {"us-west-2a": 30.0}) == (
+        30.0,
+        "Spot price history (highest of 1 zone)",
+    )
+    assert rung_price(["spot"], 98.32, {}) == (None, "no Spot price history")
+
+
+def test_the_spot_placement_score_is_the_best_zones() -> None:
+    assert best_score({"us-west-2a": 3, "us-west-2b": 9}) == 9
+    assert best_score({}) is None
+    assert best_score("InvalidAction: not implemented") is None
+    # No answer for a Spot rung says so; an On-Demand rung has none to give.
+    spot = assess(Rung("p5.48xlarge", "us-west-2"), RungFacts(market="spot"), Policy(nodes=1))
+    assert "| spot | unpriced | - | no limit | not checked | no score |" in ladder_markdown(
+        [spot], Policy(nodes=1)
+    )
+
+
+def test_a_rung_in_another_region_than_the_checkpoints_says_so() -> None:
+    place = CheckpointPlace("s3://team-ckpt/llm", "us-east-1", 12_345_000_000)
+    east, west = Rung("p5.48xlarge", "us-east-1"), Rung("p5.48xlarge", "us-west-2")
+    assert checkpoint_crossing(east, place) is None
+    assert checkpoint_crossing(west, None) is None
+    note = checkpoint_crossing(west, place)
+    assert note == (
+        "restoring the checkpoints (s3://team-ckpt/llm, in us-east-1) crosses regions: 12.3 GB"
+    )
+    assessed = [
+        assess(east, RungFacts(), Policy(nodes=1)),
+        assess(west, RungFacts(checkpoint_note=note), Policy(nodes=1)),
+    ]
+    assert ladder_markdown(assessed, Policy(nodes=1)).endswith(
+        f"\n\n- rung 2 ({west.label}): {note}\n"
+    )
+    assert ladder_metadata(assessed)["rungs"][1]["note"] == note
 
 
 # ---------------------------------------------------------------- the [aws] ladder fields

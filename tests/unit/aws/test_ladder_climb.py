@@ -14,8 +14,8 @@ from skyinfra import exitcodes
 from skyinfra.errors import CapacityError, PreflightError
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws.capacity import Attempt
-from skyinfra.targets.aws.ladder import Assessed, Rung, RungFacts
-from skyinfra.targets.aws.ladder_shell import climb, landed_rung, rung_spec
+from skyinfra.targets.aws.ladder import Assessed, Rung, RungFacts, reviewed_assessed
+from skyinfra.targets.aws.ladder_shell import climb, landed_rung, only_rung, rung_spec
 from skyinfra.targets.aws.spec import AwsSpec
 from skyinfra.workspace import Workspace
 
@@ -124,3 +124,69 @@ def test_rung_spec_moves_type_and_region_only() -> None:
     on = rung_spec(SPEC, R3).section_as(AwsSpec)
     assert (on.instance_type, on.region) == ("p5.48xlarge", "us-east-1")
     assert on.ladder_types == SPEC.section_as(AwsSpec).ladder_types
+
+
+def _reviewed() -> list[dict[str, object]]:
+    """A plan's ladder metadata: rung 2 dropped, rung 4 skipped by the review."""
+    return [
+        {"instance_type": "p5en.48xlarge", "region": "us-east-1", "verdict": "approved"},
+        {"instance_type": "p5en.48xlarge", "region": "us-west-2", "verdict": "dropped"},
+        {"instance_type": "p5.48xlarge", "region": "us-east-1", "verdict": "approved"},
+        {"instance_type": "p5.48xlarge", "region": "us-west-2", "verdict": "skipped"},
+    ]
+
+
+def test_apply_climbs_the_reviewed_rungs_after_the_planned_one_and_no_other(
+    tmp_path: Path,
+) -> None:
+    """`apply PLANFILE` whose planned rung (1) refused: rung 1 is not launched again, the
+    rungs the review did not approve (2, 4) never are, whatever room they have."""
+    planned = CapacityError(
+        "the reviewed plan's zone us-east-1a had no capacity for 2 x p5en.48xlarge of cluster "
+        "'g'; attempts:\n(table)\nnothing of it is left (checked with AWS by tag). What to do: "
+        "the plan's next approved rung",
+        attempts=[],
+    )
+    assessed = reviewed_assessed({"rungs": _reviewed()})
+    tried: list[tuple[str, str]] = []
+    said: list[str] = []
+    ws = Workspace(tmp_path)
+    result = climb(
+        SPEC,
+        ws,
+        assessed,
+        echo=said.append,
+        launch_rung=_refusing(set(), tried),
+        planned_refusal=planned,
+    )
+    assert tried == [("p5.48xlarge", "us-east-1")]
+    assert result == "up in us-east-1"
+    assert landed_rung(ws) == R3
+    assert "[skyinfra] rung 1 of 4: 2 x p5en.48xlarge in us-east-1" not in said
+    assert "[skyinfra] rung 1 (p5en.48xlarge in us-east-1) had no room: next rung" in said
+    assert said[-1] == "[skyinfra] took rung 3 of 4: p5.48xlarge in us-east-1"
+
+    tried.clear()
+    with pytest.raises(CapacityError) as err:
+        climb(
+            SPEC,
+            Workspace(tmp_path / "full"),
+            assessed,
+            echo=lambda _: None,
+            launch_rung=_refusing({"us-east-1", "us-west-2"}, tried),
+            planned_refusal=planned,
+        )
+    assert tried == [("p5.48xlarge", "us-east-1")]  # never rung 4 (skipped in the review)
+    text = str(err.value)
+    assert (
+        "  rung 1 (p5en.48xlarge in us-east-1): the reviewed plan's zone us-east-1a had no "
+        "capacity for 2 x p5en.48xlarge of cluster 'g'; nothing of it is left (checked with AWS "
+        "by tag)"
+    ) in text
+    assert "  rung 3 (p5.48xlarge in us-east-1): no zone had capacity in us-east-1" in text
+
+
+def test_only_rung_drops_the_ladder() -> None:
+    on = only_rung(SPEC, R3).section_as(AwsSpec)
+    assert (on.instance_type, on.region) == ("p5.48xlarge", "us-east-1")
+    assert (on.ladder_types, on.ladder_regions) == (("p5.48xlarge",), ("us-east-1",))

@@ -129,6 +129,27 @@ def test_cost_per_hour_and_over_the_lifetime() -> None:
     ).free
 
 
+def test_a_plan_is_priced_at_its_own_region_not_the_specs_first() -> None:
+    """A ladder's later rung is planned in its own region (the root module's region variable)
+    while the spec's region is the first rung's: `up` prices and judges that rung at its
+    region's price, and plan.md names that region."""
+    table = PriceTable(
+        "test table",
+        "2026-11-23",
+        {"us-east-1": {"p5.48xlarge": 55.04}, "us-west-2": {"p5.48xlarge": 60.0}},
+    )
+    plan = {
+        "resource_changes": [instance(i, ["create"], None, node("ami-1")) for i in range(2)],
+        "variables": {"region": {"value": "us-west-2"}},
+    }
+    facts = ClusterFacts("train", "aws", "us-east-1", guardrails=Guardrails(max_hourly_usd=115))
+    review = build_review(plan, facts, planfile_sha256="0", table=table)
+    assert (review.facts.region, review.cost.after_hourly) == ("us-west-2", 120.0)
+    assert not review.passed  # 120 > 115: at us-east-1's price it would have passed (110.08)
+    same = build_review({**plan, "variables": {}}, facts, planfile_sha256="0", table=table)
+    assert (same.facts.region, same.cost.after_hourly) == ("us-east-1", 110.08)
+
+
 def test_guardrails_table_is_checked_field_by_field() -> None:
     assert parse_guardrails(None) == Guardrails()
     assert parse_guardrails({"max_hourly_usd": 50}).max_hourly_usd == 50.0
