@@ -88,6 +88,15 @@ def public_nodes(plan: Mapping[str, Any]) -> list[str]:
     return sorted(named)
 
 
+def _wheelhouse(plan: Mapping[str, Any]) -> str | None:
+    """The S3 wheelhouse the nodes install from (the root module's ``staging.wheelhouse``)."""
+    item = (plan.get("variables") or {}).get("staging")
+    value = item.get("value") if isinstance(item, Mapping) else None
+    if not isinstance(value, Mapping) or not value.get("wheelhouse"):
+        return None
+    return f"s3://{value.get('bucket')}/{value['wheelhouse']}"
+
+
 def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) -> tuple[str, ...]:
     """plan.md's "Network" lines for a private network; none for a public one."""
     if not is_private(plan):
@@ -148,6 +157,12 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
     else:
         lines.append(
             f"**Egress**: S3 endpoint only: {s3_how}; no route to the internet, no NAT gateway."
+        )
+    wheelhouse = _wheelhouse(plan)
+    if wheelhouse:
+        lines.append(
+            f"**Packages**: from the S3 wheelhouse `{wheelhouse}` (the nodes' role reads it; "
+            "uv installs offline from it, no package index, no apt)."
         )
     endpoints = sorted(
         str(e.after.get("service_name", "")).rsplit(".", 1)[-1]

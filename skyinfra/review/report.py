@@ -112,6 +112,12 @@ def node_access(plan: Mapping[str, Any]) -> tuple[str, ...]:
             f"read (s3:GetObject) `s3://{staging.get('bucket')}/{staging.get('prefix')}*`: "
             "the staged runtime wheel"
         )
+        if staging.get("wheelhouse"):
+            lines.append(
+                f"read (s3:GetObject) `s3://{staging.get('bucket')}/{staging['wheelhouse']}*`: "
+                "the S3 wheelhouse the nodes install from (shared by the account's clusters "
+                "with the same requirements; `down` keeps it)"
+            )
     ckpt = value("checkpoints")
     if ckpt:
         where = f"s3://{ckpt.get('bucket')}/{ckpt.get('prefix')}/"

@@ -47,7 +47,6 @@ from skyinfra.targets.aws.ladder_shell import (
     policy_of,
     rung_spec,
 )
-from skyinfra.targets.aws.network_spec import refuse_private_up
 
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
 from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, read_head_marker, transport
@@ -118,7 +117,6 @@ class AwsTarget(AwsDeclaration):
         """`up`'s render and apply, zone by zone until one has capacity (failover.py), on
         the ladder's approved rungs in order (ladder_shell.py); a running cluster stays on
         its rung."""
-        refuse_private_up(aws_of(spec).network_fields)
         skip = bool(options.get(SKIP_PREFLIGHT.name))
 
         def launch_rung(on: ClusterSpec) -> T:
