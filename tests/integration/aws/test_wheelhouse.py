@@ -27,18 +27,23 @@ import pytest
 from botocore.exceptions import ClientError
 
 from skyinfra.errors import SpecError
+from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.cloudinit import NodeUserData, default_bootstrap_script, render_user_data
-from skyinfra.targets.aws.endpoints import Emulator, boto3_client_kwargs
+from skyinfra.targets.aws.cluster_files import render_files
+from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator, boto3_client_kwargs
+from skyinfra.targets.aws.reach import TARGET_FILE
 from skyinfra.targets.aws.staging import default_bucket_name, stage_wheel, staging_prefix
-from skyinfra.targets.aws.wheelhouse import NodePlatform, requirement_set
+from skyinfra.targets.aws.wheelhouse import NodePlatform, requirement_set, wheelhouse_key
 from skyinfra.targets.aws.wheelhouse_stage import (
     WheelhouseRequest,
     requirement_fields,
     stage_wheelhouse,
 )
+from skyinfra.wheel import RUNTIME_DIR_ENV
+from skyinfra.workspace import Workspace
 from tests.conftest import offline_pip_env, require_wheelhouse
-from tests.support.aws import DUMMY_AWS_ENV, REGION
-from tests.support.aws_e2e import provision_in_root
+from tests.support.aws import DUMMY_AWS_ENV, REGION, user_data_text
+from tests.support.aws_e2e import UBUNTU_DLAMI, provision_in_root
 
 pytestmark = pytest.mark.slow
 
@@ -200,3 +205,51 @@ def test_a_requirement_without_a_wheel_is_refused_naming_it_before_any_bucket(
     assert "no wheel for the nodes' platform" in str(caught.value)
     with pytest.raises(ClientError):
         s3.head_bucket(Bucket=bucket)
+
+
+def test_render_files_of_a_private_cluster_stage_the_wheelhouse_and_hand_it_to_the_nodes(
+    aws_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, minimal_runtime_dir: Path
+) -> None:
+    """`plan` and `up`'s render of a private network, no NAT (preflight lookups only, no
+    Terraform): the wheelhouse for the DLAMI's platform is staged, the nodes' role may read
+    it (tfvars), every node's user data installs from it, and the workspace records it."""
+    for name, value in offline_pip_env(dict(os.environ)).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(require_wheelhouse()))
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(minimal_runtime_dir))
+    monkeypatch.setenv("SKYINFRA_CACHE", str(tmp_path / "cache"))
+    key = tmp_path / "id_ed25519"
+    key.write_text("private\n")
+    key.with_suffix(".pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8 k\n")
+    spec = validate_spec(
+        {
+            "name": "priv",
+            "provider": "aws",
+            "nodes": 2,
+            "python_packages": ["click"],
+            "aws": {
+                "region": REGION,
+                "instance_type": "g5.xlarge",
+                "ssh_cidrs": ["203.0.113.7/32"],
+                "ssh_key": str(key),
+                "network": "private",
+                "jax_extra": "none",
+                "ami": UBUNTU_DLAMI,  # one of moto's images
+            },
+        }
+    )
+    ws = Workspace(tmp_path / "clusters" / "priv")
+    files = render_files(spec, ws, skip_preflight=True)
+    settings = json.loads(files[TARGET_FILE])
+    expected = requirement_set(None, ["click"], UV)
+    prefix = f"_wheelhouse/{wheelhouse_key(expected, NodePlatform())}/"
+    assert settings["wheelhouse"] == f"s3://{settings['staging_bucket']}/{prefix}"
+    tfvars = json.loads(files["terraform.tfvars.json"])
+    assert tfvars["staging"]["wheelhouse"] == prefix
+    for name in ("node-0", "node-1"):
+        document = user_data_text(tfvars["user_data"][name])
+        assert (
+            f"WHEELHOUSE_URL={aws_env}/{settings['staging_bucket']}/{prefix}index.json" in document
+        )
+        assert "package_update" not in document
