@@ -11,7 +11,7 @@ from typing import Any
 from skyinfra.errors import GuardrailError
 from skyinfra.review import cost as cost_mod
 from skyinfra.review.guardrails import Check, Guardrails, failed, fixed_checks, policy_checks
-from skyinfra.review.network import shape_lines
+from skyinfra.review.network import network_hourly, shape_lines
 from skyinfra.review.summary import PlanSummary, summarize
 from skyinfra.spec import ClusterSpec
 
@@ -156,6 +156,8 @@ def build_review(
             prices=spot_prices,
         ),
     )
+    network = network_hourly(plan, table, facts.region)
+    cost = cost_mod.with_network(cost, network.before, network.after, network.parts)
     checks = [
         *policy_checks(
             facts.guardrails,
