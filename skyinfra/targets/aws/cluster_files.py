@@ -2,8 +2,10 @@
 
 :func:`render_files` runs the boto3 preflight (unless skipped: then only its lookups) through
 resolve.py, which finds what the Terraform needs as concrete values (availability zone, AMI id,
-login user, GPUs, EFA interfaces); then it builds the runtime wheel and stages it in S3, renders
-every node's cloud-init user data and the root module, and returns the files. It writes nothing
+login user, GPUs, EFA interfaces); on a private network it stages the nodes' S3 wheelhouse
+(wheelhouse_stage.py, before anything is created); then it builds the runtime wheel and stages
+it in S3, renders every node's cloud-init user data and the root module, and returns the
+files. It writes nothing
 to the workspace: ``lifecycle.up`` writes the files only after this returned, so a failed check
 leaves no workspace behind. :func:`cluster_params` is the root module's parameters and
 :func:`preboot_topology` the topology known before any node exists.

@@ -11,7 +11,8 @@ these methods, each a short call into the rooms beside this one:
 
 The rooms beside this one: session.py (boto3 clients), preflight.py (checks and lookups),
 resolve.py (what they found, pinned), ami.py (login user), keys.py (the SSH key pair),
-cloudinit.py and render.py (the documents), staging.py (the wheel in S3), reach.py,
+cloudinit.py and render.py (the documents), staging.py (the wheel in S3), wheelhouse.py and
+wheelhouse_stage.py (a private network's S3 wheelhouse), reach.py,
 host_keys.py and readiness.py (reaching nodes with skyinfra/transport/ssh.py).
 """
 
