@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """fetch-s3-object.py URL REGION OUT: GET an S3 object signed (SigV4) with the instance
 role's credentials (IMDSv2; AWS_* variables first), retrying for FETCH_DEADLINE_S (600) s.
-Run by provision.sh; skyinfra/targets/aws/staging.py says why."""
+Run by provision.sh; skyinfra/targets/aws/staging.py says why.
+
+fetch-s3-object.py --wheelhouse INDEX_URL REGION SHA256 DIR: the S3 wheelhouse of a private
+network (skyinfra/targets/aws/wheelhouse.py): its index object, checked against SHA256, then
+every wheel it lists (its "files": name, sha256) from beside it into DIR, each checked."""
 
 from __future__ import annotations
 
@@ -62,13 +66,24 @@ def signed_headers(
     return headers
 
 
-def main(url: str, region: str, output: str) -> None:
+def _download(url: str, headers: dict[str, str], output: str) -> str:
+    """Stream the object to OUTPUT.part (a wheel may be GBs); its sha256."""
+    digest = hashlib.sha256()
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response, open(output + ".part", "wb") as out:
+        for block in iter(lambda: response.read(1 << 20), b""):
+            digest.update(block)
+            out.write(block)
+    return digest.hexdigest()
+
+
+def main(url: str, region: str, output: str, sha256: str | None = None) -> None:
     give_up = time.monotonic() + float(os.environ.get("FETCH_DEADLINE_S", "600"))
     delay = 2.0
     while True:
         try:
             now = datetime.datetime.now(datetime.timezone.utc)
-            body = _get(url, signed_headers(url, region, credentials(), now))
+            got = _download(url, signed_headers(url, region, credentials(), now), output)
             break
         except (OSError, LookupError, ValueError) as err:
             if time.monotonic() + delay > give_up:
@@ -76,12 +91,29 @@ def main(url: str, region: str, output: str) -> None:
             print(f"fetch-s3-object: {err}; retrying in {delay:.0f}s", file=sys.stderr)
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
-    with open(output + ".part", "wb") as handle:
-        handle.write(body)
+    if sha256 is not None and got != sha256:
+        os.unlink(output + ".part")
+        sys.exit(f"fetch-s3-object: {url}: sha256 {got}, expected {sha256}")
     os.replace(output + ".part", output)
 
 
+def wheelhouse(index_url: str, region: str, sha256: str, folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    index_file = os.path.join(folder, "index.json")
+    main(index_url, region, index_file, sha256)
+    with open(index_file, encoding="utf-8") as handle:
+        files = json.load(handle)["files"]
+    base = index_url.rsplit("/", 1)[0]
+    for entry in files:
+        name = os.path.basename(entry["name"])
+        main(f"{base}/{urllib.parse.quote(name)}", region, os.path.join(folder, name), entry["sha256"])
+    print(f"fetch-s3-object: {len(files)} wheels in {folder}")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit("usage: fetch-s3-object.py URL REGION OUTPUT")
-    main(*sys.argv[1:4])
+    if len(sys.argv) == 6 and sys.argv[1] == "--wheelhouse":
+        wheelhouse(*sys.argv[2:6])
+    elif len(sys.argv) == 4:
+        main(*sys.argv[1:4])
+    else:
+        sys.exit("usage: fetch-s3-object.py URL REGION OUTPUT | --wheelhouse URL REGION SHA256 DIR")

@@ -23,6 +23,9 @@
 #   UV_VERSION      the uv the node installs from PyPI first (the operator's version); empty,
 #                   or an install that fails: the bootstrap and the head venv fall back to pip
 #                   (the log says so)
+#   WHEELHOUSE_URL, WHEELHOUSE_SHA256   a private network only (issue 46): the S3 wheelhouse's
+#                   index object; its wheels go to SCRIPT_DIR/wheelhouse/, uv comes from its
+#                   wheel there, and every install is offline, from that folder alone
 #   BOOTSTRAP_ARGS  further bootstrap-node.sh arguments (--find-links URL, --package REQ)
 #   HEAD_WHEEL_URL, HEAD_WHEEL_SHA256, HEAD_WHEEL_FILENAME, HEAD_VENV   node 0 of a cluster
 #                   with aws.recover only: skyinfra's own wheel (staged beside the runtime's),
@@ -46,7 +49,23 @@ phase uv
 uv=""
 uv_env="$SCRIPT_DIR/uv-env"
 pip_install=(install --quiet --disable-pip-version-check)
-if [ -z "$UV_VERSION" ]; then
+if [ -n "${WHEELHOUSE_URL:-}" ]; then
+    # Every wheel, each checked against the index's sha256 (the index against the user
+    # data's); then uv is its wheel's binary (a wheel is a zip): no pip, no venv, no index.
+    phase wheelhouse
+    "$PYTHON" "$SCRIPT_DIR/fetch-s3-object.py" --wheelhouse "$WHEELHOUSE_URL" "$WHEEL_REGION" \
+        "$WHEELHOUSE_SHA256" "$SCRIPT_DIR/wheelhouse"
+    export UV_OFFLINE=1 UV_NO_INDEX=1 PIP_NO_INDEX=1
+    uv_wheels=("$SCRIPT_DIR"/wheelhouse/uv-*.whl)
+    "$PYTHON" -c 'import os, sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+name = next(n for n in wheel.namelist() if n.endswith(".data/scripts/uv"))
+os.makedirs(sys.argv[2], exist_ok=True)
+with open(os.path.join(sys.argv[2], "uv"), "wb") as out:
+    out.write(wheel.read(name))
+os.chmod(os.path.join(sys.argv[2], "uv"), 0o755)' "${uv_wheels[0]}" "$uv_env/bin"
+    uv="$uv_env/bin/uv"
+elif [ -z "$UV_VERSION" ]; then
     :
 elif "$PYTHON" -m pip --version >/dev/null 2>&1 &&
     PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip "${pip_install[@]}" --target "$uv_env" \

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,9 @@ class Cost:
     missing: tuple[str, ...] = ()  # instance types with no price in the table
     # Spot nodes (issue 26), priced at the Spot price instead of the table's; None: none.
     spot: SpotCost | None = None
+    # A private network's own per-hour parts (issue 46: the bastion, a NAT gateway, interface
+    # endpoints), included in the hourly figures above; empty for a public one.
+    network_parts: tuple[str, ...] = ()
 
     @property
     def delta_hourly(self) -> float | None:
@@ -243,6 +246,19 @@ def estimate(
         date=table.date,
         missing=tuple(sorted(set(missing))),
         spot=spot,
+    )
+
+
+def with_network(cost: Cost, before: float, after: float, parts: tuple[str, ...]) -> Cost:
+    """``cost`` with a private network's per-hour price added on each side (issue 46), so
+    that plan.md's total and ``max_hourly_usd`` count the bastion and the NAT gateway."""
+    if cost.free or not (before or after or parts):
+        return cost
+    return replace(
+        cost,
+        before_hourly=None if cost.before_hourly is None else cost.before_hourly + before,
+        after_hourly=None if cost.after_hourly is None else cost.after_hourly + after,
+        network_parts=parts,
     )
 
 

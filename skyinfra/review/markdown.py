@@ -193,6 +193,11 @@ def cost(c: Cost) -> list[str]:
             f"Idle shutdown is off: nodes cost this, busy or idle, until they end themselves "
             f"after {c.lifetime_hours:g} h."
         )
+    if c.network_parts:
+        lines.append(
+            f"The per-hour figures include the network: {', '.join(c.network_parts)} (a NAT "
+            "gateway's per-GB charge is not in them)."
+        )
     if c.missing:
         lines.append(f"No price in the table for {', '.join(_code(t) for t in c.missing)}.")
     lines.append(f"<sub>On-demand list prices; source: {c.source}; as of {c.date}.</sub>")

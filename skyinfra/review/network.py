@@ -47,6 +47,55 @@ def _planned(plan: Mapping[str, Any], kind: str) -> list[Planned]:
     return found
 
 
+@dataclass(frozen=True)
+class NetworkHourly:
+    """What a private network's own resources cost per hour on each side of the plan (the
+    bastion, NAT gateways, interface endpoints; gateway endpoints are free), and the after
+    side's parts as plan.md names them. A NAT gateway's per-GB charge depends on traffic and
+    is not in it."""
+
+    before: float = 0.0
+    after: float = 0.0
+    parts: tuple[str, ...] = ()
+
+
+def _priced(kind: str, state: Mapping[str, Any], address: str) -> tuple[str, str] | None:
+    """(what, price key or "instance:TYPE") of a resource the network pays for per hour."""
+    if kind == "aws_instance" and address.startswith("module.bastion"):
+        return f"bastion `{state.get('instance_type')}`", f"instance:{state.get('instance_type')}"
+    if kind == "aws_nat_gateway":
+        return "NAT gateway", NAT_HOURLY
+    if kind == "aws_vpc_endpoint" and state.get("vpc_endpoint_type") == "Interface":
+        return "interface endpoint", ENDPOINT_HOURLY
+    return None
+
+
+def network_hourly(plan: Mapping[str, Any], table: PriceTable, region: str | None) -> NetworkHourly:
+    """The network's per-hour price on each side of a private network's plan (zero for a
+    public one); a part without a price in the table counts nothing and says so."""
+    if not is_private(plan):
+        return NetworkHourly()
+    prices = table.network.get(region or "", {})
+    totals = {"before": 0.0, "after": 0.0}
+    parts: list[str] = []
+    for entry in plan.get("resource_changes") or []:
+        change = entry.get("change") or {}
+        for side in totals:
+            state = change.get(side)
+            found = isinstance(state, Mapping) and _priced(
+                str(entry.get("type")), state, str(entry.get("address"))
+            )
+            if not found:
+                continue
+            what, key = found
+            kind = key.removeprefix("instance:")
+            price = table.hourly(region or "", kind) if key != kind else prices.get(key)
+            totals[side] += price or 0.0
+            if side == "after":
+                parts.append(f"{what} {usd(price) + '/h' if price is not None else '(no price)'}")
+    return NetworkHourly(totals["before"], totals["after"], tuple(parts))
+
+
 def is_private(plan: Mapping[str, Any]) -> bool:
     """Whether the plan is of a private network (the root module's ``cluster.network``)."""
     item = (plan.get("variables") or {}).get("cluster")
@@ -86,6 +135,15 @@ def public_nodes(plan: Mapping[str, Any]) -> list[str]:
         if e.address.startswith("module.nodes.")
     }
     return sorted(named)
+
+
+def _wheelhouse(plan: Mapping[str, Any]) -> str | None:
+    """The S3 wheelhouse the nodes install from (the root module's ``staging.wheelhouse``)."""
+    item = (plan.get("variables") or {}).get("staging")
+    value = item.get("value") if isinstance(item, Mapping) else None
+    if not isinstance(value, Mapping) or not value.get("wheelhouse"):
+        return None
+    return f"s3://{value.get('bucket')}/{value['wheelhouse']}"
 
 
 def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) -> tuple[str, ...]:
@@ -149,6 +207,12 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
         lines.append(
             f"**Egress**: S3 endpoint only: {s3_how}; no route to the internet, no NAT gateway."
         )
+    wheelhouse = _wheelhouse(plan)
+    if wheelhouse:
+        lines.append(
+            f"**Packages**: from the S3 wheelhouse `{wheelhouse}` (the nodes' role reads it; "
+            "uv installs offline from it, no package index, no apt)."
+        )
     endpoints = sorted(
         str(e.after.get("service_name", "")).rsplit(".", 1)[-1]
         for e in _planned(plan, "aws_vpc_endpoint")
@@ -161,8 +225,8 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
         )
     if table.network_source:
         lines.append(
-            f"<sub>On top of the Cost above. Network prices: {table.network_source}; "
-            f"as of {table.date}.</sub>"
+            "<sub>The per-hour prices are in the Cost above (a NAT gateway's per-GB charge is "
+            f"not). Network prices: {table.network_source}; as of {table.date}.</sub>"
         )
     return tuple(lines)
 

@@ -11,7 +11,7 @@ from typing import Any
 from skyinfra.errors import GuardrailError
 from skyinfra.review import cost as cost_mod
 from skyinfra.review.guardrails import Check, Guardrails, failed, fixed_checks, policy_checks
-from skyinfra.review.network import shape_lines
+from skyinfra.review.network import network_hourly, shape_lines
 from skyinfra.review.summary import PlanSummary, summarize
 from skyinfra.spec import ClusterSpec
 
@@ -112,6 +112,12 @@ def node_access(plan: Mapping[str, Any]) -> tuple[str, ...]:
             f"read (s3:GetObject) `s3://{staging.get('bucket')}/{staging.get('prefix')}*`: "
             "the staged runtime wheel"
         )
+        if staging.get("wheelhouse"):
+            lines.append(
+                f"read (s3:GetObject) `s3://{staging.get('bucket')}/{staging['wheelhouse']}*`: "
+                "the S3 wheelhouse the nodes install from (shared by the account's clusters "
+                "with the same requirements; `down` keeps it)"
+            )
     ckpt = value("checkpoints")
     if ckpt:
         where = f"s3://{ckpt.get('bucket')}/{ckpt.get('prefix')}/"
@@ -160,6 +166,8 @@ def build_review(
             prices=spot_prices,
         ),
     )
+    network = network_hourly(plan, table, facts.region)
+    cost = cost_mod.with_network(cost, network.before, network.after, network.parts)
     checks = [
         *policy_checks(
             facts.guardrails,

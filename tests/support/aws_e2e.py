@@ -215,9 +215,13 @@ def aws_workspace(
 NODE_PATH_PREFIXES = ("/etc/skyinfra", "/opt/skyinfra", "/var/lib/skyinfra")
 
 
-def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess[str]:
+def provision_in_root(
+    user_data: str, root: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Do what cloud-init would do with the node's user data, under ``root``: write every
-    write_files entry and run runcmd's provisioning script, with the node paths moved there."""
+    write_files entry and run runcmd's provisioning script, with the node paths moved there.
+    ``env``: the script's whole environment (default: this one, installing from the
+    dependency wheelhouse; a private node's test gives one with no wheels but its own)."""
 
     def moved(text: str) -> str:
         for prefix in NODE_PATH_PREFIXES:
@@ -236,9 +240,10 @@ def provision_in_root(user_data: str, root: Path) -> subprocess.CompletedProcess
     # A real node installs uv (and node 0's head venv, skyinfra's dependencies) from PyPI;
     # this one takes them from the dependency wheelhouse, through pip and uv alike, and never
     # asks an index (the loopback guard caught provision.sh asking pypi.org).
-    env = offline_pip_env(dict(os.environ))
-    env["PIP_FIND_LINKS"] = env["UV_FIND_LINKS"] = str(require_wheelhouse())
-    env["UV_OFFLINE"] = "1"  # uv has no UV_NO_INDEX; offline, it takes the find-links
+    if env is None:
+        env = offline_pip_env(dict(os.environ))
+        env["PIP_FIND_LINKS"] = env["UV_FIND_LINKS"] = str(require_wheelhouse())
+        env["UV_OFFLINE"] = "1"  # uv has no UV_NO_INDEX; offline, it takes the find-links
     return subprocess.run(
         [moved(part) for part in command], capture_output=True, text=True, timeout=600, env=env
     )

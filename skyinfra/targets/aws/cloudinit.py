@@ -48,6 +48,8 @@ SCRIPT_DIR = "/opt/skyinfra"
 # aws.recover (head.py): node 0's skyinfra, in a venv of its own under the node directory.
 HEAD_DIR = "head"
 HEAD_VENV = f"{HEAD_DIR}/venv"
+# Where provision.sh puts the S3 wheelhouse's wheels (under SCRIPT_DIR).
+WHEELHOUSE_DIR = "wheelhouse"
 # cloud-init's copy of every module's and runcmd script's output on the node.
 OUTPUT_LOG = "/var/log/cloud-init-output.log"
 # How long the idle check counts a bootstrap that is still running (no ready or failed marker)
@@ -116,6 +118,9 @@ class NodeUserData:
     # (head.py); node 0's skyinfra wheel (url, sha256, file name), installed into its head venv.
     authorized_keys: Sequence[str] = ()
     head_wheel: tuple[str, str, str] | None = None
+    # A private network (issue 46): the S3 wheelhouse's index object (plain address, sha256;
+    # wheelhouse.py). The node installs from it alone, offline, and asks no apt mirror.
+    wheelhouse: tuple[str, str] | None = None
     forbidden_values: Iterable[str] = field(default=(), repr=False)
 
 
@@ -170,6 +175,11 @@ def _check(params: NodeUserData) -> None:
         _check_wheel(
             dataclasses.replace(params, wheel_url=url, wheel_sha256=sha, wheel_filename=filename)
         )
+    if params.wheelhouse is not None:
+        url, sha = params.wheelhouse
+        _check_wheel(
+            dataclasses.replace(params, wheel_url=url, wheel_sha256=sha, wheel_filename="i.whl")
+        )
     for line in params.authorized_keys:
         if "\n" in line or "PRIVATE KEY" in line or not line.strip():
             raise RenderError("authorized_keys", "<redacted>", "public key lines")
@@ -222,9 +232,12 @@ def render_user_data(params: NodeUserData) -> str:
             wheel_filename=params.wheel_filename,
             python=params.python,
             packages=packages,
-            # No find-links: JAX's CUDA wheels are on PyPI; Google's release page is only for
-            # old jaxlib builds (https://docs.jax.dev/en/latest/installation.html).
-            find_links=[],
+            # No find-links but the fetched wheelhouse: JAX's CUDA wheels are on PyPI; Google's
+            # release page is only for old jaxlib builds
+            # (https://docs.jax.dev/en/latest/installation.html).
+            find_links=[f"{params.script_dir}/{WHEELHOUSE_DIR}"] if params.wheelhouse else [],
+            wheelhouse_url=params.wheelhouse[0] if params.wheelhouse else None,
+            wheelhouse_sha256=params.wheelhouse[1] if params.wheelhouse else None,
             uv_version=params.uv_version,
             idle_shutdown_minutes=params.idle_shutdown_minutes or 0,
             max_lifetime_minutes=params.max_lifetime_minutes or 0,

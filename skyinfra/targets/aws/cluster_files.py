@@ -2,8 +2,10 @@
 
 :func:`render_files` runs the boto3 preflight (unless skipped: then only its lookups) through
 resolve.py, which finds what the Terraform needs as concrete values (availability zone, AMI id,
-login user, GPUs, EFA interfaces); then it builds the runtime wheel and stages it in S3, renders
-every node's cloud-init user data and the root module, and returns the files. It writes nothing
+login user, GPUs, EFA interfaces); on a private network it stages the nodes' S3 wheelhouse
+(wheelhouse_stage.py, before anything is created); then it builds the runtime wheel and stages
+it in S3, renders every node's cloud-init user data and the root module, and returns the
+files. It writes nothing
 to the workspace: ``lifecycle.up`` writes the files only after this returned, so a failed check
 leaves no workspace behind. :func:`cluster_params` is the root module's parameters and
 :func:`preboot_topology` the topology known before any node exists.
@@ -11,6 +13,7 @@ leaves no workspace behind. :func:`cluster_params` is the root module's paramete
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -61,6 +64,8 @@ from skyinfra.targets.aws.staging import (
     stage_wheel,
     staging_prefix,
 )
+from skyinfra.targets.aws.wheelhouse import StagedWheelhouse
+from skyinfra.targets.aws.wheelhouse_stage import node_wheelhouse
 from skyinfra.targets.identity import (
     CLUSTER_TAG,
     WORKSPACE_TAG,
@@ -189,10 +194,19 @@ class _UnattendedRecovery:
 _NO_RECOVERY = _UnattendedRecovery()
 
 
+@dataclass(frozen=True)
+class _Staged:
+    """What `up` staged in S3 for the nodes: the runtime wheel, and a private network's
+    wheelhouse (None: the nodes install from the package indexes)."""
+
+    wheel: StagedWheel
+    wheelhouse: StagedWheelhouse | None = None
+
+
 def _user_data(
     spec: ClusterSpec,
     resolved: Resolved,
-    staged: StagedWheel,
+    staged_for_nodes: _Staged,
     topology: Topology,
     forbidden: list[str],
     checkpoints: dict[str, str] | None = None,
@@ -202,6 +216,7 @@ def _user_data(
     """Every node's cloud-init document: node name -> text (``spot_nodes``: those launched on
     the Spot market, which watch for an interruption notice; ``recovery``: with aws.recover)."""
     head_wheel = recovery.head_wheel
+    staged, wheelhouse = staged_for_nodes.wheel, staged_for_nodes.wheelhouse
     spec_aws = aws_of(spec)
     topology_json = json.dumps(topology.to_dict(), sort_keys=True)
     bootstrap = default_bootstrap_script()
@@ -237,6 +252,9 @@ def _user_data(
                     if head_wheel is not None and index == 0
                     else None
                 ),
+                wheelhouse=(
+                    None if wheelhouse is None else (wheelhouse.index_url, wheelhouse.index_sha256)
+                ),
                 forbidden_values=forbidden,
             )
         )
@@ -255,26 +273,30 @@ def operator_uv_version() -> str:
 def _target_settings(
     spec_aws: AwsSpec,
     resolved: Resolved,
-    staged: StagedWheel,
+    staged: _Staged,
     ws_id: str,
     store: checkpoint_store.CheckpointStore,
 ) -> str:
     """The text of TARGET_FILE: what `up` looked up that later commands read."""
+    wheelhouse = staged.wheelhouse
+    wheel = staged.wheel
     settings = {
         "workspace_id": ws_id,
         "account_id": resolved.account_id,
-        "staging_bucket": staged.bucket,
-        "staging_prefix": staged.prefix,
+        "staging_bucket": wheel.bucket,
+        "staging_prefix": wheel.prefix,
         "region": spec_aws.region,
         "availability_zone": resolved.availability_zone,
         "ami_id": resolved.ami_id,
         "ssh_user": resolved.ssh_user,
-        "wheel": f"s3://{staged.bucket}/{staged.key}",
-        "wheel_sha256": staged.sha256,
+        "wheel": f"s3://{wheel.bucket}/{wheel.key}",
+        "wheel_sha256": wheel.sha256,
         # What the nodes install (status shows it): the spec's or the operator's jax.
         "jax": jax_requirement(spec_aws),
         # Where the nodes keep checkpoints (checkpoint_store.py); `down` keeps it.
         "checkpoints_url": store.url,
+        # A private network's S3 wheelhouse (shared: `down` leaves it).
+        **({} if wheelhouse is None else {"wheelhouse": wheelhouse.s3_url}),
     }
     return json.dumps(settings, indent=2) + "\n"
 
@@ -339,8 +361,16 @@ def render_files(
         checkpoints=(store.bucket, store.prefix),
         markets=markets,
     )
-    validate_params(params)
     s3 = clients.client("s3")
+    # Before anything is created: a requirement without a wheel for the nodes is refused.
+    wheelhouse = (
+        node_wheelhouse(s3, spec, bucket, resolved, operator_uv_version(), say)
+        if spec_aws.network_fields.private
+        else None
+    )
+    if wheelhouse is not None:
+        params = dataclasses.replace(params, wheelhouse_prefix=wheelhouse.prefix)
+    validate_params(params)
     checkpoint_store.prepare(s3, store, spec_aws.region, resolved.account_id)
 
     wheel = build_runtime_wheel()
@@ -376,7 +406,7 @@ def render_files(
     user_data = _user_data(
         spec,
         resolved,
-        staged,
+        _Staged(staged, wheelhouse),
         topology,
         clients.secret_values(),
         to_nodes,
@@ -390,7 +420,9 @@ def render_files(
         emulator=clients.emulator,
     )
     files.update(module_files(*AWS_MODULES))
-    files[TARGET_FILE] = _target_settings(spec_aws, resolved, staged, ws_id, store)
+    files[TARGET_FILE] = _target_settings(
+        spec_aws, resolved, _Staged(staged, wheelhouse), ws_id, store
+    )
     files.update(workspace_id_file(ws_id))
     timeline.lap("render")
     return files

@@ -43,23 +43,6 @@ def elastic_ips(fields: NetworkFields) -> int | None:
     return (0 if fields.has_bastion else 1) + (1 if fields.nat else 0)
 
 
-def refuse_private_up(fields: NetworkFields) -> None:
-    """`run`, `ssh` and `verify` reach a private network's nodes through its way in, but a
-    node's bootstrap still installs from the package indexes (the S3 wheelhouse is not built
-    yet), which a private subnet reaches only through a NAT gateway: without ``aws.nat`` its
-    nodes could never become ready, so `up` is refused before anything is created."""
-    if fields.private and not fields.nat:
-        raise SpecError(
-            "aws.nat",
-            False,
-            f'true with aws.network = "{PRIVATE}" for `up` (with guardrails.'
-            "allow_internet_egress = true): the nodes' bootstrap installs from the package "
-            "indexes (apt, PyPI), which a private subnet reaches only through NAT until the "
-            "S3 wheelhouse lands; `skyinfra plan` and `apply PLANFILE` work without it; "
-            "nothing was created",
-        )
-
-
 def _network(raw: Mapping[str, Any]) -> str:
     value = raw.get("network", PUBLIC)
     if value not in NETWORKS:

@@ -101,6 +101,9 @@ class AwsClusterParams:
     tags: Mapping[str, str] = field(default_factory=dict)
     # Where the runtime wheel is staged (bucket, prefix): the nodes' role may read it.
     staging: tuple[str, str] | None = None
+    # A private network's S3 wheelhouse (issue 46): its prefix in the staging bucket, which
+    # the nodes' role may read too (wheelhouse.py); None: the nodes install from the indexes.
+    wheelhouse_prefix: str | None = None
     # A capacity reservation the nodes launch into: (id, is a Capacity Block), or None.
     capacity_reservation: tuple[str, bool] | None = None
     # Checkpoints (issue 25): the (bucket, prefix) the nodes' role may read and write.
@@ -361,7 +364,16 @@ def render_root_module(
         "staging": (
             None
             if params.staging is None
-            else {"bucket": params.staging[0], "prefix": params.staging[1]}
+            else {
+                "bucket": params.staging[0],
+                "prefix": params.staging[1],
+                # Only with a wheelhouse: a public cluster's tfvars are as they were.
+                **(
+                    {"wheelhouse": params.wheelhouse_prefix}
+                    if params.wheelhouse_prefix is not None
+                    else {}
+                ),
+            }
         ),
         "checkpoints": (
             None

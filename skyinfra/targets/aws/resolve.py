@@ -47,6 +47,8 @@ class Resolved:
     existing_vpc_id: str | None = None
     existing_subnet_id: str | None = None
     subnet_cidr_block: str | None = None
+    # The instance type's EC2 architectures (the S3 wheelhouse's platform, wheelhouse.py).
+    architectures: tuple[str, ...] = ()
 
 
 def previous_settings(ws: Workspace, region: str) -> dict[str, Any]:
@@ -182,4 +184,5 @@ def resolve(
         existing_vpc_id=network.get("vpc_id"),
         existing_subnet_id=spec_aws.subnet_id,
         subnet_cidr_block=network.get("cidr_block"),
+        architectures=found.architectures,
     )

@@ -11,7 +11,8 @@ these methods, each a short call into the rooms beside this one:
 
 The rooms beside this one: session.py (boto3 clients), preflight.py (checks and lookups),
 resolve.py (what they found, pinned), ami.py (login user), keys.py (the SSH key pair),
-cloudinit.py and render.py (the documents), staging.py (the wheel in S3), reach.py,
+cloudinit.py and render.py (the documents), staging.py (the wheel in S3), wheelhouse.py and
+wheelhouse_stage.py (a private network's S3 wheelhouse), reach.py,
 host_keys.py and readiness.py (reaching nodes with skyinfra/transport/ssh.py).
 """
 
@@ -50,7 +51,6 @@ from skyinfra.targets.aws.ladder_shell import (
     rung_of,
     rung_spec,
 )
-from skyinfra.targets.aws.network_spec import refuse_private_up
 
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
 from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, read_head_marker, transport
@@ -162,7 +162,6 @@ class AwsTarget(AwsDeclaration):
         """`up`'s render and apply, zone by zone until one has capacity (failover.py), on
         the ladder's approved rungs in order (ladder_shell.py); a running cluster stays on
         its rung."""
-        refuse_private_up(aws_of(spec).network_fields)
         launch_rung = _RungLauncher(ws, echo, options, apply, engine_factory)
         if len(ladder_of(spec)) < 2:
             return launch_rung(spec)

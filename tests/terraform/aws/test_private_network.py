@@ -10,12 +10,14 @@ NAT on and off, SSM endpoints and node 0 as the way in are the network module's
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from skyinfra.review import markdown
 from skyinfra.review.cost import shipped_table
+from skyinfra.review.network import shape_lines
 from skyinfra.review.report import ClusterFacts, build_review
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.render import AwsClusterParams, PrivateNetwork
@@ -26,6 +28,8 @@ pytestmark = pytest.mark.slow
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk test"
 BASTION = "module.bastion[0].aws_instance.this"
+STAGING_BUCKET = "skyinfra-staging-123456789012-us-east-1"
+WHEELHOUSE = "_wheelhouse/" + "a" * 64 + "/"
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +48,8 @@ def plan(
         placement_group=True,
         efa_interface_count=4,
         private_network=PrivateNetwork(bastion=True),
+        staging=(STAGING_BUCKET, "moto-private/ws-0123456789abcdef/"),
+        wheelhouse_prefix=WHEELHOUSE,
     )
     # The provider block holds the emulator's dummy credentials: no environment needed.
     root = write_root(tmp_path_factory.mktemp("private"), params, Emulator(url=moto_url))
@@ -143,3 +149,23 @@ def test_plan_md_shows_the_network_and_the_guardrail_passes(plan: dict[str, Any]
     text = markdown.render(review)
     check_golden("aws-private-bastion", text)
     assert review.to_dict()["network"] == list(review.network)
+
+
+def test_the_nodes_role_reads_the_wheelhouse_and_plan_md_names_it(plan: dict[str, Any]) -> None:
+    """The S3 wheelhouse (shared by the account's clusters): read-only, its prefix only."""
+    policy = json.loads(
+        created(plan, "aws_iam_role_policy")["module.nodes.aws_iam_role_policy.staged_read[0]"][
+            "policy"
+        ]
+    )
+    [statement] = policy["Statement"]
+    assert statement["Action"] == "s3:GetObject"
+    arn = f"arn:aws:s3:::{STAGING_BUCKET}/"
+    assert sorted(statement["Resource"]) == sorted(
+        [f"{arn}moto-private/ws-0123456789abcdef/*", f"{arn}{WHEELHOUSE}*"]
+    )
+    lines = shape_lines(plan, shipped_table(), REGION)
+    assert (
+        f"**Packages**: from the S3 wheelhouse `s3://{STAGING_BUCKET}/{WHEELHOUSE}`"
+        in "\n".join(lines)
+    )

@@ -89,6 +89,11 @@ VARIANTS = {
         }
     ),
     "spot": params(spot=True),
+    # A private network (issue 46): installs from the S3 wheelhouse, offline, and no apt.
+    "private-wheelhouse": params(
+        wheelhouse=("https://b.s3.us-east-1.amazonaws.com/_wheelhouse/k/index.json", "c" * 64),
+        python_packages=["keras==3.6.0"],
+    ),
     # aws.recover: node 0 installs skyinfra; every node authorizes the cluster's key.
     "recover-head": params(
         node_index=0,
@@ -197,7 +202,7 @@ def test_secret_in_spec_never_reaches_user_data() -> None:
 
 def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
     # The bootstrap goes in compressed: only hard-to-compress text makes the document big.
-    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(180))
+    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(150))
     big_script = "#!/bin/sh\n" + "".join(lines)
     document = render_user_data(params(bootstrap_script=big_script))
     assert len(document.encode()) > USER_DATA_LIMIT_BYTES

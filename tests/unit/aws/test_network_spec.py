@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from skyinfra.errors import SpecError
-from skyinfra.targets.aws.network_spec import NetworkFields, elastic_ips, refuse_private_up
+from skyinfra.targets.aws.network_spec import NetworkFields, elastic_ips
 from skyinfra.targets.aws.spec_parsing import parse_aws_section
 
 BASE: dict[str, Any] = {
@@ -83,15 +83,3 @@ def test_a_private_network_has_a_bastion_unless_told_otherwise() -> None:
 )
 def test_elastic_ips_a_network_takes(fields: NetworkFields, eips: int | None) -> None:
     assert elastic_ips(fields) == eips
-
-
-def test_up_takes_a_private_network_with_nat_and_refuses_one_without() -> None:
-    """The way in works (run/ssh/verify go through it); a private node without NAT could not
-    install its bootstrap's packages until the S3 wheelhouse lands."""
-    refuse_private_up(NetworkFields())
-    refuse_private_up(NetworkFields("private", nat=True))
-    refuse_private_up(NetworkFields("private", bastion=False, nat=True))
-    with pytest.raises(SpecError) as caught:
-        refuse_private_up(NetworkFields("private"))
-    assert caught.value.field == "aws.nat"
-    assert "`skyinfra plan`" in str(caught.value) and "nothing was created" in str(caught.value)

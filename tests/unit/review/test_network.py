@@ -10,6 +10,7 @@ import pytest
 
 from skyinfra.errors import GuardrailError
 from skyinfra.guardrail_table import Guardrails, parse_guardrails
+from skyinfra.review import markdown
 from skyinfra.review.cost import shipped_table
 from skyinfra.review.network import egress_check, shape_lines
 from skyinfra.review.report import ClusterFacts, build_review, refuse_failed_guardrails
@@ -128,3 +129,46 @@ def test_an_elastic_ip_makes_an_efa_node_public() -> None:
     eip = change('module.nodes.aws_eip.node["node-0"]', "aws_eip", {"domain": "vpc"})
     lines = shape_lines(plan(node("node-0"), node("node-1"), eip, S3), shipped_table(), REGION)
     assert lines[0] == "**Private nodes**: node-1: no public address, no Elastic IP."
+
+
+BASTION = change(
+    "module.bastion[0].aws_instance.this",
+    "aws_instance",
+    {
+        "instance_type": "t3.micro",
+        "associate_public_ip_address": True,
+        "metadata_options": [{"http_tokens": "required"}],
+        "root_block_device": [{"encrypted": True}],
+    },
+)
+
+
+def test_the_bastion_and_the_nat_gateway_are_in_the_hourly_total_and_max_hourly_usd() -> None:
+    """Issue 46: plan.md's Cost and the max_hourly_usd guardrail count the network's own
+    per-hour parts (the NAT gateway's per-GB charge depends on traffic: named, not counted)."""
+    nodes_only = build_review(
+        plan(node("node-0"), node("node-1"), S3),
+        ClusterFacts("p", "aws", REGION),
+        planfile_sha256="0" * 64,
+    ).cost.after_hourly
+    assert nodes_only is not None
+    with_network = plan(node("node-0"), node("node-1"), S3, BASTION, *NAT)
+    bastion, nat = 0.0104, 0.045
+    # A limit between the nodes' price and the nodes' with the network: the network fails it.
+    limit = round(nodes_only + (bastion + nat) / 2, 4)
+    rails = parse_guardrails({"max_hourly_usd": limit, "allow_internet_egress": True})
+    facts = ClusterFacts("p", "aws", REGION, guardrails=rails)
+    review = build_review(with_network, facts, planfile_sha256="0" * 64)
+    assert review.cost.after_hourly == pytest.approx(nodes_only + bastion + nat)
+    assert review.cost.before_hourly == 0.0
+    assert review.cost.network_parts == ("bastion `t3.micro` $0.0104/h", "NAT gateway $0.0450/h")
+    assert [c.name for c in review.checks if not c.ok] == ["max_hourly_usd"]
+    text = markdown.render(review)
+    assert (
+        "The per-hour figures include the network: bastion `t3.micro` $0.0104/h, "
+        "NAT gateway $0.0450/h" in text
+    )
+    # A public plan's cost is its nodes' alone, as before.
+    public = plan(node("node-0", public=True), network=None)
+    review = build_review(public, ClusterFacts("p", "aws", REGION), planfile_sha256="0" * 64)
+    assert review.cost.network_parts == () and "include the network" not in markdown.render(review)

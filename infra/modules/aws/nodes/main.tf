@@ -100,8 +100,12 @@ data "aws_iam_policy_document" "staged_read" {
   count = var.staged_read == null ? 0 : 1
 
   statement {
-    actions   = ["s3:GetObject"]
-    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.staged_read.bucket}/${var.staged_read.prefix}*"]
+    # The wheelhouse (issue 46) is shared by the account's clusters: read-only, its prefix only.
+    actions = ["s3:GetObject"]
+    resources = compact([
+      "arn:${data.aws_partition.current.partition}:s3:::${var.staged_read.bucket}/${var.staged_read.prefix}*",
+      var.staged_read.wheelhouse == null ? "" : "arn:${data.aws_partition.current.partition}:s3:::${var.staged_read.bucket}/${var.staged_read.wheelhouse}*",
+    ])
   }
 }
 

@@ -185,10 +185,11 @@ variable "instance_profile_policy_arns" {
 }
 
 variable "staged_read" {
-  description = "S3 objects the nodes' role may read (s3:GetObject on bucket/prefix*): where skyinfra staged the runtime wheel, fetched by the node with its role so that no credential is in the user data. null: none."
+  description = "S3 objects the nodes' role may read (s3:GetObject on bucket/prefix*, and bucket/wheelhouse* when set): where skyinfra staged the runtime wheel and a private network's wheelhouse, fetched by the node with its role so that no credential is in the user data. null: none."
   type = object({
-    bucket = string
-    prefix = string
+    bucket     = string
+    prefix     = string
+    wheelhouse = optional(string)
   })
   default = null
 }

@@ -79,10 +79,11 @@ variable "cluster" {
 }
 
 variable "staging" {
-  description = "Where the runtime wheel is staged in S3: the nodes' role may read bucket/prefix*."
+  description = "Where the runtime wheel is staged in S3: the nodes' role may read bucket/prefix*, and bucket/wheelhouse* (a private network's S3 wheelhouse) when set."
   type = object({
-    bucket = string
-    prefix = string
+    bucket     = string
+    prefix     = string
+    wheelhouse = optional(string)
   })
   default = null
 }
