@@ -1,14 +1,11 @@
 """The Terraform engine: the contract the lifecycle drives (engine.py), its environment
-(config.py) and what its JSON output means (events.py)."""
+(config.py), what its JSON output means (events.py) and the operator's signals while it
+runs (signals.py)."""
 
 from skyinfra.terraform.config import MIRROR_ENV, PLUGIN_CACHE_ENV, provider_mirror, terraform_env
-from skyinfra.terraform.engine import (
-    EmbeddedTerraform,
-    EngineFactory,
-    TerraformEngine,
-    signals_as_interrupt,
-)
+from skyinfra.terraform.engine import EmbeddedTerraform, EngineFactory, TerraformEngine
 from skyinfra.terraform.events import EventHandler, PlanSummary, format_event
+from skyinfra.terraform.signals import signals_as_interrupt
 
 __all__ = [
     "MIRROR_ENV",

@@ -30,9 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
 from skyinfra.errors import StateLockedError, TerraformError
@@ -41,63 +40,7 @@ from skyinfra.terraform.backend import has_backend, parse_lock_error
 from skyinfra.terraform.config import PLUGIN_CACHE_ENV, terraform_env
 from skyinfra.terraform.events import EventHandler, PlanSummary, error_diagnostics, plan_summary
 from skyinfra.terraform.rescue import rescue_state
-
-# Signals that stop Terraform gracefully instead of ending the operator on the spot.
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT does, so that ``finally``
-    blocks run (main thread only; elsewhere a no-op). While a Terraform command runs, the
-    engine's own handlers take over (they stop Terraform gracefully first)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
-
-
-def _say(text: str) -> None:
-    """A line on stderr, safe in a signal handler and when the terminal is gone."""
-    with contextlib.suppress(OSError):
-        os.write(2, text.encode())
-
-
-@contextlib.contextmanager
-def _forwarding_signals(proc: subprocess.Popen[str]) -> Iterator[list[int]]:
-    """While ``proc`` (Terraform) runs: SIGINT, SIGTERM and SIGHUP to the operator send one
-    SIGINT to Terraform (its graceful stop; a second would make it exit at once) and the
-    operator goes on waiting for it. Yields the signals received (main thread only)."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if not received:
-            _say(
-                f"[skyinfra] {signal.Signals(signum).name}: stopping Terraform gracefully; "
-                f"waiting for it to save its state (pid {proc.pid})\n"
-            )
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGINT)
-        received.append(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
-    try:
-        yield received
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+from skyinfra.terraform.signals import forwarding_signals, say
 
 
 class TerraformEngine(Protocol):
@@ -253,7 +196,7 @@ class EmbeddedTerraform:
         err_reader.start()
         lines: list[str] = []
         failure: BaseException | None = None
-        with _forwarding_signals(proc) as received:
+        with forwarding_signals(proc) as received:
             # Read to the end whatever happens: Terraform must never block on a full pipe.
             for line in proc.stdout:
                 line = line.rstrip("\n")
@@ -270,7 +213,7 @@ class EmbeddedTerraform:
             proc.wait()
         err_reader.join()
         if received:
-            _say(
+            say(
                 f"[skyinfra] Terraform stopped (exit {proc.returncode}) and saved its state: "
                 "run the same command again to finish\n"
             )
