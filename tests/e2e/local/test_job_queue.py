@@ -125,7 +125,7 @@ def submit(project: Path, env: dict[str, str], position: int, holder: str) -> st
     res = cli(["run", "--cluster", NAME, "-d", "--keep-runs", "0", "work.py:quick"], project, env)
     assert res.returncode == 0, res.stdout + res.stderr
     job = res.stdout.split("job ", 1)[1].split()[0]
-    said = f"job {job} is queued (position {position}): it waits for nodes 0-1, held by job"
+    said = f"job {job} is queued (position {position}): it waits for 2 nodes, 0 free; nodes 0-1 held by job"
     assert said in res.stdout and holder in res.stdout, res.stdout
     assert f"skyinfra cancel --cluster {NAME} {job}" in res.stdout, res.stdout
     assert "started on every node" not in res.stdout
@@ -164,7 +164,7 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
         queued = [submit(project, env, i + 1, holder) for i in range(SUBMISSIONS)]
         table = cli(["jobs", "--cluster", NAME], project, env)
         assert table.returncode == 0, table.stdout + table.stderr
-        first = f"job {queued[0]} is queued (position 1): it waits for nodes 0-1, held by job "
+        first = f"job {queued[0]} is queued (position 1): it waits for 2 nodes, 0 free; nodes 0-1 held by job "
         assert f"{first}{holder}" in table.stdout, table.stdout
         assert "queued (#10)" in table.stdout, table.stdout
         # `status` lists the queued jobs beside the running one (`down` names them too).
@@ -308,7 +308,7 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
             assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
         third = cli([*argv, "work.py:quick"], project, env)
         assert third.returncode == 0, third.stdout + third.stderr
-        waits = "it waits for 1 free node of 2; nodes 0-1 held by jobs"
+        waits = "it waits for 1 node, 0 free; node 0 held by job "
         assert waits in third.stdout, third.stdout
         later = third.stdout.split("job ", 1)[1].split()[0]
     finally:
