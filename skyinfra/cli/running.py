@@ -137,6 +137,18 @@ if TYPE_CHECKING:
     "on disjoint nodes run at once, each with ports of its own. Default: every node.",
 )
 @click.option(
+    "--priority",
+    type=click.IntRange(min=-1000, max=1000),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="The job's priority in the head's queue: jobs of one priority start in submission "
+    "order, a higher one goes ahead of lower ones and, when it cannot start, preempts "
+    "lower-priority running jobs (the lowest and newest first, only as many nodes as it needs): "
+    "their workers get SIGTERM and 30 s (seconds_left()) to checkpoint, they wait in the queue "
+    "`preempted` and resume from their checkpoints when nodes free (no restart spent).",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -160,6 +172,7 @@ def run(
     max_restarts: int | None,
     retry_on: str | None,
     world: int | None,
+    priority: int,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -248,6 +261,7 @@ def run(
                 extra_ignores=tuple(topology_path_inside(src, ws.path)),
                 copy_cache=ws.copy_cache_file,
                 world=world,
+                priority=priority,
             )
             cluster = ClusterNodes(
                 transport,

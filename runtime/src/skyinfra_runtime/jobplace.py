@@ -3,9 +3,10 @@ cluster's node count, the nodes the live jobs hold and how many the job asks for
 queued job waits for, in words.
 
 Within one priority (jobprio.py orders the priorities) the queue is strict first in, first
-out: a job starts when K nodes are free and no job ahead of it still waits (no backfill: a one-node job does not pass a whole-cluster
-job that waits for the nodes, which then never starves). The K nodes are the lowest free
-ones; the first of them is the job's rank 0 (its coordinator and rendezvous host).
+out: a job starts when K nodes are free and no job ahead of it still waits (no backfill: a
+one-node job does not pass a whole-cluster job that waits for the nodes, which then never
+starves). The K nodes are the lowest free ones (or the ones it names, ``only``); the first of
+them is the job's rank 0 (its coordinator and rendezvous host).
 
 Standard library only: this runs on the nodes.
 """

@@ -529,6 +529,12 @@ class JobRecord:
         """It waits in the head's queue: queued, or preempted and waiting to resume."""
         return self.state in (JobState.QUEUED, JobState.PREEMPTED)
 
+    @property
+    def preempting(self) -> bool:
+        """A higher-priority job asked for its nodes: its attempt ends, then it waits in the
+        queue (``preempted``) to resume."""
+        return not self.final and bool(self.attempts) and self.attempts[-1].preempted_by is not None
+
     def node(self, index: int) -> NodeResult | None:
         for n in self.nodes:
             if n.node == index:

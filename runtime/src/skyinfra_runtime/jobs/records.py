@@ -16,8 +16,8 @@ from typing import Any
 
 from skyinfra_runtime.errors import TopologyError
 from skyinfra_runtime.jobplace import place
-from skyinfra_runtime.jobprio import Holder, Waiter, queue_order
 from skyinfra_runtime.jobports import allocate
+from skyinfra_runtime.jobprio import Holder, Waiter, queue_order
 
 # The final states are defined once, in skyinfra_runtime.jobrecord (the operator's too).
 from skyinfra_runtime.jobrecord import FINAL_STATES as FINAL_STATES

@@ -49,8 +49,8 @@ from typing import Any
 
 from skyinfra_runtime import exitcodes
 from skyinfra_runtime.jobplace import nodes_words, waits_for
-from skyinfra_runtime.jobprio import Waiter, ahead_of, victims
 from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
+from skyinfra_runtime.jobprio import Waiter, ahead_of, victims
 from skyinfra_runtime.jobrecord import (
     Attempt,
     HeadRecoveryRun,
@@ -165,7 +165,10 @@ class Supervisor:
         # and its preemptions: a higher-priority job's ask (SIGUSR1) and who made it.
         self.priority = 0
         self.seq = 0
-        self.preemptions = 0
+        # The nodes it named (the Python API's nodes=[...]), in rank order; None: any free.
+        self.on: tuple[int, ...] | None = None
+        # A job started again (`jobs recover`) keeps its earlier preemptions unspent.
+        self.preemptions = sum(1 for a in before if a.get("preempted_by"))
         self.preempt_asked = threading.Event()
         self.preempted_by: preemption.Ask | None = None
         self.waited_s = 0.0  # its time in the queue, every wait (not counted by --timeout)
@@ -300,7 +303,7 @@ class Supervisor:
         signal.signal(preemption.ASK_SIGNAL, lambda *_: self.preempt_asked.set())
         self.agent.on_notice(lambda notice: self.events.put(("notice", 0, notice.to_dict())))
         if self.queue is not None:
-            if not self.wait_in_queue():
+            if not self.wait_in_queue(only=self.on):
                 self._cancelled_in_queue()
                 return
             self.start_peers = True  # once the head's launcher runs, as a restart's
