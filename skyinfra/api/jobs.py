@@ -72,7 +72,8 @@ class Job:
 
     @property
     def state(self) -> str:
-        """starting, running, succeeded, failed, cancelled, timed_out or lost."""
+        """queued, starting, running, preempted, succeeded, failed, cancelled, timed_out,
+        needs_nodes or lost."""
         return self._record().state.value
 
     def logs(
