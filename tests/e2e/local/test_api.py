@@ -163,20 +163,22 @@ def test_nodes_runs_on_some_nodes_numbered_from_0(
             time.sleep(0.1)
         return 1
 
-    # nodes=[1] goes through the head's queue (it ran as a cluster of its own beside it, and
-    # met whatever job held node 1): behind a job on node 1 it waits, with bad priority=
-    # refused first.
+    # nodes=[1] goes through the head's queue (it ran at once as a cluster of its own beside
+    # it, and met whatever job held node 1): behind a job on every node it waits; a bad
+    # priority= is refused first.
     with pytest.raises(skyinfra.UsageError, match=r"priority='high': expected an integer"):
         cluster.submit(where, nodes=[1], priority="high")  # type: ignore[arg-type]
     gate = tmp_path / "gate"
-    holder = cluster.submit(hold, str(gate), nodes=[1])
+    holder = cluster.submit(hold, str(gate))
     try:
         waiting = cluster.submit(where, nodes=[1], priority=0)
         assert waiting.state == "queued", waiting.record()
-        assert "node 1; node 1 held by job " + holder.id in waiting.record()["queue"]["waits_for"]
+        waits = waiting.record()["queue"]["waits_for"]
+        assert waits == f"node 1; nodes 0-1 held by job {holder.id}", waits
     finally:
         gate.write_text("")
     assert waiting.result(timeout=120) == [(0, 1, "node-1")]
+    assert holder.result(timeout=120) == [1, 1]
     first, then = holder.record(), waiting.record()
     assert first["ended_at"] <= then["started_at"] and then["world"] == [1], (first, then)
     assert cluster.run(where, nodes=[1]) == [(0, 1, "node-1")]
