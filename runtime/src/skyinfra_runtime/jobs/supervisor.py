@@ -170,6 +170,9 @@ class Supervisor:
         # A job started again (`jobs recover`) keeps its earlier preemptions unspent.
         self.preemptions = sum(1 for a in before if a.get("preempted_by"))
         self.preempt_asked = threading.Event()
+        # Before the first save makes it a holder another job may ask: SIGUSR1's default
+        # action would end this process.
+        signal.signal(preemption.ASK_SIGNAL, lambda *_: self.preempt_asked.set())
         self.preempted_by: preemption.Ask | None = None
         self.waited_s = 0.0  # its time in the queue, every wait (not counted by --timeout)
 
@@ -300,7 +303,6 @@ class Supervisor:
         signal.signal(signal.SIGTERM, lambda *_: self.cancel.set())
         signal.signal(signal.SIGINT, lambda *_: self.cancel.set())
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(preemption.ASK_SIGNAL, lambda *_: self.preempt_asked.set())
         self.agent.on_notice(lambda notice: self.events.put(("notice", 0, notice.to_dict())))
         if self.queue is not None:
             if not self.wait_in_queue(only=self.on):
@@ -478,6 +480,8 @@ class Supervisor:
 
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
+        if self.agent.paths.preempt_ask.exists():  # asked while between attempts
+            self.preempt_asked.set()
         if 0 in self.world:
             self.agent.start()
             self.view[0].state = "running"
