@@ -118,3 +118,26 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(tmp_path: 
     assert "preempted by job high (priority 5 > 0)" in log, log
     assert (low["preemptions"], low["max_restarts"], low["restarts_left"]) == (1, 0, 0), low
     assert (high_rec["priority"], low.get("priority", 0)) == (5, 0)
+
+
+def test_a_preempted_job_cancelled_while_it_waits_never_resumes(tmp_path: Path) -> None:
+    node, go, gate = tmp_path / "node", tmp_path / "go", tmp_path / "gate"
+    worker = f"GO = {str(go)!r}; STEPS = {STEPS}; PAUSE_AT = {PAUSE_AT}\n{WORKER}"
+    hold = f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+    try:
+        supervise(node, "low", worker, priority=0)
+        supervise(node, "high", hold, priority=1)
+        assert wait_state(node, "low", ("preempted",))["queue"]["left_at"] is None
+        cancel = [RUNTIME, "cancel", "--job", "low", "--node-dir", str(node)]
+        done = subprocess.run(cancel, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = json.loads(done.stdout.splitlines()[-1])
+        assert said == {"was_running": True, "was_queued": True, "state": "cancelled"}, said
+    finally:
+        gate.write_text("")
+        go.write_text("")
+    assert wait_state(node, "high", ("succeeded", "failed"))["state"] == "succeeded"
+    low = record(node, "low")
+    assert [a["outcome"] for a in low["attempts"]] == ["preempted"], low
+    assert not (node / "checkpoints" / "low" / "result.json").exists()
+    assert not (node / "jobs" / "low.preempt").exists()  # the ask went with the preemption
