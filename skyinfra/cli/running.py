@@ -195,9 +195,10 @@ def run(
     `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
 
     On a cluster whose nodes other jobs hold, the job is queued on the head (attached or
-    --detach) and the head starts it when the nodes it needs are free and its turn comes,
-    strictly first in, first out; an attached run waits and says so, and Ctrl-C while it
-    waits leaves it queued (`skyinfra cancel JOB` removes it). Every job gets a coordinator
+    --detach) and the head starts it when the nodes it needs are free and its turn comes:
+    higher --priority first, then first in, first out (a higher priority may preempt lower
+    ones, which resume from their checkpoints); an attached run waits and says so, and Ctrl-C
+    while it waits leaves it queued (`skyinfra cancel JOB` removes it). Every job gets a coordinator
     and rendezvous port of its own from head_port to head_port + 2 x nodes - 1. --verify on
     a busy cluster is refused (its checks would meet the job).
     """
