@@ -8,10 +8,7 @@ the library behind it is imported when a method runs.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -262,22 +259,26 @@ class Cluster:
         /,
         *args: Any,
         nodes: Sequence[int] | int | None = None,
+        priority: int = 0,
         **kwargs: Any,
     ) -> list[Any]:
         """``fn(*args, **kwargs)`` on every worker of every node (``nodes``: of those nodes,
-        numbered from 0 in the call; an integer K: K of them, any free ones), with the
-        plugins set up around it as `skyinfra run` does; the values it returned, one per
-        worker in rank order. A failure raises :class:`skyinfra.RemoteError` with every
-        node's outcome and the first failing worker's traceback text."""
+        numbered from 0 in the call, once they are free; an integer K: K of them, any free
+        ones), with the plugins set up around it as `skyinfra run` does; the values it
+        returned, one per worker in rank order. Either way the call is a job in the head's
+        queue, at ``priority`` (as `run --priority N`). A failure raises
+        :class:`skyinfra.RemoteError` with every node's outcome and the first failing
+        worker's traceback text."""
         from skyinfra.api.calls import fetch_results
 
         with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
-            transport, report, call = self._start(fn, args, kwargs, nodes, Path(tmp), detach=False)
+            transport, report, call = self._start(
+                fn, args, kwargs, _Place(nodes, priority), Path(tmp), detach=False
+            )
         try:
             self._raise_for(transport, report, call)
             return fetch_results(transport, report)
         finally:
-            self._restore(transport)
             transport.close()  # an SSH target's connections: a notebook lives long
 
     def submit(
@@ -286,6 +287,7 @@ class Cluster:
         /,
         *args: Any,
         nodes: Sequence[int] | int | None = None,
+        priority: int = 0,
         **kwargs: Any,
     ) -> Job:
         """Start ``fn(*args, **kwargs)`` as a detached job (as `skyinfra run --detach`) and
@@ -294,7 +296,9 @@ class Cluster:
         from skyinfra.api.jobs import Job
 
         with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
-            transport, report, call = self._start(fn, args, kwargs, nodes, Path(tmp), detach=True)
+            transport, report, call = self._start(
+                fn, args, kwargs, _Place(nodes, priority), Path(tmp), detach=True
+            )
         transport.close()  # the job's handle connects again when it needs to
         self._echo(f"[skyinfra] job {report.run_id} ({call.name}) started on every node")
         return Job(
@@ -304,7 +308,6 @@ class Cluster:
             report.run_dir,
             call.name,
             self._echo,
-            on_end=lambda: self._restore(transport),
         )
 
     def recover(self, job_id: str, *, yes: bool | None = None) -> str:
@@ -326,18 +329,12 @@ class Cluster:
         )
         return report.job_state
 
-    def _restore(self, transport: NodeTransport) -> None:
-        from skyinfra.api.subset import SubsetTransport, restore_topology
-
-        if isinstance(transport, SubsetTransport):
-            restore_topology(transport.inner, transport.chosen, self._ws.topology_file)
-
     def _start(
         self,
         fn: Callable[..., Any],
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-        nodes: Sequence[int] | int | None,
+        place: _Place,
         folder: Path,
         *,
         detach: bool,
@@ -345,7 +342,7 @@ class Cluster:
         """What `skyinfra run` does, with the call as its entry (cli/running.py)."""
         from skyinfra import lifecycle, shared_state
         from skyinfra.api.calls import CALL_ENTRY, check_python, pickle_call
-        from skyinfra.api.subset import SubsetTransport, selected_nodes, sub_topology, world_size
+        from skyinfra.api.subset import priority_of, selected_nodes, world_size
         from skyinfra.errors import ClusterDownError
         from skyinfra.run import DEFAULT_KEEP_RUNS
         from skyinfra.run.ignore import topology_path_inside
@@ -359,6 +356,7 @@ class Cluster:
         ws = self._existing()
         spec = ws.spec()
         require_valid(spec, guardrails=False)
+        priority = priority_of(place.priority)  # UsageError before anything is pickled
         src = Path.cwd()
         call = pickle_call(fn, args, kwargs, folder, src)
         if has_backend(ws.path):  # another operator may have changed the cluster
@@ -367,17 +365,13 @@ class Cluster:
             shared_state.refresh_topology(ws, spec, engine)
         if not ws.topology_file.is_file():
             raise ClusterDownError(ws.name)
-        topology = ws_topology = read_topology(ws.topology_file)
-        topology_file = ws.topology_file
-        # nodes=K: the head picks K free ones (the job's world); a list: those, as a cluster
-        world = world_size(nodes, topology)
-        chosen = None if world is not None else selected_nodes(nodes, topology)  # type: ignore[arg-type]
+        topology = read_topology(ws.topology_file)
+        # nodes=K: the head picks K free ones (the job's world); a list: those, in rank order,
+        # once free. Both go through the head's queue and get ports of their own.
+        world = world_size(place.nodes, topology)
+        chosen = None if world is not None else selected_nodes(place.nodes, topology)  # type: ignore[arg-type]
         echo = self._echo
         if chosen is not None:
-            topology = sub_topology(topology, chosen)
-            topology_file = folder / "topology.json"
-            topology_file.write_text(json.dumps(topology.to_dict()), encoding="utf-8")
-            echo = _renumbered(self._echo, chosen)
             self._echo(
                 f"[skyinfra] {call.name} runs on nodes {chosen}, as nodes 0 to "
                 f"{len(chosen) - 1} of the call (instance_info().node)"
@@ -385,23 +379,17 @@ class Cluster:
         wait_s = lifecycle.default_wait_ready_s(spec)
         terminal = sys.stdout if sys.stdout.isatty() else None
         with ws.lock(f"run {call.name}"):
-            transport: NodeTransport = lifecycle.transport_for(ws, ws_topology, spec=spec)
-            if chosen is not None:
-                transport = SubsetTransport(transport, chosen)
+            transport: NodeTransport = lifecycle.transport_for(ws, topology, spec=spec)
             try:
                 if call.by_value:  # the nodes' Python is known once they are ready
                     wait_until_ready(
                         transport, topology, timeout_s=wait_s, echo=echo, terminal=terminal
                     )
-                    check_python(transport, [n.index for n in topology.nodes], call)
+                    check_python(transport, chosen or [n.index for n in topology.nodes], call)
                 if spec.verify:
                     from skyinfra.verify import gate
 
-                    everyone = lifecycle.transport_for(ws, ws_topology, spec=spec)
-                    try:
-                        gate(ws, spec, ws_topology, everyone, wait_ready_s=wait_s, echo=self._echo)
-                    finally:
-                        everyone.close()
+                    gate(ws, spec, topology, transport, wait_ready_s=wait_s, echo=self._echo)
                 launch = JobLaunch(
                     entry=CALL_ENTRY,
                     src=src,
@@ -419,17 +407,17 @@ class Cluster:
                     all_logs=self.all_logs,
                     extra_ignores=tuple(topology_path_inside(src, ws.path)),
                     world=world,
+                    on=None if chosen is None else tuple(chosen),
+                    priority=priority,
                 )
                 report = run_on_cluster(
                     launch,
-                    ClusterNodes(transport, topology, topology_file, ws.runs_dir),
+                    ClusterNodes(transport, topology, ws.topology_file, ws.runs_dir),
                     echo=echo,
                     wait_ready_s=wait_s,
                     terminal=terminal,
                 )
             except BaseException:
-                with contextlib.suppress(Exception):  # a call on some nodes: theirs back
-                    self._restore(transport)
                 transport.close()
                 raise
         return transport, report, call
@@ -438,18 +426,13 @@ class Cluster:
         from skyinfra_runtime import exitcodes as node_exitcodes
 
         from skyinfra.api.calls import remote_error
-        from skyinfra.api.subset import SubsetTransport
         from skyinfra.run.report import describe_exit, raise_for_failure
 
         if report.first_failure is None:
             raise_for_failure(report)  # a timeout: RunTimeoutError, as `run` raises
             return
-        # The cluster's node numbers (a call on some nodes numbers them from 0).
-        index = list(range(len(report.outcomes)))
-        if isinstance(transport, SubsetTransport):
-            index, transport = transport.chosen, transport.inner
         outcomes = {
-            index[i]: {
+            i: {
                 "exit_code": o.exit_code,
                 "meaning": node_exitcodes.describe(o.exit_code),
                 "ended_by_skyinfra": o.ended_by_us,
@@ -457,20 +440,17 @@ class Cluster:
             }
             for i, o in report.outcomes.items()
         }
-        first = index[report.first_failure]
+        first = report.first_failure
         raise remote_error(transport, call.name, report.run_id, report.run_dir, first, outcomes)
 
 
-def _renumbered(echo: Echo, chosen: Sequence[int]) -> Echo:
-    """Node output lines with the cluster's node numbers, not the call's."""
+@dataclass(frozen=True)
+class _Place:
+    """Where and how a call queues on the head: ``nodes`` (K, a list, or None: every node)
+    and its ``priority``."""
 
-    def say(line: str) -> None:
-        match = re.match(r"\[node-(\d+)\] ", line)
-        if match and int(match[1]) < len(chosen):
-            line = f"[node-{chosen[int(match[1])]}] {line[match.end() :]}"
-        echo(line)
-
-    return say
+    nodes: Sequence[int] | int | None
+    priority: object
 
 
 def _arguments() -> dict[str, str]:

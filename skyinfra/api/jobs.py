@@ -45,10 +45,8 @@ class Job:
         run_dir: Path,
         name: str,
         echo: Callable[[str], None],
-        on_end: Callable[[], None] | None = None,
     ) -> None:
         self.id = job_id
-        self._on_end = on_end
         self.name = name
         self.run_dir = run_dir
         self._ws = ws
@@ -74,7 +72,8 @@ class Job:
 
     @property
     def state(self) -> str:
-        """starting, running, succeeded, failed, cancelled, timed_out or lost."""
+        """queued, starting, running, preempted, succeeded, failed, cancelled, timed_out,
+        needs_nodes or lost."""
         return self._record().state.value
 
     def logs(
@@ -124,9 +123,6 @@ class Job:
             rec = self._record()
             state = rec.state.value
             if rec.final:
-                if self._on_end is not None:
-                    self._on_end()
-                    self._on_end = None
                 return state
             if end is not None and time.monotonic() >= end:
                 raise TimeoutError(f"job {self.id} still {state} after {timeout:g} s")

@@ -1,20 +1,21 @@
-"""A call on some of the cluster's nodes (``cluster.run(fn, nodes=[0, 2])``): those nodes run
-it as a cluster of their own, numbered from 0 in the order given (the runtime's topology holds
-consecutive indices: ``instance_info().node`` is the index in the call, and JAX or torch see
-only these processes). A transport that maps the call's index to the cluster's node, and the
-call's own topology."""
+"""Where and how a call of the Python API queues on the head: ``nodes=K`` (any K free nodes,
+as `run --nodes K`), ``nodes=[2, 0]`` (those nodes, in rank order, once they are free: the
+head's ``supervise --on``), ``priority=N`` (as `run --priority N`). Every call is a job in the
+head's queue with ports of its own: its world is numbered from 0 in rank order
+(``instance_info().node`` is the index in the call; JAX or torch see only its processes).
+
+A call on named nodes used to run as a cluster of its own (its own topology, node 1 as its
+head), beside the head's queue and its port allocation: a job running there met it."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 from skyinfra.errors import UsageError
 from skyinfra.topology import Topology
-from skyinfra.transport.base import NodeProcess, NodeTransport, Readiness
-from skyinfra.transport.nodesync import Entries
-from skyinfra.transport.tree import CopyStats
+
+# As `run --priority N` (click.IntRange there).
+PRIORITY_RANGE = (-1000, 1000)
 
 
 def world_size(nodes: Sequence[int] | int | None, topology: Topology) -> int | None:
@@ -49,54 +50,9 @@ def selected_nodes(nodes: Sequence[int] | None, topology: Topology) -> list[int]
     return None if chosen == list(range(total)) else chosen
 
 
-def sub_topology(topology: Topology, chosen: Sequence[int]) -> Topology:
-    nodes = tuple(dataclasses.replace(topology.nodes[i], index=k) for k, i in enumerate(chosen))
-    return dataclasses.replace(topology, nodes=nodes, head_addr=nodes[0].private_ip)
-
-
-class SubsetTransport:
-    """``inner`` seen through the call's node numbers (k -> chosen[k]): every verb of
-    NodeTransport, and nothing of a target's own (a call's run needs no more)."""
-
-    def __init__(self, inner: NodeTransport, chosen: Sequence[int]) -> None:
-        self.inner = inner
-        self.chosen = list(chosen)
-
-    def node_root(self, node: int) -> str:
-        return self.inner.node_root(self.chosen[node])
-
-    def readiness(self, node: int) -> Readiness:
-        return self.inner.readiness(self.chosen[node])
-
-    def copy_tree(self, node: int, src: Path, wanted: Entries, run_id: str) -> CopyStats:
-        return self.inner.copy_tree(self.chosen[node], src, wanted, run_id)
-
-    def put_file(self, node: int, src: Path, dest: str) -> None:
-        self.inner.put_file(self.chosen[node], src, dest)
-
-    def start(
-        self,
-        node: int,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: str,
-        tag: str,
-        stdin: bytes | None = None,
-    ) -> NodeProcess:
-        return self.inner.start(self.chosen[node], argv, env=env, cwd=cwd, tag=tag, stdin=stdin)
-
-    def fetch(self, node: int, remote: str, local: Path) -> bool:
-        return self.inner.fetch(self.chosen[node], remote, local)
-
-    def node_gone(self, node: int) -> bool:
-        return self.inner.node_gone(self.chosen[node])
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def restore_topology(inner: NodeTransport, chosen: Sequence[int], topology_file: Path) -> None:
-    """Put the cluster's own topology back on the nodes a call ran on (`verify` compares it)."""
-    for i in chosen:
-        inner.put_file(i, topology_file, f"{inner.node_root(i)}/topology.json")
+def priority_of(priority: object) -> int:
+    """``priority=N``: an integer in PRIORITY_RANGE; UsageError naming the value otherwise."""
+    low, high = PRIORITY_RANGE
+    if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
+        raise UsageError(f"priority={priority!r}: expected an integer from {low} to {high}")
+    return priority

@@ -327,6 +327,8 @@ def cancel(cluster_name: str | None, clusters_root: Path | None, yes: bool, job_
     said = cancel_job(transport, job_id)
     state = find_job(transport, job_id).state
     if said.get("was_queued"):
-        echo(f"job {job_id}: {state} (taken out of the queue: it never started)")
+        # A preempted job waited in the queue too, but it ran before its preemption.
+        ran = "it will not resume" if job.state is JobState.PREEMPTED else "it never started"
+        echo(f"job {job_id}: {state} (taken out of the queue: {ran})")
         return
     echo(f"job {job_id}: {state}" + ("" if said.get("was_running") else " (it had just ended)"))

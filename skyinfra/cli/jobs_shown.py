@@ -100,7 +100,9 @@ def as_last_seen(job: JobRecord) -> JobView:
 def print_jobs(found: list[JobView]) -> None:
     from skyinfra.run.job import JobState
 
-    rows = [("JOB", "ENTRY", "STATE", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")]
+    rows = [
+        ("JOB", "ENTRY", "STATE", "PRIO", "STARTED", "DURATION", "LAST OUTPUT", "EXIT (node:code)")
+    ]
     for view in found:
         j = view.record
         rows.append(
@@ -108,6 +110,7 @@ def print_jobs(found: list[JobView]) -> None:
                 j.id,
                 " ".join([j.entry, *j.args]),
                 _state(view),
+                str(j.priority),
                 _when(j.created_at),
                 _duration(view),
                 _age(view.last_output_age_s),
@@ -123,12 +126,23 @@ def print_jobs(found: list[JobView]) -> None:
         j = view.record
         if view.shown_state is None and j.queued and j.queue is not None:
             echo(queue_words(j.id, j.queue.to_dict()))
+            if j.state is JobState.PREEMPTED:
+                echo(f"job {j.id}: {preempted_words(j)}")
         for item in j.interruptions:
             echo(f"job {j.id}: {interruption_words(item)}")
         if view.shown_state is None and j.state is JobState.NEEDS_NODES:
             echo(f"job {j.id} lost a node and waits for it: {needs_nodes_words(j)}")
         if view.shown_state is None and j.state is JobState.LOST:
             echo(f"job {j.id}: {_supervisor_gone_words(j)}")
+
+
+def preempted_words(job: JobRecord) -> str:
+    """A preempted job waiting to resume: by whom, and how it goes on."""
+    by = next((a.preempted_by for a in reversed(job.attempts) if a.preempted_by), None)
+    return (
+        f"preempted by job {by or '?'} (a higher priority); it resumes on the same nodes "
+        "from its checkpoints when its turn comes (no restart spent)"
+    )
 
 
 def needs_nodes_words(job: JobRecord, *, in_full: bool = False) -> str:
@@ -179,7 +193,11 @@ def show_job(view: JobView) -> None:
             echo(f"    {line}")
     if job.state is JobState.LOST:
         echo(f"  {_supervisor_gone_words(job)}")
+    if job.state is JobState.PREEMPTED and view.shown_state is None:
+        echo(f"  {preempted_words(job)}")
     echo(f"  entry:      {' '.join([job.entry, *job.args])}")
+    if job.priority or job.preemptions:
+        echo(f"  priority:   {job.priority} (preempted {job.preemptions} time(s))")
     queue = job.queue
     if queue is not None and job.queued and view.shown_state is None:
         echo(

@@ -137,6 +137,18 @@ if TYPE_CHECKING:
     "on disjoint nodes run at once, each with ports of its own. Default: every node.",
 )
 @click.option(
+    "--priority",
+    type=click.IntRange(min=-1000, max=1000),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="The job's priority in the head's queue: jobs of one priority start in submission "
+    "order, a higher one goes ahead of lower ones and, when it cannot start, preempts "
+    "lower-priority running jobs (the lowest and newest first, only as many nodes as it needs): "
+    "their workers get SIGTERM and 30 s (seconds_left()) to checkpoint, they wait in the queue "
+    "`preempted` and resume from their checkpoints when nodes free (no restart spent).",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -160,6 +172,7 @@ def run(
     max_restarts: int | None,
     retry_on: str | None,
     world: int | None,
+    priority: int,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -182,9 +195,10 @@ def run(
     `skyinfra` does not end it (`skyinfra jobs`, `logs`, `cancel`); Ctrl-C cancels it.
 
     On a cluster whose nodes other jobs hold, the job is queued on the head (attached or
-    --detach) and the head starts it when the nodes it needs are free and its turn comes,
-    strictly first in, first out; an attached run waits and says so, and Ctrl-C while it
-    waits leaves it queued (`skyinfra cancel JOB` removes it). Every job gets a coordinator
+    --detach) and the head starts it when the nodes it needs are free and its turn comes:
+    higher --priority first, then first in, first out (a higher priority may preempt lower
+    ones, which resume from their checkpoints); an attached run waits and says so, and Ctrl-C
+    while it waits leaves it queued (`skyinfra cancel JOB` removes it). Every job gets a coordinator
     and rendezvous port of its own from head_port to head_port + 2 x nodes - 1. --verify on
     a busy cluster is refused (its checks would meet the job).
     """
@@ -248,6 +262,7 @@ def run(
                 extra_ignores=tuple(topology_path_inside(src, ws.path)),
                 copy_cache=ws.copy_cache_file,
                 world=world,
+                priority=priority,
             )
             cluster = ClusterNodes(
                 transport,

@@ -85,7 +85,9 @@ def run_attempt(
                     proc.finish()
             if client is not None:
                 rec = client.record(fresh=True)
-                if rec is not None and rec.queue is not None and rec.queue.left_at is None:
+                # Never left the queue (not even to run before a preemption).
+                queue = rec.queue if rec is not None and rec.started_at is None else None
+                if queue is not None and queue.left_at is None:
                     raise CancelledInQueue(report.run_id)  # it never left the queue
                 take_attempts(report, rec)
                 if rec is not None and rec.world:  # `run --nodes K`: only its K were in it

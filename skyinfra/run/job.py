@@ -239,6 +239,8 @@ class JobNodeProcess:
             return None
         if rec is not None and rec.restarts_left and not rec.final:
             return None  # the supervisor may start it again as the next attempt
+        if rec is not None and (rec.queued or rec.preempting):
+            return None  # preempted: it resumes as its next attempt when its turn comes
         return n.exit_code if n.exit_code is not None else 255  # an agent that vanished
 
     def wait(self, timeout: float | None = None) -> int:

@@ -158,6 +158,10 @@ def _start_agents(
     role += ["--max-restarts", str(restarts.max_restarts), "--retry-on", restarts.retry_on]
     if launch.world is not None:  # K of the nodes: every node's agent starts, the head picks
         role += ["--world", str(launch.world)]
+    if launch.on is not None:  # named nodes: the head starts it on those once they are free
+        role += ["--on", ",".join(str(i) for i in launch.on)]
+    if launch.priority:
+        role += ["--priority", str(launch.priority)]
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
     queued = said.get("queued") if isinstance(said.get("queued"), dict) else None

@@ -44,7 +44,9 @@ class JobLaunch:
     ``extra_ignores``: patterns left out of the copy besides .skyinfraignore's.
     ``copy_cache``: where the project's file hashes are kept between runs (tree.scan; None:
     hash every file). ``world``: a job on that many of the cluster's nodes, any free ones the
-    head picks as it starts it (None: every node)."""
+    head picks as it starts it (None: every node); ``on``: exactly those nodes, in rank order,
+    once they are free (the Python API's ``nodes=[...]``). ``priority``: its place in the head's
+    queue (higher first; it may preempt lower-priority jobs: skyinfra_runtime.jobprio)."""
 
     entry: str
     src: Path
@@ -61,6 +63,8 @@ class JobLaunch:
     extra_ignores: tuple[str, ...] = ()
     copy_cache: Path | None = None
     world: int | None = None
+    on: tuple[int, ...] | None = None
+    priority: int = 0
 
     @property
     def is_job(self) -> bool:

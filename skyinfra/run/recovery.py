@@ -309,6 +309,7 @@ def recover_job(
         detach=unattended,
         # A job on K of the nodes (`run --nodes K`) goes on on K free ones.
         world=len(job.world) if 0 < len(job.world) < total else None,
+        priority=job.priority,
     )
     if unattended and report.attempts:
         report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"

@@ -164,6 +164,8 @@ def attempt_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
             said += f"; not restarted: {a['not_restarted']}"
         if a.get("restarted_by"):
             said += f"; restarted by {a['restarted_by']}"
+        if a.get("preempted_by"):
+            said += f" by job {a['preempted_by']} (a higher priority; no restart spent)"
         lines.append(said)
     return lines
 

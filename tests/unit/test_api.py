@@ -17,7 +17,7 @@ from skyinfra_runtime.topology import Node
 
 import skyinfra
 from skyinfra.api.calls import _version_of, pickle_call
-from skyinfra.api.subset import selected_nodes, sub_topology, world_size
+from skyinfra.api.subset import priority_of, selected_nodes, world_size
 from skyinfra.run.entry_check import check_entry
 from skyinfra.spec import validate_spec
 from skyinfra.topology import build_topology
@@ -176,9 +176,13 @@ def test_nodes_are_checked_and_renumbered() -> None:
     for bad in (0, 4, -1):
         with pytest.raises(skyinfra.UsageError, match=f"nodes={bad}: cluster 'api' has 3 node"):
             world_size(bad, topology)
-    sub = sub_topology(topology, [2, 0])
-    assert [(n.index, n.private_ip) for n in sub.nodes] == [(0, "127.0.0.4"), (1, "127.0.0.2")]
-    assert sub.head_addr == "127.0.0.4"
+
+
+def test_a_priority_is_an_integer_named_when_not() -> None:
+    assert priority_of(0) == 0 and priority_of(-3) == -3 and priority_of(1000) == 1000
+    for bad in ("high", 1.5, True, None, 1001):
+        with pytest.raises(skyinfra.UsageError, match=rf"priority={bad!r}: expected an integer"):
+            priority_of(bad)
 
 
 def test_a_call_entry_is_the_api_s_alone(tmp_path: Path) -> None:

@@ -2,10 +2,11 @@
 cluster's node count, the nodes the live jobs hold and how many the job asks for, and what a
 queued job waits for, in words.
 
-The queue is strict first in, first out: a job starts when K nodes are free and no job
-submitted before it still waits (no backfill: a one-node job does not pass a whole-cluster
-job that waits for the nodes, which then never starves). The K nodes are the lowest free
-ones; the first of them is the job's rank 0 (its coordinator and rendezvous host).
+Within one priority (jobprio.py orders the priorities) the queue is strict first in, first
+out: a job starts when K nodes are free and no job ahead of it still waits (no backfill: a
+one-node job does not pass a whole-cluster job that waits for the nodes, which then never
+starves). The K nodes are the lowest free ones (or the ones it names, ``only``); the first of
+them is the job's rank 0 (its coordinator and rendezvous host).
 
 Standard library only: this runs on the nodes.
 """
@@ -15,10 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 
-def place(total: int, held: Iterable[Sequence[int]], want: int) -> tuple[int, ...] | None:
+def place(
+    total: int, held: Iterable[Sequence[int]], want: int, only: Sequence[int] | None = None
+) -> tuple[int, ...] | None:
     """The ``want`` lowest nodes of ``0..total-1`` that none of ``held`` (each live job's
-    nodes) holds; None while fewer are free."""
+    nodes) holds; None while fewer are free. ``only``: exactly those nodes (a preempted job
+    resumes on the nodes its agents wait on), None while any of them is held."""
     taken = {n for nodes in held for n in nodes}
+    if only:
+        return None if taken & set(only) else tuple(only)
     free = [i for i in range(total) if i not in taken]
     return tuple(free[:want]) if len(free) >= want else None
 
@@ -34,20 +40,24 @@ def nodes_words(nodes: Sequence[int]) -> str:
 
 
 def waits_for(
-    total: int, want: int, holders: Sequence[tuple[str, Sequence[int]]], ahead: Sequence[str]
+    total: int,
+    want: int,
+    holders: Sequence[tuple[str, Sequence[int]]],
+    ahead: Sequence[str],
+    only: Sequence[int] | None = None,
 ) -> str:
-    """What a queued job waits for: every node ("nodes 0-1, held by job J") or K of them
-    ("1 free node of 2; nodes 0-1 held by jobs J, L"), and the jobs queued ahead of it."""
-    if want >= total:
-        said = nodes_words(range(total))
-        if holders:
-            said += f", held by job {holders[0][0]}"
+    """What a queued job waits for, exactly: how many nodes and how many are free ("2 nodes,
+    1 free; node 0 held by job J"), or the nodes it needs ("node 1; node 1 held by job J"),
+    each holder with the nodes it holds, and the jobs queued ahead of it."""
+    held = {n for _, nodes in holders for n in nodes}
+    if only:
+        said = nodes_words(only)
+        holders = [(job, nodes) for job, nodes in holders if set(nodes) & set(only)]
     else:
-        said = f"{want} free node{'s' if want > 1 else ''} of {total}"
-        if holders:
-            held = sorted({n for _, nodes in holders for n in nodes})
-            ids = ", ".join(job for job, _ in holders)
-            said += f"; {nodes_words(held)} held by job{'s' if len(holders) > 1 else ''} {ids}"
+        free = total - len(held)
+        said = f"{want} node{'s' if want > 1 else ''}, {free} free"
+    for job, nodes in holders:
+        said += f"; {nodes_words(nodes)} held by job {job}"
     if ahead:
         said += f"; {len(ahead)} job(s) queued ahead of it (next: {ahead[0]})"
     return said

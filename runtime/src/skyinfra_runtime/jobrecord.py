@@ -38,6 +38,9 @@ class JobState(str, enum.Enum):
     # Submitted while other jobs hold the nodes (or wait ahead of it): it waits in the head's
     # queue, its agents started and idle, until the head starts it (first in, first out).
     QUEUED = "queued"
+    # A higher-priority job took its nodes (`run --priority N`): its workers got SIGTERM and
+    # the time left, as for a Spot notice; it waits in the queue at its place to resume.
+    PREEMPTED = "preempted"
 
     def __str__(self) -> str:
         return self.value
@@ -260,6 +263,7 @@ _ATTEMPT_KEYS = (
     "restarted_by",
     "restarted_why",
     "restarted_who",
+    "preempted_by",
 )
 
 
@@ -288,6 +292,8 @@ class Attempt:
     # What the operator hands the next attempt's supervisor; it makes restarted_by of them.
     restarted_why: str | None = None
     restarted_who: str | None = None
+    # The higher-priority job that preempted this attempt (not a failure: no restart spent).
+    preempted_by: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -312,6 +318,7 @@ class Attempt:
             restarted_by=_opt_str(data.get("restarted_by")),
             restarted_why=_opt_str(data.get("restarted_why")),
             restarted_who=_opt_str(data.get("restarted_who")),
+            preempted_by=_opt_str(data.get("preempted_by")),
             extra=_extra(data, _ATTEMPT_KEYS),
         )
 
@@ -337,6 +344,7 @@ class Attempt:
             "restarted_by": self.restarted_by,
             "restarted_why": self.restarted_why,
             "restarted_who": self.restarted_who,
+            "preempted_by": self.preempted_by,
         }
         out.update((k, v) for k, v in later.items() if v is not None)
         out.update(self.extra)
@@ -438,6 +446,9 @@ _RECORD_KEYS = (
     "head_recovery",
     "interruptions",
     "queue",
+    "priority",
+    "seq",
+    "preemptions",
     "ports",
     "world",
     "nodes",
@@ -485,6 +496,12 @@ class JobRecord:
     interruptions: tuple[Interruption, ...] = ()
     # Its wait in the head's queue (None: it started at once; records older than the queue).
     queue: QueueWait | None = None
+    # `run --priority N` (0 by default; higher goes first and may preempt lower, jobprio.py),
+    # its place in the head's submission order (None: records older than priorities), and
+    # how often a higher-priority job preempted it (never counted against --max-restarts).
+    priority: int = 0
+    seq: int | None = None
+    preemptions: int = 0
     # Its own coordinator and rendezvous ports, given out by the head when it started the job
     # (None: not started yet, or a record older than them: the topology's head_port).
     ports: JobPorts | None = None
@@ -509,7 +526,14 @@ class JobRecord:
 
     @property
     def queued(self) -> bool:
-        return self.state is JobState.QUEUED
+        """It waits in the head's queue: queued, or preempted and waiting to resume."""
+        return self.state in (JobState.QUEUED, JobState.PREEMPTED)
+
+    @property
+    def preempting(self) -> bool:
+        """A higher-priority job asked for its nodes: its attempt ends, then it waits in the
+        queue (``preempted``) to resume."""
+        return not self.final and bool(self.attempts) and self.attempts[-1].preempted_by is not None
 
     def node(self, index: int) -> NodeResult | None:
         for n in self.nodes:
@@ -573,6 +597,9 @@ class JobRecord:
             else None,
             interruptions=_notices(data.get("interruptions")),
             queue=QueueWait.from_dict(queue) if isinstance(queue, Mapping) else None,
+            priority=_opt_int(data.get("priority")) or 0,
+            seq=_opt_int(data.get("seq")),
+            preemptions=_opt_int(data.get("preemptions")) or 0,
             ports=JobPorts.from_dict(ports) if isinstance(ports, Mapping) else None,
             world=_ints(data.get("world")),
             nodes=tuple(NodeResult.from_dict(n) for n in nodes if isinstance(n, Mapping))
@@ -616,6 +643,9 @@ class JobRecord:
             ),
             "interruptions": [i.to_dict() for i in self.interruptions],
             **({"queue": self.queue.to_dict()} if self.queue is not None else {}),
+            **({"priority": self.priority} if self.priority else {}),
+            **({"seq": self.seq} if self.seq is not None else {}),
+            **({"preemptions": self.preemptions} if self.preemptions else {}),
             **({"ports": self.ports.to_dict()} if self.ports is not None else {}),
             **({"world": list(self.world)} if self.world else {}),
             "nodes": [n.to_dict() for n in self.nodes],

@@ -147,13 +147,40 @@ def test_max_restarts_restarts_a_call_whose_worker_was_killed(cluster: skyinfra.
     assert restarting.run(killed_once) == [2, 2]
 
 
-def test_nodes_runs_on_some_nodes_numbered_from_0(cluster: skyinfra.Cluster) -> None:
+def test_nodes_runs_on_some_nodes_numbered_from_0(
+    cluster: skyinfra.Cluster, tmp_path: Path
+) -> None:
     def where() -> tuple[int, int, str]:
         from skyinfra_runtime import instance_info
 
         info = instance_info()
         return info.node, info.total_nodes, os.path.basename(os.environ["SKYINFRA_NODE_DIR"])
 
+    def hold(gate: str) -> int:
+        import time
+
+        while not os.path.exists(gate):
+            time.sleep(0.1)
+        return 1
+
+    # nodes=[1] goes through the head's queue (it ran at once as a cluster of its own beside
+    # it, and met whatever job held node 1): behind a job on every node it waits; a bad
+    # priority= is refused first.
+    with pytest.raises(skyinfra.UsageError, match=r"priority='high': expected an integer"):
+        cluster.submit(where, nodes=[1], priority="high")  # type: ignore[arg-type]
+    gate = tmp_path / "gate"
+    holder = cluster.submit(hold, str(gate))
+    try:
+        waiting = cluster.submit(where, nodes=[1], priority=0)
+        assert waiting.state == "queued", waiting.record()
+        waits = waiting.record()["queue"]["waits_for"]
+        assert waits == f"node 1; nodes 0-1 held by job {holder.id}", waits
+    finally:
+        gate.write_text("")
+    assert waiting.result(timeout=120) == [(0, 1, "node-1")]
+    assert holder.result(timeout=120) == [1, 1]
+    first, then = holder.record(), waiting.record()
+    assert first["ended_at"] <= then["started_at"] and then["world"] == [1], (first, then)
     assert cluster.run(where, nodes=[1]) == [(0, 1, "node-1")]
     # nodes=K: any K free nodes, through the head's queue (an idle cluster: the lowest).
     assert cluster.run(where, nodes=1) == [(0, 1, "node-0")]

@@ -76,6 +76,36 @@ def quick():
 
     # The job's own coordinator port, as its workers see it (the head gave it).
     return [int(os.environ["SKYINFRA_NODE"]), instance_info().head_port]
+
+def train():
+    steps, pause_at = int(os.environ["STEPS"]), int(os.environ["PAUSE_AT"])
+    # Step k adds k; every step is a committed checkpoint in the job's set (each node its own
+    # folder: the local target's set is one folder for every node). The first attempt waits
+    # after pause_at until SIGTERM (a preemption) comes; the next resumes from the checkpoint.
+    import json, signal
+
+    from skyinfra_runtime import checkpoints, seconds_left
+
+    asked = []
+    signal.signal(signal.SIGTERM, lambda *_: asked.append(seconds_left()))
+    root = checkpoints.directory() / f"node-{os.environ['SKYINFRA_NODE']}"
+    last = checkpoints.latest_step(root)
+    step = last or 0
+    total = 0 if last is None else json.loads((checkpoints.step_dir(root, last) / "t").read_text())
+    print(f"attempt {os.environ['SKYINFRA_ATTEMPT']} starts at step {step}", flush=True)
+    while step < steps:
+        step += 1
+        total += step
+        path = checkpoints.step_dir(root, step)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "t").write_text(json.dumps(total))
+        checkpoints.commit(path)
+        while step == pause_at and last is None and not asked:
+            time.sleep(0.05)
+        if asked:
+            print(f"SIGTERM after step {step}, {asked[0]:.0f} s left", flush=True)
+            raise SystemExit(0)
+    return [total, last]
 """
 
 
@@ -125,7 +155,10 @@ def submit(project: Path, env: dict[str, str], position: int, holder: str) -> st
     res = cli(["run", "--cluster", NAME, "-d", "--keep-runs", "0", "work.py:quick"], project, env)
     assert res.returncode == 0, res.stdout + res.stderr
     job = res.stdout.split("job ", 1)[1].split()[0]
-    said = f"job {job} is queued (position {position}): it waits for nodes 0-1, held by job"
+    said = (
+        f"job {job} is queued (position {position}): it waits for 2 nodes, 0 free; "
+        "nodes 0-1 held by job"
+    )
     assert said in res.stdout and holder in res.stdout, res.stdout
     assert f"skyinfra cancel --cluster {NAME} {job}" in res.stdout, res.stdout
     assert "started on every node" not in res.stdout
@@ -164,7 +197,10 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
         queued = [submit(project, env, i + 1, holder) for i in range(SUBMISSIONS)]
         table = cli(["jobs", "--cluster", NAME], project, env)
         assert table.returncode == 0, table.stdout + table.stderr
-        first = f"job {queued[0]} is queued (position 1): it waits for nodes 0-1, held by job "
+        first = (
+            f"job {queued[0]} is queued (position 1): it waits for 2 nodes, 0 free; "
+            "nodes 0-1 held by job "
+        )
         assert f"{first}{holder}" in table.stdout, table.stdout
         assert "queued (#10)" in table.stdout, table.stdout
         # `status` lists the queued jobs beside the running one (`down` names them too).
@@ -308,7 +344,7 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
             assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
         third = cli([*argv, "work.py:quick"], project, env)
         assert third.returncode == 0, third.stdout + third.stderr
-        waits = "it waits for 1 free node of 2; nodes 0-1 held by jobs"
+        waits = "it waits for 1 node, 0 free; node 0 held by job "
         assert waits in third.stdout, third.stdout
         later = third.stdout.split("job ", 1)[1].split()[0]
     finally:
@@ -385,3 +421,62 @@ def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
     record = job_record(NAME, project, env, job)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
+
+
+def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A low-priority whole-cluster job that checkpoints every step is preempted by a
+    higher-priority one-node job (SIGTERM with the time left, through the Spot notice's path):
+    it is `preempted`, waits in the queue, resumes from its checkpoints on both nodes once the
+    node frees, and ends with the sum an uninterrupted run computes; a job of its own priority
+    submitted meanwhile waits behind it (its place), and `jobs` shows priorities and the state.
+    Bad input: a priority that is not an integer exits 2 naming it, nothing queued."""
+    steps, pause_at = 6, 3
+    bad = cli(["run", "--cluster", NAME, "-d", "--priority", "high", "work.py:quick"], project, env)
+    assert bad.returncode == 2 and "'high' is not a valid integer" in bad.stderr, bad.stderr
+    argv = ["run", "--cluster", NAME, "-d", "--keep-runs", "0"]
+    numbers = ["--env", f"STEPS={steps}", "--env", f"PAUSE_AT={pause_at}"]
+    low = cli([*argv, *numbers, "work.py:train"], project, env)
+    assert low.returncode == 0 and "started on every node" in low.stdout, low.stdout + low.stderr
+    low_id = low.stdout.split("job ", 1)[1].split()[0]
+    checkpoints = project / ".skyinfra" / "clusters" / NAME / "checkpoints" / low_id
+    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
+    while not all(
+        (checkpoints / f"node-{i}" / f"step-{pause_at:08d}" / "COMMITTED").exists() for i in (0, 1)
+    ):
+        rec = job_record(NAME, project, env, low_id)
+        if time.monotonic() > until or rec["state"] in FINAL:
+            logs = cli(["logs", "--cluster", NAME, low_id], project, env).stdout
+            raise AssertionError(f"{rec}\n{logs}")
+        time.sleep(0.2)
+    same = cli([*argv, "work.py:quick"], project, env)
+    assert "is queued (position 1)" in same.stdout, same.stdout + same.stderr
+    same_id = same.stdout.split("job ", 1)[1].split()[0]
+    gate = tmp_path / "gate"  # the high job holds its node until the test opens it
+    urgent = ["--nodes", "1", "--priority", "5", "--env", f"GATE={gate}", "work.py:hold"]
+    try:
+        high = cli([*argv, *urgent], project, env)
+        assert "is queued (position 1)" in high.stdout, high.stdout + high.stderr  # before same
+        high_id = high.stdout.split("job ", 1)[1].split()[0]
+        assert wait_for_state(NAME, project, env, low_id, ("preempted", *FINAL)) == "preempted"
+        table = cli(["jobs", "--cluster", NAME], project, env).stdout
+        assert "PRIO" in table and f"job {low_id}: preempted by job {high_id}" in table, table
+    finally:
+        gate.write_text("")
+    for job in (high_id, low_id, same_id):
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+    lo, hi, sm = (job_record(NAME, project, env, j) for j in (low_id, high_id, same_id))
+    first, second = lo["attempts"]
+    assert (first["outcome"], first["preempted_by"]) == ("preempted", high_id), first
+    # The order: low's first attempt ended, high ran, low resumed, then `same` (its turn).
+    assert first["ended_at"] <= hi["started_at"] <= hi["ended_at"] <= second["started_at"]
+    assert lo["ended_at"] <= sm["started_at"], (lo, sm)
+    assert (hi["priority"], hi["world"], lo["preemptions"], lo["restarts_left"]) == (5, [0], 1, 0)
+    # Resumed from step pause_at on both nodes; the sum of an uninterrupted run.
+    values = [n["result"]["workers"][0]["value"] for n in lo["nodes"]]
+    assert values == [[sum(range(1, steps + 1)), pause_at]] * 2, lo
+    logs = cli(["logs", "--cluster", NAME, low_id], project, env).stdout
+    assert "SIGTERM after step 3" in logs and f"preempted by job {high_id}" in logs, logs

@@ -125,7 +125,10 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
         detached = cli(["run", "--cluster", NAME, "-d", "work.py:quick"], project, env)
         assert detached.returncode == 0, detached.stdout + detached.stderr
         queued = detached.stdout.split("job ", 1)[1].split()[0]
-        waits = f"job {queued} is queued (position 1): it waits for nodes 0-1, held by job {job}"
+        waits = (
+            f"job {queued} is queued (position 1): it waits for 2 nodes, 0 free; "
+            f"nodes 0-1 held by job {job}"
+        )
         assert waits in detached.stdout, detached.stdout
         assert f"skyinfra cancel --cluster {NAME} {queued}" in detached.stdout, detached.stdout
         assert job_record(NAME, project, env, queued)["state"] == "queued"
@@ -157,7 +160,10 @@ def test_a_second_run_and_verify_leave_a_running_jax_job_alone(
             shown += line
             if "Ctrl-C stops waiting and leaves it queued" in line:
                 break
-        assert "is queued (position 2): it waits for nodes 0-1, held by job " + job in shown, shown
+        assert (
+            "is queued (position 2): it waits for 2 nodes, 0 free; nodes 0-1 held by job " + job
+            in shown
+        ), shown
         assert job_record(NAME, project, env, job)["state"] == "running"
         assert job_record(NAME, project, env, queued)["state"] == "queued"
     finally:

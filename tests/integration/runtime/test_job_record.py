@@ -75,6 +75,9 @@ def test_a_real_supervisors_record_keeps_todays_json(tmp_path: Path) -> None:
         # and nodes (every node of the cluster: its one).
         assert data["ports"] == {"jax": 29500, "torch": 29501}, data
         assert data["world"] == [0], data
-        kept = {k: v for k, v in data.items() if k not in ("checked_at", "ports", "world")}
+        # and its place in the head's submission order (priorities order the queue by it).
+        assert data["seq"] == 1, data
+        added = ("checked_at", "ports", "world", "seq")
+        kept = {k: v for k, v in data.items() if k not in added}
         assert shape(kept) == shape(before)
     assert as_listed == {**written, "checked_at": as_listed["checked_at"]}

@@ -65,7 +65,7 @@ def test_a_second_job_is_queued_naming_the_running_one_and_starts_after_it(
         assert second.returncode == 0, second.stdout + second.stderr
         queued = said(second)["queued"]
         assert (queued["position"], queued["held_by"]) == (1, "job-1"), queued
-        assert queued["waits_for"] == "node 0, held by job job-1", queued
+        assert queued["waits_for"] == "1 node, 0 free; node 0 held by job job-1", queued
         rec = record(node, "job-2")
         assert rec["state"] == "queued" and rec["queue"]["seq"] == queued["seq"], rec
         third = supervise(node, "job-3", gate)
@@ -121,7 +121,8 @@ def test_of_two_starts_at_once_exactly_one_gets_the_nodes(tmp_path: Path) -> Non
         started = [d for d in done if "queued" not in said(d)]
         queued = [said(d)["queued"] for d in done if "queued" in said(d)]
         assert len(started) == 1 and len(queued) == 3, [d.stdout for d in done]
-        assert sorted(q["seq"] for q in queued) == [1, 2, 3]
+        # Every job takes its place in the submission order: the one started, seq 1.
+        assert sorted(q["seq"] for q in queued) == [2, 3, 4]
         assert sorted(q["position"] for q in queued) == [1, 2, 3]
     finally:
         gate.write_text("")

@@ -103,6 +103,12 @@ PLACES = [
     (4, [[1], [3]], 2, "the free ones, not in a row"),
     (4, [[0, 1, 2, 3]], 1, "a whole-cluster job holds all"),
 ]
+# (nodes of the cluster, the live jobs' nodes, the nodes a resuming job needs, why)
+PLACES_ONLY = [
+    (2, [[0]], [1], "its node free: it"),
+    (2, [[1]], [1], "its node held: none"),
+    (4, [[2]], [0, 1], "its two free: them"),
+]
 
 
 def places() -> str:
@@ -111,15 +117,22 @@ def places() -> str:
         got = place(total, held, want)
         given = "none" if got is None else nodes_words(got)
         lines.append(f"{total:<5} {held!s:<16} {want:<4} -> {given:<12} {why}")
+    for total, held, only, why in PLACES_ONLY:
+        got = place(total, held, len(only), only)
+        given = "none" if got is None else nodes_words(got)
+        lines.append(f"{total:<5} {held!s:<16} {only!s:<4} -> {given:<12} {why}")
     lines.append("")
     lines.append("what a queued job waits for:")
     for total, want, holders, ahead in [
         (2, 2, [("J", (0, 1))], []),
+        (2, 2, [("J", (0,))], []),  # a whole-cluster job behind a one-node job
         (2, 1, [("J", (0,)), ("L", (1,))], []),
         (4, 2, [("J", (0, 1, 2))], ["M"]),
         (2, 1, [], ["M", "N"]),
     ]:
         lines.append(f"{total} nodes, {want} wanted: {waits_for(total, want, holders, ahead)}")
+    said = waits_for(2, 1, [("J", (0,)), ("L", (1,))], [], only=(1,))
+    lines.append(f"2 nodes, node 1 needed: {said}")
     return "\n".join(lines) + "\n"
 
 

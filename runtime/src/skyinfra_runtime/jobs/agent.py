@@ -116,6 +116,8 @@ class Agent:
             self.ended_reason = ""
             self.tail_at_end = None
             self.tail.clear()
+        # A preempted job's deadline is over once it resumes: seconds_left() is None again.
+        self.deadline_file.unlink(missing_ok=True)
 
     def note(self, line: str) -> None:
         """A line of skyinfra's own in the node's log (whoever follows it sees it)."""

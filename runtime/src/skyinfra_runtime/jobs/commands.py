@@ -17,6 +17,7 @@ from typing import Any
 
 from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
 from skyinfra_runtime.jobplace import waits_for
+from skyinfra_runtime.jobprio import Waiter, ahead_of
 from skyinfra_runtime.jobrecord import JobPorts, JobRecord, JobState
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
@@ -141,8 +142,17 @@ def supervise(ns: argparse.Namespace) -> int:
     start_lock = None
     queued: dict[str, Any] | None = None
     start: tuple[tuple[int, ...], JobPorts] | None = None
-    want = ns.world or ns.nodes
+    on = _named_nodes(ns.on, ns.nodes) if ns.on else None
+    want = len(on) if on else ns.world or ns.nodes
+    seq = 0
     if ns.node == 0:
+        if on == ():
+            print(
+                f"skyinfra-runtime supervise: --on {ns.on!r}: expected distinct node indices "
+                f"from 0 to {ns.nodes - 1}, comma-separated",
+                file=sys.stderr,
+            )
+            return exitcodes.USAGE
         if not 1 <= want <= ns.nodes:
             print(
                 f"skyinfra-runtime supervise: --world {ns.world}: expected 1 to {ns.nodes} "
@@ -156,17 +166,20 @@ def supervise(ns: argparse.Namespace) -> int:
         # The lock (held by this caller until the daemon below has written its record) makes
         # the check and the record one step for every start, so the submission order is the
         # queue's and no two live jobs get the same nodes or ports.
+        # Priorities: jobs of a higher one are ahead of it in the queue (jobprio.py).
         start_lock = lock_job_starts(Path(ns.node_dir))
         held = holders(Path(ns.node_dir), ns.nodes, but=ns.job)
-        ahead = queued_jobs(Path(ns.node_dir), but=ns.job)
-        start = None if ahead else starting(Path(ns.node_dir), ns.nodes, want, ns.job, held)
+        seq = next_queue_seq(Path(ns.node_dir))
+        waiting = queued_jobs(Path(ns.node_dir), but=ns.job)
+        ahead = ahead_of(Waiter(ns.job, ns.priority, seq), waiting)
+        start = None if ahead else starting(Path(ns.node_dir), ns.nodes, want, ns.job, held, on)
         if start is None:
             queued = {
-                "seq": next_queue_seq(Path(ns.node_dir)),
+                "seq": seq,
                 "queued_at": now(),
                 "position": len(ahead) + 1,
                 "held_by": held[0][0] if held else None,
-                "waits_for": waits_for(ns.nodes, want, held, [job for _, job in ahead]),
+                "waits_for": waits_for(ns.nodes, want, held, [w.job for w in ahead], on),
             }
         try:
             server = socket.create_server((listen, 0))
@@ -236,7 +249,7 @@ def supervise(ns: argparse.Namespace) -> int:
                 retry_on=ns.retry_on,
                 recover=private.get("recover"),
             )
-            sup.want = want
+            sup.want, sup.priority, sup.seq, sup.on = want, ns.priority, seq, on
             if queued is not None:
                 sup.enqueue(queued)
             if start is not None:
@@ -263,6 +276,18 @@ def supervise(ns: argparse.Namespace) -> int:
         # After every trace of this attempt's agent is gone: the next attempt's reuses them.
         recovery.run(sup.recover or {}, private["secrets"], paths, sup.attempt)
     return exitcodes.OK
+
+
+def _named_nodes(text: str, total: int) -> tuple[int, ...]:
+    """``--on 2,0``: those nodes, in rank order; () when it names no node of the cluster's
+    ``total`` (or one twice)."""
+    try:
+        nodes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        return ()
+    if len(set(nodes)) != len(nodes) or not all(0 <= n < total for n in nodes):
+        return ()
+    return nodes
 
 
 def _drop_unused_set(ns: argparse.Namespace, sup: Supervisor | None, paths: Paths) -> None:
@@ -458,6 +483,18 @@ def main(argv: list[str]) -> int:
         default=None,
         metavar="K",
         help="run on K of the nodes, any free ones (default: every node) (head only)",
+    )
+    sup.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="higher goes ahead in the queue and may preempt lower-priority jobs (head only)",
+    )
+    sup.add_argument(
+        "--on",
+        metavar="I,J,...",
+        help="run on exactly these nodes, in rank order, when they are free (head only)",
     )
     sup.add_argument("--listen", default="127.0.0.1", help="the head's address (head only)")
     sup.add_argument("--head", help="HOST:PORT of the job's supervisor (peers)")

@@ -17,6 +17,7 @@ from typing import Any
 from skyinfra_runtime.errors import TopologyError
 from skyinfra_runtime.jobplace import place
 from skyinfra_runtime.jobports import allocate
+from skyinfra_runtime.jobprio import Holder, Waiter, queue_order
 
 # The final states are defined once, in skyinfra_runtime.jobrecord (the operator's too).
 from skyinfra_runtime.jobrecord import FINAL_STATES as FINAL_STATES
@@ -117,6 +118,13 @@ class Paths:
     def record(self) -> Path:
         return self.node_dir / "jobs" / f"{self.job_id}.json"
 
+    @property
+    def preempt_ask(self) -> Path:
+        """A higher-priority job's ask that this one give up its nodes (jobprio.py): written
+        by that job's supervisor under the start lock, gone once this one is back in the
+        queue. Not a ``.json``: the scans of the records pass it over."""
+        return self.node_dir / "jobs" / f"{self.job_id}.preempt"
+
 
 def _live_records(
     node_dir: Path, keep: Callable[[JobRecord], bool], but: str | None = None
@@ -152,6 +160,21 @@ def holders(
     ]
 
 
+def holder_jobs(node_dir: Path, total: int, but: str | None = None) -> list[Holder]:
+    """``holders`` as the priority decision sees them: each with its priority, its place in
+    the submission order, and whether it is being preempted (an ask is waiting for it)."""
+    return [
+        Holder(
+            job=job_id,
+            priority=record.priority,
+            seq=record.seq if record.seq is not None else (record.queue.seq if record.queue else 0),
+            nodes=record.world or tuple(range(total)),
+            leaving=Paths(node_dir, job_id).preempt_ask.exists(),
+        )
+        for job_id, record in _live_records(node_dir, _started, but)
+    ]
+
+
 def ports_in_use(node_dir: Path, but: str | None = None) -> list[JobPorts]:
     """The ports of this head's jobs (other than ``but``) that hold them: started (neither
     final nor queued), with ports, and their supervisor runs (called under the start lock)."""
@@ -179,10 +202,12 @@ def starting(
     want: int,
     job: str,
     held: list[tuple[str, tuple[int, ...]]],
+    only: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, ...], JobPorts] | None:
     """The nodes and ports job ``job`` starts on now (under the start lock), ``held`` being
-    the other live jobs' nodes; None while ``want`` nodes or a pair of ports are not free."""
-    world = place(total, [nodes for _, nodes in held], want)
+    the other live jobs' nodes; None while ``want`` nodes (``only``: those) or a pair of
+    ports are not free."""
+    world = place(total, [nodes for _, nodes in held], want, only)
     if world is None:
         return None
     head_port, cluster_nodes = cluster_ports(node_dir, total)
@@ -194,12 +219,14 @@ def starting(
 QUEUE_POLL_S = 0.2
 
 
-def queued_jobs(node_dir: Path, but: str | None = None) -> list[tuple[int, str]]:
-    """The jobs of this head waiting in its queue (other than ``but``) whose supervisor
-    runs, as (seq, id) in submission order."""
+def queued_jobs(node_dir: Path, but: str | None = None) -> list[Waiter]:
+    """The jobs of this head waiting in its queue (queued, or preempted and waiting to
+    resume; other than ``but``) whose supervisor runs, in the queue's order (jobprio)."""
     waiting = _live_records(node_dir, lambda record: record.queued, but)
-    return sorted(
-        (record.queue.seq, job_id) for job_id, record in waiting if record.queue is not None
+    return queue_order(
+        Waiter(job_id, record.priority, record.queue.seq)
+        for job_id, record in waiting
+        if record.queue is not None
     )
 
 

@@ -22,6 +22,14 @@ starts its launcher and tells its peers to start theirs, as a restart does. Canc
 queued (SIGTERM, as for any job): it ends ``cancelled`` without ever starting, and its peers'
 agents go.
 
+Priorities (``run --priority N``, jobprio.py): the queue's order is higher priority first,
+then submission order. The first job in that order that cannot start asks the fewest running
+jobs of a lower priority to give up their nodes (jobs/preemption.py); each such job's attempt
+ends as for a Spot notice (SIGTERM and the time left to save, the final checkpoint upload),
+its state is ``preempted`` and it waits in the queue at its place, then resumes on the same
+nodes (its peers' agents wait there, and on AWS each node's checkpoint folder) as its next
+attempt, which spends no restart.
+
 Every job, queued or not, gets its nodes (``run --nodes K``: K of the cluster's, jobplace.py)
 and its own ports (jobports.py) as it starts (take_start); every peer waits for the head's
 "start", which carries them; a peer not among the K gets "done" and goes, and the head's own
@@ -40,8 +48,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skyinfra_runtime import exitcodes
-from skyinfra_runtime.jobplace import waits_for
+from skyinfra_runtime.jobplace import nodes_words, waits_for
 from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
+from skyinfra_runtime.jobprio import Waiter, ahead_of, victims
 from skyinfra_runtime.jobrecord import (
     Attempt,
     HeadRecoveryRun,
@@ -52,7 +61,7 @@ from skyinfra_runtime.jobrecord import (
     NodeResult,
     QueueWait,
 )
-from skyinfra_runtime.jobs import recovery
+from skyinfra_runtime.jobs import preemption, recovery
 from skyinfra_runtime.jobs.agent import Agent
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
@@ -60,6 +69,7 @@ from skyinfra_runtime.jobs.records import (
     JOIN_WAIT_S,
     OUTPUT_EVERY_S,
     QUEUE_POLL_S,
+    holder_jobs,
     holders,
     lock_job_starts,
     now,
@@ -151,6 +161,20 @@ class Supervisor:
         self.want = nodes
         self.world: tuple[int, ...] = tuple(range(nodes))
         self.ports: JobPorts | None = None
+        # `run --priority N`, its place in the head's submission order (set by supervise),
+        # and its preemptions: a higher-priority job's ask (SIGUSR1) and who made it.
+        self.priority = 0
+        self.seq = 0
+        # The nodes it named (the Python API's nodes=[...]), in rank order; None: any free.
+        self.on: tuple[int, ...] | None = None
+        # A job started again (`jobs recover`) keeps its earlier preemptions unspent.
+        self.preemptions = sum(1 for a in before if a.get("preempted_by"))
+        self.preempt_asked = threading.Event()
+        # Before the first save makes it a holder another job may ask: SIGUSR1's default
+        # action would end this process.
+        signal.signal(preemption.ASK_SIGNAL, lambda *_: self.preempt_asked.set())
+        self.preempted_by: preemption.Ask | None = None
+        self.waited_s = 0.0  # its time in the queue, every wait (not counted by --timeout)
 
     def take_start(self, world: tuple[int, ...], ports: JobPorts) -> None:
         """The nodes and ports the head gave the job as it starts it (under the start lock):
@@ -180,8 +204,14 @@ class Supervisor:
         self.released = False
 
     @property
+    def restarts_used(self) -> int:
+        """Restarts spent: every attempt after the first but those that resumed a preempted
+        job (a preemption is no failure)."""
+        return self.attempt - 1 - self.preemptions
+
+    @property
     def restarts_left(self) -> int:
-        return self.max_restarts - (self.attempt - 1)
+        return self.max_restarts - self.restarts_used
 
     def record(self) -> JobRecord:
         attempts = tuple(Attempt.from_dict(a) for a in self.attempts)
@@ -208,6 +238,9 @@ class Supervisor:
             # Every notice of the job, earlier attempts' included.
             interruptions=tuple(i for a in attempts for i in a.interruptions),
             queue=self.queue,
+            priority=self.priority,
+            seq=self.seq,
+            preemptions=self.preemptions,
             ports=self.ports,
             world=self.world if self.ports is not None else (),
             nodes=tuple(
@@ -272,7 +305,7 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.agent.on_notice(lambda notice: self.events.put(("notice", 0, notice.to_dict())))
         if self.queue is not None:
-            if not self.wait_in_queue():
+            if not self.wait_in_queue(only=self.on):
                 self._cancelled_in_queue()
                 return
             self.start_peers = True  # once the head's launcher runs, as a restart's
@@ -280,6 +313,11 @@ class Supervisor:
             self._run_attempt()
             cause = self._cause()
             current = self.attempts[-1]
+            if self.preempted_by is not None and cause is None:
+                current.update(ended_at=now(), outcome=JobState.PREEMPTED.value)
+                if self._back_in_queue():
+                    continue
+                break  # cancelled while it waited to resume
             current.update(
                 ended_at=now(),
                 outcome=self._final_state().value,
@@ -327,11 +365,13 @@ class Supervisor:
             )
         self.save()
 
-    def wait_in_queue(self) -> bool:
+    def wait_in_queue(self, only: tuple[int, ...] | None = None) -> bool:
         """Wait until this queued job's turn: True once it left the queue (state starting,
         written under the start lock, so that a job submitted meanwhile queues behind it);
         False when it was cancelled first. Its position and what it waits for are rewritten
-        in the record whenever they change."""
+        in the record whenever they change. At the head of the queue and unable to start, it
+        preempts lower-priority jobs (jobprio.victims). ``only``: the nodes it needs (a
+        preempted job resumes on its own)."""
         assert self.queue is not None
         node_dir, me = self.agent.paths.node_dir, self.agent.paths.job_id
         while not self.cancel.is_set():
@@ -339,27 +379,87 @@ class Supervisor:
             try:
                 total = len(self.view)
                 held = holders(node_dir, total, but=me)
-                ahead = [q for q in queued_jobs(node_dir, but=me) if q[0] < self.queue.seq]
-                start = None if ahead else starting(node_dir, total, self.want, me, held)
+                mine = Waiter(me, self.priority, self.queue.seq)
+                ahead = ahead_of(mine, queued_jobs(node_dir, but=me))
+                start = None if ahead else starting(node_dir, total, self.want, me, held, only)
                 if start is not None:
                     self.take_start(*start)
                     self.queue = replace(self.queue, position=0, left_at=now())
+                    self.waited_s += now() - (self.queue.queued_at or now())
                     self.state = JobState.STARTING
                     self.save()
                     return True
+                leaving = () if ahead else self._preempt_for_me(total, only)
             finally:
                 os.close(lock)
+            words = waits_for(total, self.want, held, [w.job for w in ahead], only)
+            if leaving:
+                words += f"; preempting job{'s' if len(leaving) > 1 else ''} {', '.join(leaving)}"
             said = replace(
                 self.queue,
                 position=len(ahead) + 1,
                 held_by=held[0][0] if held else None,
-                waits_for=waits_for(total, self.want, held, [job for _, job in ahead]),
+                waits_for=words,
             )
             if said != self.queue:
                 self.queue = said
                 self.save()
             self.cancel.wait(QUEUE_POLL_S)
         return False
+
+    def _preempt_for_me(self, total: int, only: tuple[int, ...] | None) -> list[str]:
+        """Under the start lock, at the head of the queue: ask the running jobs jobprio picks
+        to give up their nodes; the jobs leaving for this one (asked now or before)."""
+        node_dir, me = self.agent.paths.node_dir, self.agent.paths.job_id
+        running = holder_jobs(node_dir, total, but=me)
+        chosen = victims(total, self.want, self.priority, running, only) or ()
+        for victim in chosen:
+            preemption.ask(node_dir, victim, me, self.priority)
+            self.agent.note(f"preempting job {victim} (a lower priority) for this job's nodes")
+        return [h.job for h in running if h.leaving] + list(chosen)
+
+    def _preempted(self) -> None:
+        """A higher-priority job asked for this job's nodes: the attempt ends as for a Spot
+        notice (every node's workers get SIGTERM and the time left to save)."""
+        self.preempt_asked.clear()
+        asked = preemption.read_ask(self.agent.paths)
+        if asked is None or self.ending:
+            return
+        self.preempted_by = asked
+        self.attempts[-1]["preempted_by"] = asked.by
+        self.ending_deadline = asked.deadline
+        said = f"preempted by job {asked.by} (priority {asked.priority} > {self.priority})"
+        self.agent.note(f"{said}; every node's workers get SIGTERM and the time left")
+        self._end_all(said)
+
+    def _back_in_queue(self) -> bool:
+        """After its preemption: the head's final checkpoint upload, ``preempted`` in the
+        queue at its place, then (True) its next attempt on the same nodes once they are
+        free and its turn came; False when it was cancelled meanwhile."""
+        if self.agent.after_end is not None:
+            self.agent.after_end()
+        self.preemptions += 1
+        self.state = JobState.PREEMPTED
+        self.queue = QueueWait(seq=self.seq, queued_at=now())
+        self.save()  # before the ask goes: the asker never sees it holding nodes, not leaving
+        self.agent.paths.preempt_ask.unlink(missing_ok=True)
+        if not self.wait_in_queue(only=self.world):
+            self.ending = "cancelled"
+            return False
+        self.attempt += 1
+        self.agent.note(
+            f"attempt {self.attempt} resumes the job on {nodes_words(self.world)} after its "
+            "preemption (no restart spent)"
+        )
+        self.attempts.append({"attempt": self.attempt})
+        self.ending, self.first_failure, self.failed_at = "", None, None
+        self.ending_deadline, self.preempted_by = None, None
+        for v in self.view.values():
+            if v.node in self.world:
+                self.view[v.node] = NodeView(v.node, conn=v.conn)
+        self.agent.reset(self.attempt)
+        self.start_peers = True
+        return True
 
     def _cancelled_in_queue(self) -> None:
         """Cancelled before its turn: nothing of it ever ran; its peers' agents go."""
@@ -376,12 +476,12 @@ class Supervisor:
 
     def _timeout_from(self) -> float:
         """When --timeout starts counting: the job's creation, less its time in the queue."""
-        q = self.queue
-        waited = q.left_at - q.queued_at if q and q.left_at and q.queued_at else 0.0
-        return self.created_at + max(0.0, waited)
+        return self.created_at + max(0.0, self.waited_s)
 
     def _run_attempt(self) -> None:
         """Every node's launcher of this attempt, until each has ended."""
+        if self.agent.paths.preempt_ask.exists():  # asked while between attempts
+            self.preempt_asked.set()
         if 0 in self.world:
             self.agent.start()
             self.view[0].state = "running"
@@ -407,6 +507,9 @@ class Supervisor:
             if self.cancel.is_set() and not self.ending:
                 self._end_all("cancelled")
                 changed = True
+            if self.preempt_asked.is_set():
+                self._preempted()
+                changed = True
             if self.state is JobState.STARTING and now() > join_by and not self.ending:
                 missing = [v for v in self.view.values() if v.state == "starting"]
                 for v in missing:
@@ -426,7 +529,7 @@ class Supervisor:
     def _attempt_started(self) -> None:
         current = self.attempts[-1]
         current["started_at"] = now()
-        if len(self.attempts) > 1:
+        if len(self.attempts) > 1 and not self.attempts[-2].get("preempted_by"):
             before = self.attempts[-2]
             # From the failure the head saw to every node's launcher of this attempt started.
             current["recovery_s"] = _seconds(before.get("failed_at"), current["started_at"])
@@ -467,7 +570,7 @@ class Supervisor:
         """None when the job restarts; else why it does not (recorded with the attempt)."""
         if cause is None or self.timed_out or self.ending == "cancelled":
             return "it was not a failure" if cause is None else "it timed out or was cancelled"
-        if self.attempt > self.max_restarts:
+        if self.restarts_used >= self.max_restarts:
             return f"no restart left (--max-restarts {self.max_restarts})"
         kind = cause["kind"]
         if kind == "error" and self.retry_on != "error":
