@@ -73,7 +73,7 @@ class HostEntry:
 
     alias: str
     target: SshTarget | None
-    instance_id: str
+    instance_id: str | None
     unreachable: str = ""
 
 
@@ -144,6 +144,9 @@ def config_text(settings: ConfigSettings, entries: Sequence[HostEntry]) -> str:
             lines += ["", f"# {entry.alias}: not reachable from here ({entry.unreachable})"]
             continue
         if settings.ssm_region is not None:
+            if entry.instance_id is None:
+                lines += ["", f"# {entry.alias}: no instance id, which Session Manager dials"]
+                continue
             lines += [
                 "",
                 *_host_block(settings, entry.alias, entry.instance_id, target),

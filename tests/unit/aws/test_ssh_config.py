@@ -78,3 +78,10 @@ def test_without_ssm_the_nodes_jump_through_the_bastion(tmp_path: Path) -> None:
     node = _resolved(text, "priv-node-0", tmp_path)
     assert (node["hostname"], node["proxyjump"]) == ("10.42.0.10", "priv-bastion")
     assert _resolved(text, "priv-bastion", tmp_path)["hostname"] == "198.51.100.7"
+
+
+def test_ssm_without_an_instance_id_says_so_instead_of_a_block() -> None:
+    settings = ConfigSettings(**{**SETTINGS.__dict__, "ssm_region": "us-west-2"})
+    text = config_text(settings, [HostEntry("priv-node-0", SshTarget("10.42.0.10"), None)])
+    assert "Host priv-node-0" not in text
+    assert "# priv-node-0: no instance id, which Session Manager dials" in text

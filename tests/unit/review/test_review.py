@@ -95,7 +95,6 @@ def test_topology_and_diagram_mark_what_changes() -> None:
     assert 'vpc["VPC (existing)"]' in text
 
 
-
 def test_the_diagram_draws_a_private_networks_bastion_as_the_way_in() -> None:
     made = [
         Resource("module.bastion[0].aws_instance.this", "aws_instance", "create"),
@@ -107,12 +106,14 @@ def test_the_diagram_draws_a_private_networks_bastion_as_the_way_in() -> None:
     ]
     lines = diagram(made, target="aws", instance_type="p5.48xlarge").splitlines()
     assert '  bastion["bastion: the only public host, the way in<br/>+ new"]:::create' in lines
-    assert ["  vpc --> bastion", "  bastion -->|SSH| sg"] == [
-        line for line in lines if "bastion" in line and "-->" in line
+    assert [line for line in lines if "bastion" in line and "-->" in line] == [
+        "  vpc --> bastion",
+        "  bastion -->|SSH| sg",
     ]
     # The boxes above the nodes are the nodes' subnet and group, not the bastion's.
     assert '  subnet["subnet"]' in lines and '  sg["security group"]' in lines
     assert not any("bastion" in line for line in diagram(made[3:], target="aws").splitlines())
+
 
 def test_cost_per_hour_and_over_the_lifetime() -> None:
     cost = estimate(
