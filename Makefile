@@ -14,7 +14,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans docs-reference lint demo bench clean
+.PHONY: venv venvs system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans docs-reference lint demo bench clean
 
 venv: $(STAMP)
 
@@ -51,6 +51,10 @@ $(DEMO_STAMP): pyproject.toml runtime/pyproject.toml
 
 system-deps:
 	tests/system-deps.sh
+
+# Both environments at once (.ci/run: make -j2 venvs): on a fresh machine each pip spends most
+# of its time waiting on downloads and the disk, which the other fills with its own unpacking.
+venvs: $(STAMP) $(CHECKOV_STAMP)
 
 $(CHECKOV_STAMP):
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
