@@ -145,7 +145,8 @@ def section(fig: dict[str, Any], date: str, notes: str = "") -> list[str]:
         "threads under one GIL), not profiled further; against AWS they are round trips, "
         "which the threads overlap. The Terraform plan both sides run moves by seconds from "
         "one run to the next on this machine, so a single pair says little. moto answers no "
-        "Service Quotas default-quota call (an error it logs), so each rung's quota headroom stays unknown.",
+        "Service Quotas default-quota call (an error it logs), so each rung's quota headroom "
+        "stays unknown.",
         "",
     ]
 
