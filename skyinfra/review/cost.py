@@ -73,6 +73,16 @@ def table_from_dict(raw: Mapping[str, Any]) -> PriceTable:
 
 
 @dataclass(frozen=True)
+class PlannedPlace:
+    """Where a plan puts its nodes: their instance type and region, as the plan says (a
+    ladder's later rung: its own, where the spec names the first rung's). None: the plan does
+    not say (no nodes, no region variable); the spec's then."""
+
+    instance_type: str | None = None
+    region: str | None = None
+
+
+@dataclass(frozen=True)
 class SpotPrices:
     """Spot prices of one instance type per zone, in USD per instance-hour, as EC2's price
     history gave them at plan time (issue 26): ``zones`` maps a zone to its price and the

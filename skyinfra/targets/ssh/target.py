@@ -52,7 +52,7 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
-    from skyinfra.review.cost import SpotPrices
+    from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.targets.base import Target
     from skyinfra.terraform import EngineFactory, PlanSummary
@@ -242,7 +242,9 @@ class SshHostsTarget(SshDeclaration):
         each host of a cluster."""
         return []
 
-    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+    def spot_prices(
+        self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
+    ) -> SpotPrices | None:
         """None: the user's own machines have no market."""
         return None
 
