@@ -8,10 +8,11 @@ nothing of it closes a connection (its processes run on, unreachable). The head 
 from node 1's agent for the bound on silence (skyinfra_runtime.jobs.wire, shortened for the
 test through the hosts' environment), counts node 1 lost and the job waits (needs_nodes);
 host 1's agent, hearing nothing from the head as long, ends its part by itself. `status` names
-the host as lost and the spare that would stand in; `jobs recover` enrols the spare as node 1
-through the same Terraform (its key pinned at first contact), copies node 0's checkpoint sets
-to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with what an
-uninterrupted run computes. `down` with host 1 still off the network names it with what is
+the host as lost and the spare that would stand in; `plan` refuses, naming `up` (its replace
+would destroy node 1 on the lost host), and changes nothing; `jobs recover` enrols the spare
+as node 1 through the same Terraform (its key pinned at first contact), copies node 0's
+checkpoint sets to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with
+what an uninterrupted run computes. `down` with host 1 still off the network names it with what is
 left to clean there; once it answers again, `down` removes that too: nothing is left on any of
 the three hosts. No timed assertions: every wait ends on a condition.
 """
@@ -171,6 +172,17 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert status.returncode != 0, status.stdout
     assert f"host {lost.address} lost: it stopped answering over SSH" in status.stdout
     assert f"enrols spare {spare.address} in its place" in status.stdout
+
+    # `plan` would replace node 1 through a destroy that needs the lost host: refused, naming
+    # `up`, with the state, the hosts and the pinned keys as they were.
+    kept = {f: (ws / f).read_bytes() for f in ("terraform.tfstate", "hosts.json", "known_hosts")}
+    planned = cli(["plan"], root, env)
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    assert f"error: host {lost.address} (node-1) lost" in planned.stderr
+    assert f"spare {spare.address} would stand in as node-1" in planned.stderr
+    assert "only `skyinfra up` does" in planned.stderr
+    assert {f: (ws / f).read_bytes() for f in kept} == kept
+    assert not (ws / "plan" / "skyinfra.tfplan").exists()
 
     recovered = cli(["jobs", "--cluster", NAME, "recover", job], root, env)
     said = recovered.stdout + recovered.stderr
