@@ -41,13 +41,13 @@ def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 def test_a_peer_that_says_nothing_ends_the_read_and_the_kernel_bounds_it_too(
     tcp_pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    near, far = tcp_pair
+    near, _far = tcp_pair  # open and silent: no FIN, nothing sent
     wire.bound_silence(near, 0.3)
     assert near.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
     if hasattr(socket, "TCP_USER_TIMEOUT"):
         assert near.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 1000
     with pytest.raises(TimeoutError):
-        list(wire.messages(near))  # far is open and silent: no FIN, nothing read
+        list(wire.messages(near))
 
 
 def test_heartbeats_keep_a_quiet_peer_alive_and_lines_never_mix(

@@ -26,9 +26,7 @@ SILENT_PEER_ENV = "SKYINFRA_PEER_SILENT_S"
 
 # One sender at a time per connection: the head's supervisor writes to a peer from its main
 # loop, the peer's reader thread and the heartbeat thread; two lines must never interleave.
-_send_locks: weakref.WeakKeyDictionary[socket.socket, threading.Lock] = (
-    weakref.WeakKeyDictionary()
-)
+_send_locks: weakref.WeakKeyDictionary[socket.socket, threading.Lock] = weakref.WeakKeyDictionary()
 _send_locks_lock = threading.Lock()
 
 
