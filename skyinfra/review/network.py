@@ -85,7 +85,7 @@ def network_hourly(plan: Mapping[str, Any], table: PriceTable, region: str | Non
     public one); a part without a price in the table counts nothing and says so."""
     if not is_private(plan):
         return NetworkHourly()
-    prices = table.network.get(region or "", {})
+    prices, borrowed = table.network_prices(region)
     totals = {"before": 0.0, "after": 0.0}
     parts: list[str] = []
     for entry in plan.get("resource_changes") or []:
@@ -103,7 +103,8 @@ def network_hourly(plan: Mapping[str, Any], table: PriceTable, region: str | Non
                 totals[side] += price or 0.0
                 if side == "after":
                     shown = usd(price) + "/h" if price is not None else "(no price)"
-                    parts.append(f"{what} {shown}")
+                    whose = f" ({borrowed}'s price)" if borrowed and key == kind else ""
+                    parts.append(f"{what} {shown}{whose}")
     return NetworkHourly(totals["before"], totals["after"], tuple(parts))
 
 
@@ -161,7 +162,7 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
     """plan.md's "Network" lines for a private network; none for a public one."""
     if not is_private(plan):
         return ()
-    prices = table.network.get(region or "", {})
+    prices, borrowed = table.network_prices(region)
 
     def price(key: str) -> str:
         value = prices.get(key)
@@ -235,9 +236,12 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
             f"{price(ENDPOINT_HOURLY)}/h each; the nodes' role has AmazonSSMManagedInstanceCore."
         )
     if table.network_source:
+        whose = ""
+        if borrowed:
+            whose = f" The table has none for {region}: priced at {borrowed}'s network prices."
         lines.append(
             "<sub>The per-hour prices are in the Cost above (a NAT gateway's per-GB charge is "
-            f"not). Network prices: {table.network_source}; as of {table.date}.</sub>"
+            f"not). Network prices: {table.network_source}; as of {table.date}.{whose}</sub>"
         )
     return tuple(lines)
 
