@@ -312,22 +312,11 @@ class EmbeddedTerraform:
     ) -> PlanSummary:
         """Plan; with ``out`` the plan is saved so that apply does exactly what was shown;
         ``replace``: resource addresses planned for replacement whatever their state says."""
-        args = [
-            "plan",
-            "-input=false",
-            "-no-color",
-            "-detailed-exitcode",
-            f"-lock-timeout={self._lock_timeout()}",
-        ]
-        args += [f"-replace={address}" for address in replace]
-        if out:
-            args.append(f"-out={out}")
+        args = self._plan_args(out, replace)
         _, events = self._json_command(args, "plan", on_event, ok=(0, 2))
         return plan_summary(events)
 
-    def plan_for_review(self, *, out: str, replace: Sequence[str] = ()) -> str:
-        # Terraform's words rather than its -json events: each further command (show
-        # -no-color) loads every provider's schema again, 1-3 s of CPU with the AWS provider.
+    def _plan_args(self, out: str | None, replace: Sequence[str]) -> list[str]:
         args = [
             "plan",
             "-input=false",
@@ -335,8 +324,13 @@ class EmbeddedTerraform:
             "-detailed-exitcode",
             f"-lock-timeout={self._lock_timeout()}",
             *(f"-replace={address}" for address in replace),
-            f"-out={out}",
         ]
+        return [*args, f"-out={out}"] if out else args
+
+    def plan_for_review(self, *, out: str, replace: Sequence[str] = ()) -> str:
+        # Terraform's words rather than its -json events: each further command (show
+        # -no-color) loads every provider's schema again, 1-3 s of CPU with the AWS provider.
+        args = self._plan_args(out, replace)
         code, text, stderr = self.command(args)
         if code not in (0, 2):
             lock = parse_lock_error(stderr)
