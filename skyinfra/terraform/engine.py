@@ -250,15 +250,7 @@ class EmbeddedTerraform:
         started = time.time()
         code, _, stderr = self.command(argv, on_line=on_line)
         if code not in ok:
-            lock = parse_lock_error(error_diagnostics(events) + "\n" + stderr)
-            if lock is not None:
-                raise StateLockedError(
-                    self.workdir.name,
-                    lock,
-                    argv=["terraform", *argv],
-                    returncode=code,
-                    stderr=stderr + error_diagnostics(events),
-                )
+            self._raise_if_locked(argv, code, stderr, error_diagnostics(events))
             rescue = rescue_state(self.workdir, started, events, "\n".join([*printed, stderr]))
             raise TerraformError(
                 f"terraform {what} failed in {self.workdir}{error_diagnostics(events)}{rescue}",
@@ -267,6 +259,21 @@ class EmbeddedTerraform:
                 stderr=stderr,
             )
         return code, events
+
+    def _raise_if_locked(
+        self, args: Sequence[str], code: int, stderr: str, diagnostics: str = ""
+    ) -> None:
+        """StateLockedError when a failed command's words (its -json error diagnostics, if
+        any, and stderr) say the state is locked, naming the lock and its holder."""
+        lock = parse_lock_error(diagnostics + "\n" + stderr)
+        if lock is not None:
+            raise StateLockedError(
+                self.workdir.name,
+                lock,
+                argv=["terraform", *args],
+                returncode=code,
+                stderr=stderr + diagnostics,
+            )
 
     def _checked(self, args: Sequence[str], what: str) -> str:
         code, out, err = self.command(args)
@@ -333,15 +340,7 @@ class EmbeddedTerraform:
         args = self._plan_args(out, replace)
         code, text, stderr = self.command(args)
         if code not in (0, 2):
-            lock = parse_lock_error(stderr)
-            if lock is not None:
-                raise StateLockedError(
-                    self.workdir.name,
-                    lock,
-                    argv=["terraform", *args],
-                    returncode=code,
-                    stderr=stderr,
-                )
+            self._raise_if_locked(args, code, stderr)
             raise TerraformError(
                 f"terraform plan failed in {self.workdir}",
                 argv=["terraform", *args],
