@@ -292,15 +292,18 @@ class Cluster:
     ) -> Job:
         """Start ``fn(*args, **kwargs)`` as a detached job (as `skyinfra run --detach`) and
         return its handle (:class:`skyinfra.api.jobs.Job`: ``logs``, ``wait``, ``cancel``,
-        ``result``) once every node has started."""
+        ``result``) once every node of it has started, or once the head queued it (it says
+        which, as `run --detach` does: its place and what it waits for, or its nodes)."""
         from skyinfra.api.jobs import Job
+        from skyinfra.run.report import submitted_words
 
         with tempfile.TemporaryDirectory(prefix="skyinfra-call-") as tmp:
             transport, report, call = self._start(
                 fn, args, kwargs, _Place(nodes, priority), Path(tmp), detach=True
             )
         transport.close()  # the job's handle connects again when it needs to
-        self._echo(f"[skyinfra] job {report.run_id} ({call.name}) started on every node")
+        # Queued (its position, what it waits for) or started, and where: as `run --detach`.
+        self._echo(f"[skyinfra] {submitted_words(report, call.name)}")
         return Job(
             self._ws,
             transport,

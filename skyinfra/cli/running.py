@@ -316,13 +316,13 @@ def run(
                 _say_cancelled(ws.name, stop)
             raise SystemExit(exitcodes.INTERRUPTED) from None
     if detach:
-        if report.queued is not None:
-            from skyinfra.run.job import queue_words, queued_hint
+        from skyinfra.run.job import queued_hint
+        from skyinfra.run.report import submitted_words
 
-            said = queue_words(report.run_id, report.queued)
-            echo(f"{said}; {queued_hint(ws.name, report.run_id)}")
-        else:
-            echo(f"job {report.run_id} started on every node")
+        said = submitted_words(report)
+        if report.queued is not None:
+            said += f"; {queued_hint(ws.name, report.run_id)}"
+        echo(said)
         echo(follow_hint(ws.name, report.run_id))
         return
     print_report(report, echo)

@@ -82,7 +82,8 @@ def start_and_wait(
         start_job_attempt(transport, topology, report, launch, report.attempts)
         started = True
         if report.queued is None:  # a queued job's nodes start when the head starts it
-            wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+            rec = wait_started(JobClient(transport, report.run_id, report.run_dir / JOB_COPY))
+            report.world = list(rec.world)
     except Detached as hup:
         raise Detached(hup.job_id or (report.run_id if started else ""), hup.signum) from None
 

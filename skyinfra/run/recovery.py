@@ -307,8 +307,10 @@ def recover_job(
         keep_runs=DEFAULT_KEEP_RUNS,
         as_job=True,
         detach=unattended,
-        # A job on K of the nodes (`run --nodes K`) goes on on K free ones.
-        world=len(job.world) if 0 < len(job.world) < total else None,
+        # A job on K of the nodes (`run --nodes K`) goes on on K free ones; one on the nodes
+        # it named (`run --nodes 0,2`) on those, in its rank order.
+        world=len(job.world) if 0 < len(job.world) < total and not job.named_nodes else None,
+        on=job.named_nodes or None,
         priority=job.priority,
     )
     if unattended and report.attempts:

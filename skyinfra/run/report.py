@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import exitcodes as node_exitcodes
+from skyinfra_runtime.jobplace import nodes_words
 from skyinfra_runtime.jobrecord import HeadRecoveryRun, Interruption
 
 from skyinfra import exitcodes
 from skyinfra.errors import RunError, RunTimeoutError
+from skyinfra.run.job import queue_words
 from skyinfra.transport.tree import CopyStats
 
 SUMMARY_FILE = "summary.json"
@@ -58,6 +60,9 @@ class RunReport:
     # The head's word when it queued the job (seq, position, waits_for, held_by); None: it
     # started at once.
     queued: dict[str, Any] | None = None
+    # The cluster's nodes the job started on, its rank 0's first (its record's world once it
+    # started; empty before, or when only followed).
+    world: list[int] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -66,6 +71,18 @@ class RunReport:
         if self.first_failure is not None:
             return exitcodes.NODE_FAILED
         return exitcodes.RUN_TIMEOUT if self.timed_out else exitcodes.OK
+
+
+def submitted_words(report: RunReport, name: str = "") -> str:
+    """What a detached start came to, as `run --detach` and the Python API's ``submit`` say
+    it: queued (its position and what it waits for), or started on every node or on the
+    nodes the head gave it. ``name``: the called function's, after the job's id."""
+    job = f"{report.run_id} ({name})" if name else report.run_id
+    if report.queued is not None:
+        return queue_words(job, report.queued)
+    if report.world and len(report.world) < len(report.outcomes):
+        return f"job {job} started on {nodes_words(report.world)}"
+    return f"job {job} started on every node"
 
 
 def describe_exit(outcome: NodeOutcome) -> str:

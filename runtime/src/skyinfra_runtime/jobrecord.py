@@ -451,6 +451,7 @@ _RECORD_KEYS = (
     "preemptions",
     "ports",
     "world",
+    "named_nodes",
     "nodes",
     "checked_at",
     "ended_by_down",
@@ -509,6 +510,9 @@ class JobRecord:
     # head chose as it started the job; () before it started, and in older records: every
     # node). Only these are in ``nodes``.
     world: tuple[int, ...] = ()
+    # The nodes it named (`run --nodes 0,2`, the API's nodes=[0, 2]), in rank order, from its
+    # submission on: a recovery starts it on those again. (): any free ones, or every node.
+    named_nodes: tuple[int, ...] = ()
     nodes: tuple[NodeResult, ...] = ()
     # The head's time when its `jobs` listed the record (never written by the supervisor).
     checked_at: float | None = None
@@ -602,6 +606,7 @@ class JobRecord:
             preemptions=_opt_int(data.get("preemptions")) or 0,
             ports=JobPorts.from_dict(ports) if isinstance(ports, Mapping) else None,
             world=_ints(data.get("world")),
+            named_nodes=_ints(data.get("named_nodes")),
             nodes=tuple(NodeResult.from_dict(n) for n in nodes if isinstance(n, Mapping))
             if isinstance(nodes, list)
             else (),
@@ -648,6 +653,7 @@ class JobRecord:
             **({"preemptions": self.preemptions} if self.preemptions else {}),
             **({"ports": self.ports.to_dict()} if self.ports is not None else {}),
             **({"world": list(self.world)} if self.world else {}),
+            **({"named_nodes": list(self.named_nodes)} if self.named_nodes else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             **({"checked_at": self.checked_at} if self.checked_at is not None else {}),
             **({"ended_by_down": True} if self.ended_by_down else {}),

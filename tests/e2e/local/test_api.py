@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import skyinfra
+from skyinfra.api.jobs import Job
 from tests.support.local_jobs import node_processes
 from tests.support.resume_proof import kill_node_processes
 from tests.support.workers import wait_for_line
@@ -34,6 +35,7 @@ import sys
 import numpy as np
 
 import skyinfra
+from skyinfra.api.jobs import Job
 
 
 def scaled(k):
@@ -148,7 +150,7 @@ def test_max_restarts_restarts_a_call_whose_worker_was_killed(cluster: skyinfra.
 
 
 def test_nodes_runs_on_some_nodes_numbered_from_0(
-    cluster: skyinfra.Cluster, tmp_path: Path
+    cluster: skyinfra.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def where() -> tuple[int, int, str]:
         from skyinfra_runtime import instance_info
@@ -170,24 +172,37 @@ def test_nodes_runs_on_some_nodes_numbered_from_0(
         cluster.submit(where, nodes=[1], priority="high")  # type: ignore[arg-type]
     gate = tmp_path / "gate"
     holder = cluster.submit(hold, str(gate))
+    # submit says what happened, in `run --detach`'s words (the call's name after the id).
+    assert ".hold) started on every node\n" in said_of(holder, capsys), holder.id
     try:
         waiting = cluster.submit(where, nodes=[1], priority=0)
         assert waiting.state == "queued", waiting.record()
         waits = waiting.record()["queue"]["waits_for"]
         assert waits == f"node 1; nodes 0-1 held by job {holder.id}", waits
+        said = said_of(waiting, capsys)
+        assert f".where) is queued (position 1): it waits for {waits}\n" in said, said
     finally:
         gate.write_text("")
     assert waiting.result(timeout=120) == [(0, 1, "node-1")]
     assert holder.result(timeout=120) == [1, 1]
     first, then = holder.record(), waiting.record()
     assert first["ended_at"] <= then["started_at"] and then["world"] == [1], (first, then)
-    assert cluster.run(where, nodes=[1]) == [(0, 1, "node-1")]
+    alone = cluster.submit(where, nodes=[1])
+    assert said_of(alone, capsys).endswith(".where) started on node 1\n"), alone.id
+    assert alone.result(timeout=120) == [(0, 1, "node-1")]
     # nodes=K: any K free nodes, through the head's queue (an idle cluster: the lowest).
     assert cluster.run(where, nodes=1) == [(0, 1, "node-0")]
     # The node's own topology is the cluster's again (`verify` compares them).
     ws = cluster.workspace
     on_node = ws / "nodes" / "node-1" / "topology.json"
     assert on_node.read_text() == (ws / "topology.json").read_text()
+
+
+def said_of(job: Job, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``submit`` printed of ``job``, from its id on."""
+    out = capsys.readouterr().out
+    assert f"[skyinfra] job {job.id} (" in out, out
+    return out.split(f"[skyinfra] job {job.id} (", 1)[1]
 
 
 STEPS = """\

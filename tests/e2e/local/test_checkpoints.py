@@ -8,7 +8,9 @@ so does one whose node 1 is lost (its folder deleted, its processes gone: `run` 
 and one whose node 1 gets a Spot interruption notice from `skyinfra drill interrupt` (it saves
 within the notice, the node goes and is replaced, the job restarts);
 a Keras job whose nodes each have their own backup_dir restarts by itself and ends
-bit-identical too (node 1 gets process 0's backup); a job that never uses its set leaves
+bit-identical too (node 1 gets process 0's backup); a higher-priority torch DDP job preempts
+the training, which saves within the notice, resumes once the DDP job ended and ends
+bit-identical too (issue 47); a job that never uses its set leaves
 none; `skyinfra checkpoints` lists and deletes sets; `down` keeps them. Real processes only."""
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from skyinfra_runtime.jobs.records import Paths
 
 from tests.conftest import REPO_ROOT
-from tests.support.local_jobs import cli, module_env
+from tests.support.local_jobs import cli, job_record, module_env
 from tests.support.resume_proof import (
     kill_node_1_in_epoch_3,
     lose_node_0,
@@ -32,6 +35,7 @@ from tests.support.resume_proof import (
     restarted_after_kill,
 )
 from tests.support.resume_proof import results as run_results
+from tests.support.workers import wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +144,36 @@ def on_notice():
         self, *a, callbacks=[*callbacks, StopOnNotice()], **k
     )
     return keras_resume.main()
+
+
+def ddp():
+    # A few torch DDP steps, rank = node, its process group set up as a torch script without
+    # torchrun does (the cluster's plugins are jax and keras), on the job's own rendezvous
+    # port: the topology the job's workers see has the head's ports for this job.
+    import hashlib
+
+    import torch
+    import torch.distributed as dist
+    from skyinfra_runtime import instance_info
+    from skyinfra_runtime.topology import load_topology
+    from torch.nn.parallel import DistributedDataParallel
+
+    me, port = instance_info(), load_topology().torch_port
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://{me.head_addr}:{port}", rank=me.node, world_size=me.total_nodes
+    )
+    torch.manual_seed(me.node)  # different on purpose: DDP broadcasts rank 0's weights
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(me.node))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(3):  # each rank's own data: the gradients are averaged across the two
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True)).backward()
+        optimizer.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    world = dist.get_world_size()
+    dist.destroy_process_group()
+    return [world, hashlib.sha256(flat.numpy().tobytes()).hexdigest()]
 """
 STEP_EPOCH_2 = "step-00000016"  # 128 samples per node, batches of 16: 8 steps an epoch
 STEP_EPOCH_3 = "step-00000024"
@@ -422,6 +456,54 @@ def test_a_drill_saves_within_the_notice_replaces_the_node_and_ends_bit_identica
     shown = cli(["jobs", job], project, env)
     assert "node-1 interrupted at" in shown.stdout and "(Spot notice: terminate at" in shown.stdout
     print(f"attempts: {attempts}")
+
+
+def test_a_higher_priority_torch_ddp_job_preempts_the_keras_training_which_ends_bit_identical(
+    project: Path, env: dict[str, str], reference: list[dict[str, object]]
+) -> None:
+    """Issue 47's proof: the Keras training (a backup each epoch, a stop at the epoch's end on
+    SIGTERM), detached, is preempted in epoch 3 by an attached `run --priority 5` of a torch
+    DDP job on both nodes: it saves epoch 3 within the notice and is `preempted` (no restart
+    spent), the DDP job runs and ends, and the training resumes from epoch 3 by itself and
+    ends with the uninterrupted run's weights, bit for bit."""
+    ws = project / ".skyinfra" / "clusters" / NAME
+    started = time.monotonic()
+    argv = ["run", "-d", "--max-restarts", "1", "--checkpoints", "preempted"]
+    low = cli([*argv, "train.py:on_notice"], project, env)
+    assert low.returncode == 0, low.stdout + low.stderr
+    low_id = low.stdout.split("job ", 1)[1].split()[0]
+    logs = [ws / "nodes" / f"node-{i}" / "runs" / low_id / "output.log" for i in (0, 1)]
+    wait_for_line(logs[1], "paused at epoch 3 batch 4")
+    # Attached (the workspace is free: the training was started detached): it waits in the
+    # queue, preempts the training, runs, and ends.
+    high = cli(["run", "--priority", "5", "train.py:ddp"], project, env)
+    ddp = results(project, high)
+    assert "is queued (position 1)" in high.stdout, high.stdout
+    high_id = high.stdout.split("job ", 1)[1].split()[0]
+    # Both ranks of one process group (world 2) ended with the same weights (DDP's).
+    assert [world for world, _ in ddp] == [2, 2] and len({sha for _, sha in ddp}) == 1, ddp
+    record = Paths(ws / "nodes" / "node-0", low_id).record  # the head's, read as it is
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while json.loads(record.read_text())["state"] not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < until, record.read_text()
+        time.sleep(0.2)
+    print(f"preempted training and DDP job: {time.monotonic() - started:.1f} s")
+    lo, hi = (job_record(NAME, project, env, job) for job in (low_id, high_id))
+    assert lo["state"] == "succeeded", lo
+    first, second = lo["attempts"]
+    assert (first["outcome"], first["preempted_by"]) == ("preempted", high_id), first
+    # The training's first attempt ended, the DDP job ran, then the training resumed.
+    assert first["ended_at"] <= hi["started_at"] <= hi["ended_at"] <= second["started_at"]
+    assert (lo["preemptions"], lo["restarts_left"]) == (1, 1), lo  # --max-restarts 1 kept
+    out = logs[0].read_text()  # node 0's: process 0 writes the backups and says so
+    saved = [line for line in out.splitlines() if "saved epoch 3 on the notice" in line]
+    assert len(saved) == 1 and float(saved[0].split(", ")[-1].split()[0]) > 0, out
+    steps = sets_dir(project) / "preempted"
+    assert f"resumed from {steps / STEP_EPOCH_3} (epoch 3, step 24)" in out, out
+    values = [n["result"]["workers"][0]["value"] for n in lo["nodes"]]
+    assert {v["resumed_step"] for v in values} == {24}
+    assert {v["epochs_run"] for v in values} == {2}  # epochs 4 and 5, after the preemption
+    assert {v["weights_sha256"] for v in values} == {reference[0]["weights_sha256"]}
 
 
 @pytest.mark.parametrize(

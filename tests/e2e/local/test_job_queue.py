@@ -7,7 +7,8 @@ operator (an attached `run` SIGKILLed while its job waits: the job still starts 
 Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
 naming it. Every job gets ports of its own from the head, and `run --nodes 1` jobs run side
 by side on the two nodes, each listening on its own ports (a third waits for a free node);
-`--nodes 1,` names the node a job runs on; `--nodes` out of range, an empty list, a node the
+`--nodes 1,` names the node a job runs on, and `--nodes 1,0` recovered goes on on nodes 1
+and 0 in that rank order; `--nodes` out of range, an empty list, a node the
 cluster lacks or one named twice is refused. Trivial entries, no framework; the holding job
 waits on a gate file the test opens: nothing here is timed."""
 
@@ -336,10 +337,10 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
     argv = ["run", "--cluster", NAME, "-d", "--nodes", "1", "--keep-runs", "0"]
     jobs = []
     try:
-        for _ in range(2):
+        for node in range(2):
             res = cli([*argv, "--env", f"GATE={gate}", "work.py:listen"], project, env)
             assert res.returncode == 0, res.stdout + res.stderr
-            assert "is queued" not in res.stdout, res.stdout
+            assert f" started on node {node}\n" in res.stdout, res.stdout  # the lowest free
             jobs.append(res.stdout.split("job ", 1)[1].split()[0])
         for job in jobs:
             assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
@@ -434,6 +435,30 @@ def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
     record = job_record(NAME, project, env, job)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
+
+
+def test_a_job_on_named_nodes_recovered_goes_on_on_them_in_its_rank_order(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`run --nodes 1,0` (node 1 its rank 0) whose head's supervisor was killed: `jobs
+    recover` starts it again on nodes 1 and 0 in that order, not on the cluster's nodes in
+    theirs."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--nodes", "1,0", "--max-restarts", "1"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
+    assert job_record(NAME, project, env, job)["world"] == [1, 0]
+    kill_node_processes(nodes_dir(project).parent, 0)
+    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+    gate.write_text("")
+    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    record = job_record(NAME, project, env, job)
+    assert record["state"] == "succeeded" and record["attempt"] == 2, record
+    assert record["world"] == [1, 0], record  # node 1 its rank 0 again
+    assert record["named_nodes"] == [1, 0], record
 
 
 def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(

@@ -250,6 +250,7 @@ class Supervisor:
             preemptions=self.preemptions,
             ports=self.ports,
             world=self.world if self.ports is not None else (),
+            named_nodes=self.on or (),
             nodes=tuple(
                 NodeResult(
                     node=v.node,
