@@ -290,6 +290,12 @@ def _score(facts: RungFacts) -> str:
     return "no score" if facts.market == "spot" else "-"
 
 
+def _zones(facts: RungFacts) -> str:
+    if facts.zones is None:
+        return "not looked up"
+    return ", ".join(facts.zones) or "none"
+
+
 def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
     gpu = a.rung.gpu
     facts = a.facts
@@ -308,6 +314,7 @@ def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
         str(index),
         a.rung.instance_type,
         a.rung.region,
+        _zones(facts),
         f"{gpu.gpu_count} x {gpu.gpu_name}" if gpu else "none known",
         f"{gpu.gpu_memory_gib:.0f} GiB" if gpu else "-",
         ("yes" if gpu.efa else "no") if gpu else "-",
@@ -326,6 +333,7 @@ HEADER = (
     "#",
     "instance type",
     "region",
+    "zones",
     "GPUs per node",
     "memory per GPU",
     "EFA",
@@ -380,6 +388,8 @@ def ladder_metadata(assessed: Sequence[Assessed]) -> dict[str, Any]:
                 "hourly_usd": a.facts.hourly_usd,
                 "price_source": a.facts.price_source,
                 "placement_score": a.facts.placement_score,
+                # The zones offering the type: `apply PLANFILE` walks the planned rung's.
+                "zones": None if a.facts.zones is None else list(a.facts.zones),
                 **({"note": a.facts.checkpoint_note} if a.facts.checkpoint_note else {}),
             }
             for a in assessed
@@ -402,7 +412,10 @@ def reviewed_assessed(metadata: Mapping[str, Any]) -> tuple[Assessed, ...]:
     return tuple(
         Assessed(
             Rung(str(r["instance_type"]), str(r["region"])),
-            RungFacts(hourly_usd=r.get("hourly_usd")),
+            RungFacts(
+                hourly_usd=r.get("hourly_usd"),
+                zones=None if r.get("zones") is None else tuple(map(str, r["zones"])),
+            ),
             r.get("verdict") if r.get("verdict") in ("approved", "dropped") else "skipped",
             r.get("reason"),
         )

@@ -20,7 +20,7 @@ from skyinfra_runtime.s3 import parse_url
 from skyinfra.errors import CapacityError, PreflightError
 from skyinfra.review.cost import price_table
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table
+from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table, zone_order
 from skyinfra.targets.aws.endpoints import emulator_from_env
 from skyinfra.targets.aws.ladder import (
     Assessed,
@@ -162,7 +162,9 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     image_problem: str | None = None
     try:
         with aws_errors(f"looking up {rung.label}"):
-            zones = tuple(offering_zones(clients.client("ec2"), rung.instance_type))
+            offered = offering_zones(clients.client("ec2"), rung.instance_type)
+            # The zones `up` would try, in its order (aws.zones limits them).
+            zones = tuple(zone_order(offered, wanted=aws.zones)[0])
             quota = _quota(clients, rung, aws.market == SPOT)
     except PreflightError:
         pass
@@ -283,11 +285,11 @@ def climb(
     *,
     echo: Echo,
     launch_rung: Callable[[ClusterSpec], T],
-    planned_refusal: CapacityError | None = None,
+    launch_first: Callable[[ClusterSpec], T] | None = None,
 ) -> T:
     """Launch on the approved rungs in order until one has room (see the module docstring).
-    ``planned_refusal``: the first approved rung already refused (`apply PLANFILE`'s planned
-    rung): not launched again, the climb goes on from the next."""
+    ``launch_first``: how the first approved rung is launched instead (`apply PLANFILE`,
+    whose planfile that rung's planned zone refused: the rung's other zones)."""
     first_approved(spec, assessed)  # none: PreflightError, before anything is launched
     approved = [(i, a.rung) for i, a in enumerate(assessed, 1) if a.approved]
     for line in refusal_lines(assessed):
@@ -295,12 +297,11 @@ def climb(
     attempts: list[Attempt] = []
     refused: list[str] = []
     for number, (index, rung) in enumerate(approved, 1):
+        launch = launch_first if number == 1 and launch_first is not None else launch_rung
         try:
-            if number == 1 and planned_refusal is not None:
-                raise planned_refusal
             if len(assessed) > 1:
                 echo(f"[skyinfra] rung {index} of {len(assessed)}: {spec.nodes} x {rung.label}")
-            result = launch_rung(rung_spec(spec, rung))
+            result = launch(rung_spec(spec, rung))
         except CapacityError as err:
             if len(assessed) == 1:
                 raise

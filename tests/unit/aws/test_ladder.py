@@ -163,9 +163,10 @@ def test_metadata_keeps_the_approved_rungs_in_order() -> None:
 def test_reviewed_metadata_gives_back_each_rung_and_its_verdict() -> None:
     assessed, _ = _three_rung_ladder()
     again = reviewed_assessed(json.loads(json.dumps(ladder_metadata(assessed))))
-    assert [(a.rung, a.verdict, a.reason) for a in again] == [
-        (a.rung, a.verdict, a.reason) for a in assessed
+    assert [(a.rung, a.verdict, a.reason, a.facts.zones) for a in again] == [
+        (a.rung, a.verdict, a.reason, a.facts.zones) for a in assessed
     ]
+    assert again[0].facts.zones == ("us-east-1a",)  # apply PLANFILE walks the planned rung's
 
 
 def test_a_rung_is_priced_at_each_nodes_market() -> None:
@@ -365,3 +366,4 @@ def test_a_plan_is_on_the_rung_it_says_else_the_specs_first() -> None:
     assert planned_rung(first, "p5.48xlarge", "us-west-2") == Rung("p5.48xlarge", "us-west-2")
     assert planned_rung(first, None, "us-west-2") == Rung("p5en.48xlarge", "us-west-2")
     assert planned_rung(first, None, None) == first
+
