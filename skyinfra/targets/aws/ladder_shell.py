@@ -19,6 +19,7 @@ from skyinfra_runtime.s3 import parse_url
 
 from skyinfra.errors import CapacityError, PreflightError
 from skyinfra.review.cost import price_table
+from skyinfra.review.network import NetworkShape, shape_hourly
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table, zone_order
 from skyinfra.targets.aws.endpoints import emulator_from_env
@@ -52,6 +53,7 @@ from skyinfra.targets.aws.quotas import (
     quota_vcpus,
     running_vcpus,
 )
+from skyinfra.targets.aws.render import BASTION_INSTANCE_TYPE
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import SPOT, AwsSpec, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
@@ -141,6 +143,39 @@ def _spot_usd(clients: AwsClients, rung: Rung, zones: Sequence[str] | None) -> d
     return {zone: usd for zone, (usd, _) in prices.zones.items() if zones is None or zone in zones}
 
 
+# The bastion's root volume before its image is looked up: the bastion module's floor (it
+# takes the image's own size when larger), so that a rung's check never overstates it.
+BASTION_ROOT_FLOOR_GB = 8
+# The Session Manager interface endpoints aws.ssm adds (the root module's interface_endpoints).
+SSM_ENDPOINTS = ("ssm", "ssmmessages", "ec2messages")
+
+
+def network_shape(aws: AwsSpec) -> NetworkShape | None:
+    """What the spec's private network holds (None: a public one, which costs nothing)."""
+    fields = aws.network_fields
+    if not fields.private:
+        return None
+    return NetworkShape(
+        bastion_type=BASTION_INSTANCE_TYPE if fields.has_bastion else None,
+        bastion_root_gb=BASTION_ROOT_FLOOR_GB,
+        nat=fields.nat,
+        interface_endpoints=len(SSM_ENDPOINTS) if fields.ssm else 0,
+    )
+
+
+def with_network(
+    aws: AwsSpec, rung: Rung, price: tuple[float | None, str]
+) -> tuple[float | None, str]:
+    """The rung's cluster price with its private network's per hour (the bastion, a NAT
+    gateway, interface endpoints), as the plan's total counts them."""
+    hourly, source = price
+    shape = network_shape(aws)
+    if shape is None or hourly is None:
+        return hourly, source
+    network = shape_hourly(shape, price_table(), rung.region)
+    return hourly + network.after, f"{source}, and the private network: {', '.join(network.parts)}"
+
+
 def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFacts:
     """What AWS says of one rung (a lookup that fails leaves its fact unknown; an image that
     does not resolve is said, so that the rung is skipped). A Spot rung is priced from its
@@ -149,7 +184,7 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     markets = list(node_markets(aws, spec.nodes).values())
     spot_nodes = markets.count(SPOT)
     on_demand = price_table().hourly(rung.region, rung.instance_type)
-    hourly, source = rung_price(markets, on_demand, None)
+    hourly, source = with_network(aws, rung, rung_price(markets, on_demand, None))
     facts = RungFacts(hourly_usd=hourly, market=aws.market, price_source=source)
     if not checks:
         return facts
@@ -175,7 +210,8 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
         image_problem = str(err)
     score = None
     if spot_nodes:
-        hourly, source = rung_price(markets, on_demand, _spot_usd(clients, rung, zones))
+        spot_usd = _spot_usd(clients, rung, zones)
+        hourly, source = with_network(aws, rung, rung_price(markets, on_demand, spot_usd))
         score = best_score(spot_placement_scores(clients, rung.instance_type, spot_nodes))
     return dataclasses.replace(
         facts,

@@ -33,6 +33,7 @@ from skyinfra.targets.aws.ladder import (
     rung_problem,
     rungs,
 )
+from skyinfra.targets.aws.ladder_shell import ladder_of, policy_of, rung_facts
 from skyinfra.targets.aws.ladder_spec import parse_ladder
 from skyinfra.targets.aws.spec import AwsSpec
 
@@ -367,3 +368,30 @@ def test_a_plan_is_on_the_rung_it_says_else_the_specs_first() -> None:
     assert planned_rung(first, None, "us-west-2") == Rung("p5en.48xlarge", "us-west-2")
     assert planned_rung(first, None, None) == first
 
+
+def test_a_rungs_price_counts_its_private_network() -> None:
+    """guardrails.max_hourly_usd holds each rung to the cluster's price with its private
+    network's bastion and NAT gateway (us-east-1's network prices in us-west-2, as the plan's
+    total), not to its nodes' alone."""
+    aws = {"instance_types": ["g5.xlarge"], "regions": ["us-east-1", "us-west-2"], **CIDRS}
+    nodes_only = 2 * 1.006
+    bastion, volume, nat = 0.0104, 8 * 0.08 / 730, 0.045
+    limit = round(nodes_only + (bastion + nat) / 2, 4)  # the nodes pass it, not the network
+    rails = {"guardrails": {"max_hourly_usd": limit, "allow_internet_egress": True}}
+    public = validate_spec({**BASE, **rails, "aws": aws})
+    private = validate_spec({**BASE, **rails, "aws": {**aws, "network": "private", "nat": True}})
+    for rung in ladder_of(private):
+        facts = rung_facts(private, rung, checks=False)
+        assert facts.hourly_usd == pytest.approx(nodes_only + bastion + volume + nat)
+        borrowed = "" if rung.region == "us-east-1" else " (us-east-1's price)"
+        assert facts.price_source == (
+            "price table, and the private network: bastion `t3.micro` $0.0104/h, its 8 GB "
+            f"root volume $0.0009/h{borrowed}, NAT gateway $0.0450/h{borrowed}"
+        )
+        assert assess(rung, facts, policy_of(private)).reason == (
+            f"${facts.hourly_usd:,.2f}/h is above guardrails.max_hourly_usd = ${limit:,.2f}"
+        )
+        kept = rung_facts(public, rung, checks=False)
+        assert kept.hourly_usd == pytest.approx(nodes_only)
+        assert kept.price_source == "price table"
+        assert assess(rung, kept, policy_of(public)).approved
