@@ -146,13 +146,24 @@ class CheckpointPlace:
     size_bytes: int | None = None
 
 
-def checkpoint_crossing(rung: Rung, place: CheckpointPlace | None) -> str | None:
+def checkpoint_crossing(
+    rung: Rung, place: CheckpointPlace | None, *, endpoint_only: bool = False
+) -> str | None:
     """The plan's note for a rung in another region than the checkpoints: a resumed job
-    restores them across regions (slower, and S3 charges the transfer)."""
+    restores them across regions (slower, and S3 charges the transfer). ``endpoint_only``: a
+    private network without NAT, whose S3 gateway endpoint reaches its own region's buckets
+    only, so that its nodes could not reach them at all."""
     if place is None or place.region == rung.region:
         return None
-    size = "" if place.size_bytes is None else f": {place.size_bytes / 1e9:,.1f} GB"
-    return f"restoring the checkpoints ({place.url}, in {place.region}) crosses regions{size}"
+    size = "" if not place.size_bytes else f": {place.size_bytes / 1e9:,.1f} GB"
+    note = f"restoring the checkpoints ({place.url}, in {place.region}) crosses regions{size}"
+    if endpoint_only:
+        note += (
+            f"; without a NAT gateway its nodes cannot reach them (an S3 gateway endpoint "
+            f"reaches buckets in its own region only): set aws.nat = true, or name a bucket "
+            f"in {rung.region} with aws.checkpoints_url"
+        )
+    return note
 
 
 # ---------------------------------------------------------------- the checks, one per rule

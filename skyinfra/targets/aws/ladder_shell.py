@@ -22,6 +22,7 @@ from skyinfra.review.cost import price_table
 from skyinfra.review.network import NetworkShape, shape_hourly
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table, zone_order
+from skyinfra.targets.aws.checkpoint_store import store_for
 from skyinfra.targets.aws.endpoints import emulator_from_env
 from skyinfra.targets.aws.ladder import (
     Assessed,
@@ -97,7 +98,12 @@ def only_rung(spec: ClusterSpec, rung: Rung) -> ClusterSpec:
     """``spec`` on one rung and no other (its ladder lists dropped): what `plan` renders
     once the ladder was looked up, so that the render does not look it up again."""
     on = rung_spec(spec, rung)
-    section = dataclasses.replace(on.section_as(AwsSpec), instance_types=(), regions=())
+    section = dataclasses.replace(
+        on.section_as(AwsSpec),
+        instance_types=(),
+        regions=(),
+        checkpoints_region=spec.section_as(AwsSpec).default_checkpoints_region,
+    )
     return dataclasses.replace(on, section=section)
 
 
@@ -225,23 +231,43 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     )
 
 
+def _stored_bytes(s3: Any, bucket: str, prefix: str) -> int:
+    pages = s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=prefix.rstrip("/") + "/"
+    )
+    return sum(o.get("Size", 0) for page in pages for o in page.get("Contents", []))
+
+
 def checkpoint_place(spec: ClusterSpec) -> CheckpointPlace | None:
-    """Where ``aws.checkpoints_url`` is: its bucket's region and the bytes under its prefix
-    (None: no such url, or S3 did not say)."""
+    """Where the checkpoints are: ``aws.checkpoints_url``'s bucket's region and the bytes
+    under its prefix, else the default bucket in the ladder's first region (None: one region,
+    where nothing crosses; or S3 did not say where the named bucket is)."""
     aws = spec.section_as(AwsSpec)
-    if aws.checkpoints_url is None:
+    if aws.checkpoints_url is None and len(aws.ladder_regions) < 2:
         return None
     import boto3  # the target loads boto3 only when it calls AWS
 
+    home = aws.default_checkpoints_region
+    clients = AwsClients(boto3.session.Session(), home, emulator_from_env())
+    s3 = clients.client("s3")
+    if aws.checkpoints_url is None:
+        try:
+            with aws_errors("asking AWS for the account id"):
+                account = str(clients.client("sts").get_caller_identity()["Account"])
+        except PreflightError:
+            account = "<account>"
+        store = store_for(spec.name, None, account, home)
+        try:
+            with aws_errors(f"listing {store.url}"):
+                size: int | None = _stored_bytes(s3, store.bucket, store.prefix)
+        except PreflightError:
+            size = None  # not made yet (no `up` so far): nothing stored
+        return CheckpointPlace(store.url, home, size)
     bucket, prefix = parse_url(aws.checkpoints_url)
-    s3 = AwsClients(boto3.session.Session(), aws.region, emulator_from_env()).client("s3")
     try:
         with aws_errors(f"looking up the region of {aws.checkpoints_url}"):
             where = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
-            pages = s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix.rstrip("/") + "/"
-            )
-            size = sum(o.get("Size", 0) for page in pages for o in page.get("Contents", []))
+            size = _stored_bytes(s3, bucket, prefix)
     except PreflightError:
         return None
     # GetBucketLocation says nothing for us-east-1 and "EU" for the oldest eu-west-1 buckets.
@@ -256,8 +282,13 @@ def assess_ladder(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, 
         place = pool.submit(checkpoint_place, spec) if checks else None
         found = list(pool.map(lambda rung: rung_facts(spec, rung, checks=checks), ladder))
         where = None if place is None else place.result()
+    # A private network without NAT reaches S3 through its gateway endpoint only.
+    aws = spec.section_as(AwsSpec)
+    endpoint_only = aws.network_fields.private and not aws.nat
     found = [
-        dataclasses.replace(facts, checkpoint_note=checkpoint_crossing(rung, where))
+        dataclasses.replace(
+            facts, checkpoint_note=checkpoint_crossing(rung, where, endpoint_only=endpoint_only)
+        )
         for rung, facts in zip(ladder, found, strict=True)
     ]
     return assess_all(ladder, dict(zip(ladder, found, strict=True)), policy_of(spec))

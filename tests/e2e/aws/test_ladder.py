@@ -96,6 +96,7 @@ def test_plan_lists_the_rungs_in_order(
     plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
     assert plan.returncode == 2, plan.stdout + plan.stderr  # 2: changes to apply
     out = project / ".skyinfra" / "clusters" / "ladder-plan" / "plan"
+    # Rungs 2 and 3 say that the checkpoints (the default bucket of region 1) cross regions.
     check_golden("aws-ladder-three-rungs", _ladder_section((out / "plan.md").read_text()))
     meta = json.loads((out / "plan-meta.json").read_text())
     assert [(r["instance_type"], r["region"], r["verdict"]) for r in meta["ladder"]["rungs"]] == [
@@ -175,6 +176,12 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         log = capacity_log(project, "ladder-up")
         assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
         assert log["zone"].startswith("us-west-2")
+        # Rung 2 keeps its checkpoints in the default bucket of the ladder's first region,
+        # where a job resumed on any rung finds them.
+        settings = project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json"
+        assert json.loads(settings.read_text())["checkpoints_url"] == (
+            "s3://skyinfra-checkpoints-123456789012-us-east-1/ladder-up/checkpoints"
+        )
         # The planfile's zone, refused, then the rung's other zone, then rung 2's.
         assert [a["zone"] for a in log["attempts"][:2]] == list(REGION_1_ZONES)
         status = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)

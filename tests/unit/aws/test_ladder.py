@@ -33,7 +33,13 @@ from skyinfra.targets.aws.ladder import (
     rung_problem,
     rungs,
 )
-from skyinfra.targets.aws.ladder_shell import ladder_of, policy_of, rung_facts
+from skyinfra.targets.aws.ladder_shell import (
+    ladder_of,
+    only_rung,
+    policy_of,
+    rung_facts,
+    rung_spec,
+)
 from skyinfra.targets.aws.ladder_spec import parse_ladder
 from skyinfra.targets.aws.spec import AwsSpec
 
@@ -215,6 +221,30 @@ def test_a_rung_in_another_region_than_the_checkpoints_says_so() -> None:
         f"\n\n- rung 2 ({west.label}): {note}\n"
     )
     assert ladder_metadata(assessed)["rungs"][1]["note"] == note
+    # A private network without NAT: its S3 gateway endpoint cannot reach another region.
+    assert checkpoint_crossing(west, place, endpoint_only=True) == (
+        f"{note}; without a NAT gateway its nodes cannot reach them (an S3 gateway endpoint "
+        "reaches buckets in its own region only): set aws.nat = true, or name a bucket in "
+        "us-west-2 with aws.checkpoints_url"
+    )
+    assert checkpoint_crossing(east, place, endpoint_only=True) is None
+
+
+def test_the_default_checkpoint_bucket_is_the_ladders_first_regions_on_every_rung() -> None:
+    """Without aws.checkpoints_url every rung keeps its checkpoints in the default bucket of
+    the ladder's first region (a job resumed on a rung in another region finds them there):
+    the spec on any rung, and the spec `plan` renders (its ladder lists dropped), say so."""
+    aws = {"instance_types": ["p5.48xlarge"], "regions": ["us-west-2", "us-east-1"], **CIDRS}
+    spec = validate_spec({**BASE, "aws": aws})
+    for rung in ladder_of(spec):
+        assert rung_spec(spec, rung).section_as(AwsSpec).default_checkpoints_region == "us-west-2"
+        on = only_rung(spec, rung)
+        assert on.section_as(AwsSpec).default_checkpoints_region == "us-west-2"
+        assert "checkpoints_region" not in on.section_as(AwsSpec).to_dict()  # not a key
+    one = validate_spec(
+        {**BASE, "aws": {"region": "eu-west-1", "instance_type": "g5.xlarge", **CIDRS}}
+    )
+    assert one.section_as(AwsSpec).default_checkpoints_region == "eu-west-1"
 
 
 # ---------------------------------------------------------------- the [aws] ladder fields
