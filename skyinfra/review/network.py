@@ -62,50 +62,89 @@ class NetworkHourly:
     parts: tuple[str, ...] = ()
 
 
-def _priced(kind: str, state: Mapping[str, Any], address: str) -> list[tuple[str, str, float]]:
-    """(what, price key or "instance:TYPE", quantity) of each part of a resource the network
-    pays for per hour: the bastion's instance and its root volume (GB of gp3, priced per
-    GB-month), a NAT gateway, an interface endpoint."""
+# One priced part of a private network: (what plan.md calls it, its price key or
+# "instance:TYPE", how many units of that price per hour).
+Part = tuple[str, str, float]
+INTERFACE_ENDPOINT = ("interface endpoint", ENDPOINT_HOURLY, 1.0)
+NAT_GATEWAY = ("NAT gateway", NAT_HOURLY, 1.0)
+
+
+def _bastion_parts(instance_type: object, disk: object) -> list[Part]:
+    """The bastion's instance and its root volume (GB of gp3, priced per GB-month)."""
+    parts: list[Part] = [(f"bastion `{instance_type}`", f"instance:{instance_type}", 1.0)]
+    if isinstance(disk, int | float) and disk > 0:
+        parts.append((f"its {disk:g} GB root volume", EBS_GB_MONTH, disk / HOURS_PER_MONTH))
+    return parts
+
+
+def _priced(kind: str, state: Mapping[str, Any], address: str) -> list[Part]:
+    """The parts of a planned resource the network pays for per hour: the bastion, a NAT
+    gateway, an interface endpoint (gateway endpoints are free)."""
     if kind == "aws_instance" and address.startswith("module.bastion"):
-        kind_of = state.get("instance_type")
-        parts = [(f"bastion `{kind_of}`", f"instance:{kind_of}", 1.0)]
         disk = _first(state.get("root_block_device")).get("volume_size")
-        if isinstance(disk, int | float) and disk > 0:
-            parts.append((f"its {disk:g} GB root volume", EBS_GB_MONTH, disk / HOURS_PER_MONTH))
-        return parts
+        return _bastion_parts(state.get("instance_type"), disk)
     if kind == "aws_nat_gateway":
-        return [("NAT gateway", NAT_HOURLY, 1.0)]
+        return [NAT_GATEWAY]
     if kind == "aws_vpc_endpoint" and state.get("vpc_endpoint_type") == "Interface":
-        return [("interface endpoint", ENDPOINT_HOURLY, 1.0)]
+        return [INTERFACE_ENDPOINT]
     return []
+
+
+def _price_parts(
+    parts: list[Part], table: PriceTable, region: str | None
+) -> tuple[float, tuple[str, ...]]:
+    """The parts' price per hour, and each part as plan.md names it with its price; a part
+    without a price in the table counts nothing and says so."""
+    prices, borrowed = table.network_prices(region)
+    total = 0.0
+    named: list[str] = []
+    for what, key, quantity in parts:
+        kind = key.removeprefix("instance:")
+        unit = table.hourly(region or "", kind) if key != kind else prices.get(key)
+        price = None if unit is None else unit * quantity
+        total += price or 0.0
+        shown = usd(price) + "/h" if price is not None else "(no price)"
+        whose = f" ({borrowed}'s price)" if borrowed and key == kind else ""
+        named.append(f"{what} {shown}{whose}")
+    return total, tuple(named)
 
 
 def network_hourly(plan: Mapping[str, Any], table: PriceTable, region: str | None) -> NetworkHourly:
     """The network's per-hour price on each side of a private network's plan (zero for a
-    public one); a part without a price in the table counts nothing and says so."""
+    public one)."""
     if not is_private(plan):
         return NetworkHourly()
-    prices, borrowed = table.network_prices(region)
-    totals = {"before": 0.0, "after": 0.0}
-    parts: list[str] = []
+    sides: dict[str, list[Part]] = {"before": [], "after": []}
     for entry in plan.get("resource_changes") or []:
         change = entry.get("change") or {}
-        for side in totals:
+        for side, parts in sides.items():
             state = change.get(side)
-            if not isinstance(state, Mapping):
-                continue
-            for what, key, quantity in _priced(
-                str(entry.get("type")), state, str(entry.get("address"))
-            ):
-                kind = key.removeprefix("instance:")
-                unit = table.hourly(region or "", kind) if key != kind else prices.get(key)
-                price = None if unit is None else unit * quantity
-                totals[side] += price or 0.0
-                if side == "after":
-                    shown = usd(price) + "/h" if price is not None else "(no price)"
-                    whose = f" ({borrowed}'s price)" if borrowed and key == kind else ""
-                    parts.append(f"{what} {shown}{whose}")
-    return NetworkHourly(totals["before"], totals["after"], tuple(parts))
+            if isinstance(state, Mapping):
+                parts += _priced(str(entry.get("type")), state, str(entry.get("address")))
+    before, _ = _price_parts(sides["before"], table, region)
+    after, named = _price_parts(sides["after"], table, region)
+    return NetworkHourly(before, after, named)
+
+
+@dataclass(frozen=True)
+class NetworkShape:
+    """What a private network will hold, known from the spec before anything is rendered
+    (the ladder prices each rung's with it): the bastion's type (None: no bastion) and root
+    volume in GB, a NAT gateway, how many interface endpoints."""
+
+    bastion_type: str | None = None
+    bastion_root_gb: float = 0.0
+    nat: bool = False
+    interface_endpoints: int = 0
+
+
+def shape_hourly(shape: NetworkShape, table: PriceTable, region: str) -> NetworkHourly:
+    """The per-hour price of a network of ``shape`` in ``region``, priced as a plan of it is
+    (:func:`network_hourly`): the after side only, nothing before."""
+    parts = _bastion_parts(shape.bastion_type, shape.bastion_root_gb) if shape.bastion_type else []
+    parts += [NAT_GATEWAY] * shape.nat + [INTERFACE_ENDPOINT] * shape.interface_endpoints
+    after, named = _price_parts(parts, table, region)
+    return NetworkHourly(0.0, after, named)
 
 
 def is_private(plan: Mapping[str, Any]) -> bool:

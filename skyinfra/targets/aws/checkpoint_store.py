@@ -1,9 +1,11 @@
 """Where the nodes keep checkpoints on AWS: one S3 prefix per cluster that outlives it.
 
 ``aws.checkpoints_url = "s3://bucket/prefix"`` names it (a bucket in the cluster's region);
-without one it is ``s3://skyinfra-checkpoints-<account>-<region>/<cluster>/checkpoints``, a
-bucket of its own beside the staging bucket: the staging bucket's lifecycle rule expires every
-object after 7 days, and `down` deletes the workspace's staged objects, neither of which may
+without one it is ``s3://skyinfra-checkpoints-<account>-<region>/<cluster>/checkpoints`` in
+the ladder's first region, whichever rung the cluster is on (so that a job resumed on a rung
+in another region finds its checkpoints; the plan notes the crossing), a bucket of its own
+beside the staging bucket: the staging bucket's lifecycle rule expires every object after 7
+days, and `down` deletes the workspace's staged objects, neither of which may
 touch checkpoints. skyinfra creates the default bucket and keeps it private on every `up`
 (staging.ensure_bucket: public access blocked, SSE-S3, TLS only, no expiry); a bucket the spec
 names is the user's, used as it is.

@@ -348,9 +348,13 @@ def render_files(
     ws_id = workspace_id(ws)
     bucket = default_bucket_name(resolved.account_id, spec_aws.region)
     prefix = staging_prefix(spec.name, ws_id)
+    # The default checkpoint bucket is the ladder's first region's, on every rung: S3 calls
+    # about it (and the nodes' signatures) go to that region.
+    home = spec_aws.default_checkpoints_region
     store = checkpoint_store.store_for(
-        spec.name, spec_aws.checkpoints_url, resolved.account_id, spec_aws.region
+        spec.name, spec_aws.checkpoints_url, resolved.account_id, home
     )
+    store_region = home if store.default else spec_aws.region
     params = cluster_params(
         spec,
         resolved,
@@ -371,7 +375,12 @@ def render_files(
     if wheelhouse is not None:
         params = dataclasses.replace(params, wheelhouse_prefix=wheelhouse.prefix)
     validate_params(params)
-    checkpoint_store.prepare(s3, store, spec_aws.region, resolved.account_id)
+    store_s3 = (
+        s3
+        if store_region == spec_aws.region
+        else AwsClients(clients.session, store_region, clients.emulator).client("s3")
+    )
+    checkpoint_store.prepare(store_s3, store, store_region, resolved.account_id)
 
     wheel = build_runtime_wheel()
     staged = stage_wheel(
@@ -402,7 +411,7 @@ def render_files(
     timeline.lap("wheel build and staging")
 
     topology = preboot_topology(spec, params)
-    to_nodes = store.node_settings(s3, spec_aws.region, clients.emulator)
+    to_nodes = store.node_settings(store_s3, store_region, clients.emulator)
     user_data = _user_data(
         spec,
         resolved,

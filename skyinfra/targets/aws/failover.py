@@ -84,6 +84,26 @@ class _Rounds:
     base_s: float
     retry_for: str | None
     last_pass: bool = True
+    # A zone already refused before round 1 (`apply PLANFILE`'s planned zone): not applied
+    # again in round 1.
+    refused: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedRefusal:
+    """`apply PLANFILE` on its planned rung: the planfile's own apply, refused for want of
+    capacity in its zone (the rung's first attempt), and the zones the plan listed for the
+    rung (empty: none listed; then those `up` would try)."""
+
+    attempt: Attempt
+    zones: tuple[str, ...] = ()
+
+
+def planned_attempt(spec: ClusterSpec, zone: str, failure: Failure) -> Attempt:
+    """The planfile's apply in ``zone`` that ``failure`` refused, as an attempt of the log."""
+    asked = f"{spec.nodes} x {spec.section_as(AwsSpec).instance_type}"
+    now = _now()
+    return Attempt(now, 1, zone, asked, failure.outcome, failure.code, failure.message, now, 0.0)
 
 
 # Seconds between rounds of --retry-for: doubling from the base, at most the cap. The base
@@ -207,17 +227,33 @@ def launch(
     zones_flag: str | None = None,
     retry_for: str | None = None,
     checks: bool = True,
+    planned: PlannedRefusal | None = None,
 ) -> T:
     """Render and apply the cluster zone by zone until one has room (see the module
-    docstring), through ``launcher``."""
+    docstring), through ``launcher``. ``planned``: `apply PLANFILE`'s refused planfile, the
+    rung's first attempt; its zone goes first and is not applied again, the plan's other
+    zones for the rung follow."""
     echo, clients, engine_factory = launcher.echo, launcher.clients, launcher.engine_factory
     spec_aws = spec.section_as(AwsSpec)
     wanted = parse_zones(zones_flag, "--zones", spec_aws.region) if zones_flag else spec_aws.zones
+    if planned is not None and planned.zones:
+        wanted = planned.zones
     window_s = parse_duration(retry_for, "--retry-for") if retry_for else 0.0
-    existing = _nodes_in_state(ws, engine_factory)
+    # A refused planfile is a new cluster's (a running one's is never climbed from).
+    existing = 0 if planned is not None else _nodes_in_state(ws, engine_factory)
     plan = plan_zones(
         spec, ws, clients, echo=echo, wanted=wanted, existing_nodes=existing, checks=checks
     )
+    log: _Log | None = None
+    rounds = _Rounds(
+        up_started=_now(), window_s=window_s, base_s=_backoff_base(), retry_for=retry_for
+    )
+    if planned is not None:
+        zone = planned.attempt.zone
+        plan = replace(plan, zones=[zone, *(z for z in plan.zones if z != zone)])
+        rounds = replace(rounds, up_started=planned.attempt.up, refused=zone)
+        log = _Log(ws)
+        log.add(planned.attempt)
     markets = launched_markets(spec, ws, existing)
     spot = [name for name, market in markets.items() if market == SPOT]
     # The second pass (aws.spot_fallback = "on-demand"): the same zones with every node
@@ -225,10 +261,11 @@ def launch(
     passes = [markets]
     if spot and spec_aws.spot_fallback == ON_DEMAND:
         passes.append(dict.fromkeys(markets, ON_DEMAND))
-    log: _Log | None = None
-    rounds = _Rounds(
-        up_started=_now(), window_s=window_s, base_s=_backoff_base(), retry_for=retry_for
-    )
+    if planned is not None and (len(plan.zones) > 1 or len(passes) > 1 or window_s):
+        # Another attempt follows: the planfile's part in its zone goes first, as a refused
+        # attempt's does (with none, giving up destroys everything).
+        echo(f"[skyinfra] removing what the planfile's apply started in {plan.zones[0]}")
+        _destroy(ws, engine_factory, ZONE_BOUND)
     for pass_index, pass_markets in enumerate(passes):
         if pass_index:
             assert log is not None
@@ -240,9 +277,8 @@ def launch(
             )
             log.doc.spot_fallback = SpotFallback(nodes=spot, reason=why)
         last = pass_index == len(passes) - 1
-        result, log = _zone_rounds(
-            spec, ws, plan, pass_markets, log, launcher, replace(rounds, last_pass=last)
-        )
+        this_pass = replace(rounds, last_pass=last, refused=None if pass_index else rounds.refused)
+        result, log = _zone_rounds(spec, ws, plan, pass_markets, log, launcher, this_pass)
         if result is not None:
             return result[0]
     assert log is not None  # every zone was attempted at least once
@@ -295,6 +331,8 @@ def _zone_rounds(
     round_index = 0
     while True:
         for zone in plan.zones:
+            if round_index == 0 and zone == rounds.refused:
+                continue
             if zone not in files:
                 files[zone] = launcher.render(zone, plan.reservation, markets)
             number = len(log.this_up) + 1 if log else 1
@@ -419,28 +457,3 @@ def _settled(log: _Log, plan: Plan, zone: str, markets: dict[str, str]) -> None:
         still = [n for n in doc.spot_fallback.nodes if markets.get(n) == ON_DEMAND]
         doc.spot_fallback = SpotFallback(still, doc.spot_fallback.reason) if still else None
     log.save()
-
-
-def refused_planfile(
-    spec: ClusterSpec,
-    ws: Workspace,
-    launcher: ZoneLauncher[T],
-    zone: str,
-    failure: Failure,
-) -> CapacityError:
-    """A reviewed planfile's apply that ``zone`` refused for want of capacity (`apply
-    PLANFILE` of a ladder): kept in capacity.json as an attempt, and what it made destroyed
-    and asked for by tag, as when every zone of a rung refused; the error to climb on with."""
-    asked = f"{spec.nodes} x {spec.section_as(AwsSpec).instance_type}"
-    now = _now()
-    log = _Log(ws)
-    log.add(Attempt(now, 1, zone, asked, "capacity", failure.code, failure.message, now, 0.0))
-    log.doc.zone, log.doc.first_choice, log.doc.reason = None, zone, "the planned zone refused"
-    log.save()
-    left = _give_up(spec, ws, launcher.clients, launcher.engine_factory, launcher.echo)
-    return CapacityError(
-        f"the reviewed plan's zone {zone} had no capacity for {asked} of cluster "
-        f"{spec.name!r}; attempts:\n{attempt_table(log.this_up)}\n{left}. What to do: the "
-        "plan's next approved rung",
-        attempts=log.this_up,
-    )

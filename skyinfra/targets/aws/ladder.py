@@ -146,13 +146,24 @@ class CheckpointPlace:
     size_bytes: int | None = None
 
 
-def checkpoint_crossing(rung: Rung, place: CheckpointPlace | None) -> str | None:
+def checkpoint_crossing(
+    rung: Rung, place: CheckpointPlace | None, *, endpoint_only: bool = False
+) -> str | None:
     """The plan's note for a rung in another region than the checkpoints: a resumed job
-    restores them across regions (slower, and S3 charges the transfer)."""
+    restores them across regions (slower, and S3 charges the transfer). ``endpoint_only``: a
+    private network without NAT, whose S3 gateway endpoint reaches its own region's buckets
+    only, so that its nodes could not reach them at all."""
     if place is None or place.region == rung.region:
         return None
-    size = "" if place.size_bytes is None else f": {place.size_bytes / 1e9:,.1f} GB"
-    return f"restoring the checkpoints ({place.url}, in {place.region}) crosses regions{size}"
+    size = "" if not place.size_bytes else f": {place.size_bytes / 1e9:,.1f} GB"
+    note = f"restoring the checkpoints ({place.url}, in {place.region}) crosses regions{size}"
+    if endpoint_only:
+        note += (
+            f"; without a NAT gateway its nodes cannot reach them (an S3 gateway endpoint "
+            f"reaches buckets in its own region only): set aws.nat = true, or name a bucket "
+            f"in {rung.region} with aws.checkpoints_url"
+        )
+    return note
 
 
 # ---------------------------------------------------------------- the checks, one per rule
@@ -290,6 +301,12 @@ def _score(facts: RungFacts) -> str:
     return "no score" if facts.market == "spot" else "-"
 
 
+def _zones(facts: RungFacts) -> str:
+    if facts.zones is None:
+        return "not looked up"
+    return ", ".join(facts.zones) or "none"
+
+
 def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
     gpu = a.rung.gpu
     facts = a.facts
@@ -308,6 +325,7 @@ def _cells(a: Assessed, index: int, policy: Policy) -> tuple[str, ...]:
         str(index),
         a.rung.instance_type,
         a.rung.region,
+        _zones(facts),
         f"{gpu.gpu_count} x {gpu.gpu_name}" if gpu else "none known",
         f"{gpu.gpu_memory_gib:.0f} GiB" if gpu else "-",
         ("yes" if gpu.efa else "no") if gpu else "-",
@@ -326,6 +344,7 @@ HEADER = (
     "#",
     "instance type",
     "region",
+    "zones",
     "GPUs per node",
     "memory per GPU",
     "EFA",
@@ -380,6 +399,8 @@ def ladder_metadata(assessed: Sequence[Assessed]) -> dict[str, Any]:
                 "hourly_usd": a.facts.hourly_usd,
                 "price_source": a.facts.price_source,
                 "placement_score": a.facts.placement_score,
+                # The zones offering the type: `apply PLANFILE` walks the planned rung's.
+                "zones": None if a.facts.zones is None else list(a.facts.zones),
                 **({"note": a.facts.checkpoint_note} if a.facts.checkpoint_note else {}),
             }
             for a in assessed
@@ -402,7 +423,10 @@ def reviewed_assessed(metadata: Mapping[str, Any]) -> tuple[Assessed, ...]:
     return tuple(
         Assessed(
             Rung(str(r["instance_type"]), str(r["region"])),
-            RungFacts(hourly_usd=r.get("hourly_usd")),
+            RungFacts(
+                hourly_usd=r.get("hourly_usd"),
+                zones=None if r.get("zones") is None else tuple(map(str, r["zones"])),
+            ),
             r.get("verdict") if r.get("verdict") in ("approved", "dropped") else "skipped",
             r.get("reason"),
         )

@@ -19,8 +19,10 @@ from skyinfra_runtime.s3 import parse_url
 
 from skyinfra.errors import CapacityError, PreflightError
 from skyinfra.review.cost import price_table
+from skyinfra.review.network import NetworkShape, shape_hourly
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table
+from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, attempt_table, zone_order
+from skyinfra.targets.aws.checkpoint_store import store_for
 from skyinfra.targets.aws.endpoints import emulator_from_env
 from skyinfra.targets.aws.ladder import (
     Assessed,
@@ -52,6 +54,7 @@ from skyinfra.targets.aws.quotas import (
     quota_vcpus,
     running_vcpus,
 )
+from skyinfra.targets.aws.render import BASTION_INSTANCE_TYPE
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import SPOT, AwsSpec, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
@@ -95,7 +98,12 @@ def only_rung(spec: ClusterSpec, rung: Rung) -> ClusterSpec:
     """``spec`` on one rung and no other (its ladder lists dropped): what `plan` renders
     once the ladder was looked up, so that the render does not look it up again."""
     on = rung_spec(spec, rung)
-    section = dataclasses.replace(on.section_as(AwsSpec), instance_types=(), regions=())
+    section = dataclasses.replace(
+        on.section_as(AwsSpec),
+        instance_types=(),
+        regions=(),
+        checkpoints_region=spec.section_as(AwsSpec).default_checkpoints_region,
+    )
     return dataclasses.replace(on, section=section)
 
 
@@ -141,6 +149,39 @@ def _spot_usd(clients: AwsClients, rung: Rung, zones: Sequence[str] | None) -> d
     return {zone: usd for zone, (usd, _) in prices.zones.items() if zones is None or zone in zones}
 
 
+# The bastion's root volume before its image is looked up: the bastion module's floor (it
+# takes the image's own size when larger), so that a rung's check never overstates it.
+BASTION_ROOT_FLOOR_GB = 8
+# The Session Manager interface endpoints aws.ssm adds (the root module's interface_endpoints).
+SSM_ENDPOINTS = ("ssm", "ssmmessages", "ec2messages")
+
+
+def network_shape(aws: AwsSpec) -> NetworkShape | None:
+    """What the spec's private network holds (None: a public one, which costs nothing)."""
+    fields = aws.network_fields
+    if not fields.private:
+        return None
+    return NetworkShape(
+        bastion_type=BASTION_INSTANCE_TYPE if fields.has_bastion else None,
+        bastion_root_gb=BASTION_ROOT_FLOOR_GB,
+        nat=fields.nat,
+        interface_endpoints=len(SSM_ENDPOINTS) if fields.ssm else 0,
+    )
+
+
+def with_network(
+    aws: AwsSpec, rung: Rung, price: tuple[float | None, str]
+) -> tuple[float | None, str]:
+    """The rung's cluster price with its private network's per hour (the bastion, a NAT
+    gateway, interface endpoints), as the plan's total counts them."""
+    hourly, source = price
+    shape = network_shape(aws)
+    if shape is None or hourly is None:
+        return hourly, source
+    network = shape_hourly(shape, price_table(), rung.region)
+    return hourly + network.after, f"{source}, and the private network: {', '.join(network.parts)}"
+
+
 def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFacts:
     """What AWS says of one rung (a lookup that fails leaves its fact unknown; an image that
     does not resolve is said, so that the rung is skipped). A Spot rung is priced from its
@@ -149,7 +190,7 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     markets = list(node_markets(aws, spec.nodes).values())
     spot_nodes = markets.count(SPOT)
     on_demand = price_table().hourly(rung.region, rung.instance_type)
-    hourly, source = rung_price(markets, on_demand, None)
+    hourly, source = with_network(aws, rung, rung_price(markets, on_demand, None))
     facts = RungFacts(hourly_usd=hourly, market=aws.market, price_source=source)
     if not checks:
         return facts
@@ -162,7 +203,9 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     image_problem: str | None = None
     try:
         with aws_errors(f"looking up {rung.label}"):
-            zones = tuple(offering_zones(clients.client("ec2"), rung.instance_type))
+            offered = offering_zones(clients.client("ec2"), rung.instance_type)
+            # The zones `up` would try, in its order (aws.zones limits them).
+            zones = tuple(zone_order(offered, wanted=aws.zones)[0])
             quota = _quota(clients, rung, aws.market == SPOT)
     except PreflightError:
         pass
@@ -173,7 +216,8 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
         image_problem = str(err)
     score = None
     if spot_nodes:
-        hourly, source = rung_price(markets, on_demand, _spot_usd(clients, rung, zones))
+        spot_usd = _spot_usd(clients, rung, zones)
+        hourly, source = with_network(aws, rung, rung_price(markets, on_demand, spot_usd))
         score = best_score(spot_placement_scores(clients, rung.instance_type, spot_nodes))
     return dataclasses.replace(
         facts,
@@ -187,23 +231,43 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     )
 
 
+def _stored_bytes(s3: Any, bucket: str, prefix: str) -> int:
+    pages = s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=prefix.rstrip("/") + "/"
+    )
+    return sum(o.get("Size", 0) for page in pages for o in page.get("Contents", []))
+
+
 def checkpoint_place(spec: ClusterSpec) -> CheckpointPlace | None:
-    """Where ``aws.checkpoints_url`` is: its bucket's region and the bytes under its prefix
-    (None: no such url, or S3 did not say)."""
+    """Where the checkpoints are: ``aws.checkpoints_url``'s bucket's region and the bytes
+    under its prefix, else the default bucket in the ladder's first region (None: one region,
+    where nothing crosses; or S3 did not say where the named bucket is)."""
     aws = spec.section_as(AwsSpec)
-    if aws.checkpoints_url is None:
+    if aws.checkpoints_url is None and len(aws.ladder_regions) < 2:
         return None
     import boto3  # the target loads boto3 only when it calls AWS
 
+    home = aws.default_checkpoints_region
+    clients = AwsClients(boto3.session.Session(), home, emulator_from_env())
+    s3 = clients.client("s3")
+    if aws.checkpoints_url is None:
+        try:
+            with aws_errors("asking AWS for the account id"):
+                account = str(clients.client("sts").get_caller_identity()["Account"])
+        except PreflightError:
+            account = "<account>"
+        store = store_for(spec.name, None, account, home)
+        try:
+            with aws_errors(f"listing {store.url}"):
+                size: int | None = _stored_bytes(s3, store.bucket, store.prefix)
+        except PreflightError:
+            size = None  # not made yet (no `up` so far): nothing stored
+        return CheckpointPlace(store.url, home, size)
     bucket, prefix = parse_url(aws.checkpoints_url)
-    s3 = AwsClients(boto3.session.Session(), aws.region, emulator_from_env()).client("s3")
     try:
         with aws_errors(f"looking up the region of {aws.checkpoints_url}"):
             where = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
-            pages = s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix.rstrip("/") + "/"
-            )
-            size = sum(o.get("Size", 0) for page in pages for o in page.get("Contents", []))
+            size = _stored_bytes(s3, bucket, prefix)
     except PreflightError:
         return None
     # GetBucketLocation says nothing for us-east-1 and "EU" for the oldest eu-west-1 buckets.
@@ -218,8 +282,13 @@ def assess_ladder(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, 
         place = pool.submit(checkpoint_place, spec) if checks else None
         found = list(pool.map(lambda rung: rung_facts(spec, rung, checks=checks), ladder))
         where = None if place is None else place.result()
+    # A private network without NAT reaches S3 through its gateway endpoint only.
+    aws = spec.section_as(AwsSpec)
+    endpoint_only = aws.network_fields.private and not aws.nat
     found = [
-        dataclasses.replace(facts, checkpoint_note=checkpoint_crossing(rung, where))
+        dataclasses.replace(
+            facts, checkpoint_note=checkpoint_crossing(rung, where, endpoint_only=endpoint_only)
+        )
         for rung, facts in zip(ladder, found, strict=True)
     ]
     return assess_all(ladder, dict(zip(ladder, found, strict=True)), policy_of(spec))
@@ -283,11 +352,11 @@ def climb(
     *,
     echo: Echo,
     launch_rung: Callable[[ClusterSpec], T],
-    planned_refusal: CapacityError | None = None,
+    launch_first: Callable[[ClusterSpec], T] | None = None,
 ) -> T:
     """Launch on the approved rungs in order until one has room (see the module docstring).
-    ``planned_refusal``: the first approved rung already refused (`apply PLANFILE`'s planned
-    rung): not launched again, the climb goes on from the next."""
+    ``launch_first``: how the first approved rung is launched instead (`apply PLANFILE`,
+    whose planfile that rung's planned zone refused: the rung's other zones)."""
     first_approved(spec, assessed)  # none: PreflightError, before anything is launched
     approved = [(i, a.rung) for i, a in enumerate(assessed, 1) if a.approved]
     for line in refusal_lines(assessed):
@@ -295,12 +364,11 @@ def climb(
     attempts: list[Attempt] = []
     refused: list[str] = []
     for number, (index, rung) in enumerate(approved, 1):
+        launch = launch_first if number == 1 and launch_first is not None else launch_rung
         try:
-            if number == 1 and planned_refusal is not None:
-                raise planned_refusal
             if len(assessed) > 1:
                 echo(f"[skyinfra] rung {index} of {len(assessed)}: {spec.nodes} x {rung.label}")
-            result = launch_rung(rung_spec(spec, rung))
+            result = launch(rung_spec(spec, rung))
         except CapacityError as err:
             if len(assessed) == 1:
                 raise

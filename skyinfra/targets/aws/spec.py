@@ -150,6 +150,16 @@ class AwsSpec:
     bastion: bool | None = None
     nat: bool = False
     ssm: bool = False
+    # Not a key of [aws]: the region of the default checkpoint bucket when the ladder's lists
+    # were dropped from this spec (ladder_shell.only_rung); None: ladder_regions' first.
+    checkpoints_region: str | None = None
+
+    @property
+    def default_checkpoints_region(self) -> str:
+        """Where the default checkpoint bucket is (without aws.checkpoints_url): the ladder's
+        first region, whichever rung the cluster is on, so that a job resumed on a rung in
+        another region finds its checkpoints (checkpoint_store.py)."""
+        return self.checkpoints_region or self.ladder_regions[0]
 
     @property
     def network_fields(self) -> NetworkFields:

@@ -19,7 +19,7 @@ host_keys.py and readiness.py (reaching nodes with skyinfra/transport/ssh.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import boto3
@@ -103,6 +103,8 @@ class _RungLauncher(Generic[T]):
     options: TargetOptions
     apply: Callable[[dict[str, str]], T]
     engine_factory: EngineFactory
+    # `apply PLANFILE`'s refused planfile on this rung (failover.launch's ``planned``).
+    planned: failover.PlannedRefusal | None = None
 
     def launcher(self, on: ClusterSpec) -> failover.ZoneLauncher[T]:
         skip = bool(self.options.get(SKIP_PREFLIGHT.name))
@@ -130,6 +132,7 @@ class _RungLauncher(Generic[T]):
             zones_flag=self.options.get(ZONES.name),
             retry_for=self.options.get(RETRY_FOR.name),
             checks=not self.options.get(SKIP_PREFLIGHT.name),
+            planned=self.planned,
         )
 
 
@@ -193,25 +196,26 @@ class AwsTarget(AwsDeclaration):
         apply: Callable[[dict[str, str]], T],
         engine_factory: EngineFactory,
     ) -> T:
-        """`apply PLANFILE` whose planned rung (the plan's first approved one) had no
-        capacity: what it made is destroyed (checked by tag in its region), then the rungs
-        after it that the plan approved (``reviewed``, its metadata's ladder) are climbed as
-        `up` climbs, and no other. Any other refusal, or no approved rung after it, is
-        ``refusal`` raised again."""
+        """`apply PLANFILE` whose planned zone had no capacity: the planned rung (the plan's
+        first approved one) goes on with the other zones the plan listed for it, as `up`'s
+        zone failover would (what the planfile made in its zone destroyed first), then the
+        rungs after it that the plan approved (``reviewed``, its metadata's ladder) are climbed
+        as `up` climbs, and no other. Any other refusal is ``refusal`` raised again."""
         failure = classify(str(refusal))
         assessed = reviewed_assessed(reviewed)
-        if failure.outcome != "capacity" or sum(a.approved for a in assessed) < 2:
+        if failure.outcome != "capacity" or not any(a.approved for a in assessed):
             raise refusal
-        planned = rung_spec(spec, first_approved(spec, assessed))
+        first = next(a for a in assessed if a.approved)
+        planned = rung_spec(spec, first.rung)
         settings = ws.path / TARGET_FILE
         zone = ws.read_json(settings).get("availability_zone") if settings.is_file() else None
         echo(
-            f"[skyinfra] the reviewed plan's rung ({rung_of(planned).label}) was refused in "
+            f"[skyinfra] the reviewed plan's rung ({first.rung.label}) was refused in "
             f"{zone}: {failure.code}: {failure.message}"
         )
         launch_rung = _RungLauncher(ws, echo, {}, apply, engine_factory)
-        planned_refusal = failover.refused_planfile(
-            planned, ws, launch_rung.launcher(planned), str(zone), failure
+        refused = failover.PlannedRefusal(
+            failover.planned_attempt(planned, str(zone), failure), first.facts.zones or ()
         )
         return climb(
             spec,
@@ -219,7 +223,7 @@ class AwsTarget(AwsDeclaration):
             assessed,
             echo=echo,
             launch_rung=launch_rung,
-            planned_refusal=planned_refusal,
+            launch_first=replace(launch_rung, planned=refused),
         )
 
     def plan_ladder(

@@ -1,11 +1,12 @@
 """The ladder end to end (issue 44): `skyinfra plan` and `skyinfra up` of a cluster that accepts
 one instance type in three regions, with real Terraform and the real AWS provider against
 moto's server (which answers DescribeInstanceTypeOfferings per region and zone) behind the
-fault-injecting proxy. The plan lists the rungs in the order `up` tries them (golden); with
-every zone of region 1 refusing the type, `apply PLANFILE` of the reviewed plan (rung 1) climbs
-on to rung 2, the next rung the plan approved, and nothing is left in region 1 (counted through
-the EC2 API of each region, by tag); with every rung refusing, `up` exits 10 and leaves nothing
-anywhere. `up` and `apply` climb through the same code (ladder_shell.climb).
+fault-injecting proxy. The plan lists the rungs in the order `up` tries them, with their zones
+(golden); with every zone of region 1 refusing the type, `apply PLANFILE` of the reviewed plan
+(rung 1, in its first zone) tries rung 1's other zone, then climbs on to rung 2, the next rung
+the plan approved, and nothing is left in region 1 (counted through the EC2 API of each region,
+by tag); with every rung refusing, `up` exits 10 and leaves nothing anywhere. `up` and `apply`
+climb through the same code (ladder_shell.climb).
 """
 
 # ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
@@ -33,11 +34,11 @@ from tests.support.golden_plans import check_golden
 
 TYPE = "p5en.48xlarge"
 REGIONS = ("us-east-1", "us-west-2", "us-east-2")
-# `up`'s ladder: region 1 is one that moto offers p5en.48xlarge in a single zone of (its
-# DescribeInstanceTypeOfferings), so that one refused apply fills it; each zone tried is a
-# Terraform apply and a destroy. Trying the zones of one rung in turn is test_zone_failover's.
-UP_REGIONS = ("us-west-1", "us-west-2", "us-east-2")
-REGION_1_ZONES = ("us-west-1b",)
+# `apply`'s ladder: region 1 is one that moto offers p5en.48xlarge in two zones of (its
+# DescribeInstanceTypeOfferings): the planfile's zone and one more, which `apply` must try
+# before rung 2; each zone tried is a Terraform apply and a destroy.
+UP_REGIONS = ("us-east-1", "us-west-2", "us-east-2")
+REGION_1_ZONES = ("us-east-1a", "us-east-1c")
 
 
 def _project(
@@ -95,6 +96,7 @@ def test_plan_lists_the_rungs_in_order(
     plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
     assert plan.returncode == 2, plan.stdout + plan.stderr  # 2: changes to apply
     out = project / ".skyinfra" / "clusters" / "ladder-plan" / "plan"
+    # Rungs 2 and 3 say that the checkpoints (the default bucket of region 1) cross regions.
     check_golden("aws-ladder-three-rungs", _ladder_section((out / "plan.md").read_text()))
     meta = json.loads((out / "plan-meta.json").read_text())
     assert [(r["instance_type"], r["region"], r["verdict"]) for r in meta["ladder"]["rungs"]] == [
@@ -158,21 +160,30 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         assert up.returncode == 0, up.stdout + up.stderr
         out = up.stdout
         assert (
-            f"[skyinfra] the reviewed plan's rung ({TYPE} in us-west-1) was refused in "
-            "us-west-1b: InsufficientInstanceCapacity"
+            f"[skyinfra] the reviewed plan's rung ({TYPE} in us-east-1) was refused in "
+            "us-east-1a: InsufficientInstanceCapacity"
         ) in out
-        assert f"[skyinfra] rung 1 ({TYPE} in us-west-1) had no room: next rung" in out
+        # The planned rung's other zone, the plan listed, before the next rung.
+        assert f"attempt 2 (round 1): 2 x {TYPE} in us-east-1c" in out
+        assert f"[skyinfra] rung 1 ({TYPE} in us-east-1) had no room: next rung" in out
         assert f"[skyinfra] rung 2 of 3: 2 x {TYPE} in us-west-2" in out
         assert f"[skyinfra] took rung 2 of 3: {TYPE} in us-west-2" in out
         assert "rung 3 of 3" not in out
         assert {z: proxy.refused[z] for z in REGION_1_ZONES} == {z: 2 for z in REGION_1_ZONES}
-        # Both nodes in us-west-2; nothing of the cluster left in us-west-1.
+        # Both nodes in us-west-2; nothing of the cluster left in us-east-1.
         assert len(live_instances(_ec2(aws_env, "us-west-2"), "ladder-up")) == 2
-        assert count_cluster_resources(_ec2(aws_env, "us-west-1"), "ladder-up") == NO_SPACE
+        assert count_cluster_resources(_ec2(aws_env, "us-east-1"), "ladder-up") == NO_SPACE
         log = capacity_log(project, "ladder-up")
         assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
         assert log["zone"].startswith("us-west-2")
-        assert log["attempts"][0]["zone"] == "us-west-1b"  # the planfile's, refused
+        # Rung 2 keeps its checkpoints in the default bucket of the ladder's first region,
+        # where a job resumed on any rung finds them.
+        settings = project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json"
+        assert json.loads(settings.read_text())["checkpoints_url"] == (
+            "s3://skyinfra-checkpoints-123456789012-us-east-1/ladder-up/checkpoints"
+        )
+        # The planfile's zone, refused, then the rung's other zone, then rung 2's.
+        assert [a["zone"] for a in log["attempts"][:2]] == list(REGION_1_ZONES)
         status = json.loads(skyinfra("status", "--json", cwd=project, env=env).stdout)
         assert status["rung"] == {"instance_type": TYPE, "region": "us-west-2"}
         text = skyinfra("status", cwd=project, env=env).stdout

@@ -22,7 +22,7 @@ from skyinfra.errors import (
 )
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws import failover
-from skyinfra.targets.aws.capacity import LOG_FILE
+from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, classify
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.workspace import Workspace
@@ -336,3 +336,33 @@ def test_zones_the_user_ordered_or_no_scores_keep_their_order(aws_env: str, tmp_
     assert said.startswith("[skyinfra] no Spot placement scores (") and said.endswith(
         "): zones in name order"
     ), said
+
+
+def test_a_refused_planfile_goes_on_with_its_rungs_other_listed_zones(
+    aws_env: str, tmp_path: Path
+) -> None:
+    """`apply PLANFILE` of a ladder (issue 44): the planfile's zone refused is the rung's first
+    attempt; what it made in the zone goes, and the other zones the plan listed follow, the
+    refused one not applied again. With none listed besides it, nothing more is applied."""
+    spec = cluster()
+    refused = failover.planned_attempt(spec, B, classify(PROVIDER_ICE))
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    planned = failover.PlannedRefusal(refused, (A, B, C))
+    zone, lines, _ = run(spec, ws, [PROVIDER_ICE, None], calls, url=aws_env, planned=planned)
+    assert zone == C
+    zone_bound = "destroy " + " ".join(f"-target={t}" for t in failover.ZONE_BOUND)
+    assert calls == [zone_bound, f"apply {A}", zone_bound, f"apply {C}"]
+    assert f"[skyinfra] removing what the planfile's apply started in {B}" in lines
+    log = ws.read_json(ws.path / LOG_FILE)
+    assert [a["zone"] for a in log["attempts"]] == [B, A, C]
+    assert (log["zone"], log["first_choice"]) == (C, B)
+    assert log["reason"].startswith(f"{B} refused 2 x t3.micro: InsufficientInstanceCapacity")
+
+    calls.clear()
+    alone = Workspace(tmp_path / "alone")
+    with pytest.raises(CapacityError) as err:
+        run(spec, alone, [], calls, url=aws_env, planned=failover.PlannedRefusal(refused, (B,)))
+    assert calls == ["destroy all"]  # no zone left to try: everything goes, once
+    assert "no zone had capacity for 2 x t3.micro of cluster 'loop'; attempts:" in str(err.value)
+    assert [a.zone for a in err.value.attempts if isinstance(a, Attempt)] == [B]

@@ -33,6 +33,13 @@ from skyinfra.targets.aws.ladder import (
     rung_problem,
     rungs,
 )
+from skyinfra.targets.aws.ladder_shell import (
+    ladder_of,
+    only_rung,
+    policy_of,
+    rung_facts,
+    rung_spec,
+)
 from skyinfra.targets.aws.ladder_spec import parse_ladder
 from skyinfra.targets.aws.spec import AwsSpec
 
@@ -163,9 +170,10 @@ def test_metadata_keeps_the_approved_rungs_in_order() -> None:
 def test_reviewed_metadata_gives_back_each_rung_and_its_verdict() -> None:
     assessed, _ = _three_rung_ladder()
     again = reviewed_assessed(json.loads(json.dumps(ladder_metadata(assessed))))
-    assert [(a.rung, a.verdict, a.reason) for a in again] == [
-        (a.rung, a.verdict, a.reason) for a in assessed
+    assert [(a.rung, a.verdict, a.reason, a.facts.zones) for a in again] == [
+        (a.rung, a.verdict, a.reason, a.facts.zones) for a in assessed
     ]
+    assert again[0].facts.zones == ("us-east-1a",)  # apply PLANFILE walks the planned rung's
 
 
 def test_a_rung_is_priced_at_each_nodes_market() -> None:
@@ -213,6 +221,30 @@ def test_a_rung_in_another_region_than_the_checkpoints_says_so() -> None:
         f"\n\n- rung 2 ({west.label}): {note}\n"
     )
     assert ladder_metadata(assessed)["rungs"][1]["note"] == note
+    # A private network without NAT: its S3 gateway endpoint cannot reach another region.
+    assert checkpoint_crossing(west, place, endpoint_only=True) == (
+        f"{note}; without a NAT gateway its nodes cannot reach them (an S3 gateway endpoint "
+        "reaches buckets in its own region only): set aws.nat = true, or name a bucket in "
+        "us-west-2 with aws.checkpoints_url"
+    )
+    assert checkpoint_crossing(east, place, endpoint_only=True) is None
+
+
+def test_the_default_checkpoint_bucket_is_the_ladders_first_regions_on_every_rung() -> None:
+    """Without aws.checkpoints_url every rung keeps its checkpoints in the default bucket of
+    the ladder's first region (a job resumed on a rung in another region finds them there):
+    the spec on any rung, and the spec `plan` renders (its ladder lists dropped), say so."""
+    aws = {"instance_types": ["p5.48xlarge"], "regions": ["us-west-2", "us-east-1"], **CIDRS}
+    spec = validate_spec({**BASE, "aws": aws})
+    for rung in ladder_of(spec):
+        assert rung_spec(spec, rung).section_as(AwsSpec).default_checkpoints_region == "us-west-2"
+        on = only_rung(spec, rung)
+        assert on.section_as(AwsSpec).default_checkpoints_region == "us-west-2"
+        assert "checkpoints_region" not in on.section_as(AwsSpec).to_dict()  # not a key
+    one = validate_spec(
+        {**BASE, "aws": {"region": "eu-west-1", "instance_type": "g5.xlarge", **CIDRS}}
+    )
+    assert one.section_as(AwsSpec).default_checkpoints_region == "eu-west-1"
 
 
 # ---------------------------------------------------------------- the [aws] ladder fields
@@ -365,3 +397,31 @@ def test_a_plan_is_on_the_rung_it_says_else_the_specs_first() -> None:
     assert planned_rung(first, "p5.48xlarge", "us-west-2") == Rung("p5.48xlarge", "us-west-2")
     assert planned_rung(first, None, "us-west-2") == Rung("p5en.48xlarge", "us-west-2")
     assert planned_rung(first, None, None) == first
+
+
+def test_a_rungs_price_counts_its_private_network() -> None:
+    """guardrails.max_hourly_usd holds each rung to the cluster's price with its private
+    network's bastion and NAT gateway (us-east-1's network prices in us-west-2, as the plan's
+    total), not to its nodes' alone."""
+    aws = {"instance_types": ["g5.xlarge"], "regions": ["us-east-1", "us-west-2"], **CIDRS}
+    nodes_only = 2 * 1.006
+    bastion, volume, nat = 0.0104, 8 * 0.08 / 730, 0.045
+    limit = round(nodes_only + (bastion + nat) / 2, 4)  # the nodes pass it, not the network
+    rails = {"guardrails": {"max_hourly_usd": limit, "allow_internet_egress": True}}
+    public = validate_spec({**BASE, **rails, "aws": aws})
+    private = validate_spec({**BASE, **rails, "aws": {**aws, "network": "private", "nat": True}})
+    for rung in ladder_of(private):
+        facts = rung_facts(private, rung, checks=False)
+        assert facts.hourly_usd == pytest.approx(nodes_only + bastion + volume + nat)
+        borrowed = "" if rung.region == "us-east-1" else " (us-east-1's price)"
+        assert facts.price_source == (
+            "price table, and the private network: bastion `t3.micro` $0.0104/h, its 8 GB "
+            f"root volume $0.0009/h{borrowed}, NAT gateway $0.0450/h{borrowed}"
+        )
+        assert assess(rung, facts, policy_of(private)).reason == (
+            f"${facts.hourly_usd:,.2f}/h is above guardrails.max_hourly_usd = ${limit:,.2f}"
+        )
+        kept = rung_facts(public, rung, checks=False)
+        assert kept.hourly_usd == pytest.approx(nodes_only)
+        assert kept.price_source == "price table"
+        assert assess(rung, kept, policy_of(public)).approved

@@ -139,16 +139,12 @@ def _reviewed() -> list[dict[str, object]]:
 def test_apply_climbs_the_reviewed_rungs_after_the_planned_one_and_no_other(
     tmp_path: Path,
 ) -> None:
-    """`apply PLANFILE` whose planned rung (1) refused: rung 1 is not launched again, the
-    rungs the review did not approve (2, 4) never are, whatever room they have."""
-    planned = CapacityError(
-        "the reviewed plan's zone us-east-1a had no capacity for 2 x p5en.48xlarge of cluster "
-        "'g'; attempts:\n(table)\nnothing of it is left (checked with AWS by tag). What to do: "
-        "the plan's next approved rung",
-        attempts=[],
-    )
+    """`apply PLANFILE` whose planned zone refused: the planned rung (1) goes on through
+    ``launch_first`` (its other zones), then the approved rungs after it; the rungs the review
+    did not approve (2, 4) never are launched, whatever room they have."""
     assessed = reviewed_assessed({"rungs": _reviewed()})
     tried: list[tuple[str, str]] = []
+    first: list[tuple[str, str]] = []
     said: list[str] = []
     ws = Workspace(tmp_path)
     result = climb(
@@ -157,14 +153,27 @@ def test_apply_climbs_the_reviewed_rungs_after_the_planned_one_and_no_other(
         assessed,
         echo=said.append,
         launch_rung=_refusing(set(), tried),
-        planned_refusal=planned,
+        launch_first=_refusing({"us-east-1"}, first),
     )
+    assert first == [("p5en.48xlarge", "us-east-1")]
     assert tried == [("p5.48xlarge", "us-east-1")]
     assert result == "up in us-east-1"
     assert landed_rung(ws) == R3
-    assert "[skyinfra] rung 1 of 4: 2 x p5en.48xlarge in us-east-1" not in said
     assert "[skyinfra] rung 1 (p5en.48xlarge in us-east-1) had no room: next rung" in said
     assert said[-1] == "[skyinfra] took rung 3 of 4: p5.48xlarge in us-east-1"
+
+    # The planned rung's other zone had room: no other rung is tried.
+    tried.clear()
+    first.clear()
+    landed = climb(
+        SPEC,
+        Workspace(tmp_path / "second-zone"),
+        assessed,
+        echo=lambda _: None,
+        launch_rung=_refusing(set(), tried),
+        launch_first=_refusing(set(), first),
+    )
+    assert (landed, first, tried) == ("up in us-east-1", [("p5en.48xlarge", "us-east-1")], [])
 
     tried.clear()
     with pytest.raises(CapacityError) as err:
@@ -174,15 +183,11 @@ def test_apply_climbs_the_reviewed_rungs_after_the_planned_one_and_no_other(
             assessed,
             echo=lambda _: None,
             launch_rung=_refusing({"us-east-1", "us-west-2"}, tried),
-            planned_refusal=planned,
+            launch_first=_refusing({"us-east-1"}, []),
         )
     assert tried == [("p5.48xlarge", "us-east-1")]  # never rung 4 (skipped in the review)
     text = str(err.value)
-    assert (
-        "  rung 1 (p5en.48xlarge in us-east-1): the reviewed plan's zone us-east-1a had no "
-        "capacity for 2 x p5en.48xlarge of cluster 'g'; nothing of it is left (checked with AWS "
-        "by tag)"
-    ) in text
+    assert "  rung 1 (p5en.48xlarge in us-east-1): no zone had capacity in us-east-1" in text
     assert "  rung 3 (p5.48xlarge in us-east-1): no zone had capacity in us-east-1" in text
 
 

@@ -12,7 +12,13 @@ from skyinfra.errors import GuardrailError
 from skyinfra.guardrail_table import Guardrails, parse_guardrails
 from skyinfra.review import markdown
 from skyinfra.review.cost import shipped_table
-from skyinfra.review.network import egress_check, shape_lines
+from skyinfra.review.network import (
+    NetworkShape,
+    egress_check,
+    network_hourly,
+    shape_hourly,
+    shape_lines,
+)
 from skyinfra.review.report import ClusterFacts, build_review, refuse_failed_guardrails
 
 REGION = "us-east-1"
@@ -199,3 +205,29 @@ def test_the_bastions_root_volume_is_priced_per_gb_month_by_the_hour() -> None:
     assert nodes_only is not None
     assert review.cost.after_hourly == pytest.approx(nodes_only + 0.0104 + volume)
     assert "its root volume 8 GB" in "\n".join(review.network)
+
+
+def test_a_network_priced_from_its_shape_is_priced_as_its_plan() -> None:
+    """The ladder prices each rung's private network before anything is rendered, from the
+    spec (NetworkShape): the same parts at the same prices as the plan of that network."""
+    disk = change(
+        "module.bastion[0].aws_instance.this",
+        "aws_instance",
+        {**BASTION["change"]["after"], "root_block_device": [{"volume_size": 8}]},
+    )
+    endpoints = [
+        change(
+            f'module.network.aws_vpc_endpoint.interface["{name}"]',
+            "aws_vpc_endpoint",
+            {"vpc_endpoint_type": "Interface", "service_name": f"com.amazonaws.{REGION}.{name}"},
+        )
+        for name in ("ec2messages", "ssm", "ssmmessages")
+    ]
+    table = shipped_table()
+    for region in (REGION, "us-west-2"):  # us-west-2: us-east-1's network prices, said
+        planned = network_hourly(plan(node("node-0"), S3, disk, *NAT, *endpoints), table, region)
+        shape = NetworkShape("t3.micro", 8, nat=True, interface_endpoints=3)
+        assert shape_hourly(shape, table, region) == planned
+    assert planned.parts[0] == "bastion `t3.micro` $0.0104/h"
+    assert planned.parts[-1] == "interface endpoint $0.0100/h (us-east-1's price)"
+    assert shape_hourly(NetworkShape(), table, REGION).after == 0.0
