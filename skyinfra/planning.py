@@ -183,10 +183,7 @@ def plan(
             target = lifecycle.target_of(spec)
             # A target's ladder of places to launch (aws, issue 44): shown in plan.md, kept in
             # the metadata, and the rung rendered; None for a target without one, or one rung.
-            plan_ladder = getattr(target, "plan_ladder", None)
-            ladder: LadderReview | None = (
-                plan_ladder(spec, ws, echo, options) if plan_ladder is not None else None
-            )
+            ladder: LadderReview | None = target.plan_ladder(spec, ws, echo, options)
             if from_dir is not None:
                 files = read_rendered(from_dir)
             else:
@@ -342,15 +339,15 @@ def _next_reviewed_rung(
 ) -> tuple[Any, Any]:
     """The planned rung had no room: the target climbs on to the next rung the plan approved
     (aws: climb_reviewed), as `up` would; ``refusal`` again where it has no ladder."""
-    climb_reviewed = getattr(lifecycle.target_of(spec), "climb_reviewed", None)
+    target = lifecycle.target_of(spec)
     reviewed = meta.get("ladder")
-    if climb_reviewed is None or not reviewed:
+    if not reviewed:
         raise refusal
     return lifecycle.up_with(
         spec,
         ws,
         echo,
-        lambda apply: climb_reviewed(
+        lambda apply: target.climb_reviewed(
             spec, ws, reviewed, refusal, echo=echo, apply=apply, engine_factory=engine_factory
         ),
         engine_factory=engine_factory,

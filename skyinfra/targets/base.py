@@ -15,7 +15,9 @@ for each kind of verb:
   the same answer a capable target gives when it has nothing to add;
 - a verb that does something (``ssh_config``, ``interrupt_node``, the checkpoint verbs)
   raises :class:`~skyinfra.errors.UnsupportedByTarget` (a usage error: exit 2) carrying the
-  target's name, the verb and, in words, why and what to do instead.
+  target's name, the verb and, in words, why and what to do instead;
+- ``climb_reviewed`` (go on to the other places a reviewed plan approved) raises the refusal
+  it was given again: a target without a ladder has no other place to go.
 
 The model is Ray's NodeProvider and SkyPilot's provision verbs: a target is a peer behind a
 declared protocol.
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from skyinfra.target_registry import TargetDeclaration, TargetOption, TargetSection
 
 if TYPE_CHECKING:
+    from skyinfra.errors import TerraformError
     from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.spec import ClusterSpec
@@ -119,8 +122,8 @@ class InterruptRequest:
 class LadderReview:
     """A target's ladder of places to launch as `plan` shows it (``markdown``) and keeps it
     in plan-meta.json (``metadata``: `apply PLANFILE` may take its approved rungs and no
-    other), and ``render_spec``: the spec on the rung the plan renders. Optional
-    ``plan_ladder`` of a target (aws, issue 44); its lookups are made once per plan."""
+    other), and ``render_spec``: the spec on the rung the plan renders. A target's
+    ``plan_ladder`` (aws, issue 44); its lookups are made once per plan."""
 
     markdown: str
     metadata: dict[str, Any]
@@ -163,6 +166,30 @@ class Target(TargetDeclaration, Protocol):
         """`up`'s render and apply: renders (``render``) and calls ``apply(files)``, once
         (local) or as often as it needs (aws: zone by zone until one has capacity,
         targets/aws/failover.py), and returns what the last ``apply`` returned."""
+        ...
+
+    def plan_ladder(
+        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
+    ) -> LadderReview | None:
+        """The places `up` would try, in order (aws: instance types x regions), for plan.md
+        and the plan's metadata, and the spec on the rung `plan` renders. None: a target
+        without a ladder, or a spec of one rung."""
+        ...
+
+    def climb_reviewed(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        reviewed: Mapping[str, Any],
+        refusal: TerraformError,
+        *,
+        echo: Echo,
+        apply: Apply,
+        engine_factory: EngineFactory,
+    ) -> tuple[PlanSummary, Topology]:
+        """`apply PLANFILE` whose planned place had no capacity (``refusal``): go on to the
+        places the plan approved (``reviewed``: its metadata's ladder) as `up` would, and to
+        no other; what the last ``apply`` returned. Without a ladder: ``refusal`` again."""
         ...
 
     def transport(

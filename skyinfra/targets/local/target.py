@@ -11,7 +11,7 @@ import re
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,6 +21,7 @@ from skyinfra import render, timeline
 from skyinfra.errors import (
     ConfigError,
     SpecError,
+    TerraformError,
     TransportError,
     UnsupportedByTarget,
     spec_problems,
@@ -34,6 +35,7 @@ from skyinfra.targets.base import (
     CheckpointSetInfo,
     Echo,
     InterruptRequest,
+    LadderReview,
     Shell,
     TargetOptions,
 )
@@ -251,6 +253,26 @@ class LocalTarget(LocalDeclaration):
         with timeline.stage("prepare"):
             files = self.render(spec, ws, echo=echo, options=options)
         return apply(files)
+
+    def plan_ladder(
+        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
+    ) -> LadderReview | None:
+        """None: one place: the machine it runs on."""
+        return None
+
+    def climb_reviewed(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        reviewed: Mapping[str, Any],
+        refusal: TerraformError,
+        *,
+        echo: Echo,
+        apply: Apply,
+        engine_factory: EngineFactory,
+    ) -> tuple[PlanSummary, Topology]:
+        """No other place to go: the refusal again."""
+        raise refusal
 
     def spot_prices(
         self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,6 +29,7 @@ from skyinfra.targets.base import (
     CheckpointSetInfo,
     Echo,
     InterruptRequest,
+    LadderReview,
     Shell,
     TargetOptions,
 )
@@ -242,6 +243,26 @@ class SshHostsTarget(SshDeclaration):
         """Nothing searched: the hosts carry no tags; `down`'s own check (leftovers) asks
         each host of a cluster."""
         return []
+
+    def plan_ladder(
+        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
+    ) -> LadderReview | None:
+        """None: the hosts the spec names, and no other."""
+        return None
+
+    def climb_reviewed(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        reviewed: Mapping[str, Any],
+        refusal: TerraformError,
+        *,
+        echo: Echo,
+        apply: Apply,
+        engine_factory: EngineFactory,
+    ) -> tuple[PlanSummary, Topology]:
+        """No other place to go: the refusal again."""
+        raise refusal
 
     def spot_prices(
         self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
