@@ -238,6 +238,7 @@ def _supervise(
             signal.signal(signal.SIGTERM, old_term)
         if interrupted:
             return exitcodes.INTERRUPTED
+        warmth.after_end()
         if code == exitcodes.OK and result_path:
             results = [
                 json.loads((Path(tmp) / f"result-{w}.json").read_text()) for w in range(procs)
@@ -279,9 +280,21 @@ class _Warmth:
         return subprocess.Popen(argv, env=env)
 
     def after_start(self, node: int) -> None:
+        """Recorded; and the standbys refilled at once where the node has had them."""
         if self.folder is None or self.warmup is None:
             return
         self._record(node)
+        if (self.folder / standbys.WANT_FILE).exists():
+            self._ensure()
+
+    def after_end(self) -> None:
+        """The node's first job asks for standbys only once it ended: they never compete with
+        it for CPU, and a cluster that runs one job and goes pays for them only until `down`."""
+        if self.folder is not None and self.warmup is not None:
+            self._ensure()
+
+    def _ensure(self) -> None:
+        assert self.folder is not None and self.warmup is not None
         if warm.job_sets_framework(warm.job_env_names(os.environ)):
             return  # such a job never uses a standby: a spec's env saying so asks for none
         standbys.ensure(self.folder, self.procs, self.warmup, warm.standby_env(os.environ))

@@ -11,7 +11,8 @@ standby as busy, and `down` ends them with the node's other processes.
 The keeper (``python -m skyinfra_runtime.standbys DIR``) starts a standby in each slot that
 has none, and a fresh one as soon as one is taken or dies; it starts no more after three
 standbys in a row failed before they were ready (a framework that does not import), and
-ends once ``want.json`` asks for no slot and no taken standby still runs.
+ends once ``want.json`` asks for no slot (or is gone with the node folder) and no taken
+standby still runs.
 """
 
 from __future__ import annotations
