@@ -26,7 +26,13 @@ from skyinfra.errors import StalePlanError, TerraformError, UsageError
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review import markdown
 from skyinfra.review.cost import SpotPrices
-from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
+from skyinfra.review.report import (
+    Review,
+    build_review,
+    facts_of,
+    planned_place,
+    refuse_failed_guardrails,
+)
 from skyinfra.spec import JOB_ONLY_KEYS, ClusterSpec
 from skyinfra.targets.base import LadderReview, TargetOptions
 from skyinfra.targets.identity import WORKSPACE_ID_FILE
@@ -208,7 +214,7 @@ def plan(
         if created:
             shutil.rmtree(ws.path, ignore_errors=True)
         raise
-    spot = lifecycle.spot_prices(spec, echo)
+    spot = lifecycle.spot_prices(spec, echo, planned_place(plan_json, spec.provider))
     review = build_review(
         plan_json,
         facts_of(spec),

@@ -58,6 +58,8 @@ class DiagramPart:
     resource_type: str | None = None
     # The label when the plan holds no such resource (the cluster uses an existing one).
     label_when_absent: str | None = None
+    # Only resources of the type whose address starts so (the nodes' subnet, not another).
+    address_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ class PlanTraits:
     priced: bool
     # None: the nodes' type, GPUs, zone, placement group and EFA are read from the plan.
     fixed_shape: FixedShape | None = None
+    # The way in, drawn when the plan holds it (a private network's bastion): inside the
+    # first diagram part, SSH from it to the last (which holds the nodes).
+    way_in: DiagramPart | None = None
 
 
 class TargetDeclaration(Protocol):

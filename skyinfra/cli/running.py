@@ -6,7 +6,7 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from skyinfra_runtime.restarts import RETRY_ON
@@ -28,7 +28,24 @@ if TYPE_CHECKING:
     from skyinfra.run.jobenv import JobEnv
     from skyinfra.run.launch import Restarts
     from skyinfra.spec import ClusterSpec
+    from skyinfra.topology import Topology
     from skyinfra.workspace import Workspace
+
+
+class NodesParam(click.ParamType["int | tuple[int, ...]", str]):
+    """--nodes K or --nodes I,J,... (subset.parse_nodes_option): exit 2 naming the value."""
+
+    name = "nodes"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | tuple[int, ...]:
+        from skyinfra.api.subset import parse_nodes_option
+
+        if isinstance(value, (int, tuple)):
+            return value
+        try:
+            return parse_nodes_option(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -129,12 +146,14 @@ if TYPE_CHECKING:
 @click.option(
     "--nodes",
     "world",
-    type=click.IntRange(min=1),
+    type=NodesParam(),
     default=None,
-    metavar="K",
+    metavar="K|I,J",
     help="Run on K of the cluster's nodes, any free ones (the head picks them when it starts "
-    "the job; the job's world is those K: ranks, instance_info() and shard() count K). Jobs "
-    "on disjoint nodes run at once, each with ports of its own. Default: every node.",
+    "the job), or on the nodes named, in rank order, once they are free: 0,2 (one node: 1,); "
+    "as the Python API's nodes=K and nodes=[0, 2]. The job's world is those nodes: ranks, "
+    "instance_info() and shard() count them. Jobs on disjoint nodes run at once, each with "
+    "ports of its own. Default: every node.",
 )
 @click.option(
     "--priority",
@@ -171,14 +190,14 @@ def run(
     checkpoints: str | None,
     max_restarts: int | None,
     retry_on: str | None,
-    world: int | None,
+    world: int | tuple[int, ...] | None,
     priority: int,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
 ) -> None:
-    """Run ENTRY on every node (--nodes K: on K free ones) through skyinfra-runtime (ENTRY
-    [-- ARGS...]).
+    """Run ENTRY on every node (--nodes K: on K free ones; --nodes 0,2: on those) through
+    skyinfra-runtime (ENTRY [-- ARGS...]).
 
     ENTRY is script.py (run as __main__, as `python script.py` or torchrun: it gets
     torchrun's environment with the torch plugin), -m package.module, package.module:function
@@ -224,7 +243,7 @@ def run(
     if not ws.topology_file.is_file():
         raise lifecycle.not_up_error(ws)
     topology = read_topology(ws.topology_file)
-    _check_world(world, topology.cluster, len(topology.nodes))
+    count, named = _check_world(world, topology)
     spec = ws.spec()
     src = Path.cwd()
     wait_s = lifecycle.default_wait_ready_s(spec) if wait_ready is None else wait_ready
@@ -261,7 +280,8 @@ def run(
                 all_logs=all_logs,
                 extra_ignores=tuple(topology_path_inside(src, ws.path)),
                 copy_cache=ws.copy_cache_file,
-                world=world,
+                world=count,
+                on=named,
                 priority=priority,
             )
             cluster = ClusterNodes(
@@ -393,11 +413,22 @@ def _job_env(ws: Workspace, cli_env: tuple[str, ...], cli_secrets: tuple[str, ..
     )
 
 
-def _check_world(world: int | None, cluster: str, total: int) -> None:
-    """--nodes K: at most the cluster's nodes (exit 2 naming it, before anything is queued)."""
+def _check_world(
+    world: int | tuple[int, ...] | None, topology: Topology
+) -> tuple[int | None, tuple[int, ...] | None]:
+    """--nodes against the cluster: (K any free nodes, or the named ones in rank order);
+    exit 2 naming the value before anything is queued."""
+    from skyinfra.api.subset import selected_nodes
     from skyinfra.errors import UsageError
 
+    total = len(topology.nodes)
+    if isinstance(world, tuple):
+        shown = ",".join(map(str, world)) + ("," if len(world) == 1 else "")
+        named = selected_nodes(world, topology, shown=f"--nodes {shown}")
+        return None, None if named is None else tuple(named)
     if world is not None and world > total:
         raise UsageError(
-            f"--nodes {world}: cluster {cluster!r} has {total} node(s); expected 1 to {total}"
+            f"--nodes {world}: cluster {topology.cluster!r} has {total} node(s); expected 1 to "
+            f"{total}, or node indices from 0 to {total - 1} (0,1; one node: 1,)"
         )
+    return world, None

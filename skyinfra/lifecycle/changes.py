@@ -18,7 +18,13 @@ from skyinfra.lifecycle.markers import mark_finished, mark_unfinished
 from skyinfra.lifecycle.verbs import Echo, check_target_options, spot_prices, target_of
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review.markdown import terminal as terminal_warning
-from skyinfra.review.report import Review, build_review, facts_of, refuse_failed_guardrails
+from skyinfra.review.report import (
+    Review,
+    build_review,
+    facts_of,
+    planned_place,
+    refuse_failed_guardrails,
+)
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import Apply, TargetOptions
 from skyinfra.targets.identity import WORKSPACE_ID_FILE
@@ -308,11 +314,13 @@ def _check_plan(
 ) -> None:
     """The saved plan's review: refuse it when a guardrail fails, then show what it destroys
     or replaces (the warning block plan.md shows) and go on only with the user's yes."""
+    plan = engine.show_plan(PLAN_FILE)
     review = build_review(
-        engine.show_plan(PLAN_FILE),
+        plan,
         facts_of(spec),
         planfile_sha256="",
-        spot_prices=spot_prices(spec, echo),
+        # A ladder's later rung is planned at its own type and region; spec names the first.
+        spot_prices=spot_prices(spec, echo, planned_place(plan, spec.provider)),
     )
     refuse_failed_guardrails(review)
     confirm_review_losses(spec, review, echo, confirm, repairs=repairs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from skyinfra.errors import SpecError
-from skyinfra.review.cost import SpotPrices
+from skyinfra.review.cost import PlannedPlace, SpotPrices
 from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
 from skyinfra.target_registry import declaration, declarations
@@ -39,10 +39,13 @@ def check_target_options(spec: ClusterSpec, options: TargetOptions) -> None:
         )
 
 
-def spot_prices(spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
-    """The Spot prices the review judges Spot nodes by (a target's ``spot_prices``, issue 26);
-    None on a target without them or without Spot nodes."""
-    return target_of(spec).spot_prices(spec, echo)
+def spot_prices(
+    spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
+) -> SpotPrices | None:
+    """The Spot prices the review judges Spot nodes by (a target's ``spot_prices``, issue 26),
+    at ``place`` (report.planned_place: the plan's own type and region); None on a target
+    without them or without Spot nodes."""
+    return target_of(spec).spot_prices(spec, echo, place)
 
 
 def transport_for(

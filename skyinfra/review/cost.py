@@ -21,6 +21,9 @@ from skyinfra.errors import ConfigError
 from skyinfra.target_registry import declaration
 
 PRICES = "prices.json"
+# Only us-east-1's network prices (NAT gateway, interface endpoint, gp3) have a source in the
+# table; another region's network is priced at them, and plan.md says so.
+NETWORK_FALLBACK = "us-east-1"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,16 @@ class PriceTable:
 
     def hourly(self, region: str, instance_type: str) -> float | None:
         return self.regions.get(region, {}).get(instance_type)
+
+    def network_prices(self, region: str | None) -> tuple[Mapping[str, float], str | None]:
+        """(prices, None): the network's prices for ``region``; for a region the table has no
+        network prices for, (NETWORK_FALLBACK's prices, NETWORK_FALLBACK), so that plan.md can
+        say whose prices they are."""
+        own = self.network.get(region or "")
+        if own is not None or region is None or region == NETWORK_FALLBACK:
+            return own or {}, None
+        fallback = self.network.get(NETWORK_FALLBACK)
+        return (fallback, NETWORK_FALLBACK) if fallback is not None else ({}, None)
 
 
 # A table `skyinfra prices --refresh` wrote, used instead of the shipped one.
@@ -70,6 +83,16 @@ def table_from_dict(raw: Mapping[str, Any]) -> PriceTable:
         },
         network_source=str(raw.get("network_source", "")),
     )
+
+
+@dataclass(frozen=True)
+class PlannedPlace:
+    """Where a plan puts its nodes: their instance type and region, as the plan says (a
+    ladder's later rung: its own, where the spec names the first rung's). None: the plan does
+    not say (no nodes, no region variable); the spec's then."""
+
+    instance_type: str | None = None
+    region: str | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ from skyinfra.review.cost import PriceTable, usd
 NAT_HOURLY = "nat_gateway_hourly"
 NAT_PER_GB = "nat_gateway_per_gb"
 ENDPOINT_HOURLY = "interface_endpoint_hourly"
+EBS_GB_MONTH = "ebs_gp3_gb_month"
+# AWS bills EBS storage per GB-month and prorates it by the hour over a 730-hour month.
+HOURS_PER_MONTH = 730
 EGRESS_CHECK = "Internet egress"
 
 
@@ -59,15 +62,22 @@ class NetworkHourly:
     parts: tuple[str, ...] = ()
 
 
-def _priced(kind: str, state: Mapping[str, Any], address: str) -> tuple[str, str] | None:
-    """(what, price key or "instance:TYPE") of a resource the network pays for per hour."""
+def _priced(kind: str, state: Mapping[str, Any], address: str) -> list[tuple[str, str, float]]:
+    """(what, price key or "instance:TYPE", quantity) of each part of a resource the network
+    pays for per hour: the bastion's instance and its root volume (GB of gp3, priced per
+    GB-month), a NAT gateway, an interface endpoint."""
     if kind == "aws_instance" and address.startswith("module.bastion"):
-        return f"bastion `{state.get('instance_type')}`", f"instance:{state.get('instance_type')}"
+        kind_of = state.get("instance_type")
+        parts = [(f"bastion `{kind_of}`", f"instance:{kind_of}", 1.0)]
+        disk = _first(state.get("root_block_device")).get("volume_size")
+        if isinstance(disk, int | float) and disk > 0:
+            parts.append((f"its {disk:g} GB root volume", EBS_GB_MONTH, disk / HOURS_PER_MONTH))
+        return parts
     if kind == "aws_nat_gateway":
-        return "NAT gateway", NAT_HOURLY
+        return [("NAT gateway", NAT_HOURLY, 1.0)]
     if kind == "aws_vpc_endpoint" and state.get("vpc_endpoint_type") == "Interface":
-        return "interface endpoint", ENDPOINT_HOURLY
-    return None
+        return [("interface endpoint", ENDPOINT_HOURLY, 1.0)]
+    return []
 
 
 def network_hourly(plan: Mapping[str, Any], table: PriceTable, region: str | None) -> NetworkHourly:
@@ -75,24 +85,26 @@ def network_hourly(plan: Mapping[str, Any], table: PriceTable, region: str | Non
     public one); a part without a price in the table counts nothing and says so."""
     if not is_private(plan):
         return NetworkHourly()
-    prices = table.network.get(region or "", {})
+    prices, borrowed = table.network_prices(region)
     totals = {"before": 0.0, "after": 0.0}
     parts: list[str] = []
     for entry in plan.get("resource_changes") or []:
         change = entry.get("change") or {}
         for side in totals:
             state = change.get(side)
-            found = isinstance(state, Mapping) and _priced(
-                str(entry.get("type")), state, str(entry.get("address"))
-            )
-            if not found:
+            if not isinstance(state, Mapping):
                 continue
-            what, key = found
-            kind = key.removeprefix("instance:")
-            price = table.hourly(region or "", kind) if key != kind else prices.get(key)
-            totals[side] += price or 0.0
-            if side == "after":
-                parts.append(f"{what} {usd(price) + '/h' if price is not None else '(no price)'}")
+            for what, key, quantity in _priced(
+                str(entry.get("type")), state, str(entry.get("address"))
+            ):
+                kind = key.removeprefix("instance:")
+                unit = table.hourly(region or "", kind) if key != kind else prices.get(key)
+                price = None if unit is None else unit * quantity
+                totals[side] += price or 0.0
+                if side == "after":
+                    shown = usd(price) + "/h" if price is not None else "(no price)"
+                    whose = f" ({borrowed}'s price)" if borrowed and key == kind else ""
+                    parts.append(f"{what} {shown}{whose}")
     return NetworkHourly(totals["before"], totals["after"], tuple(parts))
 
 
@@ -150,7 +162,7 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
     """plan.md's "Network" lines for a private network; none for a public one."""
     if not is_private(plan):
         return ()
-    prices = table.network.get(region or "", {})
+    prices, borrowed = table.network_prices(region)
 
     def price(key: str) -> str:
         value = prices.get(key)
@@ -175,7 +187,7 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
         lines.append(
             f"**Public**: only the bastion `{bastions[0].address}` (`{kind}`, "
             f"{usd(hourly) + '/h' if hourly is not None else 'no price in the table'}"
-            + (f", a {disk} GB root volume" if disk else "")
+            + (f", its root volume {disk} GB" if disk else "")
             + ")"
             + (f" and node(s) {', '.join(public)}" if public else "")
             + "."
@@ -224,9 +236,12 @@ def shape_lines(plan: Mapping[str, Any], table: PriceTable, region: str | None) 
             f"{price(ENDPOINT_HOURLY)}/h each; the nodes' role has AmazonSSMManagedInstanceCore."
         )
     if table.network_source:
+        whose = ""
+        if borrowed:
+            whose = f" The table has none for {region}: priced at {borrowed}'s network prices."
         lines.append(
             "<sub>The per-hour prices are in the Cost above (a NAT gateway's per-GB charge is "
-            f"not). Network prices: {table.network_source}; as of {table.date}.</sub>"
+            f"not). Network prices: {table.network_source}; as of {table.date}.{whose}</sub>"
         )
     return tuple(lines)
 

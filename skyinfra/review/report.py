@@ -136,6 +136,16 @@ def planned_region(plan: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def planned_place(plan: Mapping[str, Any], target: str) -> cost_mod.PlannedPlace:
+    """The plan's nodes' instance type (after the plan; before it when it removes them all)
+    and region: what a Spot check of this plan is priced at, not the spec's first rung."""
+    summary = summarize(plan, target=target)
+    side = summary.after if summary.after.nodes else summary.before
+    one = side.nodes and side.instance_type not in ("", "-") and " / " not in side.instance_type
+    kind = side.instance_type if one else None
+    return cost_mod.PlannedPlace(instance_type=kind, region=planned_region(plan))
+
+
 def build_review(
     plan: Mapping[str, Any],
     facts: ClusterFacts,

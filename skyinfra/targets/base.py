@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from skyinfra.target_registry import TargetDeclaration, TargetOption, TargetSection
 
 if TYPE_CHECKING:
-    from skyinfra.review.cost import SpotPrices
+    from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.spec import ClusterSpec
     from skyinfra.terraform import EngineFactory, PlanSummary
@@ -203,9 +203,12 @@ class Target(TargetDeclaration, Protocol):
         deletes; one line each."""
         ...
 
-    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
-        """The Spot prices `up`'s review judges Spot nodes by (issue 26). None: no Spot nodes,
-        no prices to be had, or a target without Spot."""
+    def spot_prices(
+        self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
+    ) -> SpotPrices | None:
+        """The Spot prices `up`'s review judges Spot nodes by (issue 26), at ``place``: the
+        plan's own instance type and region (a ladder's later rung), else the spec's. None:
+        no Spot nodes, no prices to be had, or a target without Spot."""
         ...
 
     def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from skyinfra.transport.ssh_connect import (
     SshTarget,
     connect,
     fingerprint,
+    openssh_argv,
 )
 from skyinfra.transport.ssh_process import START_TIME, SshProcess
 from skyinfra.transport.tree import CopyStats
@@ -322,13 +323,9 @@ class SshTransport:
         return Readiness("unreachable", f"not reachable over SSH ({error})")
 
     def _tail_hint(self, target: SshTarget, bootstrap_log: str) -> str:
-        port = "" if target.port == 22 else f" -p {target.port}"
-        jump = target.jump
-        via = "" if jump is None else f" -J {jump.user}@{jump.host}:{jump.port}"
-        return (
-            f"ssh -i {self._key_path}{via}{port} {target.user}@{target.host} "
-            f"sudo tail -n 50 {bootstrap_log}"
-        )
+        """A command the operator can paste: the key and the pinned host keys on both hops."""
+        argv = openssh_argv(target, key=self._key_path, known_hosts=self._keys.known_hosts)
+        return shlex.join([*argv, "sudo", "tail", "-n", "50", bootstrap_log])
 
     def start(
         self, node: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, tag: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import shlex
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,23 @@ class SshKeys:
     known_hosts: Path
     host_keys: HostKeySource | None = None
     on_new_host_key: Callable[[str], None] | None = None
+
+
+def openssh_argv(target: SshTarget, *, key: Path, known_hosts: Path) -> list[str]:
+    """The system OpenSSH client's command line to the target, held to the host keys pinned
+    in ``known_hosts`` with ``key`` on every hop: through a jump host, a ProxyCommand that
+    carries the same options (``-J`` would dial the jump without them)."""
+    options = [
+        "-i", str(key),
+        "-o", "IdentitiesOnly=yes",
+        "-o", f"UserKnownHostsFile={known_hosts}",
+        "-o", "StrictHostKeyChecking=yes",
+    ]  # fmt: skip
+    jump = target.jump
+    if jump is not None:
+        through = ["ssh", *options, "-p", str(jump.port), "-W", "%h:%p", f"{jump.user}@{jump.host}"]
+        options += ["-o", f"ProxyCommand={shlex.join(through)}"]
+    return ["ssh", *options, "-p", str(target.port), f"{target.user}@{target.host}"]
 
 
 @dataclass(frozen=True)

@@ -47,17 +47,18 @@ def cli(args: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[float, str
     return elapsed, proc.stdout
 
 
-def free_port_pair() -> int:
-    """A base port P with P and P+1 free (jax's coordinator and torch's rendezvous), below the
-    ephemeral range: the suite's own choice (tests/support/ports.py). A pair the kernel hands
-    out (bind to port 0) is one it also gives to the next outgoing connection, which could
-    take P + 1 before the cluster listens there."""
+def free_port_pair(nodes: int = 4) -> int:
+    """A base port P with P to P + 2 * nodes - 1 free (the jobs' coordinator and rendezvous
+    ports a cluster of ``nodes`` hands out, which `up` claims whole), below the ephemeral
+    range: the suite's own choice (tests/support/ports.py). A port the kernel hands out (bind
+    to port 0) is one it also gives to the next outgoing connection, which could take one of
+    them before the cluster listens there."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from tests.support.ports import free_port_pair as below_ephemeral
 
     try:
-        return below_ephemeral()
+        return below_ephemeral(nodes)
     except RuntimeError as e:
         raise BenchError(str(e)) from e
 
@@ -69,7 +70,7 @@ def project(nodes: int, plugins: Sequence[str] = ()) -> Iterator[Path]:
         root = Path(tmp)
         plugin_list = ", ".join(f'"{p}"' for p in plugins)
         (root / "skyinfra.toml").write_text(
-            f'name = "bench"\nnodes = {nodes}\nhead_port = {free_port_pair()}\n'
+            f'name = "bench"\nnodes = {nodes}\nhead_port = {free_port_pair(nodes)}\n'
             f"plugins = [{plugin_list}]\n"
         )
         for name in ("first_step_entry.py", "trivial_entry.py"):

@@ -1,4 +1,4 @@
-"""Figure 16: warm workers. `run` start to the first training step on every node, the same
+"""Figure 19: warm workers. `run` start to the first training step on every node, the same
 Keras-on-JAX job (first_step_entry.py) on 2 local nodes started warm (each node's worker is
 its standby, jax and keras already imported) and cold (`--env KERAS_BACKEND=jax`: a job
 that sets a framework variable starts cold), side by side in one cluster, the two taking
@@ -85,7 +85,7 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
     if not fig:
         return []
     if "error" in fig:
-        return ["## 16. Warm workers: `run` start to the first step, warm and cold", "",
+        return ["## 19. Warm workers: `run` start to the first step, warm and cold", "",
                 f"Not measured: {fig['error']}", ""]  # fmt: skip
     m, w, c, r = fig["machine"], fig["warm"], fig["cold"], fig["ratio"]
 
@@ -100,7 +100,7 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         ("fit start → first step (the first compile)", "compile_s"),
     ]
     return [
-        "## 16. Warm workers: `run` start to the first step, warm and cold",
+        "## 19. Warm workers: `run` start to the first step, warm and cold",
         "",
         f"Measured {date} on {m['cpus']} cores ({m['cpu_model'] or m['processor']}),"
         f" Python {m['python']};"
@@ -110,7 +110,7 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         "The Keras-on-JAX entry of figure 1 on 2 local nodes, one cluster: warm (each node's"
         " standby, jax and keras imported, takes the job) and cold (`--env KERAS_BACKEND=jax`"
         " makes the job start cold) take turns; the cluster's first job is not counted"
-        " (tests/bench/warm.py, `make bench ONLY=16`).",
+        " (tests/bench/warm.py, `make bench ONLY=19`).",
         "",
         "| | warm | cold |",
         "|---|---|---|",
@@ -131,7 +131,7 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
 
 
 def splice(markdown: str, lines: list[str]) -> str:
-    return splice_figure(markdown, 16, lines)
+    return splice_figure(markdown, 19, lines)
 
 
 if __name__ == "__main__":

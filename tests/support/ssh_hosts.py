@@ -22,7 +22,6 @@ import itertools
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -150,34 +149,6 @@ class Hosts:
         sshd runs on, unreachable, as a machine whose switch port died."""
         k = self.hosts.index(host)
         _ip("link", "set", f"{self.bridge}h{k}", "up" if up else "down")
-
-    def kill_processes(self, host: Host) -> list[int]:
-        """The host's machine dies: every process of the login user there (its login's HOME
-        is the host's) stopped, then SIGKILLed, as a machine's processes end together; the
-        pids."""
-        home = f"HOME={host.home}".encode()
-        stopped: set[int] = set()
-        while found := {p for p in self._pids_with(home) if p not in stopped}:
-            for pid in found:  # again until no new one: a child forked during the scan
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGSTOP)
-            stopped |= found
-        for pid in stopped:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return sorted(stopped)
-
-    def _pids_with(self, env_entry: bytes) -> set[int]:
-        found = set()
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                if proc.stat().st_uid != self.uid:
-                    continue
-                if env_entry in (proc / "environ").read_bytes().split(b"\0"):
-                    found.add(int(proc.name))
-            except OSError:
-                continue
-        return found
 
     def home_listing(self, host: Host) -> list[str]:
         return sorted(str(p.relative_to(host.home)) for p in host.home.rglob("*"))

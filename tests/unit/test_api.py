@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from skyinfra_runtime.topology import Node
 
 import skyinfra
 from skyinfra.api.calls import _version_of, pickle_call
-from skyinfra.api.subset import priority_of, selected_nodes, world_size
+from skyinfra.api.subset import parse_nodes_option, priority_of, selected_nodes, world_size
 from skyinfra.run.entry_check import check_entry
 from skyinfra.spec import validate_spec
 from skyinfra.topology import build_topology
@@ -176,6 +177,38 @@ def test_nodes_are_checked_and_renumbered() -> None:
     for bad in (0, 4, -1):
         with pytest.raises(skyinfra.UsageError, match=f"nodes={bad}: cluster 'api' has 3 node"):
             world_size(bad, topology)
+
+
+def test_run_nodes_option_is_a_count_or_a_list_of_nodes() -> None:
+    """`run --nodes`: K as the API's nodes=K, a comma list as nodes=[...]; one node named is
+    `1,` (Python's one-tuple), since `1` alone is a count."""
+    assert parse_nodes_option("2") == 2 and parse_nodes_option(" 8 ") == 8
+    assert parse_nodes_option("0,2") == (0, 2) and parse_nodes_option("2, 0") == (2, 0)
+    assert parse_nodes_option("1,") == (1,)
+    assert parse_nodes_option("1,1") == (1, 1)  # named twice: refused against the cluster
+    for bad, said in [
+        ("0", "'0': a job needs at least 1 node"),
+        ("-2", "'-2': a job needs at least 1 node"),
+        ("two", "'two' is neither a node count nor a list of nodes"),
+        ("", "'' is neither a node count"),
+        (",", "',': an empty list of nodes"),
+        ("0,,1", "'0,,1': '' is not a node index"),
+        ("0,-1", "'0,-1': '-1' is not a node index"),
+        ("a,1", "'a,1': 'a' is not a node index"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            parse_nodes_option(bad)
+
+
+def test_named_nodes_are_refused_against_the_cluster_naming_the_value() -> None:
+    topology = _topology(2)
+    for bad, said in [
+        ((0, 5), "--nodes 0,5: 5 is not a node of cluster 'api' (2 node(s)); expected a "
+         "non-empty list of distinct node indices from 0 to 1"),
+        ((1, 0, 1), "--nodes 1,0,1: node 1 named twice"),
+    ]:  # fmt: skip
+        with pytest.raises(skyinfra.UsageError, match=re.escape(said)):
+            selected_nodes(bad, topology, shown="--nodes " + ",".join(map(str, bad)))
 
 
 def test_a_priority_is_an_integer_named_when_not() -> None:

@@ -50,10 +50,24 @@ class AwsDeclaration:
         node_noun="GPU node",
         diagram_parts=(
             DiagramPart("vpc", "VPC", "aws_vpc", "VPC (existing)"),
-            DiagramPart("subnet", "subnet", "aws_subnet", "subnet (existing)"),
-            DiagramPart("sg", "security group", "aws_security_group"),
+            DiagramPart(
+                "subnet",
+                "subnet",
+                "aws_subnet",
+                "subnet (existing)",
+                address_prefix="module.network.aws_subnet.this",
+            ),
+            DiagramPart(
+                "sg", "security group", "aws_security_group", address_prefix="module.security."
+            ),
         ),
         priced=True,
+        way_in=DiagramPart(
+            "bastion",
+            "bastion: the only public host, the way in",
+            "aws_instance",
+            address_prefix="module.bastion",
+        ),
     )
 
     def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:

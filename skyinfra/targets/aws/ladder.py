@@ -40,6 +40,12 @@ class Rung:
         return f"{self.instance_type} in {self.region}"
 
 
+def planned_rung(spec_rung: Rung, instance_type: str | None, region: str | None) -> Rung:
+    """The rung a plan is on: its own instance type and region where the plan says them (a
+    ladder's later rung, planned while the spec names the first), else the spec's."""
+    return Rung(instance_type or spec_rung.instance_type, region or spec_rung.region)
+
+
 def rungs(instance_types: Sequence[str], regions: Sequence[str]) -> tuple[Rung, ...]:
     """Type x region, type-major: the order `up` tries them."""
     return tuple(Rung(t, r) for t in instance_types for r in regions)

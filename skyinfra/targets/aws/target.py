@@ -26,7 +26,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.errors import SpecError, TerraformError
-from skyinfra.review.cost import SpotPrices
+from skyinfra.review.cost import PlannedPlace, SpotPrices
 from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.aws import checkpoint_store, failover, head
@@ -38,7 +38,12 @@ from skyinfra.targets.aws.declaration import RETRY_FOR, SKIP_PREFLIGHT, ZONES, A
 from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
-from skyinfra.targets.aws.ladder import ladder_markdown, ladder_metadata, reviewed_assessed
+from skyinfra.targets.aws.ladder import (
+    ladder_markdown,
+    ladder_metadata,
+    planned_rung,
+    reviewed_assessed,
+)
 from skyinfra.targets.aws.ladder_shell import (
     assess_ladder,
     climb,
@@ -232,17 +237,22 @@ class AwsTarget(AwsDeclaration):
             ladder_markdown(assessed, policy_of(spec)), ladder_metadata(assessed), on
         )
 
-    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
-        """The Spot price history of the spec's type at plan time, when some node is Spot
-        (issue 26); None without Spot nodes, or (with a warning) when EC2 does not answer."""
+    def spot_prices(
+        self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
+    ) -> SpotPrices | None:
+        """The Spot price history at plan time of the planned rung's type in its region
+        (``place``; else the spec's first rung), when some node is Spot (issue 26); None
+        without Spot nodes, or (with a warning) when EC2 does not answer."""
         spec_aws = aws_of(spec)
         if SPOT not in node_markets(spec_aws, spec.nodes).values():
             return None
-        clients = clients_for(spec)
+        place = place or PlannedPlace()
+        rung = planned_rung(rung_of(spec), place.instance_type, place.region)
+        clients = AwsClients(boto3.session.Session(), rung.region, emulator_from_env())
         try:
-            return spot_price_history(clients.client("ec2"), spec_aws.instance_type)
+            return spot_price_history(clients.client("ec2"), rung.instance_type)
         except (ClientError, BotoCoreError) as err:
-            echo(f"[skyinfra] warning: no Spot price history for {spec_aws.instance_type}: {err}")
+            echo(f"[skyinfra] warning: no Spot price history for {rung.label}: {err}")
             return None
 
     def status_details(self, ws: Workspace, spec: ClusterSpec) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
     from skyinfra.checkpoints import CheckpointSet
-    from skyinfra.review.cost import SpotPrices
+    from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.targets.base import Target
     from skyinfra.terraform import EngineFactory, PlanSummary
 
@@ -252,7 +252,9 @@ class LocalTarget(LocalDeclaration):
             files = self.render(spec, ws, echo=echo, options=options)
         return apply(files)
 
-    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+    def spot_prices(
+        self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
+    ) -> SpotPrices | None:
         """None: local nodes cost nothing and have no market."""
         return None
 

@@ -12,11 +12,11 @@ checkpoint sets from the lowest node that was not lost, as a replaced AWS node r
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from skyinfra.errors import SkyinfraError, TerraformError, TransportError
+from skyinfra.errors import SkyinfraError, TerraformError, TransportError, UsageError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, Contacted, contact
 from skyinfra.targets.ssh.hosts import (
@@ -51,9 +51,11 @@ class Reached:
     replaced: dict[int, str] = field(default_factory=dict)
 
 
-def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo) -> Reached:
+def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo, *, replacing: bool) -> Reached:
     """Contact each node's host; an enrolled one that does not answer is lost and the next
-    spare stands in (NoSpareLeft naming it when there is none)."""
+    spare stands in (NoSpareLeft naming it when there is none). Not ``replacing`` (`plan`,
+    `render`): a lost host is refused, naming `up` (UsageError), as only `up` takes its node
+    out of Terraform's state first."""
     section = spec.section_as(SshSpec)
     lost = lost_hosts(ws)
     assigned = assigned_hosts(section, spec.nodes, lost)
@@ -65,6 +67,8 @@ def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo) -> Reached:
     if not found.unreachable:
         return Reached(found, lost)
     replaced = choose_spares(section, assigned, lost, found.unreachable)
+    if not replacing:
+        raise UsageError(_only_up_replaces(assigned, replaced, found.unreachable))
     for i, spare in replaced.items():
         why = found.unreachable[i]
         echo(
@@ -78,6 +82,22 @@ def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo) -> Reached:
         for i, s in replaced.items()
     }
     return Reached(contact(section, assigned, known, echo=echo, labels=labels), lost, replaced)
+
+
+def _only_up_replaces(
+    assigned: Sequence[str], replaced: Mapping[int, str], why: Mapping[int, str]
+) -> str:
+    nodes = "; ".join(
+        f"host {assigned[i]} (node-{i}) lost: it stopped answering ({why[i]}); spare {s} would "
+        f"stand in as node-{i}"
+        for i, s in sorted(replaced.items())
+    )
+    return (
+        f"{nodes}. A plan cannot show that replacement: node-{min(replaced)}'s resource must "
+        "first leave Terraform's state (its destroy would have to reach the lost host), which "
+        "only `skyinfra up` does (also through `skyinfra jobs recover JOB`). Run `skyinfra up` "
+        "to enrol the spare, then plan again; nothing was changed"
+    )
 
 
 def forget_lost_nodes(

@@ -52,7 +52,7 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
-    from skyinfra.review.cost import SpotPrices
+    from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.targets.base import Target
     from skyinfra.terraform import EngineFactory, PlanSummary
@@ -81,10 +81,10 @@ class SshHostsTarget(SshDeclaration):
     wait_ready_s: ClassVar[float] = 0.0
 
     def _prepare(
-        self, spec: ClusterSpec, ws: Workspace, echo: Echo
+        self, spec: ClusterSpec, ws: Workspace, echo: Echo, *, replacing: bool
     ) -> tuple[dict[str, str], replace.Reached, list[dict[str, Any]]]:
         section = spec.section_as(SshSpec)
-        reached = replace.reach_hosts(spec, ws, echo)
+        reached = replace.reach_hosts(spec, ws, echo, replacing=replacing)
         facts = reached.contacted.facts
         timeline.lap("first contact")
         wheel = build_runtime_wheel()
@@ -116,8 +116,9 @@ class SshHostsTarget(SshDeclaration):
     ) -> dict[str, str]:
         """Contacts every host first (its key pinned, its home and Python read; a spare in
         place of a lost one): the root module names each host's folder and key. Writes
-        nothing into the workspace."""
-        return self._prepare(spec, ws, echo)[0]
+        nothing into the workspace. A lost host is refused, naming `up` (`plan` would replace
+        its node through a destroy that needs the host)."""
+        return self._prepare(spec, ws, echo, replacing=False)[0]
 
     def launch(
         self,
@@ -132,7 +133,7 @@ class SshHostsTarget(SshDeclaration):
         """Contact, render once, record the pinned keys and the hosts (a lost host's node
         taken out of the state for its spare), apply; the spares get the checkpoints."""
         with timeline.stage("prepare"):
-            files, reached, records = self._prepare(spec, ws, echo)
+            files, reached, records = self._prepare(spec, ws, echo, replacing=True)
         write_known_hosts(ws.path / KNOWN_HOSTS, reached.contacted.known_hosts)
         write_hosts(ws, records, reached.lost)
         replace.forget_lost_nodes(ws, reached, engine_factory, echo)
@@ -242,7 +243,9 @@ class SshHostsTarget(SshDeclaration):
         each host of a cluster."""
         return []
 
-    def spot_prices(self, spec: ClusterSpec, echo: Echo) -> SpotPrices | None:
+    def spot_prices(
+        self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None
+    ) -> SpotPrices | None:
         """None: the user's own machines have no market."""
         return None
 

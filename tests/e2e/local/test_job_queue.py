@@ -7,8 +7,9 @@ operator (an attached `run` SIGKILLed while its job waits: the job still starts 
 Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
 naming it. Every job gets ports of its own from the head, and `run --nodes 1` jobs run side
 by side on the two nodes, each listening on its own ports (a third waits for a free node);
-`--nodes` out of range is refused. Trivial entries, no framework; the holding job waits on a
-gate file the test opens: nothing here is timed."""
+`--nodes 1,` names the node a job runs on; `--nodes` out of range, an empty list, a node the
+cluster lacks or one named twice is refused. Trivial entries, no framework; the holding job
+waits on a gate file the test opens: nothing here is timed."""
 
 from __future__ import annotations
 
@@ -373,9 +374,11 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
 @pytest.mark.parametrize(
     ("value", "said"),
     [
-        ("0", "'--nodes': 0 is not in the range x>=1"),
+        ("0", "'--nodes': '0': a job needs at least 1 node"),
         ("3", "--nodes 3: cluster 'queue' has 2 node(s); expected 1 to 2"),
-        ("two", "'--nodes': 'two' is not a valid integer"),
+        ("0,5", "--nodes 0,5: 5 is not a node of cluster 'queue' (2 node(s))"),
+        ("1,1", "--nodes 1,1: node 1 named twice"),
+        (",", "'--nodes': ',': an empty list of nodes"),
     ],
 )
 def test_nodes_out_of_range_is_refused_and_nothing_is_queued(
@@ -401,6 +404,16 @@ def test_an_attached_run_on_one_node_reports_that_node_alone(
     # An idle cluster: the lowest node; the other was never in the job.
     assert "node-0: ok (exit 0)" in res.stdout and "node-1: " not in res.stdout, res.stdout
     assert f"node-0 worker 0: [0, {head_port(project)}]" in res.stdout, res.stdout
+
+
+def test_a_job_on_a_named_node_runs_there_alone(project: Path, env: dict[str, str]) -> None:
+    """`run --nodes 1,` (node 1 named, as the API's nodes=[1]): the idle cluster's lowest
+    node is 0, so only the naming puts it on node 1, as rank 0 of a world of one."""
+    res = cli(["run", "--cluster", NAME, "--nodes", "1,", "work.py:quick"], project, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "node-1: ok (exit 0)" in res.stdout and "node-0: ok" not in res.stdout, res.stdout
+    assert "node-1 worker 0: [0, " in res.stdout, res.stdout  # rank 0 of the job's world
+    assert job_record(NAME, project, env, "last")["world"] == [1]
 
 
 def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(

@@ -3,12 +3,16 @@ hosts (tests/support/ssh_hosts.py: real sshds in network namespaces), two enroll
 one listed in ssh.spare_hosts; real Terraform enrols them.
 
 A detached job (a plain Python entry on the runtime's checkpoint API: node 0 commits a step
-each round) pauses in attempt 1 after step 3; host 1 then dies (its login's processes killed,
-its link cut). The head sees node 1 lost and the job waits (needs_nodes); `status` names the
-host as lost and the spare that would stand in; `jobs recover` enrols the spare as node 1
-through the same Terraform (its key pinned at first contact), copies node 0's checkpoint sets
-to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with what an
-uninterrupted run computes. `down` with host 1 still off the network names it with what is
+each round) pauses in attempt 1 after step 3; host 1 then vanishes: its link is cut, and
+nothing of it closes a connection (its processes run on, unreachable). The head hears nothing
+from node 1's agent for the bound on silence (skyinfra_runtime.jobs.wire, shortened for the
+test through the hosts' environment), counts node 1 lost and the job waits (needs_nodes);
+host 1's agent, hearing nothing from the head as long, ends its part by itself. `status` names
+the host as lost and the spare that would stand in; `plan` refuses, naming `up` (its replace
+would destroy node 1 on the lost host), and changes nothing; `jobs recover` enrols the spare
+as node 1 through the same Terraform (its key pinned at first contact), copies node 0's
+checkpoint sets to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with
+what an uninterrupted run computes. `down` with host 1 still off the network names it with what is
 left to clean there; once it answers again, `down` removes that too: nothing is left on any of
 the three hosts. No timed assertions: every wait ends on a condition.
 """
@@ -22,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime.jobs.wire import SILENT_PEER_ENV
 
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import module_env
@@ -33,6 +38,10 @@ NAME = "spares"
 SET = "ck"
 STEPS = 5
 PAUSE_AT = 3
+# The runtime's bound on a silent connection on these hosts (45 s by default): the test waits
+# on the job's state, never on this time.
+SILENT_S = 8
+SILENCE = {SILENT_PEER_ENV: str(SILENT_S)}
 JOB = f'''import json, os, time
 from pathlib import Path
 
@@ -92,7 +101,7 @@ def wait_for(what: str, done: Callable[[], bool], deadline_s: float = 240.0) -> 
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    with package_sources() as sources, stand_in_hosts(3, sources) as made:
+    with package_sources() as sources, stand_in_hosts(3, {**sources, **SILENCE}) as made:
         yield made
 
 
@@ -147,19 +156,33 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
         ),
     )
 
-    # Host 1 dies: its processes end together, then it is off the network.
-    assert hosts.kill_processes(lost)
+    # Host 1 vanishes: off the network, with every process of it still running.
+    hosts.cut_link(lost)
 
     def waits() -> bool:
         shown = cli(["jobs", "--cluster", NAME, job, "--json"], root, env)
         return shown.returncode == 0 and json.loads(shown.stdout)["state"] == "needs_nodes"
 
     wait_for("the job to wait for node 1", waits)
-    hosts.cut_link(lost)
+    record = json.loads(cli(["jobs", "--cluster", NAME, job, "--json"], root, env).stdout)
+    assert record["needs_nodes"] == [1], record
+    said_of_1 = record["nodes"][1]["ended_reason"]
+    assert f"no word from its agent for {SILENT_S:g} s" in said_of_1, record["nodes"]
     status = cli(["status", "--cluster", NAME], root, env)
     assert status.returncode != 0, status.stdout
     assert f"host {lost.address} lost: it stopped answering over SSH" in status.stdout
     assert f"enrols spare {spare.address} in its place" in status.stdout
+
+    # `plan` would replace node 1 through a destroy that needs the lost host: refused, naming
+    # `up`, with the state, the hosts and the pinned keys as they were.
+    kept = {f: (ws / f).read_bytes() for f in ("terraform.tfstate", "hosts.json", "known_hosts")}
+    planned = cli(["plan"], root, env)
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    assert f"error: host {lost.address} (node-1) lost" in planned.stderr
+    assert f"spare {spare.address} would stand in as node-1" in planned.stderr
+    assert "only `skyinfra up` does" in planned.stderr
+    assert {f: (ws / f).read_bytes() for f in kept} == kept
+    assert not (ws / "plan" / "skyinfra.tfplan").exists()
 
     recovered = cli(["jobs", "--cluster", NAME, "recover", job], root, env)
     said = recovered.stdout + recovered.stderr

@@ -117,7 +117,8 @@ def test_failed_marker_names_the_failure_and_where_to_look(
     assert "bootstrap failed: provision.sh line 9: curl --fail ... (exit 22)" in state.detail
     # Where to look, and the command that shows it.
     assert f"see {LOG} on the node" in state.detail
-    assert f"ssh -i {key} -p {target.port} {target.user}@127.0.0.1 sudo tail" in state.detail
+    assert f"ssh -i {key} -o IdentitiesOnly=yes" in state.detail
+    assert f"-p {target.port} {target.user}@127.0.0.1 sudo tail" in state.detail
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import boto3
 import pytest
 
 from skyinfra.review import markdown
@@ -21,13 +22,15 @@ from skyinfra.review.network import shape_lines
 from skyinfra.review.report import ClusterFacts, build_review
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.render import AwsClusterParams, PrivateNetwork
-from tests.support.aws import REGION, TerraformFactory, write_root
+from tests.support.aws import DUMMY_AWS_ENV, REGION, TerraformFactory, write_root
 from tests.support.golden_plans import check_golden
 
 pytestmark = pytest.mark.slow
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXdhYvR9XJ8xq0f1m8c1u1YV0qg7r5n0bq6yFZ9y6Qk test"
 BASTION = "module.bastion[0].aws_instance.this"
+# One of moto's own images (its root snapshot is what the bastion's volume follows).
+AMI = "ami-12c6146b"
 STAGING_BUCKET = "skyinfra-staging-123456789012-us-east-1"
 WHEELHOUSE = "_wheelhouse/" + "a" * 64 + "/"
 
@@ -41,7 +44,7 @@ def plan(
         region=REGION,
         availability_zone=f"{REGION}a",
         instance_type="p4d.24xlarge",
-        ami_id="ami-12c6146b",
+        ami_id=AMI,
         node_count=2,
         ssh_public_key=SSH_KEY,
         ssh_ingress_cidrs=["203.0.113.7/32"],
@@ -84,13 +87,26 @@ def test_no_node_has_a_public_address_or_an_elastic_ip(plan: dict[str, Any]) -> 
     assert nodes_subnet["cidr_block"] == "10.42.0.0/24"
 
 
-def test_the_bastion_is_the_only_public_instance(plan: dict[str, Any]) -> None:
+def test_the_bastion_is_the_only_public_instance(plan: dict[str, Any], moto_url: str) -> None:
     public = [
         a for a, i in created(plan, "aws_instance").items() if i.get("associate_public_ip_address")
     ]
     assert public == [BASTION]
     bastion = created(plan, "aws_instance")[BASTION]
     assert bastion["instance_type"] == "t3.micro"
+    # Its root volume is its image's snapshot size, not the nodes' 200 GB disk.
+    ec2 = boto3.client(
+        "ec2",
+        region_name=REGION,
+        endpoint_url=moto_url,
+        aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+    )
+    (image,) = ec2.describe_images(ImageIds=[AMI])["Images"]
+    (root,) = [
+        m for m in image["BlockDeviceMappings"] if m["DeviceName"] == image["RootDeviceName"]
+    ]
+    assert bastion["root_block_device"][0]["volume_size"] == max(8, root["Ebs"]["VolumeSize"]) < 200
     assert bastion["metadata_options"][0]["http_tokens"] == "required"
     public_subnet = created(plan, "aws_subnet")["module.network.aws_subnet.public[0]"]
     assert public_subnet["cidr_block"] == "10.42.255.240/28"

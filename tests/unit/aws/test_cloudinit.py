@@ -138,6 +138,15 @@ def test_user_data_fits_ec2_limit(name: str) -> None:
     assert len(ec2_bytes(document)) < USER_DATA_LIMIT_BYTES
 
 
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_nodes_print_their_host_keys_on_the_console(name: str) -> None:
+    """skyinfra pins each node's host key from its console: the user data asks cloud-init for
+    it (every key type) rather than relying on its defaults."""
+    document = yaml.safe_load(render_user_data(VARIANTS[name]))
+    assert document["ssh"] == {"emit_keys_to_console": True}
+    assert document["ssh_key_console_blacklist"] == []
+
+
 def files_of(document: str) -> dict[str, str]:
     return {f["path"]: content_of(f) for f in yaml.safe_load(document)["write_files"]}
 

@@ -27,6 +27,7 @@ from skyinfra.targets.aws.ladder import (
     checkpoint_crossing,
     ladder_markdown,
     ladder_metadata,
+    planned_rung,
     reviewed_assessed,
     rung_price,
     rung_problem,
@@ -356,3 +357,11 @@ def test_spec_names_every_ladder_problem() -> None:
     assert "aws.accelerators" in fields
     assert "aws.instance_type" not in fields  # accelerators stand for it
     assert "aws.region" not in fields  # regions stand for it
+
+
+def test_a_plan_is_on_the_rung_it_says_else_the_specs_first() -> None:
+    """What a rung's Spot check is priced at (issue 44): the plan's own type and region."""
+    first = Rung("p5en.48xlarge", "us-east-1")
+    assert planned_rung(first, "p5.48xlarge", "us-west-2") == Rung("p5.48xlarge", "us-west-2")
+    assert planned_rung(first, None, "us-west-2") == Rung("p5en.48xlarge", "us-west-2")
+    assert planned_rung(first, None, None) == first

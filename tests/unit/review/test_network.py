@@ -172,3 +172,30 @@ def test_the_bastion_and_the_nat_gateway_are_in_the_hourly_total_and_max_hourly_
     public = plan(node("node-0", public=True), network=None)
     review = build_review(public, ClusterFacts("p", "aws", REGION), planfile_sha256="0" * 64)
     assert review.cost.network_parts == () and "include the network" not in markdown.render(review)
+
+
+def test_the_bastions_root_volume_is_priced_per_gb_month_by_the_hour() -> None:
+    """Its gp3 root volume (the image's own size) is billed every hour the bastion lives: in
+    the Cost beside the instance, at the table's GB-month price over 730 hours."""
+    disk = change(
+        "module.bastion[0].aws_instance.this",
+        "aws_instance",
+        {
+            **BASTION["change"]["after"],
+            "root_block_device": [{"encrypted": True, "volume_size": 8}],
+        },
+    )
+    review = build_review(
+        plan(node("node-0"), S3, disk), ClusterFacts("p", "aws", REGION), planfile_sha256="0" * 64
+    )
+    volume = 8 * 0.08 / 730
+    assert review.cost.network_parts == (
+        "bastion `t3.micro` $0.0104/h",
+        "its 8 GB root volume $0.0009/h",
+    )
+    nodes_only = build_review(
+        plan(node("node-0"), S3), ClusterFacts("p", "aws", REGION), planfile_sha256="0" * 64
+    ).cost.after_hourly
+    assert nodes_only is not None
+    assert review.cost.after_hourly == pytest.approx(nodes_only + 0.0104 + volume)
+    assert "its root volume 8 GB" in "\n".join(review.network)

@@ -13,7 +13,7 @@ from skyinfra.review.cost import PriceTable, SpotPlan, SpotPrices, estimate
 from skyinfra.review.guardrails import Guardrails, fixed_checks, parse_guardrails, policy_checks
 from skyinfra.review.mermaid import diagram
 from skyinfra.review.report import ClusterFacts, build_review
-from skyinfra.review.summary import count_changes, losses, summarize
+from skyinfra.review.summary import Resource, count_changes, losses, summarize
 
 NODE = 'module.nodes.aws_instance.this["node-{}"]'
 TABLE = PriceTable("test table", "2026-11-23", {"us-east-1": {"p5.48xlarge": 55.04}})
@@ -93,6 +93,26 @@ def test_topology_and_diagram_mark_what_changes() -> None:
     assert 'node_0["node-0 p5.48xlarge<br/>± replaced"]:::replace' in text
     assert 'node_1["node-1 p5.48xlarge"]' in text
     assert 'vpc["VPC (existing)"]' in text
+
+
+def test_the_diagram_draws_a_private_networks_bastion_as_the_way_in() -> None:
+    made = [
+        Resource("module.bastion[0].aws_instance.this", "aws_instance", "create"),
+        Resource("module.bastion[0].aws_security_group.this", "aws_security_group", "update"),
+        Resource("module.network.aws_subnet.public[0]", "aws_subnet", "update"),
+        Resource("module.network.aws_subnet.this[0]", "aws_subnet", "no-op"),
+        Resource("module.security.aws_security_group.this", "aws_security_group", "no-op"),
+        Resource(NODE.format(0), "aws_instance", "no-op"),
+    ]
+    lines = diagram(made, target="aws", instance_type="p5.48xlarge").splitlines()
+    assert '  bastion["bastion: the only public host, the way in<br/>+ new"]:::create' in lines
+    assert [line for line in lines if "bastion" in line and "-->" in line] == [
+        "  vpc --> bastion",
+        "  bastion -->|SSH| sg",
+    ]
+    # The boxes above the nodes are the nodes' subnet and group, not the bastion's.
+    assert '  subnet["subnet"]' in lines and '  sg["security group"]' in lines
+    assert not any("bastion" in line for line in diagram(made[3:], target="aws").splitlines())
 
 
 def test_cost_per_hour_and_over_the_lifetime() -> None:

@@ -2,8 +2,25 @@
 # ssh_ingress_cidrs only, and SSH on to the nodes' subnet only. The nodes' security group
 # allows SSH from this instance's group alone (the security module's ssh_source_security_group_ids).
 
+# The image's root snapshot: EC2 refuses a root volume smaller than it, and a volume larger
+# than needed is billed every hour the bastion lives.
+data "aws_ami" "image" {
+  include_deprecated = true
+
+  filter {
+    name   = "image-id"
+    values = [var.ami_id]
+  }
+}
+
 locals {
   base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
+  image_root_gb = try(one([
+    for m in data.aws_ami.image.block_device_mappings : tonumber(m.ebs.volume_size)
+    if m.device_name == data.aws_ami.image.root_device_name
+  ]), null)
+  # The given size, else the image's own (at least gp3's 8 GiB floor skyinfra holds to).
+  root_volume_size_gb = coalesce(var.root_volume_size_gb, max(8, coalesce(local.image_root_gb, 8)))
 }
 
 resource "aws_security_group" "this" {
@@ -73,11 +90,18 @@ resource "aws_instance" "this" {
     http_put_response_hop_limit = 1
   }
 
-  # Encrypted; as large as the image needs (skyinfra boots the nodes' image with the nodes'
-  # size: a Deep Learning AMI's snapshot is large, and EC2 refuses a smaller volume).
+  lifecycle {
+    precondition {
+      condition     = var.root_volume_size_gb == null || local.image_root_gb == null || coalesce(var.root_volume_size_gb, 0) >= coalesce(local.image_root_gb, 0)
+      error_message = "The bastion's root_volume_size_gb (${coalesce(var.root_volume_size_gb, 0)} GiB) is smaller than its image ${var.ami_id}'s root snapshot (${coalesce(local.image_root_gb, 0)} GiB): EC2 refuses such a volume. Give at least the snapshot's size, or null for exactly it."
+    }
+  }
+
+  # Encrypted; only as large as the image needs (the bastion keeps no data), not the nodes'
+  # disk: the nodes' default 200 GB would cost more per hour than the instance.
   root_block_device {
     volume_type           = "gp3"
-    volume_size           = var.root_volume_size_gb
+    volume_size           = local.root_volume_size_gb
     encrypted             = true
     delete_on_termination = true
   }

@@ -56,7 +56,7 @@ variable "instance_type" {
 }
 
 variable "root_volume_size_gb" {
-  description = "Size of the encrypted gp3 root volume in GiB; null: the image's own size."
+  description = "Size of the encrypted gp3 root volume in GiB, at least the image's root snapshot; null: the image's own size (8 GiB at the least)."
   type        = number
   default     = null
 

@@ -32,7 +32,14 @@ from skyinfra_runtime.jobs.records import (
     now,
     write_json,
 )
-from skyinfra_runtime.jobs.wire import messages, send
+from skyinfra_runtime.jobs.wire import (
+    bound_silence,
+    heartbeat,
+    heartbeat_s,
+    messages,
+    send,
+    silent_peer_s,
+)
 
 # The attempt a worker belongs to (1, then 2, ... after each restart of the job: as torchrun's
 # TORCHELASTIC_RESTART_COUNT), in every worker's environment.
@@ -242,21 +249,24 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
             if now() > until:
                 raise
             time.sleep(0.2)
-    sock.settimeout(None)
-    lock = threading.Lock()
+    # A head whose host vanished (no FIN, no reset) is gone once it said nothing for the
+    # bound (wire.py): this node's launcher is ended then, not left waiting for ever.
+    bound = silent_peer_s()
+    bound_silence(sock, bound)
     # The head's "start" of a next attempt (its number), or None: the job is over.
     starts: queue.Queue[int | None] = queue.Queue()
 
     def report(msg: dict[str, Any]) -> None:
-        with lock, contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
             send(sock, msg)
 
     report({"node": agent.node, "token": token, "waiting": wait_start})
+    beating = heartbeat(sock, {"event": "alive"}, heartbeat_s(bound))
     agent.on_notice(lambda notice: report({"event": "notice", **notice.to_dict()}))
 
     def listen() -> None:
         reason = "the job's supervisor on the head went away"
-        with contextlib.suppress(OSError):
+        try:
             for msg in messages(sock):
                 cmd = msg.get("cmd")
                 # One connection, in order: an attempt's "end" always comes before the next
@@ -278,6 +288,10 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
                 elif cmd == "done":
                     starts.put(None)
                     return
+        except TimeoutError:
+            reason = f"no word from the job's supervisor on the head for {bound:g} s"
+        except OSError:
+            pass
         # The head is gone (or cut off, and then its supervisor ends the job anyway): a worker
         # in a collective with it can never finish, so no clean-stop grace.
         agent.end(reason, DEAD_PEER_GRACE_S)
@@ -312,6 +326,7 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
             break
         agent.reset(attempt)
         agent.note(f"attempt {attempt} starts on this node (the job was restarted)")
+    beating.set()
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
     sock.close()

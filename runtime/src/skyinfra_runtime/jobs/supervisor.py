@@ -77,7 +77,14 @@ from skyinfra_runtime.jobs.records import (
     starting,
     write_json,
 )
-from skyinfra_runtime.jobs.wire import messages, send
+from skyinfra_runtime.jobs.wire import (
+    bound_silence,
+    heartbeat,
+    heartbeat_s,
+    messages,
+    send,
+    silent_peer_s,
+)
 from skyinfra_runtime.restarts import failure_kind, worker_killed
 
 
@@ -273,8 +280,16 @@ class Supervisor:
 
     def _peer(self, conn: socket.socket) -> None:
         node = None
+        # A peer whose host vanished (no FIN, no reset) is lost once it said nothing for the
+        # bound (wire.py): the head never waits on a silent connection for ever.
+        bound = silent_peer_s()
+        bound_silence(conn, bound)
+        beating = heartbeat(conn, {"cmd": "alive"}, heartbeat_s(bound))
+        silent = False
         try:
             for msg in messages(conn):
+                if msg.get("event") == "alive":
+                    continue
                 if node is None:
                     i = msg.get("node")
                     if msg.get("token") != self.token or i not in self.view or i == 0:
@@ -290,13 +305,17 @@ class Supervisor:
                         send(conn, self._end_message())
                     continue
                 self.events.put((str(msg.get("event")), node, msg))
+        except TimeoutError:
+            silent = True
         except OSError:
             pass
         finally:
+            beating.set()
             if node is not None:
                 if self.view[node].conn is conn:
                     self.view[node].conn = None  # gone: this node cannot be restarted
-                self.events.put(("lost", node, None))
+                said = {"silent_s": bound} if silent else None
+                self.events.put(("lost", node, said))
             conn.close()
 
     def run(self) -> None:
@@ -641,6 +660,11 @@ class Supervisor:
                     changed = True
                 elif event == "lost" and v.state != "ended":
                     self._ended(node, None)
+                    if msg is not None and "silent_s" in msg:
+                        v.ended_reason = (
+                            f"lost: no word from its agent for {msg['silent_s']:g} s "
+                            "(its host stopped answering)"
+                        )
                     changed = True
                 elif event == "notice" and msg is not None:
                     changed = self._noticed(node, msg) or changed

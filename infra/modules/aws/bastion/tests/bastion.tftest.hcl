@@ -1,5 +1,19 @@
 # Plan/apply against a mocked AWS provider: no credentials, no API calls.
-mock_provider "aws" {}
+mock_provider "aws" {
+  # The image, as DescribeImages gives it: a 45 GiB root snapshot.
+  override_data {
+    target = data.aws_ami.image
+    values = {
+      root_device_name = "/dev/sda1"
+      block_device_mappings = [{
+        device_name  = "/dev/sda1"
+        ebs          = { volume_size = "45", snapshot_id = "snap-0123456789abcdef0" }
+        no_device    = ""
+        virtual_name = ""
+      }]
+    }
+  }
+}
 
 variables {
   name              = "unit"
@@ -53,4 +67,46 @@ run "refuses_no_ssh_cidrs" {
   }
 
   expect_failures = [var.ssh_ingress_cidrs]
+}
+
+run "root_volume_is_the_images_own_size_by_default" {
+  command = plan
+
+  assert {
+    condition     = aws_instance.this.root_block_device[0].volume_size == 45
+    error_message = "Without root_volume_size_gb the bastion's root volume is its image's snapshot size."
+  }
+}
+
+run "root_volume_as_given" {
+  command = plan
+
+  variables {
+    root_volume_size_gb = 60
+  }
+
+  assert {
+    condition     = aws_instance.this.root_block_device[0].volume_size == 60
+    error_message = "The given root_volume_size_gb is the bastion's root volume."
+  }
+}
+
+run "refuses_a_root_volume_smaller_than_the_images_snapshot" {
+  command = plan
+
+  variables {
+    root_volume_size_gb = 20
+  }
+
+  expect_failures = [aws_instance.this]
+}
+
+run "refuses_a_root_volume_under_8_gib" {
+  command = plan
+
+  variables {
+    root_volume_size_gb = 4
+  }
+
+  expect_failures = [var.root_volume_size_gb]
 }
