@@ -250,15 +250,7 @@ class EmbeddedTerraform:
         started = time.time()
         code, _, stderr = self.command(argv, on_line=on_line)
         if code not in ok:
-            lock = parse_lock_error(error_diagnostics(events) + "\n" + stderr)
-            if lock is not None:
-                raise StateLockedError(
-                    self.workdir.name,
-                    lock,
-                    argv=["terraform", *argv],
-                    returncode=code,
-                    stderr=stderr + error_diagnostics(events),
-                )
+            self._raise_if_locked(argv, code, stderr, error_diagnostics(events))
             rescue = rescue_state(self.workdir, started, events, "\n".join([*printed, stderr]))
             raise TerraformError(
                 f"terraform {what} failed in {self.workdir}{error_diagnostics(events)}{rescue}",
@@ -267,6 +259,21 @@ class EmbeddedTerraform:
                 stderr=stderr,
             )
         return code, events
+
+    def _raise_if_locked(
+        self, args: Sequence[str], code: int, stderr: str, diagnostics: str = ""
+    ) -> None:
+        """StateLockedError when a failed command's words (its -json error diagnostics, if
+        any, and stderr) say the state is locked, naming the lock and its holder."""
+        lock = parse_lock_error(diagnostics + "\n" + stderr)
+        if lock is not None:
+            raise StateLockedError(
+                self.workdir.name,
+                lock,
+                argv=["terraform", *args],
+                returncode=code,
+                stderr=stderr + diagnostics,
+            )
 
     def _checked(self, args: Sequence[str], what: str) -> str:
         code, out, err = self.command(args)
@@ -312,22 +319,11 @@ class EmbeddedTerraform:
     ) -> PlanSummary:
         """Plan; with ``out`` the plan is saved so that apply does exactly what was shown;
         ``replace``: resource addresses planned for replacement whatever their state says."""
-        args = [
-            "plan",
-            "-input=false",
-            "-no-color",
-            "-detailed-exitcode",
-            f"-lock-timeout={self._lock_timeout()}",
-        ]
-        args += [f"-replace={address}" for address in replace]
-        if out:
-            args.append(f"-out={out}")
+        args = self._plan_args(out, replace)
         _, events = self._json_command(args, "plan", on_event, ok=(0, 2))
         return plan_summary(events)
 
-    def plan_for_review(self, *, out: str, replace: Sequence[str] = ()) -> str:
-        # Terraform's words rather than its -json events: each further command (show
-        # -no-color) loads every provider's schema again, 1-3 s of CPU with the AWS provider.
+    def _plan_args(self, out: str | None, replace: Sequence[str]) -> list[str]:
         args = [
             "plan",
             "-input=false",
@@ -335,19 +331,16 @@ class EmbeddedTerraform:
             "-detailed-exitcode",
             f"-lock-timeout={self._lock_timeout()}",
             *(f"-replace={address}" for address in replace),
-            f"-out={out}",
         ]
+        return [*args, f"-out={out}"] if out else args
+
+    def plan_for_review(self, *, out: str, replace: Sequence[str] = ()) -> str:
+        # Terraform's words rather than its -json events: each further command (show
+        # -no-color) loads every provider's schema again, 1-3 s of CPU with the AWS provider.
+        args = self._plan_args(out, replace)
         code, text, stderr = self.command(args)
         if code not in (0, 2):
-            lock = parse_lock_error(stderr)
-            if lock is not None:
-                raise StateLockedError(
-                    self.workdir.name,
-                    lock,
-                    argv=["terraform", *args],
-                    returncode=code,
-                    stderr=stderr,
-                )
+            self._raise_if_locked(args, code, stderr)
             raise TerraformError(
                 f"terraform plan failed in {self.workdir}",
                 argv=["terraform", *args],

@@ -17,6 +17,7 @@ from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR
 from skyinfra.targets.aws.spot_prices import SOURCE, spot_price_history
 from tests.support.aws import REGION
+from tests.unit.review.test_review import instance, node
 
 
 def test_the_latest_price_of_the_type_in_every_zone_that_offers_it(aws_env: str) -> None:
@@ -37,23 +38,8 @@ def test_the_latest_price_of_the_type_in_every_zone_that_offers_it(aws_env: str)
 
 
 def _spot_node(index: int) -> dict[str, Any]:
-    return {
-        "address": f'module.nodes.aws_instance.this["node-{index}"]',
-        "type": "aws_instance",
-        "mode": "managed",
-        "change": {
-            "actions": ["create"],
-            "before": None,
-            "after": {
-                "ami": "ami-1",
-                "instance_type": "g5.xlarge",
-                "availability_zone": "us-east-1a",
-                "instance_market_options": [{"market_type": "spot"}],
-                "metadata_options": [{"http_tokens": "required"}],
-                "root_block_device": [{"encrypted": True}],
-            },
-        },
-    }
+    after = {**node("ami-1", "g5.xlarge"), "instance_market_options": [{"market_type": "spot"}]}
+    return instance(index, ["create"], None, after)
 
 
 class _Planned:

@@ -17,6 +17,7 @@ from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.accelerators import AWS_REGIONS, GPU_TYPES
 from skyinfra.targets.aws.ladder import Rung
 from skyinfra.targets.aws.ladder_shell import rung_facts
+from tests.unit.review.test_review import instance, node
 
 # GPU types of the built-in table the catalog (skypilot-catalog vms.csv) gives no price for
 # in any region: no Price (p5e), or not listed at all.
@@ -65,22 +66,9 @@ def test_the_table_holds_only_known_types_and_regions_and_its_source_commit() ->
 
 
 def _node(index: int, kind: str, region: str) -> dict[str, Any]:
-    return {
-        "address": f'module.nodes.aws_instance.this["node-{index}"]',
-        "type": "aws_instance",
-        "mode": "managed",
-        "change": {
-            "actions": ["create"],
-            "before": None,
-            "after": {
-                "ami": "ami-1",
-                "instance_type": kind,
-                "availability_zone": f"{region}a",
-                "metadata_options": [{"http_tokens": "required"}],
-                "root_block_device": [{"encrypted": True}],
-            },
-        },
-    }
+    return instance(
+        index, ["create"], None, {**node("ami-1", kind), "availability_zone": f"{region}a"}
+    )
 
 
 def test_a_us_west_2_rung_is_priced_in_plan_md_and_judged_by_max_hourly_usd() -> None:

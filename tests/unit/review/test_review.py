@@ -19,7 +19,9 @@ NODE = 'module.nodes.aws_instance.this["node-{}"]'
 TABLE = PriceTable("test table", "2026-11-23", {"us-east-1": {"p5.48xlarge": 55.04}})
 
 
-def instance(index: int, actions: list[str], before: Any, after: Any, **extra: Any) -> Any:
+def instance(
+    index: int, actions: list[str], before: Any, after: Any, **extra: Any
+) -> dict[str, Any]:
     return {
         "address": NODE.format(index),
         "type": "aws_instance",

@@ -453,7 +453,10 @@ def list_jobs(ns: argparse.Namespace) -> int:
         if rec is None:
             continue
         if not rec.final and pid_alive(Paths(root, rec.id).pid_file) is None:
-            rec = replace(rec, state=JobState.LOST)
+            # The supervisor writes the final record before its pid file goes: one that ended
+            # between the two reads left a final record, read again; only a dead one did not.
+            again = _read_record(path)
+            rec = again if again is not None and again.final else replace(rec, state=JobState.LOST)
         out.append(replace(rec, checked_at=checked_at).to_dict())
     print(json.dumps(out))
     return exitcodes.OK
