@@ -185,9 +185,10 @@ demo: $(DEMO_STAMP)
 	$(BIN)/python -m skyinfra.demo
 
 # Not part of `test`: rewrites BENCHMARKS.md (REPS=N runs per figure, ONLY=1,4 some figures;
-# ONLY=14: checkpoint overhead alone, ONLY=15 the Spot notice alone, its section replaced).
+# ONLY=14: checkpoint overhead alone, ONLY=15 the Spot notice alone, ONLY=19 warm workers
+# against cold, its section replaced).
 REPS ?= 3
-ONLY ?= 1,2,3,4,5,6,7,8,9,10,11,14,15
+ONLY ?= 1,2,3,4,5,6,7,8,9,10,11,14,15,19
 bench: $(STAMP)
 	$(BIN)/python tests/bench/run.py --reps $(REPS) --only $(ONLY)
 

@@ -56,6 +56,7 @@ def build_topology(
         procs_per_node=spec.procs_per_node,
         plugins=spec.plugins,
         way_in=way_in,
+        warm_workers=spec.warm_workers,
     )
     try:  # what the nodes will read: refuse here what the runtime would refuse there
         Topology.from_dict(topology.to_dict())

@@ -54,6 +54,7 @@ COMMON_KEYS = (
     "checkpoints",
     "max_restarts",
     "retry_on",
+    "warm_workers",
 )
 # Fields only jobs read (`run` takes them when a job starts): changing one changes no
 # infrastructure, so a reviewed plan stays the plan to apply (planning.check_not_stale).
@@ -108,6 +109,8 @@ class ClusterSpec:
     # nodes); `retry_on = "error"`: `run --retry-on`'s (see skyinfra_runtime.jobs.supervisor).
     max_restarts: int = 0
     retry_on: str = "signal"
+    # `warm_workers = false`: no standby workers on the nodes (skyinfra_runtime.standbys).
+    warm_workers: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in the file's shape (what ``from_dict`` and ``validate_spec`` read)."""
@@ -129,6 +132,7 @@ class ClusterSpec:
             **({"checkpoints": self.checkpoints} if self.checkpoints is not None else {}),
             **({"max_restarts": self.max_restarts} if self.max_restarts else {}),
             **({"retry_on": self.retry_on} if self.retry_on != "signal" else {}),
+            **({} if self.warm_workers else {"warm_workers": False}),
             self.provider: self.section.to_dict(),
         }
 
@@ -312,6 +316,9 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         else None
     )
     verify = problems.check(lambda: read_bool(raw, "verify", "verify", False), False)
+    warm_workers = problems.check(
+        lambda: read_bool(raw, "warm_workers", "warm_workers", True), True
+    )
     guardrails = problems.check(lambda: parse_guardrails(raw.get("guardrails")), Guardrails())
     problems.check(lambda: _check_plugin_order(plugins, nodes=nodes, procs_per_node=ppn), None)
     section = None
@@ -376,6 +383,7 @@ def validate_spec(raw: Mapping[str, Any]) -> ClusterSpec:
         checkpoints=ckpts,
         max_restarts=max_restarts,
         retry_on=retry_on,
+        warm_workers=warm_workers,
     )
 
 

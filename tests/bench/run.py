@@ -10,10 +10,11 @@ tests/bench/results/<host>-<date>.json. Figures (BENCHMARKS.md says what each me
 200 MB (bytes sent, start against an empty project's), 9 `run --detach` time to return, 10
 `jobs` on 8 nodes, 11 the Python API's `cluster.run` beside `skyinfra run`, 14 checkpoint
 overhead (epoch wall time with a checkpoint per epoch against without), 15 the Spot notice
-(`skyinfra drill interrupt`: notice to saved checkpoint, and to the first resumed step). A run
+(`skyinfra drill interrupt`: notice to saved checkpoint, and to the first resumed step), 19
+warm workers (`run` to the first step on standbys against cold, warm.py). A run
 of only figures 9 and 10 replaces their sections of BENCHMARKS.md (each says when and where it
-was measured) and leaves the others as they were; figures 11, 14 and 15 alone or together
-(`--only 11`, `--only 14,15`) likewise.
+was measured) and leaves the others as they were; figures 11, 14, 15 and 19 alone or
+together (`--only 11`, `--only 14,15`) likewise.
 Not part of `make test`: nothing here is a test or asserts a time.
 """
 
@@ -41,7 +42,7 @@ def main() -> None:
         "--aws-reps", type=int, default=1, help="figures 5 and 6 (minutes per run against moto)"
     )
     parser.add_argument(
-        "--only", default="1,2,3,4,5,6,7,8,9,10,11,14,15", help="figures to run, e.g. 1,4"
+        "--only", default="1,2,3,4,5,6,7,8,9,10,11,14,15,19", help="figures to run, e.g. 1,4"
     )
     parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
@@ -78,6 +79,7 @@ def main() -> None:
     import overhead
     import rerun
     import startup
+    import warm
 
     step(1, "first_step", local_cluster.first_step, ns.reps)
     step(2, "overhead", overhead.overhead, ns.reps)
@@ -94,18 +96,20 @@ def main() -> None:
     step(11, "api", api_figure.api_vs_cli, ns.reps)
     step(14, "checkpoint_overhead", ckpt_overhead.checkpoint_overhead, ns.reps)
     step(15, "spot_notice", notice.measure, ns.reps)
+    step(19, "warm_workers", warm.measure, ns.reps)
     report["bench_wall_s"] = round(time.perf_counter() - started)
     report["load_average_at_end"] = [round(x, 2) for x in __import__("os").getloadavg()]
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    whole = only >= {*range(1, 12), 14, 15}
+    whole = only >= {*range(1, 12), 14, 15, 19}
     part = "" if whole else "-figures-" + "-".join(map(str, sorted(only)))
     out = results / f"{report['machine']['host']}-{report['date'][:10]}{part}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     section = api_figure.section(figures.get("api"), report["date"])
     ckpt = ckpt_overhead.section(figures.get("checkpoint_overhead"), report["date"])
     spot = notice.section(figures.get("spot_notice"), report["date"])
-    if only <= {11, 14, 15} and ns.out.is_file():  # the other figures stay as measured
+    warmth = warm.section(figures.get("warm_workers"), report["date"])
+    if only <= {11, 14, 15, 19} and ns.out.is_file():  # the other figures stay as measured
         text = ns.out.read_text()
         if 11 in only:
             text = api_figure.splice(text, section)
@@ -113,12 +117,15 @@ def main() -> None:
             text = ckpt_overhead.splice(text, ckpt)
         if 15 in only:
             text = notice.splice(text, spot)
+        if 19 in only:
+            text = warm.splice(text, warmth)
         ns.out.write_text(text)
     elif only <= {9, 10} and ns.out.is_file():
         ns.out.write_text(splice(ns.out.read_text(), report))
     else:
         text = ckpt_overhead.splice(api_figure.splice(render_markdown(report), section), ckpt)
-        ns.out.write_text(notice.splice(text, spot) if 15 in only else text)
+        text = notice.splice(text, spot) if 15 in only else text
+        ns.out.write_text(warm.splice(text, warmth) if 19 in only else text)
     print(f"bench: {out} and {ns.out} written ({report['bench_wall_s']} s)")
 
 

@@ -8,18 +8,21 @@ from pathlib import Path
 
 
 def worker_pid(job: str, node: int) -> int | None:
-    """The pid of node ``node``'s worker of job ``job`` (its environment says which)."""
+    """The pid of node ``node``'s worker of job ``job``: a cold worker's environment says
+    which; a warm one (a standby that took the job) keeps the environment it started with,
+    and its working directory, the job's copy on that node, says which."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cwd = os.readlink(f"/proc/{pid}/cwd") if b"skyinfra_runtime.standby\0" in cmd else ""
         except OSError:
             continue
         if (
             b"skyinfra_runtime.worker" in cmd
             and f"SKYINFRA_RUN_ID={job}".encode() in environ
             and f"SKYINFRA_NODE={node}".encode() in environ
-        ):
+        ) or (f"/node-{node}/runs/{job}/" in cwd + "/"):
             return int(pid)
     return None
 

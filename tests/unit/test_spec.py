@@ -360,7 +360,9 @@ def test_bad_spec_exits_2_names_field_writes_nothing(
 def test_validate_names_bad_restart_fields_offline(
     tmp_path: Path, clean_env: dict[str, str]
 ) -> None:
-    (tmp_path / "skyinfra.toml").write_text('name = "c"\nmax_restarts = -1\nretry_on = "oom"\n')
+    (tmp_path / "skyinfra.toml").write_text(
+        'name = "c"\nmax_restarts = -1\nretry_on = "oom"\nwarm_workers = "no"\n'
+    )
     proc = subprocess.run(
         [*skyinfra_argv(), "validate"],
         cwd=tmp_path,
@@ -373,7 +375,8 @@ def test_validate_names_bad_restart_fields_offline(
     said = proc.stdout + proc.stderr
     assert "'max_restarts': got -1; expected an integer from 0 to 1000" in said, said
     assert "'retry_on': got 'oom'; expected one of ['signal', 'error']" in said, said
-    good = 'name = "c"\nmax_restarts = 3\nretry_on = "error"\n'
+    assert "'warm_workers': got 'no'; expected true or false" in said, said
+    good = 'name = "c"\nmax_restarts = 3\nretry_on = "error"\nwarm_workers = false\n'
     (tmp_path / "skyinfra.toml").write_text(good)
     ok = subprocess.run(
         [*skyinfra_argv(), "validate"], cwd=tmp_path, env=clean_env, capture_output=True

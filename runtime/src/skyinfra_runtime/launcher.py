@@ -9,6 +9,7 @@ SIGINT and SIGTERM, ends the other workers at the first failure, and writes the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from skyinfra_runtime import exitcodes, rundirs
+from skyinfra_runtime import exitcodes, rundirs, standbys, warm
 from skyinfra_runtime.devices import node_gpus, torch_procs
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import (
@@ -43,6 +44,8 @@ from skyinfra_runtime.topology import (
 from skyinfra_runtime.worker import LAUNCHER_PID_ENV
 
 GRACE_SECONDS = 10.0
+# A worker: a process started cold, or a standby that took the job (standbys.py).
+Worker = subprocess.Popen[bytes] | standbys.WarmWorker
 # The job commands (skyinfra_runtime.jobs): a node's part of a job that outlives the operator.
 JOB_COMMANDS = ("supervise", "logs", "cancel", "jobs")
 
@@ -189,7 +192,7 @@ def _supervise(
 ) -> int:
     topology_json = json.dumps(topology.to_dict())
     with tempfile.TemporaryDirectory(prefix="skyinfra-launch-") as tmp:
-        workers: list[subprocess.Popen[bytes]] = []
+        workers: list[Worker] = []
         interrupted = False
 
         def forward(signum: int, frame: object) -> None:
@@ -201,6 +204,7 @@ def _supervise(
 
         old_int = signal.signal(signal.SIGINT, forward)
         old_term = signal.signal(signal.SIGTERM, forward)
+        warmth = _Warmth.of(topology, procs)
         try:
             for worker in range(procs):
                 env = dict(os.environ)
@@ -226,13 +230,15 @@ def _supervise(
                     "--",
                     *args,
                 ]
-                workers.append(subprocess.Popen(argv, env=env))
+                workers.append(warmth.start(worker, argv, env))
+            warmth.after_start(node)
             code = _wait(workers, node, Path(tmp))
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
         if interrupted:
             return exitcodes.INTERRUPTED
+        warmth.after_end()
         if code == exitcodes.OK and result_path:
             results = [
                 json.loads((Path(tmp) / f"result-{w}.json").read_text()) for w in range(procs)
@@ -244,7 +250,75 @@ def _supervise(
         return code
 
 
-def _wait(workers: list[subprocess.Popen[bytes]], node: int, tmp: Path) -> int:
+@dataclasses.dataclass
+class _Warmth:
+    """This job's use of the node's standbys: each worker taken from one or started cold,
+    recorded in the run's timeline.json; then the keeper asked to refill every slot (it
+    starts only after a job: a cluster that runs nothing never pays for standbys)."""
+
+    folder: Path | None
+    warmup: warm.Warmup | None
+    procs: int
+    starts: list[standbys.Start] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def of(cls, topology: Topology, procs: int) -> _Warmth:
+        node_dir = os.environ.get(rundirs.NODE_DIR_ENV)
+        folder = standbys.folder(node_dir) if node_dir else None
+        if folder is not None and not topology.warm_workers:
+            standbys.stop(folder)
+            folder = None
+        return cls(folder, warm.standby_warmup(topology.plugins), procs)
+
+    def start(self, worker: int, argv: list[str], env: dict[str, str]) -> Worker:
+        if self.folder is not None and self.warmup is not None:
+            job = standbys.Job(argv[3:], env, os.getcwd(), warm.job_env_names(os.environ))
+            taken, start = standbys.take(self.folder, worker, self.warmup, job)
+            self.starts.append(start)
+            if taken is not None:
+                return taken
+        return subprocess.Popen(argv, env=env)
+
+    def after_start(self, node: int) -> None:
+        """Recorded; and the standbys refilled at once where the node has had them."""
+        if self.folder is None or self.warmup is None:
+            return
+        self._record(node)
+        if (self.folder / standbys.WANT_FILE).exists():
+            self._ensure()
+
+    def after_end(self) -> None:
+        """The node's first job asks for standbys only once it ended: they never compete with
+        it for CPU, and a cluster that runs one job and goes pays for them only until `down`."""
+        if self.folder is not None and self.warmup is not None:
+            self._ensure()
+
+    def _ensure(self) -> None:
+        assert self.folder is not None and self.warmup is not None
+        if warm.job_sets_framework(warm.job_env_names(os.environ)):
+            return  # such a job never uses a standby: a spec's env saying so asks for none
+        standbys.ensure(self.folder, self.procs, self.warmup, warm.standby_env(os.environ))
+
+    def _record(self, node: int) -> None:
+        run_dir = os.environ.get(rundirs.RUN_DIR_ENV)
+        if not run_dir:
+            return
+        path = Path(run_dir) / "timeline.json"
+        try:
+            timeline = json.loads(path.read_text())
+        except (OSError, ValueError):
+            timeline = {"schema": 1, "node": node, "attempts": []}
+        timeline["attempts"].append(
+            {
+                "attempt": os.environ.get("SKYINFRA_ATTEMPT"),
+                "workers": [s.to_dict() for s in self.starts],
+            }
+        )
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(timeline, indent=2))
+
+
+def _wait(workers: list[Worker], node: int, tmp: Path) -> int:
     """Wait for every worker; at the first failure end the rest and return its exit code."""
     while True:
         running = False
@@ -261,7 +335,7 @@ def _wait(workers: list[subprocess.Popen[bytes]], node: int, tmp: Path) -> int:
         time.sleep(0.05)
 
 
-def _end(workers: list[subprocess.Popen[bytes]]) -> None:
+def _end(workers: list[Worker]) -> None:
     for proc in workers:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

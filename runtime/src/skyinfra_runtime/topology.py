@@ -76,6 +76,8 @@ class Topology:
     plugins: tuple[PluginRef, ...] = ()
     # None: every node is reached at its own address (a public network).
     way_in: WayIn | None = None
+    # The spec's warm_workers: nodes keep standby workers (skyinfra_runtime.standbys).
+    warm_workers: bool = True
 
     @property
     def jax_port(self) -> int:
@@ -125,6 +127,9 @@ class Topology:
             )
         if isinstance(procs, int) and procs < 1:
             raise TopologyError(f"topology field 'procs_per_node' is {procs}; expected >= 1")
+        warm = data.get("warm_workers", True)
+        if not isinstance(warm, bool):
+            raise TopologyError(f"topology field 'warm_workers' is {warm!r}; expected a boolean")
         return cls(
             cluster=_str(data, "cluster", "topology"),
             provider=_str(data, "provider", "topology"),
@@ -134,6 +139,7 @@ class Topology:
             procs_per_node=procs,
             plugins=_plugins(data.get("plugins", [])),
             way_in=_way_in(data.get("way_in"), len(nodes)),
+            warm_workers=warm,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,6 +180,8 @@ class Topology:
                 for n in self.nodes
             ],
             **way_in,
+            # Only when off: a cluster's file is what it was before warm workers.
+            **({} if self.warm_workers else {"warm_workers": False}),
         }
 
 

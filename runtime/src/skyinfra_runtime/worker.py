@@ -219,10 +219,12 @@ def _flush_open_files() -> None:
             continue
 
 
-def main() -> None:
-    # argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS...
-    _die_with_launcher()
-    atexit.register(_EndBeforeTeardown.hook)
+def main(*, warm: bool = False) -> None:
+    """argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS... ``warm``: a standby took the job
+    (standby.py), which already ends with the launcher and registered the exit hook."""
+    if not warm:
+        _die_with_launcher()
+        atexit.register(_EndBeforeTeardown.hook)
     entry_text, result_path, status_path = sys.argv[1:4]
     args = sys.argv[5:] if sys.argv[4:5] == ["--"] else sys.argv[4:]
     plugins: list[Plugin] = []

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot
+from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot, warm
 from skyinfra_runtime.jobplace import waits_for
 from skyinfra_runtime.jobprio import Waiter, ahead_of
 from skyinfra_runtime.jobrecord import JobPorts, JobRecord, JobState
@@ -220,6 +220,7 @@ def supervise(ns: argparse.Namespace) -> int:
                 **private["env"],
                 **private["secrets"],
                 **jobenv.secret_names_env(private["secrets"]),
+                **warm.job_names_env([*private["env"], *private["secrets"]]),
                 **ckpt_env,
             },
             hidden=jobenv.masks(private["secrets"].values()),

@@ -1,0 +1,149 @@
+"""One standby worker: ``python -m skyinfra_runtime.standby DIR SLOT KEEPER_PID WARMUP_JSON``.
+
+Started by the node's keeper (standbys.py) in the node's environment, it imports the
+frameworks its warmup names, initialises nothing, and waits on a Unix socket in DIR (the
+node's private standby folder) for one job. The launcher sends the job (argv, env, cwd) and
+its stdin, stdout and stderr; from then on this process is that job's worker, exactly as
+``python -m skyinfra_runtime.worker`` would have been, and it is never reused.
+
+Handshake (one JSON line each way, then the job): the standby says hello (pid, warmup key,
+the environment it was started with, its interpreter, when it became ready); the launcher
+either closes (it starts cold: the standby waits on) or sends one byte with the three file
+descriptors (SCM_RIGHTS) and the job as a JSON line; the standby answers ``{"taken": true}``.
+The connection then stays open for the job's life: when it closes before the worker ends,
+the launcher is gone and the worker ends (its own process group, SIGKILL), as a cold
+worker does with PR_SET_PDEATHSIG.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from skyinfra_runtime import worker
+from skyinfra_runtime.warm import PATH_NAME, Warmup
+
+HANDSHAKE_TIMEOUT_S = 30.0
+PR_SET_PDEATHSIG = 1
+
+
+def socket_path(folder: Path, slot: int, pid: int) -> Path:
+    return folder / f"w{slot}-{pid}.sock"
+
+
+def taken_file(folder: Path, pid: int) -> Path:
+    """Written by a standby as it takes a job: its keeper then waits for it as a worker."""
+    return folder / f"taken-{pid}"
+
+
+def _pdeathsig(sig: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+
+def main(argv: list[str]) -> int:
+    folder, slot, keeper, warmup = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    _pdeathsig(signal.SIGKILL)  # a waiting standby ends with its keeper
+    if os.getppid() != keeper:
+        return 1
+    # Before any framework registers its own: runs last, as in a cold worker.
+    atexit.register(worker._EndBeforeTeardown.hook)
+    started_env = dict(os.environ)
+    plan = Warmup.from_dict(json.loads(warmup))
+    os.environ.update(dict(plan.env))
+    for module in plan.imports:
+        importlib.import_module(module)
+    hello = {
+        "pid": os.getpid(),
+        "key": plan.key,
+        "env": started_env,
+        "executable": sys.executable,
+        "ready_at": time.time(),
+    }
+    listener, path = _listen(folder, slot)
+    conn, fds, job = _wait_for_job(listener, hello)
+    taken_file(folder, os.getpid()).touch(mode=0o600)  # the keeper starts the next one
+    path.unlink(missing_ok=True)
+    listener.close()
+    conn.sendall(b'{"taken": true}\n')
+    conn.settimeout(None)
+    _pdeathsig(0)  # from now on the launcher's, not the keeper's
+    _become_worker(job, fds, conn)
+    return 0  # not reached: worker.main() exits
+
+
+def _listen(folder: Path, slot: int) -> tuple[socket.socket, Path]:
+    path = socket_path(folder, slot, os.getpid())
+    tmp = folder / f".{path.name}.tmp"
+    tmp.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Relative to the folder (the keeper's cwd for it): a socket's path is limited to 107
+    # bytes, less than a deep project's node folder.
+    os.chdir(folder)
+    listener.bind(tmp.name)
+    os.chmod(tmp, 0o600)
+    listener.listen(4)
+    tmp.replace(path)  # connectable once it has its name
+    return listener, path
+
+
+def _wait_for_job(
+    listener: socket.socket, hello: dict[str, Any]
+) -> tuple[socket.socket, list[int], dict[str, Any]]:
+    line = (json.dumps(hello) + "\n").encode()
+    while True:
+        conn, _ = listener.accept()
+        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            conn.sendall(line)
+            data, fds, _, _ = socket.recv_fds(conn, 1, 3)
+            if data and len(fds) == 3:
+                job = json.loads(conn.makefile("rb").readline())
+                return conn, fds, job
+        except (OSError, ValueError):
+            fds = []
+        for fd in fds:  # a launcher that chose cold (or went): wait on
+            os.close(fd)
+        conn.close()
+
+
+def _become_worker(job: dict[str, Any], fds: list[int], conn: socket.socket) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for target, fd in zip((0, 1, 2), fds, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    cwd = str(job["cwd"])
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(job["env"])
+    # As `python -m skyinfra_runtime.worker` in cwd sets them: cwd first, then PYTHONPATH.
+    extra = [p for p in os.environ.get(PATH_NAME, "").split(os.pathsep) if p]
+    sys.path[0:1] = [cwd, *extra]
+    threading.Thread(target=_end_with_launcher, args=(conn,), daemon=True).start()
+    sys.argv = [worker.__file__, *job["argv"]]
+    worker.main(warm=True)
+
+
+def _end_with_launcher(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while conn.recv(64):
+            pass
+    with contextlib.suppress(OSError):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

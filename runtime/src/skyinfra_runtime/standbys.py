@@ -1,0 +1,336 @@
+"""A node's standby workers: the keeper that holds one per worker slot, and the launcher's
+side (``ensure`` the keeper, ``take`` a standby for a worker, ``WarmWorker`` to wait on it).
+
+Everything lives in ``$SKYINFRA_NODE_DIR/standby/`` (0700): ``want.json`` (the slots and the
+warmup the latest job asked for), ``keeper.lock`` (held by the one keeper), a socket per
+waiting standby (``w<slot>-<pid>.sock``, 0600), and ``exit-<pid>`` (a taken standby's exit
+status, written by the keeper, its parent, and read once by the launcher). Nothing there is
+a pid file of ``pids/``: the idle shutdown (infra/scripts/idle-check.sh) never counts a
+standby as busy, and `down` ends them with the node's other processes.
+
+The keeper (``python -m skyinfra_runtime.standbys DIR``) starts a standby in each slot that
+has none, and a fresh one as soon as one is taken or dies; it starts no more after three
+standbys in a row failed before they were ready (a framework that does not import), and
+ends once ``want.json`` asks for no slot (or is gone with the node folder) and no taken
+standby still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from skyinfra_runtime.standby import socket_path, taken_file
+from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework
+
+FOLDER = "standby"
+WANT_FILE = "want.json"
+LOCK_FILE = "keeper.lock"
+POLL_S = 0.2
+MAX_FAILED_STARTS = 3
+# How long a taken standby that is gone may lack its exit file while the keeper lives.
+EXIT_FILE_GRACE_S = 5.0
+
+
+def folder(node_dir: str | os.PathLike[str]) -> Path:
+    return Path(node_dir) / FOLDER
+
+
+def _private_folder(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    tmp.replace(path)
+
+
+def _log(path: Path) -> BinaryIO:
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+
+
+def keeper_running(path: Path) -> bool:
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock taken here
+    return False
+
+
+def ensure(path: Path, slots: int, warmup: Warmup, env: dict[str, str]) -> None:
+    """Ask for ``slots`` standbys doing ``warmup``; start the keeper (with ``env``, the
+    node's environment: no job's variable, no secret) when none runs."""
+    _private_folder(path)
+    _write_json(
+        path / WANT_FILE,
+        {"slots": slots, "warmup": warmup.to_dict(), "executable": sys.executable},
+    )
+    if keeper_running(path):
+        return
+    with _log(path / "keeper.log") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "skyinfra_runtime.standbys", str(path)],
+            env=env,
+            cwd=path,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # not in the launcher's group: outlives the job
+        )
+
+
+def stop(path: Path) -> None:
+    """No more standbys here (``warm_workers = false``): the keeper ends the waiting ones."""
+    if (path / WANT_FILE).exists():
+        _write_json(path / WANT_FILE, {"slots": 0})
+
+
+@dataclass(frozen=True)
+class Start:
+    """How one worker of a job started: what the node's timeline records."""
+
+    worker: int
+    warm: bool
+    waited_s: float | None = None  # how long its standby had waited for a job
+    reason: str | None = None  # why cold
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "start": "warm" if self.warm else "cold",
+            "waited_s": None if self.waited_s is None else round(self.waited_s, 3),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a standby needs to become a job's worker (the same a cold one is started with)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    job_names: list[str]
+
+
+class WarmWorker:
+    """A taken standby, waited on as a ``subprocess.Popen`` (poll, wait, send_signal, kill):
+    it is the keeper's child, whose exit status the keeper writes to ``exit-<pid>``."""
+
+    def __init__(self, path: Path, pid: int, conn: socket.socket) -> None:
+        self.path, self.pid, self._conn = path, pid, conn
+        self.returncode: int | None = None
+        self._gone_since: float | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        exit_file = self.path / f"exit-{self.pid}"
+        code: int | None = None
+        with contextlib.suppress(OSError, ValueError):
+            code = int(exit_file.read_text())
+            exit_file.unlink()
+        if code is None and not _alive(self.pid):
+            # Reaped but not yet written, or its keeper is gone: then no status will come.
+            self._gone_since = self._gone_since or time.monotonic()
+            waited = time.monotonic() - self._gone_since
+            if not keeper_running(self.path) or waited > EXIT_FILE_GRACE_S:
+                code = -signal.SIGKILL
+        if code is not None:
+            self.returncode = code
+            self._conn.close()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"standby {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | None, Start]:
+    """Hand ``job`` to the standby waiting in ``slot``; (None, why cold) when none may."""
+    reason = job_sets_framework(job.job_names)
+    if reason:  # known before asking any standby
+        return None, Start(slot, warm=False, reason=reason)
+    for sock_file in sorted(path.glob(f"w{slot}-*.sock")):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(10.0)
+        try:
+            _connect(conn, sock_file)
+            reader = conn.makefile("rb")
+            hello = json.loads(reader.readline())
+            if hello.get("key") != warmup.key or hello.get("executable") != sys.executable:
+                conn.close()
+                return None, Start(slot, False, reason="the standby imported other frameworks")
+            reason = cold_reason(job.job_names, job.env, hello.get("env", {}))
+            if reason:
+                conn.close()
+                return None, Start(slot, False, reason=reason)
+            socket.send_fds(conn, [b"J"], [0, 1, 2])
+            payload = {"argv": job.argv, "env": job.env, "cwd": job.cwd}
+            conn.sendall((json.dumps(payload) + "\n").encode())
+            if not json.loads(reader.readline() or b"{}").get("taken"):
+                raise OSError("the standby did not take the job")
+        except (OSError, ValueError):
+            conn.close()
+            continue  # gone meanwhile, or taken by another job: the next, else cold
+        conn.settimeout(None)
+        waited = time.time() - float(hello.get("ready_at", time.time()))
+        return WarmWorker(path, int(hello["pid"]), conn), Start(slot, True, waited_s=waited)
+    return None, Start(slot, False, reason="no standby was ready")
+
+
+def _connect(conn: socket.socket, path: Path) -> None:
+    """Connect to a socket whose path may be longer than AF_UNIX takes (107 bytes): through
+    the folder's descriptor (/proc/self/fd/N/NAME) where it is."""
+    if len(os.fsencode(path)) < 100:
+        conn.connect(str(path))
+        return
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        conn.connect(f"/proc/self/fd/{folder}/{path.name}")
+    finally:
+        os.close(folder)
+
+
+# The keeper ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Waiting:
+    proc: subprocess.Popen[bytes]
+    key: str
+    ready: bool = False
+
+
+def keep(path: Path) -> int:
+    lock = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another keeper holds this node's standbys
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    waiting: dict[int, _Waiting] = {}
+    busy: list[threading.Thread] = []
+    failed = 0
+    # A node folder removed (`down` on the ssh target) ends them too: want.json went with it.
+    while not stopping.is_set():
+        want = _read_want(path)
+        warmup = Warmup.from_dict(want["warmup"]) if want.get("warmup") else None
+        slots = int(want.get("slots", 0)) if warmup else 0
+        for slot, standby in list(waiting.items()):
+            pid = standby.proc.pid
+            if taken_file(path, pid).exists():  # a job's worker now: the slot is free
+                busy.append(_reap(path, standby.proc))
+                del waiting[slot]
+            elif standby.proc.poll() is not None:  # died waiting (killed, or failed)
+                socket_path(path, slot, pid).unlink(missing_ok=True)
+                del waiting[slot]
+                failed = 0 if standby.ready else failed + 1
+            elif warmup is None or standby.key != warmup.key or slot >= slots:
+                standby.proc.terminate()
+                standby.proc.wait()
+                del waiting[slot]
+            elif socket_path(path, slot, pid).exists():
+                standby.ready, failed = True, 0
+        busy = [t for t in busy if t.is_alive()]
+        if slots == 0 and not waiting and not busy:
+            break
+        if warmup is not None and failed < MAX_FAILED_STARTS:
+            for slot in range(slots):
+                if slot not in waiting:
+                    waiting[slot] = _Waiting(_start(path, slot, warmup), warmup.key)
+        stopping.wait(POLL_S)
+    for standby in waiting.values():
+        standby.proc.terminate()
+    return 0
+
+
+def _read_want(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((path / WANT_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("executable", sys.executable) != sys.executable:
+        return {}
+    return data
+
+
+def _start(path: Path, slot: int, warmup: Warmup) -> subprocess.Popen[bytes]:
+    with _log(path / f"w{slot}.log") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "skyinfra_runtime.standby",
+                str(path),
+                str(slot),
+                str(os.getpid()),
+                json.dumps(warmup.to_dict()),
+            ],
+            cwd=path,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: a worker's children end with it
+        )
+
+
+def _reap(path: Path, proc: subprocess.Popen[bytes]) -> threading.Thread:
+    """Wait for a taken standby (the keeper is its parent) and write its exit status."""
+
+    def wait() -> None:
+        code = proc.wait()
+        _write_json(path / f"exit-{proc.pid}", code)
+        taken_file(path, proc.pid).unlink(missing_ok=True)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+if __name__ == "__main__":
+    raise SystemExit(keep(Path(sys.argv[1])))

@@ -1,0 +1,132 @@
+"""Warm workers' decisions (pure): what a node's standby imports, what environment it is
+started with, and whether a job may use it or must start cold.
+
+A standby is an interpreter started (never forked) in the node's environment that imported
+the frameworks the cluster's plugins name and initialised nothing (no distributed runtime,
+device or backend). A job may use one only when nothing it sets would have changed those
+imports: a framework variable read at import time (``KERAS_BACKEND``, ``XLA_FLAGS``,
+``JAX_*``, ...) or an interpreter one (``PYTHON*``, read when the interpreter starts).
+The processes live in standbys.py and standby.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skyinfra_runtime.topology import PluginRef
+
+# Read when a framework is imported (or its backend chosen): a job that sets one starts cold.
+FRAMEWORK_NAMES = frozenset({"KERAS_BACKEND", "XLA_FLAGS", "JAX_PLATFORMS"})
+FRAMEWORK_PREFIXES = ("JAX_", "XLA_", "KERAS_", "TORCH_", "CUDA_", "NCCL_")
+# Read when the interpreter starts (hash seed, unbuffered output, warnings, ...).
+INTERPRETER_PREFIX = "PYTHON"
+# The launcher puts the project on the workers' PYTHONPATH; a standby gets it on sys.path
+# when it takes the job, as the interpreter would have put it there.
+PATH_NAME = "PYTHONPATH"
+# skyinfra's own variables a standby keeps: where the node is (a local node's processes are
+# found, and ended by `down`, by the second). Every other SKYINFRA_* belongs to a job.
+NODE_NAMES = frozenset({"SKYINFRA_NODE_DIR", "SKYINFRA_LOCAL_NODE_DIR"})
+# The names (never the values) of a job's own env and secrets, in its launcher's
+# environment: what a standby's environment leaves out.
+JOB_ENV_NAMES_ENV = "SKYINFRA_JOB_ENV_NAMES"
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """What a standby does before it waits: set these variables, import these modules."""
+
+    imports: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """One string naming it: a standby serves only a job whose warmup has its key."""
+        sets = ",".join(f"{k}={v}" for k, v in self.env)
+        return f"{'+'.join(self.imports)}|{sets}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"imports": list(self.imports), "env": [list(kv) for kv in self.env]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Warmup:
+        return cls(
+            tuple(str(m) for m in data.get("imports", [])),
+            tuple((str(k), str(v)) for k, v in data.get("env", [])),
+        )
+
+
+def standby_warmup(plugins: Sequence[PluginRef]) -> Warmup | None:
+    """The standby the plugins call for; None: no standby (no framework plugin, or torch,
+    whose OMP_NUM_THREADS is chosen per job before it is imported)."""
+    imports: list[str] = []
+    env: list[tuple[str, str]] = []
+    for plugin in plugins:
+        if plugin.name == "torch":
+            return None
+        if plugin.name == "jax":
+            imports.append("jax")
+        elif plugin.name == "keras":
+            backend = str(plugin.options.get("backend", "jax"))
+            if backend != "jax":  # tensorflow's and torch's own start are not warmed (yet)
+                return None
+            env.append(("KERAS_BACKEND", backend))
+            imports += ["jax", "keras"]
+    if not imports:
+        return None
+    return Warmup(tuple(dict.fromkeys(imports)), tuple(env))
+
+
+def import_sensitive(name: str) -> bool:
+    """A variable read by the frameworks' imports or by the interpreter's start."""
+    return (
+        name in FRAMEWORK_NAMES
+        or name.startswith(FRAMEWORK_PREFIXES)
+        or (name.startswith(INTERPRETER_PREFIX) and name != PATH_NAME)
+    )
+
+
+def job_sets_framework(job_names: Iterable[str]) -> str | None:
+    """Why a job whose own env and secrets have these names starts cold (None: it need not)."""
+    for name in sorted(job_names):
+        if import_sensitive(name):
+            return f"the job sets {name}, which is read before or when a framework is imported"
+    return None
+
+
+def cold_reason(
+    job_names: Iterable[str], worker_env: Mapping[str, str], standby_env: Mapping[str, str]
+) -> str | None:
+    """Why this job's worker must start cold rather than on a standby started with
+    ``standby_env`` (None: it may use it). ``job_names``: the job's own env and secrets."""
+    reason = job_sets_framework(job_names)
+    if reason:
+        return reason
+    for name in sorted(set(worker_env) | set(standby_env)):
+        if import_sensitive(name) and worker_env.get(name) != standby_env.get(name):
+            return f"{name} on this node differs from the standby's"
+    return None
+
+
+def job_env_names(environ: Mapping[str, str]) -> list[str]:
+    return [n for n in environ.get(JOB_ENV_NAMES_ENV, "").split(",") if n]
+
+
+def standby_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The node's environment for standbys: the launcher's, less the job's own variables
+    and secrets, skyinfra's per-job variables, and PYTHONPATH (the project's, per job)."""
+    job = set(job_env_names(environ))
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in job
+        and name != PATH_NAME
+        and (not name.startswith("SKYINFRA_") or name in NODE_NAMES)
+    }
+
+
+def job_names_env(names: Iterable[str]) -> dict[str, str]:
+    """The launcher's variable naming the job's env and secrets (empty: none)."""
+    joined = ",".join(sorted(names))
+    return {JOB_ENV_NAMES_ENV: joined} if joined else {}

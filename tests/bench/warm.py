@@ -1,0 +1,140 @@
+"""Figure 19: warm workers. `run` start to the first training step on every node, the same
+Keras-on-JAX job (first_step_entry.py) on 2 local nodes started warm (each node's worker is
+its standby, jax and keras already imported) and cold (`--env KERAS_BACKEND=jax`: a job
+that sets a framework variable starts cold), side by side in one cluster, the two taking
+turns so that both see the same load. The cluster's first job (cold: no standby yet) is not
+counted; before each warm run the benchmark waits until both nodes' standbys are ready.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from common import BenchError, base_env, cli, machine, project, splice_figure, stats
+
+GOAL = 0.4
+NAME = "bench"
+KERAS = ("jax", "keras:backend=jax")
+
+
+def _nodes(root: Path) -> Path:
+    return root / ".skyinfra" / "clusters" / NAME / "nodes"
+
+
+def _wait_for_standbys(root: Path) -> None:
+    until = time.monotonic() + 300
+    while not all(list((_nodes(root) / f"node-{i}" / "standby").glob("w0-*.sock")) for i in (0, 1)):
+        if time.monotonic() > until:
+            raise BenchError("the standbys never became ready")
+        time.sleep(0.2)
+
+
+def _run(root: Path, env: dict[str, str], *flags: str) -> dict[str, Any]:
+    started = time.time()
+    cli(["run", *flags, "first_step_entry.py:main"], root, env)
+    runs = root / ".skyinfra" / "clusters" / NAME / "runs"
+    summary = json.loads((max(runs.iterdir()) / "summary.json").read_text())
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+    job = summary["run_id"]
+    starts = [
+        json.loads((_nodes(root) / f"node-{i}" / "runs" / job / "timeline.json").read_text())[
+            "attempts"
+        ][-1]["workers"][0]["start"]
+        for i in (0, 1)
+    ]
+    return {
+        "first_step_s": max(v["first_step"] for v in values) - started,
+        "entered_s": max(v["entered"] for v in values) - started,
+        "imports_s": max(v["imported"] - v["entered"] for v in values),
+        "compile_s": max(v["first_step"] - v["fit_start"] for v in values),
+        "starts": starts,
+    }
+
+
+def measure(reps: int) -> dict[str, Any]:
+    env = base_env()
+    warm: list[dict[str, Any]] = []
+    cold: list[dict[str, Any]] = []
+    with project(2, KERAS) as root:
+        cli(["up", "--yes"], root, env)
+        try:
+            _run(root, env)  # the cluster's first job: cold, and it asks for standbys
+            for _ in range(reps):
+                _wait_for_standbys(root)
+                warm.append(_run(root, env))
+                cold.append(_run(root, env, "--env", "KERAS_BACKEND=jax"))
+        finally:
+            cli(["down", "--yes"], root, env)
+    if any(s != "warm" for r in warm for s in r["starts"]) or any(
+        s != "cold" for r in cold for s in r["starts"]
+    ):
+        raise BenchError(f"a run did not start as meant: warm {warm}, cold {cold}")
+    ratios = [w["first_step_s"] / c["first_step_s"] for w, c in zip(warm, cold, strict=True)]
+    return {
+        "warm": {k: stats([r[k] for r in warm]) for k in warm[0] if k != "starts"},
+        "cold": {k: stats([r[k] for r in cold]) for k in cold[0] if k != "starts"},
+        "ratio": stats(ratios),
+        "machine": machine(),
+    }
+
+
+def section(fig: dict[str, Any] | None, date: str) -> list[str]:
+    if not fig:
+        return []
+    if "error" in fig:
+        return ["## 19. Warm workers: `run` start to the first step, warm and cold", "",
+                f"Not measured: {fig['error']}", ""]  # fmt: skip
+    m, w, c, r = fig["machine"], fig["warm"], fig["cold"], fig["ratio"]
+
+    def s(x: dict[str, Any]) -> str:
+        return f"{x['median']:.2f} s (min {x['min']:.2f}, max {x['max']:.2f}, n={x['n']})"
+
+    met = "met" if r["median"] <= GOAL else f"missed ({r['median']:.2f}x)"
+    rows = [
+        ("`run` start → first step on every node", "first_step_s"),
+        ("`run` start → entry entered (plugins set up)", "entered_s"),
+        ("the entry's imports (keras, numpy)", "imports_s"),
+        ("fit start → first step (the first compile)", "compile_s"),
+    ]
+    return [
+        "## 19. Warm workers: `run` start to the first step, warm and cold",
+        "",
+        f"Measured {date} on {m['cpus']} cores ({m['cpu_model'] or m['processor']}),"
+        f" Python {m['python']};"
+        f" load average at start {m['load_average_at_start']} (the machine is shared with"
+        " other work: the cold start, all CPU, stretches most).",
+        "",
+        "The Keras-on-JAX entry of figure 1 on 2 local nodes, one cluster: warm (each node's"
+        " standby, jax and keras imported, takes the job) and cold (`--env KERAS_BACKEND=jax`"
+        " makes the job start cold) take turns; the cluster's first job is not counted"
+        " (tests/bench/warm.py, `make bench ONLY=19`).",
+        "",
+        "| | warm | cold |",
+        "|---|---|---|",
+        *[f"| {label} | {s(w[key])} | {s(c[key])} |" for label, key in rows],
+        f"| ratio warm / cold, first step (goal: at most {GOAL}x) |"
+        f" {r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f}) | |",
+        "",
+        f"Goal: {met}. A standby saves the interpreter's start and the imports (the time to"
+        " the entry); what a warm start leaves is the job's own work: the distributed set-up"
+        " (`jax.distributed`, Keras' DataParallel), the entry's model and the first compile."
+        " JAX's persistent compilation cache on the node (the jax plugin's) can serve"
+        " both kinds of run here (every counted run follows a run of the same program). On"
+        " this 2-core machine the warm run's compile is the slower one: the two standbys"
+        " that replace the taken ones import jax and keras on the same cores meanwhile (a"
+        " node with more cores than worker slots does not pay that).",
+        "",
+    ]
+
+
+def splice(markdown: str, lines: list[str]) -> str:
+    return splice_figure(markdown, 19, lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=2))

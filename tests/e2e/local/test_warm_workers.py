@@ -1,0 +1,178 @@
+"""Warm workers end to end on one 2-node local cluster with the jax and keras plugins: the
+first job starts cold and leaves one standby per node; the next job's workers are those
+standbys and train bit for bit what a cold worker trains (a job whose --env sets
+KERAS_BACKEND starts cold, and its timeline says why); a secret passed with a job is in no
+standby's environment or command line; a standby killed while it waits is replaced; `down`
+leaves no standby. Three small jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.local_jobs import cli as run_cli
+from tests.support.local_jobs import cluster_up, module_env, node_processes
+
+# Three Keras jobs on 2 nodes and the standbys' imports: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+NAME = "warm"
+SECRET = "warm-" + "secret-7c41d09e"
+SPEC = f"""\
+name = "{NAME}"
+nodes = 2
+plugins = ["jax", "keras:backend=jax"]
+"""
+ENTRY = """\
+import hashlib, os, sys
+
+
+def train():
+    import keras
+    import numpy as np
+    from skyinfra_runtime import shard
+
+    keras.utils.set_random_seed(7)
+    x = np.linspace(-1.0, 1.0, 64, dtype="float32").reshape(32, 2)
+    y = (x[:, :1] * 0.5 - x[:, 1:] * 2.0).astype("float32")
+    x, y = shard(x, y, drop_last=True)
+    model = keras.Sequential(
+        [keras.Input((2,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.asarray(weight, dtype=np.float32).tobytes())
+    return {
+        "weights_sha256": digest.hexdigest(),
+        "backend": keras.backend.backend(),
+        "pid": os.getpid(),
+        "cwd": os.getcwd(),
+        "secret_here": os.environ.get("WARM_SECRET") is not None,
+    }
+"""
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return run_cli(args, cwd, env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
+    env = module_env(tmp_path_factory, tf_plugin_cache, "warm")
+    env["WARM_SECRET"] = SECRET
+    return env
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Path]:
+    proj = tmp_path_factory.mktemp("warm-project")
+    (proj / "skyinfra.toml").write_text(SPEC)
+    (proj / "warm_entry.py").write_text(ENTRY)
+    nodes = proj / ".skyinfra" / "clusters" / NAME / "nodes"
+    with cluster_up(proj, env, NAME):
+        yield proj
+    # `down` ended every standby and keeper with the nodes' other processes.
+    assert standby_processes(nodes) == {}
+    assert node_processes(nodes) == []
+
+
+def standby_processes(nodes: Path) -> dict[int, str]:
+    """pid -> command line of each standby worker and keeper of the cluster's nodes."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "skyinfra_runtime.standby" in cmd and str(nodes) in cmd:
+            found[int(entry.name)] = cmd
+    return found
+
+
+def wait_for_standbys(nodes: Path) -> None:
+    """Until node 0 and node 1 each have a standby waiting (its socket)."""
+    until = time.monotonic() + 200  # a bound on the wait, not an assertion on time
+    while not all(list((nodes / f"node-{i}" / "standby").glob("w0-*.sock")) for i in (0, 1)):
+        assert time.monotonic() < until, f"no standby became ready: {standby_folders(nodes)}"
+        time.sleep(0.5)
+
+
+def standby_folders(nodes: Path) -> dict[str, str]:
+    """What the nodes' standby folders hold (a log's last lines), for a failure's message."""
+    found = {}
+    for path in sorted(nodes.glob("node-*/standby/*")):
+        tail = path.read_text(errors="replace")[-2000:] if path.suffix == ".log" else ""
+        found[str(path.relative_to(nodes))] = tail
+    return found
+
+
+def run_job(project: Path, env: dict[str, str], *flags: str) -> tuple[list[Any], str]:
+    """Each node's value and the job's id."""
+    run = cli(["run", "--cluster", NAME, *flags, "warm_entry.py:train"], project, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    run_dir = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
+    summary = json.loads(run_dir.joinpath("summary.json").read_text())
+    return [n["result"]["workers"][0]["value"] for n in summary["nodes"]], summary["run_id"]
+
+
+def starts(nodes: Path, job: str) -> list[dict[str, Any]]:
+    """Each node's worker 0 as its timeline recorded it (warm or cold, waited, why)."""
+    found = []
+    for i in (0, 1):
+        timeline = json.loads((nodes / f"node-{i}" / "runs" / job / "timeline.json").read_text())
+        found.append(timeline["attempts"][-1]["workers"][0])
+    return found
+
+
+def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_secret(
+    project: Path, env: dict[str, str]
+) -> None:
+    nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
+    first, job1 = run_job(project, env)  # no standby yet: cold, and it asks for them
+    assert [s["start"] for s in starts(nodes, job1)] == ["cold", "cold"]
+    wait_for_standbys(nodes)
+
+    warm, job2 = run_job(project, env, "--secret", "WARM_SECRET")
+    on_standby = starts(nodes, job2)
+    assert [s["start"] for s in on_standby] == ["warm", "warm"], on_standby
+    assert all(s["waited_s"] >= 0 for s in on_standby)
+    assert all(v["secret_here"] for v in warm)  # the job's secret came with the job
+
+    cold, job3 = run_job(project, env, "--env", "KERAS_BACKEND=jax")
+    forced = starts(nodes, job3)
+    assert [s["start"] for s in forced] == ["cold", "cold"], forced
+    assert all("KERAS_BACKEND" in s["reason"] for s in forced), forced
+
+    sums = {v["weights_sha256"] for v in first + warm + cold}
+    assert len(sums) == 1, (first, warm, cold)  # every node, warm or cold: the same weights
+    assert {v["backend"] for v in first + warm + cold} == {"jax"}
+    assert len({v["pid"] for v in first + warm + cold}) == 6  # never a worker reused
+    assert all(v["cwd"].endswith(f"/runs/{job2}/work") for v in warm)
+
+    wait_for_standbys(nodes)  # the used ones were replaced: one standby per node, no more
+    standbys = standby_processes(nodes)
+    waiting = {pid: cmd for pid, cmd in standbys.items() if "skyinfra_runtime.standby " in cmd}
+    assert len(waiting) == 2 and len(standbys) == 4, standbys  # and a keeper per node
+    for pid, cmd in standbys.items():
+        assert SECRET not in cmd
+        assert SECRET.encode() not in Path(f"/proc/{pid}/environ").read_bytes(), cmd
+
+    # A standby killed while it waits is replaced, its socket with it.
+    folder = nodes / "node-1" / "standby"
+    (killed,) = [pid for pid, cmd in waiting.items() if str(folder) in cmd]
+    os.kill(killed, signal.SIGKILL)
+    until = time.monotonic() + 300
+    while [p.name for p in folder.glob("w0-*.sock")] in ([], [f"w0-{killed}.sock"]):
+        assert time.monotonic() < until, "the killed standby was not replaced"
+        time.sleep(0.5)
+    assert len(list(folder.glob("w0-*.sock"))) == 1

@@ -1,0 +1,120 @@
+"""Warm workers' decisions (skyinfra_runtime.warm, pure): what a standby imports, which
+environment it starts with, and when a job must start cold instead."""
+
+from __future__ import annotations
+
+import pytest
+from skyinfra_runtime import Topology, TopologyError
+from skyinfra_runtime.topology import PluginRef
+from skyinfra_runtime.warm import (
+    JOB_ENV_NAMES_ENV,
+    Warmup,
+    cold_reason,
+    job_names_env,
+    standby_env,
+    standby_warmup,
+)
+
+from tests.integration.runtime.launch_harness import topology
+
+
+def ref(name: str, **options: object) -> PluginRef:
+    return PluginRef(name, options)
+
+
+@pytest.mark.parametrize(
+    ("plugins", "want"),
+    [
+        ([], None),  # no framework plugin: no standby at all
+        ([ref("jax")], Warmup(("jax",))),
+        ([ref("keras", backend="jax")], Warmup(("jax", "keras"), (("KERAS_BACKEND", "jax"),))),
+        ([ref("keras")], Warmup(("jax", "keras"), (("KERAS_BACKEND", "jax"),))),
+        (
+            [ref("jax"), ref("keras", backend="jax")],
+            Warmup(("jax", "keras"), (("KERAS_BACKEND", "jax"),)),
+        ),
+        ([ref("keras", backend="torch")], None),  # not warmed yet
+        ([ref("torch")], None),  # OMP_NUM_THREADS is chosen per job before the import
+        ([ref("jax"), ref("torch")], None),
+    ],
+)
+def test_a_standby_imports_what_the_plugins_name(
+    plugins: list[PluginRef], want: Warmup | None
+) -> None:
+    assert standby_warmup(plugins) == want
+    if want is not None:
+        assert Warmup.from_dict(want.to_dict()) == want
+
+
+def test_the_key_tells_standbys_of_other_frameworks_apart() -> None:
+    jax = standby_warmup([ref("jax")])
+    keras = standby_warmup([ref("keras", backend="jax")])
+    assert jax is not None and keras is not None and jax.key != keras.key
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "KERAS_BACKEND",
+        "XLA_FLAGS",
+        "JAX_PLATFORMS",
+        "JAX_ENABLE_X64",
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "KERAS_HOME",
+        "TORCH_HOME",
+        "CUDA_VISIBLE_DEVICES",
+        "NCCL_DEBUG",
+        "PYTHONHASHSEED",
+        "PYTHONUNBUFFERED",
+    ],
+)
+def test_a_job_setting_a_framework_or_interpreter_variable_starts_cold(name: str) -> None:
+    env = {name: "1"}
+    reason = cold_reason([name], env, {})
+    assert reason is not None and name in reason
+
+
+def test_a_job_with_only_its_own_variables_starts_warm() -> None:
+    env = {"LEARNING_RATE": "0.1", "API_TOKEN": "s3cret", "PATH": "/usr/bin"}
+    assert cold_reason(["LEARNING_RATE", "API_TOKEN"], env, {"PATH": "/usr/bin"}) is None
+    # The project's PYTHONPATH is the launcher's, per job: the standby takes it on sys.path.
+    assert cold_reason([], {"PYTHONPATH": "/run/work"}, {}) is None
+
+
+def test_a_node_variable_changed_since_the_standby_started_makes_it_cold() -> None:
+    reason = cold_reason([], {"XLA_FLAGS": "--xla_cpu_x"}, {"XLA_FLAGS": "--xla_cpu_y"})
+    assert reason is not None and "XLA_FLAGS" in reason
+    assert cold_reason([], {"XLA_FLAGS": "a"}, {"XLA_FLAGS": "a"}) is None
+
+
+def test_a_standby_starts_with_the_nodes_environment_and_no_job_variable() -> None:
+    launcher = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "API_TOKEN": "s3cret",
+        "LEARNING_RATE": "0.1",
+        "PYTHONPATH": "/run/work",
+        "SKYINFRA_NODE_DIR": "/nodes/n0",
+        "SKYINFRA_LOCAL_NODE_DIR": "/nodes/n0",
+        "SKYINFRA_RUN_DIR": "/nodes/n0/runs/j1",
+        "SKYINFRA_SECRET_NAMES": "API_TOKEN",
+        "SKYINFRA_ATTEMPT": "1",
+        **job_names_env(["API_TOKEN", "LEARNING_RATE"]),
+    }
+    assert JOB_ENV_NAMES_ENV in launcher
+    assert standby_env(launcher) == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "SKYINFRA_NODE_DIR": "/nodes/n0",
+        "SKYINFRA_LOCAL_NODE_DIR": "/nodes/n0",
+    }
+
+
+def test_warm_workers_travels_in_the_topology_only_when_off() -> None:
+    data = topology(nodes=2)
+    on = Topology.from_dict(data)
+    assert on.warm_workers and "warm_workers" not in on.to_dict()
+    off = Topology.from_dict({**data, "warm_workers": False})
+    assert not off.warm_workers and Topology.from_dict(off.to_dict()) == off
+    with pytest.raises(TopologyError, match="'warm_workers' is 'no'; expected a boolean"):
+        Topology.from_dict({**data, "warm_workers": "no"})
