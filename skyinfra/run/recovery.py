@@ -309,7 +309,7 @@ def recover_job(
         detach=unattended,
         # A job on K of the nodes (`run --nodes K`) goes on on K free ones; one on the nodes
         # it named (`run --nodes 0,2`) on those, in its rank order.
-        world=len(job.world) if 0 < len(job.world) < total and not job.named_nodes else None,
+        world=nodes_asked(job, total),
         on=job.named_nodes or None,
         priority=job.priority,
     )
@@ -355,6 +355,16 @@ UNATTENDED_LOCK_WAIT_S = 30 * 60.0
 
 
 LOCK_RETRY_S = 5.0
+
+
+def nodes_asked(job: JobRecord, total: int) -> int | None:
+    """How many nodes a recovered job asks for again: the K of `run --nodes K` (kept from its
+    submission on; older records: its world once it started). None: every node, or the nodes
+    it named (those go on as they were)."""
+    if job.named_nodes:
+        return None
+    asked = job.nodes_asked if job.nodes_asked is not None else len(job.world)
+    return asked if 0 < asked < total else None
 
 
 @contextlib.contextmanager

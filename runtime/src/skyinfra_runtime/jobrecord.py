@@ -452,6 +452,7 @@ _RECORD_KEYS = (
     "ports",
     "world",
     "named_nodes",
+    "nodes_asked",
     "nodes",
     "checked_at",
     "ended_by_down",
@@ -513,6 +514,9 @@ class JobRecord:
     # The nodes it named (`run --nodes 0,2`, the API's nodes=[0, 2]), in rank order, from its
     # submission on: a recovery starts it on those again. (): any free ones, or every node.
     named_nodes: tuple[int, ...] = ()
+    # How many nodes `run --nodes K` asked for, from its submission on (a job lost while
+    # queued has no world yet): a recovery asks for K again. None: every node, or named ones.
+    nodes_asked: int | None = None
     nodes: tuple[NodeResult, ...] = ()
     # The head's time when its `jobs` listed the record (never written by the supervisor).
     checked_at: float | None = None
@@ -607,6 +611,7 @@ class JobRecord:
             ports=JobPorts.from_dict(ports) if isinstance(ports, Mapping) else None,
             world=_ints(data.get("world")),
             named_nodes=_ints(data.get("named_nodes")),
+            nodes_asked=_opt_int(data.get("nodes_asked")),
             nodes=tuple(NodeResult.from_dict(n) for n in nodes if isinstance(n, Mapping))
             if isinstance(nodes, list)
             else (),
@@ -654,6 +659,7 @@ class JobRecord:
             **({"ports": self.ports.to_dict()} if self.ports is not None else {}),
             **({"world": list(self.world)} if self.world else {}),
             **({"named_nodes": list(self.named_nodes)} if self.named_nodes else {}),
+            **({"nodes_asked": self.nodes_asked} if self.nodes_asked is not None else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             **({"checked_at": self.checked_at} if self.checked_at is not None else {}),
             **({"ended_by_down": True} if self.ended_by_down else {}),

@@ -437,6 +437,28 @@ def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
     assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
 
 
+def test_a_one_node_job_lost_while_queued_is_recovered_on_one_node(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A `run --nodes 1` job lost while it waited in the queue (it never started, so its record
+    has no world yet) goes on on one node after `jobs recover`, not on every node."""
+    gate = tmp_path / "gate"
+    hold(project, env, gate)
+    argv = ["run", "--cluster", NAME, "-d", "--nodes", "1", "--max-restarts", "1"]
+    res = cli([*argv, "work.py:quick"], project, env)
+    assert res.returncode == 0 and " is queued (position " in res.stdout, res.stdout + res.stderr
+    job = res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1]
+    assert job_record(NAME, project, env, job)["nodes_asked"] == 1
+    kill_node_processes(nodes_dir(project).parent, 0)  # the head: both jobs' supervisors
+    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+    gate.write_text("")
+    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    record = job_record(NAME, project, env, job)
+    assert record["state"] == "succeeded", record
+    assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
+
+
 def test_a_job_on_named_nodes_recovered_goes_on_on_them_in_its_rank_order(
     project: Path, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -235,3 +235,21 @@ def test_a_queued_job_reads_and_writes_back_its_wait() -> None:
     assert rec.to_dict() == data
     old = JobRecord.from_dict(real_record())
     assert old.queue is None and "queue" not in old.to_dict()
+
+
+def test_a_queued_job_keeps_how_many_nodes_it_asked_for() -> None:
+    """A `run --nodes 1` job still in the queue has no world yet: its record keeps the 1 it
+    asked for, so a recovery of it asks for one node again (skyinfra.run.recovery)."""
+    from skyinfra.run.recovery import nodes_asked
+
+    data = {**real_record(), "state": "queued", "nodes_total": 2, "nodes_asked": 1}
+    rec = JobRecord.from_dict(data)
+    assert rec.nodes_asked == 1 and rec.world == () and rec.to_dict() == data
+    assert nodes_asked(rec, 2) == 1
+    whole = JobRecord.from_dict({**real_record(), "nodes_total": 2})
+    assert whole.nodes_asked is None and "nodes_asked" not in whole.to_dict()
+    assert nodes_asked(whole, 2) is None  # every node
+    started_before = JobRecord.from_dict({**real_record(), "world": [1]})
+    assert nodes_asked(started_before, 2) == 1  # a record older than nodes_asked: its world
+    named = JobRecord.from_dict({**real_record(), "named_nodes": [1], "nodes_asked": 1})
+    assert nodes_asked(named, 2) is None  # named nodes go on as they were

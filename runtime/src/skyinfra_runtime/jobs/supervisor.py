@@ -251,6 +251,7 @@ class Supervisor:
             ports=self.ports,
             world=self.world if self.ports is not None else (),
             named_nodes=self.on or (),
+            nodes_asked=self.want if not self.on and self.want < len(self.view) else None,
             nodes=tuple(
                 NodeResult(
                     node=v.node,
