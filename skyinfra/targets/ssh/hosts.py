@@ -74,12 +74,17 @@ class HostsTransport(SshTransport):
         return Readiness("failed", f"{self._lost_words[node]} ({found.detail})")
 
 
-def lost_words(section: SshSpec, host: str, spare: str | None) -> str:
-    """What `status` (and `run`) say of node's host that stopped answering."""
-    if spare:
+def lost_words(section: SshSpec, host: str, spares: Sequence[str]) -> str:
+    """What `status` (and `run`) say of node's host that stopped answering (``spares``: those
+    left, in the order `up` tries them)."""
+    if spares:
+        spare = (
+            f"spare {spares[0]}" if len(spares) == 1
+            else f"the first of spares {', '.join(spares)} that answers"
+        )  # fmt: skip
         return (
             f"host {host} lost: it stopped answering over SSH; `skyinfra jobs recover JOB` "
-            f"(a job that lost it) or `skyinfra up` enrols spare {spare} in its place"
+            f"(a job that lost it) or `skyinfra up` enrols {spare} in its place"
         )
     return (
         f"host {host} lost: it stopped answering over SSH, and no spare is left "
@@ -108,10 +113,7 @@ def node_transport(
         node_root="" if rooted else "/",
         connect_timeout_s=timeout_s or 20.0,
         probe=ENROLMENT_PROBE,
-        lost_words={
-            i: lost_words(section, h["host"], spares[0] if spares else None)
-            for i, h in hosts.items()
-        },
+        lost_words={i: lost_words(section, h["host"], spares) for i, h in hosts.items()},
     )
 
 
