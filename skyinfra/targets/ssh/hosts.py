@@ -149,7 +149,9 @@ fi
 [ -e "$script" ] && echo "file $script"
 for p in /proc/[0-9]*; do
     cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
-    cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
+    # 2>/dev/null first: the shell reports a failed `<` (the process ended meanwhile) on the
+    # stderr it has then.
+    cmd=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline") || continue
     case "$cwd/ $cmd" in *"$nd/"*) echo "process ${p#/proc/}: $cmd" ;; esac
 done
 [ -e "$top" ] && [ -z "$(ls -A "$top" 2>/dev/null)" ] && echo "empty folder $top"
