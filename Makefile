@@ -63,12 +63,14 @@ $(CHECKOV_STAMP):
 
 wheelhouse: $(WHEELHOUSE_STAMP)
 
-# The dependencies named in pyproject.toml (skyinfra-runtime is built from runtime/ instead).
+# The dependencies named in pyproject.toml (skyinfra-runtime is built from runtime/ instead),
+# and the frameworks at the operator's versions (torch's CPU build, as `make venv` gets it):
+# the ssh target's stand-in hosts install their python_packages from here.
 $(WHEELHOUSE_STAMP): pyproject.toml $(STAMP) Makefile
 	mkdir -p $(WHEELHOUSE)
 	$(BIN)/python -c 'import tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print("\n".join(d for d in deps if not d.startswith("skyinfra-runtime")))' > $(WHEELHOUSE)/requirements.txt
-	$(BIN)/python -c 'from importlib.metadata import version; print("\n".join(f"{p}=={version(p)}" for p in ("jax", "jaxlib", "keras")))' >> $(WHEELHOUSE)/requirements.txt
-	$(BIN)/python -m pip wheel -q --wheel-dir $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
+	$(BIN)/python -c 'from importlib.metadata import version; print("\n".join(f"{p}=={version(p)}" for p in ("jax", "jaxlib", "keras", "torch")))' >> $(WHEELHOUSE)/requirements.txt
+	$(BIN)/python -m pip wheel -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) --wheel-dir $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
 	touch $@
 
 # Both distributions as wheels in dist/ (install: pip install dist/*.whl).

@@ -144,6 +144,26 @@ class Hosts:
         host.config.write_text(host.config.read_text().replace(str(new), str(host.host_key)))
         self.start_sshd(host)
 
+    @property
+    def no_host_address(self) -> str:
+        """An address on the stand-ins' subnet where no host is: a connection to it finds no
+        machine (no answer to ARP), as a spare that is switched off."""
+        return f"{self.subnet}.250"
+
+    def refuse_key(self, host: Host, *, refuse: bool = True) -> None:
+        """The host's sshd restarted with no authorized key (``refuse=False``: the operator's
+        again): it answers, and refuses the operator's key."""
+        self.stop_sshd(host)
+        keys, none = self.base / "authorized_keys", self.base / "no_authorized_keys"
+        none.touch()
+        old, new = (keys, none) if refuse else (none, keys)
+        host.config.write_text(
+            host.config.read_text().replace(
+                f"AuthorizedKeysFile {old}\n", f"AuthorizedKeysFile {new}\n"
+            )
+        )
+        self.start_sshd(host)
+
     def cut_link(self, host: Host, *, up: bool = False) -> None:
         """The host taken off the network (its veth's outer end down; ``up``: back on): its
         sshd runs on, unreachable, as a machine whose switch port died."""

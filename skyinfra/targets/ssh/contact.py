@@ -141,14 +141,16 @@ def contact(
     echo: Callable[[str], None],
     timeout_s: float = 20.0,
     lost_ok: Collection[int] = (),
+    key_refused_ok: Collection[int] = (),
     labels: Mapping[int, str] | None = None,
 ) -> Contacted:
     """Every host's facts (``hosts[i]`` is node i's host) and the known_hosts text to keep;
     all hosts at once. HostKeyChangedError naming the host when a key differs from the pinned
     one; TransportError naming the host when it cannot be reached (but for a node of
-    ``lost_ok``, an enrolled host: it is listed as unreachable) or refuses the key; SpecError
-    (ssh.python) naming the host when its Python is missing or older than 3.10. ``labels``:
-    how a message names where a node's host is listed (default ``ssh.hosts[i]``)."""
+    ``lost_ok``, an enrolled host: it is listed as unreachable) or refuses the key (but for
+    one of ``key_refused_ok``, a spare: listed too); SpecError (ssh.python) naming the host
+    when its Python is missing or older than 3.10. ``labels``: how a message names where a
+    node's host is listed (default ``ssh.hosts[i]``)."""
     key = check_key_file(section)
     with tempfile.TemporaryDirectory(prefix="skyinfra-ssh-") as tmp:
         known = Path(tmp) / KNOWN_HOSTS
@@ -185,7 +187,10 @@ def contact(
                     f"again ({err})"
                 ) from err
             except TransportError as err:
-                if isinstance(err.__cause__, paramiko.AuthenticationException):
+                refused = isinstance(err.__cause__, paramiko.AuthenticationException)
+                if refused and index in key_refused_ok:
+                    return f"it refused key {section.key} for user {section.user}"
+                if refused:
                     raise SpecError(
                         "ssh.key", section.key,
                         f"a key that host {host} ({label(index)}) accepts for user "

@@ -74,12 +74,17 @@ class HostsTransport(SshTransport):
         return Readiness("failed", f"{self._lost_words[node]} ({found.detail})")
 
 
-def lost_words(section: SshSpec, host: str, spare: str | None) -> str:
-    """What `status` (and `run`) say of node's host that stopped answering."""
-    if spare:
+def lost_words(section: SshSpec, host: str, spares: Sequence[str]) -> str:
+    """What `status` (and `run`) say of node's host that stopped answering (``spares``: those
+    left, in the order `up` tries them)."""
+    if spares:
+        spare = (
+            f"spare {spares[0]}" if len(spares) == 1
+            else f"the first of spares {', '.join(spares)} that answers"
+        )  # fmt: skip
         return (
             f"host {host} lost: it stopped answering over SSH; `skyinfra jobs recover JOB` "
-            f"(a job that lost it) or `skyinfra up` enrols spare {spare} in its place"
+            f"(a job that lost it) or `skyinfra up` enrols {spare} in its place"
         )
     return (
         f"host {host} lost: it stopped answering over SSH, and no spare is left "
@@ -108,10 +113,7 @@ def node_transport(
         node_root="" if rooted else "/",
         connect_timeout_s=timeout_s or 20.0,
         probe=ENROLMENT_PROBE,
-        lost_words={
-            i: lost_words(section, h["host"], spares[0] if spares else None)
-            for i, h in hosts.items()
-        },
+        lost_words={i: lost_words(section, h["host"], spares) for i, h in hosts.items()},
     )
 
 
@@ -147,7 +149,9 @@ fi
 [ -e "$script" ] && echo "file $script"
 for p in /proc/[0-9]*; do
     cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
-    cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
+    # 2>/dev/null first: the shell reports a failed `<` (the process ended meanwhile) on the
+    # stderr it has then.
+    cmd=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline") || continue
     case "$cwd/ $cmd" in *"$nd/"*) echo "process ${p#/proc/}: $cmd" ;; esac
 done
 [ -e "$top" ] && [ -z "$(ls -A "$top" 2>/dev/null)" ] && echo "empty folder $top"

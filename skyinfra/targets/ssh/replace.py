@@ -2,7 +2,8 @@
 run's restarts, which replace lost nodes through `up`).
 
 `up` contacts the host each node is on; an enrolled host that does not answer is lost, and the
-next spare (spares.py) is contacted and enrolled as that node through the same Terraform: the
+next spare (spares.py) that answers (one that does not is passed over, named) is enrolled as
+that node through the same Terraform: the
 root module gains the spare's ``terraform_data`` (its key pinned at first contact). The lost
 host's record leaves Terraform's state first (its destroy would have to reach it) and stays in
 hosts.json, for `down` to tidy once the host answers again. The spare then gets the job's
@@ -14,6 +15,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skyinfra.errors import SkyinfraError, TerraformError, TransportError, UsageError
@@ -53,9 +55,9 @@ class Reached:
 
 def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo, *, replacing: bool) -> Reached:
     """Contact each node's host; an enrolled one that does not answer is lost and the next
-    spare stands in (NoSpareLeft naming it when there is none). Not ``replacing`` (`plan`,
-    `render`): a lost host is refused, naming `up` (UsageError), as only `up` takes its node
-    out of Terraform's state first."""
+    spare that answers stands in (NoSpareLeft naming it and the spares tried when there is
+    none). Not ``replacing`` (`plan`, `render`): a lost host is refused, naming `up` and that
+    spare (UsageError), as only `up` takes its node out of Terraform's state first."""
     section = spec.section_as(SshSpec)
     lost = lost_hosts(ws)
     assigned = assigned_hosts(section, spec.nodes, lost)
@@ -66,7 +68,7 @@ def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo, *, replacing: bool
     found = contact(section, assigned, known, echo=echo, lost_ok=on_it)
     if not found.unreachable:
         return Reached(found, lost)
-    replaced = choose_spares(section, assigned, lost, found.unreachable)
+    replaced = _spares_that_answer(section, assigned, lost, found.unreachable, known, echo)
     if not replacing:
         raise UsageError(_only_up_replaces(assigned, replaced, found.unreachable))
     for i, spare in replaced.items():
@@ -78,10 +80,47 @@ def reach_hosts(spec: ClusterSpec, ws: Workspace, echo: Echo, *, replacing: bool
         lost = [*lost, LostHost(i, assigned[i], spare, records[i]["node_dir"], why)]
     assigned = tuple(replaced.get(i, h) for i, h in enumerate(assigned))
     labels = {
-        i: f"ssh.spare_hosts[{section.spare_hosts.index(s)}], standing in for node-{i}"
-        for i, s in replaced.items()
+        i: f"{_spare_label(section, s)}, standing in for node-{i}" for i, s in replaced.items()
     }
     return Reached(contact(section, assigned, known, echo=echo, labels=labels), lost, replaced)
+
+
+def _spare_label(section: SshSpec, spare: str) -> str:
+    return f"ssh.spare_hosts[{section.spare_hosts.index(spare)}]"
+
+
+def _spares_that_answer(
+    section: SshSpec,
+    assigned: Sequence[str],
+    lost: Sequence[LostHost],
+    unreachable: Mapping[int, str],
+    known: Path,
+    echo: Echo,
+) -> dict[int, str]:
+    """A spare that answers for each node of ``unreachable`` (choose_spares' order): the
+    chosen spares are contacted at once; one that does not answer (unreachable, or it refuses
+    the key) is passed over, named with why, and the choice made again without it, until
+    every spare contacted answers or NoSpareLeft names each spare passed over. Nothing is
+    written: `up` enrols only after this."""
+    passed: dict[str, str] = {}
+    while True:
+        chosen = choose_spares(section, assigned, lost, unreachable, passed)
+        order = sorted(chosen.items())
+        spares = tuple(s for _, s in order)
+        probe = contact(
+            section, spares, known, echo=lambda _: None, lost_ok=range(len(spares)),
+            key_refused_ok=range(len(spares)),
+            labels={k: _spare_label(section, s) for k, s in enumerate(spares)},
+        )  # fmt: skip
+        if not probe.unreachable:
+            return chosen
+        for k, why in sorted(probe.unreachable.items()):
+            i, spare = order[k]
+            passed[spare] = why
+            echo(
+                f"[skyinfra] spare {spare} ({_spare_label(section, spare)}) does not answer "
+                f"({why}): passed over; the next spare is tried for node-{i}"
+            )
 
 
 def _only_up_replaces(

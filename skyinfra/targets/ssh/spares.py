@@ -76,24 +76,36 @@ def choose_spares(
     assigned: Sequence[str],
     lost_before: Sequence[LostHost],
     lost_now: Mapping[int, str],
+    passed_over: Mapping[str, str] | None = None,
 ) -> dict[int, str]:
     """A spare for each node of ``lost_now`` (node index -> why its host is lost), lowest
-    node first, the spares in the spec's order. NoSpareLeft naming the lost host(s) that
-    get none."""
-    left = spares_left(section, assigned, lost_before)
+    node first, the spares in the spec's order but those of ``passed_over`` (spare -> why it
+    did not answer). NoSpareLeft naming the lost host(s) that get none, every spare passed
+    over and why, and what to do."""
+    passed = dict(passed_over or {})
+    left = [s for s in spares_left(section, assigned, lost_before) if s not in passed]
     chosen: dict[int, str] = {}
     for index in sorted(lost_now):
         if not left:
             missing = [i for i in sorted(lost_now) if i not in chosen]
             names = ", ".join(f"host {assigned[i]} (node-{i})" for i in missing)
-            spares = ", ".join(section.spare_hosts)
             raise NoSpareLeft(
                 f"{names} lost: it stopped answering ({lost_now[missing[0]]}), and no spare "
-                "is left to enrol in its place ("
-                + (f"ssh.spare_hosts {spares}: each is enrolled or lost" if spares
-                   else "ssh.spare_hosts lists none")
-                + "): bring the host back, or add a host to ssh.spare_hosts and run "
-                "`skyinfra up`"
+                f"is left to enrol in its place ({_why_none(section, passed)}): "
+                + ("bring the host or one of those spares back (a spare must be up and accept "
+                   "ssh.key for ssh.user), or add a host to ssh.spare_hosts, and run "
+                   "`skyinfra up`; nothing was enrolled" if passed
+                   else "bring the host back, or add a host to ssh.spare_hosts and run "
+                   "`skyinfra up`")
             )  # fmt: skip
         chosen[index] = left.pop(0)
     return chosen
+
+
+def _why_none(section: SshSpec, passed: Mapping[str, str]) -> str:
+    if not section.spare_hosts:
+        return "ssh.spare_hosts lists none"
+    tried = "; ".join(f"spare {s} did not answer: {why}" for s, why in passed.items())
+    others = [s for s in section.spare_hosts if s not in passed]
+    taken = f"ssh.spare_hosts {', '.join(others)}: each is enrolled or lost" if others else ""
+    return "; ".join(part for part in (tried, taken) if part)

@@ -2,7 +2,8 @@
 each a real sshd in a network namespace of its own with its own address and home, an
 unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider enrols them.
 
-`up` -> `verify` -> `run` (attached, then detached with `logs`) -> a changed host key refused
+`up` -> `verify` -> `run` (attached; the seeds' Keras example; an unmodified torchrun DDP
+script across both hosts; detached with `logs`) -> a changed host key refused
 with nothing run -> `down` with host 1 off the network (it names what is left there and keeps
 it in the state; host 0 is left as it was) -> `down` again, after which each host's home and
 the login user's processes are listed: nothing. No timed assertions: every wait ends on a condition.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -52,7 +54,8 @@ def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    # The hosts install jax and keras (python_packages) from this machine's package sources.
+    # The hosts install jax, keras and torch (python_packages) from this machine's package
+    # sources.
     with package_sources() as sources, stand_in_hosts(2, sources) as made:
         yield made
 
@@ -71,11 +74,13 @@ def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts) -> Path:
     root = tmp_path_factory.mktemp("ssh-project")
     (root / "job.py").write_text(JOB)
     shutil.copy(REPO_ROOT / "examples" / "keras_resume.py", root / "keras_resume.py")
+    shutil.copy(REPO_ROOT / "examples" / "torchrun_ddp.py", root / "torchrun_ddp.py")
     (root / "train.py").write_text(pausing_entry("keras_resume"))
     addresses = ", ".join(f'"{a}"' for a in hosts.addresses)
     (root / "skyinfra.toml").write_text(
         f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n'
-        'plugins = ["jax", "keras:backend=jax"]\npython_packages = ["jax", "keras"]\n\n'
+        'plugins = ["jax", "keras:backend=jax", "torch"]\n'
+        'python_packages = ["jax", "keras", "torch"]\n\n'
         f'[ssh]\nhosts = [{addresses}]\nuser = "{hosts.user}"\nkey = "{hosts.key}"\n'
     )
     return root
@@ -189,6 +194,30 @@ def test_keras_on_the_hosts_same_weights_and_a_killed_worker_resumes_bit_identic
     values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
     assert {v["resumed_step"] for v in values} == {16}
     assert {v["weights_sha256"] for v in values} == reference
+
+
+def test_a_torchrun_ddp_script_trains_across_both_hosts(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    """The examples' torchrun script, unmodified, as a script entry with its own arguments: one
+    process on each host (no GPU) in one process group of world size 2 (gloo, rendezvous on
+    host 0's address), each starting from different weights; DDP leaves both with the same.
+    gloo binds the interface holding the node's address: the stand-ins' hostname resolves to
+    127.0.0.1, which the other host's process cannot reach."""
+    argv = ["run", "--cluster", NAME, "--all-logs", "torchrun_ddp.py", "--", "--epochs", "2"]
+    run = cli(argv, project, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # "[node-N] " starts each line of node N's output.
+    line = re.compile(
+        r"^\[node-(\d)\] rank (\d)/(\d) epochs=2 loss=\S+ weights_sha256=([0-9a-f]{64})$", re.M
+    )
+    found = line.findall(run.stdout)
+    # Rank 0 on host 0 and rank 1 on host 1, in one group of world size 2.
+    assert sorted((node, rank, world) for node, rank, world, _ in found) == [
+        ("0", "0", "2"),
+        ("1", "1", "2"),
+    ], run.stdout
+    assert len({digest for *_, digest in found}) == 1  # rank 0's weights, broadcast and trained
 
 
 def test_a_detached_job_and_its_logs(

@@ -1,6 +1,7 @@
 """A lost host replaced by a spare (issue 45), end to end through the CLI: three stand-in
 hosts (tests/support/ssh_hosts.py: real sshds in network namespaces), two enrolled as nodes and
-one listed in ssh.spare_hosts; real Terraform enrols them.
+one listed in ssh.spare_hosts after an address where no host is (a spare switched off); real
+Terraform enrols them.
 
 A detached job (a plain Python entry on the runtime's checkpoint API: node 0 commits a step
 each round) pauses in attempt 1 after step 3; host 1 then vanishes: its link is cut, and
@@ -8,9 +9,12 @@ nothing of it closes a connection (its processes run on, unreachable). The head 
 from node 1's agent for the bound on silence (skyinfra_runtime.jobs.wire, shortened for the
 test through the hosts' environment), counts node 1 lost and the job waits (needs_nodes);
 host 1's agent, hearing nothing from the head as long, ends its part by itself. `status` names
-the host as lost and the spare that would stand in; `plan` refuses, naming `up` (its replace
-would destroy node 1 on the lost host), and changes nothing; `jobs recover` enrols the spare
-as node 1 through the same Terraform (its key pinned at first contact), copies node 0's
+the host as lost and the spares that would stand in; `plan` refuses, naming `up` (its replace
+would destroy node 1 on the lost host) and the spare that answers, and changes nothing. With
+the live spare refusing the key as well, `up` names both spares and why, and enrols nothing;
+once it accepts the key again, `jobs recover` passes over the switched-off spare and enrols
+the live one as node 1 through the same Terraform (its key pinned at first contact), copies
+node 0's
 checkpoint sets to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with
 what an uninterrupted run computes. `down` with host 1 still off the network names it with what is
 left to clean there; once it answers again, `down` removes that too: nothing is left on any of
@@ -116,12 +120,13 @@ def project(
     a = hosts.addresses
     (root / "skyinfra.toml").write_text(
         f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n\n[ssh]\n'
-        f'hosts = ["{a[0]}", "{a[1]}"]\nspare_hosts = ["{a[2]}"]\n'
+        f'hosts = ["{a[0]}", "{a[1]}"]\nspare_hosts = ["{hosts.no_host_address}", "{a[2]}"]\n'
         f'user = "{hosts.user}"\nkey = "{hosts.key}"\n'
     )
     yield root, env
     if (root / ".skyinfra" / "clusters" / NAME / "topology.json").is_file():  # a test failed
         hosts.cut_link(hosts.hosts[1], up=True)
+        hosts.refuse_key(hosts.hosts[2], refuse=False)
         cli(["down", "--yes", "--cluster", NAME], root, env)
         cli(["down", "--yes", "--cluster", NAME], root, env)
 
@@ -130,16 +135,15 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     project: tuple[Path, dict[str, str]], hosts: Hosts
 ) -> None:
     root, env = project
-    lost, spare = hosts.hosts[1], hosts.hosts[2]
+    lost, spare, off = hosts.hosts[1], hosts.hosts[2], hosts.no_host_address
+    spares = f"{off}, {spare.address}"
     up = cli(["up", "--yes"], root, env)
     assert up.returncode == 0, up.stdout + up.stderr
-    assert f"spare hosts (enrolled only when a host is lost): {spare.address}" in up.stdout
+    assert f"spare hosts (enrolled only when a host is lost): {spares}" in up.stdout
     assert hosts.home_listing(spare) == []  # listed, not enrolled
     ws = root / ".skyinfra" / "clusters" / NAME
     main = (ws / "main.tf").read_text()
-    assert f"not enrolled until a host is lost (then the next takes its node): {spare.address}" in (
-        main
-    )
+    assert f"not enrolled until a host is lost (then the next takes its node): {spares}" in main
 
     started = cli(
         ["run", "--cluster", NAME, "--detach", "--max-restarts", "1", "--checkpoints", SET,
@@ -171,7 +175,7 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     status = cli(["status", "--cluster", NAME], root, env)
     assert status.returncode != 0, status.stdout
     assert f"host {lost.address} lost: it stopped answering over SSH" in status.stdout
-    assert f"enrols spare {spare.address} in its place" in status.stdout
+    assert f"enrols the first of spares {spares} that answers in its place" in status.stdout
 
     # `plan` would replace node 1 through a destroy that needs the lost host: refused, naming
     # `up`, with the state, the hosts and the pinned keys as they were.
@@ -180,14 +184,32 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert planned.returncode == 1, planned.stdout + planned.stderr
     assert f"error: host {lost.address} (node-1) lost" in planned.stderr
     assert f"spare {spare.address} would stand in as node-1" in planned.stderr
+    assert f"spare {off} (ssh.spare_hosts[0]) does not answer (" in planned.stdout
     assert "only `skyinfra up` does" in planned.stderr
     assert {f: (ws / f).read_bytes() for f in kept} == kept
     assert not (ws / "plan" / "skyinfra.tfplan").exists()
+
+    # No spare answers (one switched off, the other refusing the key): `up` names each and
+    # why, and enrols nothing anywhere.
+    hosts.refuse_key(spare)
+    refused = cli(["up", "--yes"], root, env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"error: host {lost.address} (node-1) lost: it stopped answering (" in refused.stderr
+    assert f"spare {off} did not answer: " in refused.stderr
+    assert (
+        f"spare {spare.address} did not answer: it refused key {hosts.key} for user {hosts.user}"
+    ) in refused.stderr
+    assert "nothing was enrolled" in refused.stderr
+    assert {f: (ws / f).read_bytes() for f in kept} == kept
+    assert hosts.home_listing(spare) == []
+    hosts.refuse_key(spare, refuse=False)
 
     recovered = cli(["jobs", "--cluster", NAME, "recover", job], root, env)
     said = recovered.stdout + recovered.stderr
     assert recovered.returncode == 0, said
     assert f"host {lost.address} (node-1) lost" in said
+    assert f"spare {off} (ssh.spare_hosts[0]) does not answer (" in said
+    assert "passed over; the next spare is tried for node-1" in said
     assert f"spare {spare.address} is enrolled as node-1 in its place" in said
     assert "trusted on first use" in said and spare.address in said
     assert f"node-1 ({spare.address}): checkpoint sets copied from node-0's" in said
@@ -207,7 +229,7 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert Path(f"{spare.host_key}.pub").read_text().split()[1] in pinned
     status = cli(["status", "--cluster", NAME, "--json"], root, env)
     shown = json.loads(status.stdout)
-    assert status.returncode == 0 and shown["spare_hosts"] == [], status.stdout
+    assert status.returncode == 0 and shown["spare_hosts"] == [off], status.stdout
     assert [x["host"] for x in shown["lost_hosts"]] == [lost.address]
 
     # `down` with host 1 still away: the nodes go, host 1 is named with what is left there.

@@ -33,7 +33,7 @@ from types import ModuleType
 from skyinfra_runtime.devices import jax_local_devices, node_gpus
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
-from skyinfra_runtime.plugins.base import init_timeout
+from skyinfra_runtime.plugins.base import gloo_address, init_timeout
 from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.rundirs import NODE_DIR_ENV
 from skyinfra_runtime.topology import Topology
@@ -100,24 +100,6 @@ def coordinator_bind_address(topology: Topology) -> str | None:
         return None
     host = f"[{topology.head_addr}]" if family == socket.AF_INET6 else topology.head_addr
     return f"{host}:{topology.jax_port}"
-
-
-def gloo_address(topology: Topology, node: int) -> str | None:
-    """The address gloo (JAX's CPU collectives) should give the other processes: this node's
-    own (the topology's) when it is this machine's. gloo's default is the address the
-    hostname resolves to: a VM's 127.0.0.1 or Debian's 127.0.1.1 on many machines, which
-    another host cannot reach. None: the default stays (the node's address is not this
-    machine's: a stand-in node of the emulated network)."""
-    import socket
-
-    own = topology.nodes[node].private_ip
-    family = socket.AF_INET6 if ":" in own else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((own, 0))
-    except (OSError, ValueError):
-        return None
-    return own
 
 
 def _gloo_on(address: str) -> None:

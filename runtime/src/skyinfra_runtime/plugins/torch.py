@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from skyinfra_runtime.devices import torch_device
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
-from skyinfra_runtime.plugins.base import init_timeout
+from skyinfra_runtime.plugins.base import gloo_address, init_timeout, interface_of
 from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.rundirs import RUN_ID_ENV
 from skyinfra_runtime.topology import Topology
@@ -33,6 +33,8 @@ from skyinfra_runtime.torchrun import torchrun_env
 # torch's messages (torch/distributed/distributed_c10d.py) for the two mixed cases.
 _TWICE = "trying to initialize the default process group twice"
 _NOT_INITIALIZED = "Default process group has not been initialized"
+# The interface gloo binds to and gives its peers (torch's own variable; a user's value wins).
+GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
 
 
 @dataclass
@@ -74,6 +76,7 @@ class TorchPlugin:
                 inherited=os.environ,
             )
         )
+        _gloo_on_own_interface(topology, info.node)
         try:
             import torch
             import torch.distributed as dist
@@ -190,3 +193,13 @@ def rendezvous_listener(head_addr: str, port: int) -> socket.socket:
             " (another process holds it? `skyinfra verify` names it)"
         ) from None
     return listener
+
+
+def _gloo_on_own_interface(topology: Topology, node: int) -> None:
+    """gloo (a function entry's group, and a script's own) on the interface holding the
+    node's address: by default it takes the address the hostname resolves to, on many
+    machines a loopback one that the other hosts cannot reach."""
+    own = gloo_address(topology, node)
+    name = interface_of(own) if own else None
+    if name and GLOO_IFNAME_ENV not in os.environ:
+        os.environ[GLOO_IFNAME_ENV] = name
