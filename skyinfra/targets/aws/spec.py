@@ -150,10 +150,12 @@ class AwsSpec:
     bastion: bool | None = None
     nat: bool = False
     ssm: bool = False
+    # The bastion's own image (None: Amazon Linux 2023 minimal, looked up by its module).
+    bastion_ami: str | None = None
 
     @property
     def network_fields(self) -> NetworkFields:
-        return NetworkFields(self.network, self.bastion, self.nat, self.ssm)
+        return NetworkFields(self.network, self.bastion, self.nat, self.ssm, self.bastion_ami)
 
     @property
     def ladder_types(self) -> tuple[str, ...]:
