@@ -5,14 +5,14 @@ Rendering is strict (an undefined variable is an error naming it), never HTML-es
 keeps the template's trailing newline. Filters beside Jinja's own (``tojson`` among them):
 
 - ``hcl``: an HCL literal of a Python value;
-- ``shquote``: a POSIX shell word (:func:`shlex.quote`).
+- ``shquote``: a POSIX shell word (:func:`shlex.quote`);
+- ``yaml_str``: a YAML double-quoted scalar of a text (a JSON string: unlike ``tojson``, no
+  HTML escapes, which cost cloud-init user data bytes for nothing).
 """
 
 from __future__ import annotations
 
-import base64
 import functools
-import gzip
 import json
 import shlex
 from collections.abc import Mapping
@@ -48,10 +48,9 @@ def hcl(value: Any) -> str:
     raise TypeError(f"no HCL literal for {type(value).__name__}: {value!r}")
 
 
-def gzip_b64(value: Any) -> str:
-    """Text as gzip (no timestamp: the same text gives the same bytes) in base64: cloud-init's
-    ``encoding: gz+b64`` for write_files."""
-    return base64.b64encode(gzip.compress(str(value).encode(), compresslevel=9, mtime=0)).decode()
+def yaml_str(value: Any) -> str:
+    """A text as a YAML double-quoted scalar (JSON's escapes are YAML's)."""
+    return json.dumps(str(value))
 
 
 def shquote(value: Any) -> str:
@@ -74,7 +73,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["hcl"] = hcl
     env.filters["shquote"] = shquote
-    env.filters["gzip_b64"] = gzip_b64
+    env.filters["yaml_str"] = yaml_str
     return env
 
 

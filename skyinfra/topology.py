@@ -126,7 +126,10 @@ def _way_in(network: Any, nodes: Iterable[Node]) -> WayIn | None:
             f"{where}: the way in is {name!r}, which needs bastion_public_ip and "
             f"bastion_instance_id (or a node's name), got {network!r}"
         )
-    return WayIn(name=name, public_ip=public_ip, instance_id=instance_id)
+    user = network.get("bastion_user")
+    if user is not None and not (isinstance(user, str) and user):
+        raise TopologyError(f"{where}: bastion_user is {user!r}; expected a login user name")
+    return WayIn(name=name, public_ip=public_ip, instance_id=instance_id, user=user)
 
 
 def topology_from_outputs(outputs: Mapping[str, Any], spec: ClusterSpec) -> Topology:

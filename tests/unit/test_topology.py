@@ -84,6 +84,11 @@ def test_the_network_output_names_the_way_in() -> None:
     topo = topology_from_outputs(outs, SPEC)
     assert topo.way_in == WayIn("bastion", "198.51.100.7", instance_id="i-b")
     assert Topology.from_dict(topo.to_dict()) == topo
+    # The bastion's own login user (its image's), carried to the runtime's reader.
+    outs["network"]["bastion_user"] = "ec2-user"
+    topo = topology_from_outputs(outs, SPEC)
+    assert topo.way_in == WayIn("bastion", "198.51.100.7", instance_id="i-b", user="ec2-user")
+    assert Topology.from_dict(topo.to_dict()) == topo
     outs["network"] = {"kind": "private", "way_in": "node-0", "bastion_public_ip": None}
     outs["nodes"]["node-0"]["public_ip"] = "198.51.100.1"
     assert topology_from_outputs(outs, SPEC).way_in == WayIn("node-0", "198.51.100.1", node=0)

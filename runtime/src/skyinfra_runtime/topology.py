@@ -55,6 +55,8 @@ class WayIn:
     # instance is its own entry's.
     instance_id: str | None = None
     node: int | None = None
+    # The way in's own login user (a bastion boots its own image); None: the nodes' user.
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,8 @@ class Topology:
                     "public_ip": self.way_in.public_ip,
                     "instance_id": self.way_in.instance_id,
                     "node": self.way_in.node,
+                    # Only when it has its own: a file from before it reads the same.
+                    **({} if self.way_in.user is None else {"user": self.way_in.user}),
                 }
             }
         )
@@ -321,4 +325,5 @@ def _way_in(raw: object, node_count: int) -> WayIn | None:
         public_ip=_str(raw, "public_ip", where),
         instance_id=instance_id,
         node=node,
+        user=None if raw.get("user") is None else _str(raw, "user", where),
     )

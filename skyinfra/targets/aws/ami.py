@@ -13,6 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from skyinfra.errors import PreflightError
+from skyinfra.targets.aws.network_spec import BASTION_DEFAULT_USER
 from skyinfra.targets.aws.preflight import aws_errors
 from skyinfra.targets.aws.session import AwsClients
 from skyinfra.targets.aws.spec import AwsSpec
@@ -96,15 +97,43 @@ def resolve_login_user(
             "(set aws.ssh_user to change it)"
         )
         return FALLBACK_USER
+    return _image_user(image, ami_id, "aws.ami", "aws.ssh_user (ubuntu, ec2-user, admin, ...)")
+
+
+def resolve_bastion_user(
+    clients: AwsClients, ami_id: str, *, warn: Callable[[str], None], strict: bool
+) -> str:
+    """The login user of ``aws.bastion_ami`` (the bastion's own image), which the operator's
+    first hop logs in as. A missing AMI is a PreflightError when ``strict``, else a warning
+    and Amazon Linux's ``ec2-user`` (the bastion's default image's)."""
+    image = _describe_image(clients, ami_id)
+    if image is None:
+        if strict:
+            raise PreflightError(
+                f"AMI {ami_id} (aws.bastion_ami) does not exist in this region (or is not "
+                "shared with this account). Set aws.bastion_ami to an AMI of this region, or "
+                "leave it out for Amazon Linux 2023 minimal."
+            )
+        warn(f"AMI {ami_id} (aws.bastion_ami) not found; the bastion's login taken as ec2-user")
+        return BASTION_DEFAULT_USER
+    return _image_user(
+        image,
+        ami_id,
+        "aws.bastion_ami",
+        "aws.bastion_ami to an image of Amazon Linux, Ubuntu, Debian, RHEL, ... or leave it out",
+    )
+
+
+def _image_user(image: Mapping[str, Any], ami_id: str, field: str, remedy: str) -> str:
     if str(image.get("Platform", "")).lower() == "windows":
         raise PreflightError(
-            f"AMI {ami_id} ({image.get('Name')}) is a Windows image; skyinfra nodes run Linux "
-            "(cloud-init, bash, Python). Pick a Linux AMI or leave aws.ami out."
+            f"AMI {ami_id} ({image.get('Name')}, {field}) is a Windows image; skyinfra's hosts "
+            "run Linux (cloud-init, OpenSSH). Pick a Linux AMI or leave it out."
         )
     user = login_user(image)
     if user is None:
         raise PreflightError(
-            f"cannot tell the login user of AMI {ami_id} ({image.get('Name')!r}); set "
-            "aws.ssh_user (ubuntu, ec2-user, admin, ...)"
+            f"cannot tell the login user of AMI {ami_id} ({image.get('Name')!r}, {field}); "
+            f"set {remedy}"
         )
     return user

@@ -6,10 +6,12 @@ credential: staging.py says why), checks its sha256, runs the node bootstrap sha
 local target, marks the node ready and (by default) installs an idle-shutdown timer.
 
 The template is ``infra/templates/aws/cloud-init/user-data.yaml.j2``; the scripts it writes
-to the node are ``infra/scripts/`` files embedded byte for byte (bootstrap-node.sh,
-provision.sh, idle-check.sh), so each can be read and shellchecked on its own. Their values
-go beside them: provision.sh sources ``provision-settings.sh``, idle-check.sh reads the
-environment its systemd unit sets.
+to the node are ``infra/scripts/`` files (bootstrap-node.sh, provision.sh, idle-check.sh,
+efa-env.sh), so each can be read and shellchecked on its own, embedded without their
+whole-line comments (:func:`shell_without_comments`: EC2 takes 16 KB of user data, gzipped,
+and the comments were a third of it); the Python ones byte for byte. Their values go beside
+them: provision.sh sources ``provision-settings.sh``, idle-check.sh reads the environment its
+systemd unit sets.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
 from skyinfra.transport.bootstrap import NODE_ENV_FILE
 
 TEMPLATE = "aws/cloud-init/user-data.yaml.j2"
-# The scripts the user data writes to the node as they are (infra/scripts/).
+# The scripts the user data writes to the node (infra/scripts/; the shell ones without their
+# comment lines).
 PROVISION_SCRIPT = "scripts/provision.sh"
 IDLE_CHECK_SCRIPT = "scripts/idle-check.sh"
 FETCH_SCRIPT = "scripts/fetch-s3-object.py"
@@ -56,6 +59,8 @@ OUTPUT_LOG = "/var/log/cloud-init-output.log"
 # as busy: past this a hung bootstrap no longer keeps the node alive (idle-check.sh).
 PROVISION_MINUTES = 60
 
+# A here-document's opening (not a here-string, <<<): its lines are data, comment-like or not.
+_HEREDOC_RE = re.compile(r"<<-?\s*['\"]?[A-Za-z_]")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _WHEEL_RE = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _EXTRA_RE = re.compile(r"^[a-z0-9_]+$")
@@ -204,6 +209,19 @@ def _check(params: NodeUserData) -> None:
         )
 
 
+def shell_without_comments(script: str) -> str:
+    """A shell script without its whole-line comments, the first line (``#!``) kept: the same
+    program to bash (tests/unit/aws/test_cloudinit.py compares bash's own reading of both).
+    RenderError for a script with a here-document, whose ``#`` lines would be data."""
+    if _HEREDOC_RE.search(script):
+        raise RenderError(
+            "script", script.splitlines()[0], "a shell script without here-documents (<<WORD)"
+        )
+    first, _, rest = script.partition("\n")
+    kept = [line for line in rest.split("\n") if not line.lstrip().startswith("#")]
+    return "\n".join([first, *kept])
+
+
 def render_user_data(params: NodeUserData) -> str:
     """The node's ``#cloud-config`` document. Raises RenderError for a value the caller should
     never pass, SpecError for a secret the spec would leak into it."""
@@ -219,14 +237,16 @@ def render_user_data(params: NodeUserData) -> str:
             topology_json=json.dumps(
                 boot_topology(json.loads(params.topology_json), params.node_index), sort_keys=True
             ),
-            bootstrap_script=params.bootstrap_script,
-            provision_script=resources.read_text(PROVISION_SCRIPT),
-            idle_check_script=resources.read_text(IDLE_CHECK_SCRIPT),
+            bootstrap_script=shell_without_comments(params.bootstrap_script),
+            provision_script=shell_without_comments(resources.read_text(PROVISION_SCRIPT)),
+            idle_check_script=shell_without_comments(resources.read_text(IDLE_CHECK_SCRIPT)),
             wheel_url=params.wheel_url,
             wheel_region=params.wheel_region,
             fetch_script=resources.read_text(FETCH_SCRIPT),
             check_script=resources.read_text(CHECK_SCRIPT),
-            efa_env_script=resources.read_text(EFA_ENV_SCRIPT) if params.efa else None,
+            efa_env_script=(
+                shell_without_comments(resources.read_text(EFA_ENV_SCRIPT)) if params.efa else None
+            ),
             node_env_file=NODE_ENV_FILE,
             wheel_sha256=params.wheel_sha256,
             wheel_filename=params.wheel_filename,

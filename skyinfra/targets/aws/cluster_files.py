@@ -39,6 +39,7 @@ from skyinfra.targets.aws.endpoints import (
 )
 from skyinfra.targets.aws.head import authorized_key_line, head_key_public
 from skyinfra.targets.aws.keys import ssh_key_paths
+from skyinfra.targets.aws.network_spec import BASTION_DEFAULT_USER
 from skyinfra.targets.aws.reach import TARGET_FILE
 from skyinfra.targets.aws.render import MODULES as AWS_MODULES
 from skyinfra.targets.aws.render import (
@@ -135,17 +136,27 @@ def cluster_params(
         node_markets=dict(markets if markets is not None else node_markets(spec_aws, spec.nodes)),
         spot_max_price=spec_aws.spot_max_price,
         head_recovery=head_recovery_state(spec),
-        private_network=private_network(spec_aws),
+        private_network=private_network(spec_aws, resolved),
         **extra,
     )
 
 
-def private_network(spec_aws: AwsSpec) -> PrivateNetwork | None:
-    """The renderer's private network (issue 46), or None for a public one."""
+def private_network(spec_aws: AwsSpec, resolved: Resolved | None) -> PrivateNetwork | None:
+    """The renderer's private network (issue 46), or None for a public one. The bastion
+    boots aws.bastion_ami with the login user the preflight read from it, else its module's
+    Amazon Linux 2023 minimal (ec2-user)."""
     fields = spec_aws.network_fields
     if not fields.private:
         return None
-    return PrivateNetwork(bastion=fields.has_bastion, nat=fields.nat, ssm=fields.ssm)
+    ami = fields.bastion_ami if fields.has_bastion else None
+    user = resolved.bastion_user if resolved is not None else None
+    return PrivateNetwork(
+        bastion=fields.has_bastion,
+        nat=fields.nat,
+        ssm=fields.ssm,
+        bastion_ami=ami,
+        bastion_user=user if ami is not None and user is not None else BASTION_DEFAULT_USER,
+    )
 
 
 def head_recovery_state(spec: ClusterSpec) -> tuple[str, str] | None:

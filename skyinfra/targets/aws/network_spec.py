@@ -1,6 +1,6 @@
 """The network fields of ``[aws]`` (issue 46): ``network`` ("public", the default and the
-behaviour from before it, or "private"), ``bastion``, ``nat`` and ``ssm``. Checked offline,
-each problem naming its field (exit 2 from `validate`, nothing written).
+behaviour from before it, or "private"), ``bastion``, ``bastion_ami``, ``nat`` and ``ssm``.
+Checked offline, each problem naming its field (exit 2 from `validate`, nothing written).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from skyinfra.spec.fields import read_bool
 PUBLIC = "public"
 PRIVATE = "private"
 NETWORKS = (PUBLIC, PRIVATE)
-NETWORK_KEYS = ("network", "bastion", "nat", "ssm")
+# The login user of the bastion's default image, Amazon Linux 2023 minimal (its module's
+# lookup, infra/modules/aws/bastion).
+BASTION_DEFAULT_USER = "ec2-user"
+NETWORK_KEYS = ("network", "bastion", "bastion_ami", "nat", "ssm")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ class NetworkFields:
     bastion: bool | None = None
     nat: bool = False
     ssm: bool = False
+    # The bastion's image; None: its module's Amazon Linux 2023 minimal (not the nodes' AMI).
+    bastion_ami: str | None = None
 
     @property
     def private(self) -> bool:
@@ -78,12 +83,22 @@ def network_problems(raw: Mapping[str, Any], *, allow_ssh_from_anywhere: bool) -
             )
             for key, why in (
                 ("bastion", "a bastion is the way in to private nodes"),
+                ("bastion_ami", "the bastion's image, and only a private network has one"),
                 ("nat", "public nodes reach the internet through their own addresses"),
                 ("ssm", "the SSM interface endpoints are for a private subnet"),
             )
             if raw.get(key)
         ]
         return found
+    if raw.get("bastion") is False and "bastion_ami" in raw:
+        found.append(
+            SpecError(
+                "aws.bastion_ami",
+                raw["bastion_ami"],
+                "absent with aws.bastion = false: node 0 is the way in, there is no bastion "
+                "to boot it",
+            )
+        )
     if allow_ssh_from_anywhere:
         found.append(
             SpecError(
@@ -122,4 +137,5 @@ def parse_network(raw: Mapping[str, Any]) -> NetworkFields:
         bastion=raw.get("bastion"),
         nat=bool(raw.get("nat", False)),
         ssm=bool(raw.get("ssm", False)),
+        bastion_ami=raw.get("bastion_ami"),
     )

@@ -30,6 +30,7 @@ from skyinfra.targets.aws.endpoints import (
     Emulator,
     emulator_config_text,
 )
+from skyinfra.targets.aws.network_spec import BASTION_DEFAULT_USER
 from skyinfra.targets.aws.spec import MARKETS, MAX_AWS_NODES, SPOT
 from skyinfra.targets.aws.spec_parsing import AMI_EXPECTED, AMI_RE, check_ssh_cidrs
 from skyinfra.terraform.backend import LOCK_SUFFIX
@@ -55,8 +56,8 @@ EMULATOR_MAX_RETRIES = 4
 USER_DATA_LIMIT_BYTES = 16 * 1024
 
 
-# The bastion's type (aws.bastion): it only forwards SSH. x86_64, like the nodes' default
-# image (the bastion boots the nodes' AMI).
+# The bastion's type (aws.bastion): it only forwards SSH. x86_64, like the image its module
+# looks up (Amazon Linux 2023 minimal), not the nodes' GPU image.
 BASTION_INSTANCE_TYPE = "t3.micro"
 
 
@@ -70,6 +71,9 @@ class PrivateNetwork:
     nat: bool = False
     ssm: bool = False
     bastion_instance_type: str = BASTION_INSTANCE_TYPE
+    # aws.bastion_ami and its login user; None: the module's Amazon Linux 2023 minimal.
+    bastion_ami: str | None = None
+    bastion_user: str = BASTION_DEFAULT_USER
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,8 @@ def private_network_vars(params: AwsClusterParams) -> dict[str, object]:
         "network": "private",
         "bastion": private.bastion,
         "bastion_instance_type": private.bastion_instance_type,
+        "bastion_ami": private.bastion_ami,
+        "bastion_user": private.bastion_user,
         "public_subnet_cidr_block": (
             public_subnet_for(params.vpc_cidr_block) if private.bastion or private.nat else None
         ),

@@ -18,7 +18,11 @@ from botocore.exceptions import ClientError
 
 from skyinfra.errors import PreflightError, SpecError, WorkspaceError
 from skyinfra.spec import ClusterSpec
-from skyinfra.targets.aws.ami import check_image_architecture, resolve_login_user
+from skyinfra.targets.aws.ami import (
+    check_image_architecture,
+    resolve_bastion_user,
+    resolve_login_user,
+)
 from skyinfra.targets.aws.network_spec import elastic_ips
 from skyinfra.targets.aws.preflight import (
     PreflightRequest,
@@ -49,6 +53,8 @@ class Resolved:
     subnet_cidr_block: str | None = None
     # The instance type's EC2 architectures (the S3 wheelhouse's platform, wheelhouse.py).
     architectures: tuple[str, ...] = ()
+    # The login user of aws.bastion_ami; None: no such field (the module's default image's).
+    bastion_user: str | None = None
 
 
 def previous_settings(ws: Workspace, region: str) -> dict[str, Any]:
@@ -174,6 +180,12 @@ def resolve(
     if not skip_preflight:
         check_image_architecture(clients, found.ami_id, found.architectures, spec_aws.instance_type)
     user = resolve_login_user(clients, spec_aws, found.ami_id, warn=warn, strict=not skip_preflight)
+    bastion_ami = spec_aws.bastion_ami if spec_aws.network_fields.has_bastion else None
+    bastion_user = (
+        None
+        if bastion_ami is None
+        else resolve_bastion_user(clients, bastion_ami, warn=warn, strict=not skip_preflight)
+    )
     return Resolved(
         account_id=account,
         availability_zone=found.availability_zone,
@@ -185,4 +197,5 @@ def resolve(
         existing_subnet_id=spec_aws.subnet_id,
         subnet_cidr_block=network.get("cidr_block"),
         architectures=found.architectures,
+        bastion_user=bastion_user,
     )

@@ -150,6 +150,8 @@ class AwsSpec:
     bastion: bool | None = None
     nat: bool = False
     ssm: bool = False
+    # The bastion's own image (None: Amazon Linux 2023 minimal, looked up by its module).
+    bastion_ami: str | None = None
     # Not a key of [aws]: the region of the default checkpoint bucket when the ladder's lists
     # were dropped from this spec (ladder_shell.only_rung); None: ladder_regions' first.
     checkpoints_region: str | None = None
@@ -163,7 +165,7 @@ class AwsSpec:
 
     @property
     def network_fields(self) -> NetworkFields:
-        return NetworkFields(self.network, self.bastion, self.nat, self.ssm)
+        return NetworkFields(self.network, self.bastion, self.nat, self.ssm, self.bastion_ami)
 
     @property
     def ladder_types(self) -> tuple[str, ...]:

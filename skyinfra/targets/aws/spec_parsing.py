@@ -376,10 +376,21 @@ def parse_aws_section(raw: Any) -> AwsSpec:
         **_ladder_fields(ladder),
     )
     problems.found.extend(_spot_problems(table))
+    problems.check(
+        lambda: read_str(
+            raw, "bastion_ami", "aws.bastion_ami", AMI_RE, f"{AMI_EXPECTED} or absent"
+        ),
+        None,
+    )
     network = network_problems(raw, allow_ssh_from_anywhere=allow_anywhere)
     problems.found.extend(network)
     problems.raise_any()
     fields = parse_network(raw)
     return replace(
-        table, network=fields.network, bastion=fields.bastion, nat=fields.nat, ssm=fields.ssm
+        table,
+        network=fields.network,
+        bastion=fields.bastion,
+        nat=fields.nat,
+        ssm=fields.ssm,
+        bastion_ami=fields.bastion_ami,
     )

@@ -18,7 +18,9 @@ another account is refused, https://docs.aws.amazon.com/AmazonS3/latest/userguid
 public access blocked, default encryption (SSE-S3), a policy denying requests without TLS
 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html) and a
 lifecycle rule expiring staged wheels (every `up` uploads the wheel again, so the clock starts
-at the last `up`). `down` deletes the workspace's staged objects (:func:`delete_staged`).
+at the last `up`; a private network's wheelhouse, under the same rule, is refreshed by every
+`plan` and `up` that uses it: wheelhouse_stage.py). `down` deletes the workspace's staged
+objects (:func:`delete_staged`).
 """
 
 from __future__ import annotations

@@ -46,7 +46,11 @@ def node_targets(topology: Topology, dialling: Dialling) -> Targets:
     way_in = None if dialling.on_node_0 else topology.way_in
     if dialling.emulated is not None:
         return _emulated(topology, way_in, dialling, dialling.emulated)
-    jump = None if way_in is None else _jump(topology, way_in, dialling, way_in.public_ip, SSH_PORT)
+    jump = (
+        None
+        if way_in is None
+        else _jump(topology, way_in, dialling, way_in.public_ip, SSH_PORT, way_in.user)
+    )
     targets = {}
     for node in topology.nodes:
         if dialling.on_node_0:
@@ -61,9 +65,16 @@ def node_targets(topology: Topology, dialling: Dialling) -> Targets:
     return targets, {}
 
 
-def _jump(topology: Topology, way_in: WayIn, dialling: Dialling, host: str, port: int) -> JumpHost:
+def _jump(
+    topology: Topology,
+    way_in: WayIn,
+    dialling: Dialling,
+    host: str,
+    port: int,
+    user: str | None = None,
+) -> JumpHost:
     """The way in as a jump host, its keys the ones its instance printed (node 0's own, or
-    the bastion's)."""
+    the bastion's); logged in as ``user`` (the bastion's image's), else the nodes' user."""
     instance_id = (
         topology.nodes[way_in.node].instance_id if way_in.node is not None else way_in.instance_id
     )
@@ -71,7 +82,7 @@ def _jump(topology: Topology, way_in: WayIn, dialling: Dialling, host: str, port
     return JumpHost(
         way_in.name,
         host,
-        dialling.user,
+        user or dialling.user,
         port,
         host_keys=lambda: keys(instance_id) if instance_id else [],
     )
@@ -96,6 +107,7 @@ def _emulated(
     jump = None
     if way_in is not None and way_in.name in emulated:
         at = emulated[way_in.name]
+        # The stand-in sshds all log in as the spec's user, the bastion's too.
         jump = _jump(topology, way_in, dialling, at.host, at.port)
     targets: dict[int, SshTarget] = {}
     unreachable: dict[int, str] = {}

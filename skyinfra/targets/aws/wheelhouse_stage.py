@@ -6,6 +6,13 @@ created (a requirement without a wheel for the nodes is the spec's error, exit 2
 bucket is made private as for the runtime wheel (staging.ensure_bucket), the wheels are
 uploaded and the index last: an interrupted upload leaves no index, and the next `up`
 uploads again.
+
+A wheelhouse found staged is refreshed: each of its objects copied onto itself in S3 (no byte
+leaves the operator's machine), which restarts the bucket's lifecycle clock. The bucket's one
+rule expires every object 7 days after it was written (staging.py), the wheelhouse's too, and
+that is what keeps a requirement set no cluster uses any more from being paid for forever; a
+prefix filter sparing ``_wheelhouse/`` would keep them all. Refreshed at every `plan` and
+`up` that uses it, a wheelhouse has its full 7 days left whenever nodes are launched on it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.digests import sha256_of
@@ -43,6 +51,11 @@ from skyinfra.targets.aws.wheelhouse import (
 
 # pip's download of jax[cuda12] is several GB: minutes on a slow line, never hours.
 DOWNLOAD_TIMEOUT_S = 3600
+WHEEL_CONTENT_TYPE = "application/zip"
+INDEX_CONTENT_TYPE = "application/json"
+# The refresh's copies: one CopyObject per object up to S3's 5 GiB limit for it, a multipart
+# copy above (boto3's managed copy).
+REFRESH_COPY = TransferConfig(multipart_threshold=5 * 1024**3, multipart_chunksize=512 * 1024**2)
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,8 @@ def stage_wheelhouse(
     prefix = wheelhouse_prefix(key)
     uploaded: list[str] = []
     index = _found(s3, request, prefix)
+    if index is not None and not _refreshed(s3, request, prefix, index):
+        index = None  # an object expired between the listing and its copy: staged anew
     if index is None:
         with tempfile.TemporaryDirectory(prefix="skyinfra-wheelhouse-") as folder:
             say(
@@ -138,7 +153,10 @@ def stage_wheelhouse(
             f"({len(index.files)} wheels, {index.total_bytes / 1e6:.1f} MB)"
         )
     else:
-        say(f"[skyinfra] wheelhouse s3://{request.bucket}/{prefix} is staged already")
+        say(
+            f"[skyinfra] wheelhouse s3://{request.bucket}/{prefix} is staged already "
+            "(refreshed: expires 7 days from now)"
+        )
     return StagedWheelhouse(
         bucket=request.bucket,
         prefix=prefix,
@@ -147,6 +165,40 @@ def stage_wheelhouse(
         index=index,
         uploaded=tuple(uploaded),
     )
+
+
+def _refreshed(s3: Any, request: WheelhouseRequest, prefix: str, index: WheelhouseIndex) -> bool:
+    """Copy every object of the staged wheelhouse onto itself, the index last (a new object
+    to S3's lifecycle rule, its age 0); False when one is gone."""
+    # The source is the same bucket: its owner is checked with the destination's.
+    mine = {"ExpectedBucketOwner": request.owner}
+    objects = [(f.name, WHEEL_CONTENT_TYPE) for f in index.files] + [
+        (INDEX_NAME, INDEX_CONTENT_TYPE)
+    ]
+    try:
+        for name, content_type in objects:
+            key = prefix + name
+            s3.copy(
+                {"Bucket": request.bucket, "Key": key},
+                request.bucket,
+                key,
+                # S3 copies an object onto itself only when something of it is replaced.
+                ExtraArgs={**mine, "MetadataDirective": "REPLACE", "ContentType": content_type},
+                Config=REFRESH_COPY,
+            )
+    except ClientError as err:
+        code = str(err.response.get("Error", {}).get("Code"))
+        if code in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise PreflightError(
+            f"could not refresh the wheelhouse s3://{request.bucket}/{prefix}: {err}. Check "
+            "that the credentials may copy objects there (s3:GetObject, s3:PutObject)."
+        ) from None
+    except BotoCoreError as err:
+        raise PreflightError(
+            f"could not refresh the wheelhouse s3://{request.bucket}/{prefix}: {err}"
+        ) from None
+    return True
 
 
 def _upload(
@@ -160,13 +212,13 @@ def _upload(
                 str(folder / wheel.name),
                 request.bucket,
                 prefix + wheel.name,
-                ExtraArgs={**mine, "ContentType": "application/zip"},
+                ExtraArgs={**mine, "ContentType": WHEEL_CONTENT_TYPE},
             )
         s3.put_object(
             Bucket=request.bucket,
             Key=prefix + INDEX_NAME,
             Body=index.to_json().encode(),
-            ContentType="application/json",
+            ContentType=INDEX_CONTENT_TYPE,
             **mine,
         )
     except (ClientError, BotoCoreError) as err:

@@ -19,7 +19,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.errors import PreflightError
-from skyinfra.targets.aws.ami import check_image_architecture
+from skyinfra.targets.aws.ami import check_image_architecture, resolve_bastion_user
 from skyinfra.targets.aws.endpoints import Emulator
 from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
@@ -193,6 +193,24 @@ def test_an_x86_image_is_refused_for_an_arm_type(seeded: dict[str, float], aws_e
         check_image_architecture(clients, X86, found.architectures, "g5g.xlarge")
     check_image_architecture(clients, X86, ("x86_64",), "g5.xlarge")  # matches: no error
     check_image_architecture(clients, X86, (), "p9z.mega")  # type not described: not checked
+
+
+def test_the_bastions_own_image_gives_its_login_user(aws_env: str) -> None:
+    """aws.bastion_ami: the first hop logs in as that image's user; a Windows image or one
+    this region lacks is refused naming the field (a warning and ec2-user without checks)."""
+    clients = AwsClients(boto3.session.Session(), REGION, Emulator(url=aws_env))
+    warned: list[str] = []
+    ubuntu, amazon = "ami-1e749f67", "ami-076f415166b04f5fe"  # moto's Ubuntu 14.04, AL2022
+    assert resolve_bastion_user(clients, ubuntu, warn=warned.append, strict=True) == "ubuntu"
+    assert resolve_bastion_user(clients, amazon, warn=warned.append, strict=True) == "ec2-user"
+    with pytest.raises(PreflightError, match=r"aws\.bastion_ami\) is a Windows image"):
+        resolve_bastion_user(clients, X86, warn=warned.append, strict=True)
+    missing = "ami-0000000000000000f"
+    with pytest.raises(PreflightError, match=r"ami-0+f \(aws\.bastion_ami\) does not exist"):
+        resolve_bastion_user(clients, missing, warn=warned.append, strict=True)
+    assert warned == []
+    assert resolve_bastion_user(clients, missing, warn=warned.append, strict=False) == "ec2-user"
+    assert len(warned) == 1 and "aws.bastion_ami" in warned[0]
 
 
 def test_dlami_parameter_by_architecture() -> None:

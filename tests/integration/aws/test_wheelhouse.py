@@ -1,9 +1,10 @@
 """The S3 wheelhouse against moto's S3 server (issue 46), with real parts: pip downloads the
 wheels (from the suite's dependency wheelhouse: this worker's namespace has no route to any
-index), skyinfra stages them, a second staging uploads nothing (counted at the S3 client),
-and an emulated private node (the user data's provision.sh under a folder of its own) fetches
-them with fetch-s3-object.py and installs offline, uv included, with nothing else to install
-from. A requirement without a wheel for the nodes is refused naming it, before any bucket.
+index), skyinfra stages them, a second staging uploads nothing (counted at the S3 client)
+and refreshes every object in S3 (its lifecycle clock restarts), and an emulated private
+node (the user data's provision.sh under a folder of its own) fetches them with
+fetch-s3-object.py and installs offline, uv included, with nothing else to install from. A
+requirement without a wheel for the nodes is refused naming it, before any bucket.
 
 The nodes' platform here is this machine's (its python3 and glibc), not the DLAMI's: the node
 is this machine. The content address, the download command and the user data are
@@ -13,6 +14,7 @@ tests/unit/aws/test_wheelhouse.py's.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import getpass
 import hashlib
 import json
@@ -33,9 +35,15 @@ from skyinfra.targets.aws.cluster_files import render_files
 from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator, boto3_client_kwargs
 from skyinfra.targets.aws.reach import TARGET_FILE
 from skyinfra.targets.aws.staging import default_bucket_name, stage_wheel, staging_prefix
-from skyinfra.targets.aws.wheelhouse import NodePlatform, requirement_set, wheelhouse_key
+from skyinfra.targets.aws.wheelhouse import (
+    NodePlatform,
+    WheelFile,
+    requirement_set,
+    wheelhouse_key,
+)
 from skyinfra.targets.aws.wheelhouse_stage import (
     WheelhouseRequest,
+    _refreshed,
     requirement_fields,
     stage_wheelhouse,
 )
@@ -120,13 +128,24 @@ def test_staged_once_shared_then_a_private_node_installs_offline_from_it(
     assert sorted(first.uploaded) == sorted([*names, "index.json"])
     assert calls and calls[-1] == f"PutObject {first.prefix}index.json"  # the index last
 
-    # A second cluster with the same requirements (in another order): nothing uploaded.
+    # A second cluster with the same requirements (in another order): nothing uploaded, but
+    # every object copied onto itself in S3 (the index last), which restarts the bucket's
+    # 7-day lifecycle clock for the nodes this cluster launches on it.
     calls.clear()
     second = stage_wheelhouse(
         s3, WheelhouseRequest(**{**request.__dict__, "requirements": tuple(reversed(requirements))})
     )
-    assert calls == [] and second.uploaded == ()
+    assert second.uploaded == ()
+    assert calls == [f"CopyObject {first.prefix}{n}" for n in [*names, "index.json"]]
     assert (second.prefix, second.index_sha256) == (first.prefix, first.index_sha256)
+    head = s3.head_object(Bucket=bucket, Key=first.prefix + names[0])
+    assert head["ContentType"] == "application/zip"
+    # A wheel gone between the listing and its copy (expired right then): not refreshed,
+    # so the caller stages the wheelhouse anew.
+    gone = dataclasses.replace(
+        first.index, files=(*first.index.files, WheelFile("gone-1.0-py3-none-any.whl", "0", 1))
+    )
+    assert not _refreshed(s3, request, first.prefix, gone)
 
     # The emulated node: its runtime wheel staged as `up` stages it, its user data rendered
     # with the wheelhouse, provision.sh run with no wheels, no index and no uv of its own.

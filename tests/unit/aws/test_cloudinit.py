@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -25,6 +26,7 @@ from skyinfra.targets.aws.cloudinit import (
     NodeUserData,
     default_bootstrap_script,
     render_user_data,
+    shell_without_comments,
 )
 from skyinfra.targets.aws.render import USER_DATA_LIMIT_BYTES, encode_user_data
 from skyinfra.targets.aws.spec import DEFAULT_IDLE_SHUTDOWN_MINUTES
@@ -130,12 +132,51 @@ def ec2_bytes(document: str) -> bytes:
     return packed
 
 
+# What every variant leaves of EC2's 16 KB (gzipped) for the users' own python_packages.
+USERS_ROOM_BYTES = 4 * 1024
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_user_data_fits_ec2_limit(name: str) -> None:
-    """Plain text while it fits; past 16 KB the whole document goes gzipped (encode_user_data)."""
+def test_user_data_fits_ec2_limit_with_room_for_the_users_packages(name: str) -> None:
+    """The whole document goes gzipped (encode_user_data): its scripts alone are past 16 KB as
+    text. At least 4 KB of EC2's 16 are left in every variant, and 4 KB of package
+    requirements that gzip cannot shrink (sha256 hex in their names) do fit."""
     document = render_user_data(VARIANTS[name])
     assert document.startswith("#cloud-config\n")
-    assert len(ec2_bytes(document)) < USER_DATA_LIMIT_BYTES
+    assert len(ec2_bytes(document)) <= USER_DATA_LIMIT_BYTES - USERS_ROOM_BYTES
+    packages, size = [], 0
+    while size < USERS_ROOM_BYTES:
+        packages.append(f"p{hashlib.sha256(str(len(packages)).encode()).hexdigest()}==1.0")
+        size += len(packages[-1]) + len(" --package \n")
+    users = dataclasses.replace(
+        VARIANTS[name], python_packages=[*VARIANTS[name].python_packages, *packages]
+    )
+    assert len(ec2_bytes(render_user_data(users))) < USER_DATA_LIMIT_BYTES
+
+
+def test_shell_scripts_ship_as_the_same_program_without_their_comments() -> None:
+    """The node's copy of each shell script lacks its comment lines and nothing else: bash
+    reads both into the same program (each as a function body, printed by declare -f, which
+    keeps no comment). A here-document, whose # lines are data, is refused."""
+    for name in (PROVISION_SCRIPT, IDLE_CHECK_SCRIPT, EFA_ENV_SCRIPT, "scripts/bootstrap-node.sh"):
+        script = resources.read_text(name)
+        stripped = shell_without_comments(script)
+        assert len(stripped) < len(script) * 0.8, name  # the comments were worth stripping
+        programs = [
+            subprocess.run(
+                ["bash", "-c", f"f() {{\n{text}\n}}\ndeclare -f f"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            for text in (script, stripped)
+        ]
+        assert programs[0] == programs[1], name
+    with pytest.raises(RenderError, match="without here-documents"):
+        shell_without_comments("#!/bin/sh\ncat <<EOF\n# data, not a comment\nEOF\n")
+    assert shell_without_comments('#!/bin/sh\nread -r a <<< "$b"\n# c\n') == (
+        '#!/bin/sh\nread -r a <<< "$b"\n'
+    )
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -160,12 +201,15 @@ def test_content_topology_identity_bootstrap_and_install() -> None:
         "nodes": [TOPOLOGY["nodes"][0], TOPOLOGY["nodes"][1]],
     }
     assert "SKYINFRA_NODE=1\n" in files["/etc/skyinfra/node.env"]
-    # The very script the local target runs, byte for byte.
-    assert files["/opt/skyinfra/bootstrap-node.sh"] == default_bootstrap_script()
-    # provision.sh and idle-check.sh are infra/scripts/ files too, byte for byte; their
-    # values are written beside them.
+    # The very script the local target runs, without its comment lines (the same program:
+    # test_shell_scripts_ship_as_the_same_program_without_their_comments).
+    assert files["/opt/skyinfra/bootstrap-node.sh"] == shell_without_comments(
+        default_bootstrap_script()
+    )
+    # provision.sh and idle-check.sh are infra/scripts/ files too; their values are written
+    # beside them.
     provision = files["/opt/skyinfra/provision.sh"]
-    assert provision == resources.read_text(PROVISION_SCRIPT)
+    assert provision == shell_without_comments(resources.read_text(PROVISION_SCRIPT))
     assert "sha256sum --check --strict" in provision
     settings = files["/opt/skyinfra/provision-settings.sh"]
     assert "'jax[cuda12]'" in settings
@@ -180,7 +224,9 @@ def test_content_topology_identity_bootstrap_and_install() -> None:
         ["/opt/skyinfra/provision.sh"],
     ]
     assert "/etc/systemd/system/skyinfra-idle.timer" in files
-    assert files["/opt/skyinfra/idle-check.sh"] == resources.read_text(IDLE_CHECK_SCRIPT)
+    assert files["/opt/skyinfra/idle-check.sh"] == shell_without_comments(
+        resources.read_text(IDLE_CHECK_SCRIPT)
+    )
     service = files["/etc/systemd/system/skyinfra-idle.service"]
     assert f"Environment=IDLE_MINUTES={DEFAULT_IDLE_SHUTDOWN_MINUTES} PROVISION_MINUTES=" in service
 
@@ -209,8 +255,10 @@ def test_secret_in_spec_never_reaches_user_data() -> None:
         )
 
 
-def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
-    # The bootstrap goes in compressed: only hard-to-compress text makes the document big.
+def test_oversized_user_data_is_gzipped_for_user_data_base64_or_refused() -> None:
+    """Past 16 KB as text the document goes gzipped, as base64 (the module's user_data_base64);
+    past 16 KB gzipped, it is refused naming user_data. A bootstrap of text gzip cannot
+    shrink (sha256 hex) makes it so."""
     lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(150))
     big_script = "#!/bin/sh\n" + "".join(lines)
     document = render_user_data(params(bootstrap_script=big_script))
@@ -218,6 +266,11 @@ def test_oversized_user_data_is_gzipped_for_user_data_base64() -> None:
     encoded = encode_user_data(document)
     assert set(encoded) == {"base64"}
     assert gzip.decompress(base64.b64decode(encoded["base64"])).decode() == document
+    lines = (f"echo {hashlib.sha256(str(i).encode()).hexdigest()}\n" for i in range(400))
+    too_big = render_user_data(params(bootstrap_script="#!/bin/sh\n" + "".join(lines)))
+    with pytest.raises(RenderError, match="user_data") as refused:
+        encode_user_data(too_big)
+    assert "EC2's user-data limit" in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -320,7 +373,7 @@ def test_node_check_ships_and_efa_env_only_with_efa() -> None:
     assert f"/opt/skyinfra/node/{NODE_ENV_FILE}" not in plain
     efa = files_of(render_user_data(params(efa=True)))
     env = efa[f"/opt/skyinfra/node/{NODE_ENV_FILE}"]
-    assert env.rstrip("\n") == resources.read_text(EFA_ENV_SCRIPT).rstrip("\n")
+    assert env == shell_without_comments(resources.read_text(EFA_ENV_SCRIPT))
     assert "export FI_PROVIDER=efa" in env
 
 
@@ -382,7 +435,7 @@ def test_with_recover_node_0_installs_skyinfra_and_every_node_trusts_the_cluster
     assert "HEAD_VENV=/opt/skyinfra/node/head/venv" in settings
     assert yaml.safe_load(head)["ssh_authorized_keys"] == [HEAD_KEY_LINE]
     worker = render_user_data(params(node_index=1, authorized_keys=[HEAD_KEY_LINE]))
-    assert "HEAD_WHEEL" not in worker
+    assert "HEAD_WHEEL" not in files_of(worker)[f"{SCRIPT_DIR}/provision-settings.sh"]
     assert yaml.safe_load(worker)["ssh_authorized_keys"] == [HEAD_KEY_LINE]
     plain = yaml.safe_load(render_user_data(params()))
     assert "ssh_authorized_keys" not in plain

@@ -40,6 +40,13 @@ def fields_of(error: SpecError) -> set[str]:
         ({"network": "private", "nat": "yes"}, "aws.nat", "true or false"),
         ({"network": "private", "subnet_id": "subnet-0abc12345"}, "aws.subnet_id", "its own VPC"),
         ({"network": "private", "recover": True}, "aws.recover", "EC2 API"),
+        ({"network": "private", "bastion_ami": "al2023"}, "aws.bastion_ami", "an AMI id like"),
+        ({"bastion_ami": "ami-0123456789abcdef0"}, "aws.bastion_ami", "only a private network"),
+        (
+            {"network": "private", "bastion": False, "bastion_ami": "ami-0123456789abcdef0"},
+            "aws.bastion_ami",
+            "no bastion to boot it",
+        ),
     ],
 )
 def test_a_bad_network_names_its_field(extra: dict[str, Any], field: str, says: str) -> None:
@@ -70,6 +77,11 @@ def test_a_private_network_has_a_bastion_unless_told_otherwise() -> None:
     assert parse_aws_section(private.to_dict()) == private
     no_bastion = parse_aws_section({**BASE, "network": "private", "bastion": False})
     assert not no_bastion.network_fields.has_bastion
+    # The bastion's own image: absent (the module's Amazon Linux 2023 minimal), or given.
+    assert private.bastion_ami is None and "bastion_ami" not in private.to_dict()
+    given = parse_aws_section({**BASE, "network": "private", "bastion_ami": "ami-0abc12345"})
+    assert given.network_fields.bastion_ami == "ami-0abc12345"
+    assert parse_aws_section(given.to_dict()) == given
 
 
 @pytest.mark.parametrize(

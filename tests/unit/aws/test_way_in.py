@@ -67,6 +67,14 @@ def test_every_node_goes_through_the_bastion_pinned_from_its_own_console() -> No
     assert jump.host_keys is not None and list(jump.host_keys()) == ["ssh-ed25519 BASTION"]
 
 
+def test_the_bastion_is_logged_in_as_its_own_images_user() -> None:
+    """The bastion boots its own image (Amazon Linux: ec2-user), not the nodes' (ubuntu)."""
+    own = dataclasses.replace(BASTION, user="ec2-user")
+    targets, _ = node_targets(topology(own), dialling())
+    assert {t.user for t in targets.values()} == {"ubuntu"}
+    assert {t.jump.user for t in targets.values() if t.jump} == {"ec2-user"}
+
+
 def test_node_0_as_the_way_in_is_dialled_directly_and_the_others_through_it() -> None:
     way_in = WayIn("node-0", "198.51.100.1", node=0)
     targets, _ = node_targets(topology(way_in, "198.51.100.1"), dialling())

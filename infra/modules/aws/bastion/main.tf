@@ -2,6 +2,24 @@
 # ssh_ingress_cidrs only, and SSH on to the nodes' subnet only. The nodes' security group
 # allows SSH from this instance's group alone (the security module's ssh_source_security_group_ids).
 
+# Its own small image, not the nodes' GPU one (a Deep Learning AMI's snapshot is tens of GB):
+# the newest Amazon Linux 2023 minimal for x86_64 (t3.micro's), unless ami_id names one.
+data "aws_ami" "minimal" {
+  count       = var.ami_id == null ? 1 : 0
+  most_recent = true
+  owners      = ["amazon"]
+
+  filter {
+    name   = "name"
+    values = ["al2023-ami-minimal-2023.*-x86_64"]
+  }
+
+  filter {
+    name   = "architecture"
+    values = ["x86_64"]
+  }
+}
+
 # The image's root snapshot: EC2 refuses a root volume smaller than it, and a volume larger
 # than needed is billed every hour the bastion lives.
 data "aws_ami" "image" {
@@ -9,17 +27,26 @@ data "aws_ami" "image" {
 
   filter {
     name   = "image-id"
-    values = [var.ami_id]
+    values = [local.ami_id]
   }
+}
+
+# The image the bastion was asked to boot (null: the lookup's): a new given ami_id replaces
+# the bastion, a newer Amazon Linux release alone does not (a new host key and address
+# mid-job for no gain: the bastion only forwards SSH).
+resource "terraform_data" "image_choice" {
+  input = var.ami_id
 }
 
 locals {
   base_tags = merge(var.tags, { "skyinfra:cluster" = var.name })
+  ami_id    = coalesce(var.ami_id, one(data.aws_ami.minimal[*].id))
   image_root_gb = try(one([
     for m in data.aws_ami.image.block_device_mappings : tonumber(m.ebs.volume_size)
     if m.device_name == data.aws_ami.image.root_device_name
   ]), null)
-  # The given size, else the image's own (at least gp3's 8 GiB floor skyinfra holds to).
+  # The given size, else the image's own, at least gp3's 8 GiB floor (Amazon Linux 2023
+  # minimal's snapshot is smaller: 8 GiB is the bastion's disk).
   root_volume_size_gb = coalesce(var.root_volume_size_gb, max(8, coalesce(local.image_root_gb, 8)))
 }
 
@@ -64,7 +91,7 @@ resource "aws_instance" "this" {
   # checkov:skip=CKV_AWS_88:The bastion is the private network's one way in: its public address is the point, and its group admits SSH from ssh_ingress_cidrs only.
   # checkov:skip=CKV2_AWS_41:The bastion forwards SSH and calls no AWS API: it gets no instance role, so no credentials sit on the one public host.
   # checkov:skip=CKV_AWS_126:Detailed (1-minute) monitoring is billed per instance and has no use for a forwarding host.
-  ami                         = var.ami_id
+  ami                         = local.ami_id
   instance_type               = var.instance_type
   key_name                    = var.key_name
   subnet_id                   = var.subnet_id
@@ -91,9 +118,12 @@ resource "aws_instance" "this" {
   }
 
   lifecycle {
+    ignore_changes       = [ami]
+    replace_triggered_by = [terraform_data.image_choice]
+
     precondition {
       condition     = var.root_volume_size_gb == null || local.image_root_gb == null || coalesce(var.root_volume_size_gb, 0) >= coalesce(local.image_root_gb, 0)
-      error_message = "The bastion's root_volume_size_gb (${coalesce(var.root_volume_size_gb, 0)} GiB) is smaller than its image ${var.ami_id}'s root snapshot (${coalesce(local.image_root_gb, 0)} GiB): EC2 refuses such a volume. Give at least the snapshot's size, or null for exactly it."
+      error_message = "The bastion's root_volume_size_gb (${coalesce(var.root_volume_size_gb, 0)} GiB) is smaller than its image ${local.ami_id}'s root snapshot (${coalesce(local.image_root_gb, 0)} GiB): EC2 refuses such a volume. Give at least the snapshot's size, or null for exactly it."
     }
   }
 

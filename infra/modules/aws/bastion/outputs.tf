@@ -17,3 +17,8 @@ output "security_group_id" {
   description = "The bastion's security group: the nodes allow SSH from it alone."
   value       = aws_security_group.this.id
 }
+
+output "login_user" {
+  description = "The SSH user of the bastion's image: the first hop's login."
+  value       = var.login_user
+}

@@ -33,13 +33,25 @@ variable "nodes_cidr_block" {
 }
 
 variable "ami_id" {
-  description = "AMI of the bastion (skyinfra uses the nodes' image: the same login user, host keys on the console the same way)."
+  description = "AMI of the bastion; null: the newest Amazon Linux 2023 minimal (x86_64), a small image with cloud-init, whose login user is ec2-user. Another image needs login_user."
   type        = string
+  default     = null
+
+  validation {
+    condition     = var.ami_id == null ? true : can(regex("^ami-[0-9a-f]{8,17}$", var.ami_id))
+    error_message = "The ami_id must look like ami-0123456789abcdef0, or be null for Amazon Linux 2023 minimal."
+  }
+}
+
+variable "login_user" {
+  description = "The image's SSH login user, which the operator's ProxyJump logs in as (ec2-user: Amazon Linux's)."
+  type        = string
+  default     = "ec2-user"
   nullable    = false
 
   validation {
-    condition     = can(regex("^ami-[0-9a-f]{8,17}$", var.ami_id))
-    error_message = "The ami_id must look like ami-0123456789abcdef0."
+    condition     = can(regex("^[a-z_][a-z0-9_-]{0,31}$", var.login_user))
+    error_message = "The login_user must be a Unix user name such as ec2-user or ubuntu."
   }
 }
 

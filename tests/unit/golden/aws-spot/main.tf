@@ -67,6 +67,8 @@ variable "cluster" {
     network                  = optional(string, "public")
     bastion                  = optional(bool, false)
     bastion_instance_type    = optional(string, "t3.micro")
+    bastion_ami              = optional(string)
+    bastion_user             = optional(string, "ec2-user")
     public_subnet_cidr_block = optional(string)
     nat                      = optional(bool, false)
     ssm                      = optional(bool, false)

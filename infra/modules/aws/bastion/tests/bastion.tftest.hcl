@@ -1,5 +1,14 @@
 # Plan/apply against a mocked AWS provider: no credentials, no API calls.
 mock_provider "aws" {
+  # The newest Amazon Linux 2023 minimal, as the lookup finds it when ami_id is null.
+  override_data {
+    target = data.aws_ami.minimal
+    values = {
+      id   = "ami-0a1b2c3d4e5f60718"
+      name = "al2023-ami-minimal-2023.6.20241010.0-kernel-6.1-x86_64"
+    }
+  }
+
   # The image, as DescribeImages gives it: a 45 GiB root snapshot.
   override_data {
     target = data.aws_ami.image
@@ -47,6 +56,66 @@ run "one_small_public_host_with_ssh_from_the_given_blocks" {
     condition     = strcontains(aws_instance.this.user_data, "emit_keys_to_console: true")
     error_message = "The bastion prints its SSH host keys on its console, where skyinfra pins them from."
   }
+}
+
+run "a_small_image_of_its_own_and_an_8_gib_disk_by_default" {
+  command = plan
+
+  variables {
+    ami_id = null
+  }
+
+  # Amazon Linux 2023 minimal's root snapshot is smaller than gp3's 8 GiB the module holds to.
+  override_data {
+    target = data.aws_ami.image
+    values = {
+      root_device_name = "/dev/xvda"
+      block_device_mappings = [{
+        device_name  = "/dev/xvda"
+        ebs          = { volume_size = "2", snapshot_id = "snap-0123456789abcdef1" }
+        no_device    = ""
+        virtual_name = ""
+      }]
+    }
+  }
+
+  assert {
+    condition     = aws_instance.this.ami == "ami-0a1b2c3d4e5f60718"
+    error_message = "Without ami_id the bastion boots the Amazon Linux 2023 minimal the lookup found, not the nodes' image."
+  }
+
+  assert {
+    condition     = aws_instance.this.root_block_device[0].volume_size == 8 && aws_instance.this.root_block_device[0].volume_type == "gp3"
+    error_message = "The bastion's disk is 8 GiB of gp3."
+  }
+
+  assert {
+    condition     = output.login_user == "ec2-user"
+    error_message = "Amazon Linux's login user is ec2-user."
+  }
+}
+
+run "the_given_image_and_its_login_user" {
+  command = plan
+
+  variables {
+    login_user = "ubuntu"
+  }
+
+  assert {
+    condition     = aws_instance.this.ami == "ami-0123456789abcdef0" && output.login_user == "ubuntu"
+    error_message = "A given ami_id is booted and its login_user is the first hop's."
+  }
+}
+
+run "refuses_a_malformed_image_id" {
+  command = plan
+
+  variables {
+    ami_id = "al2023"
+  }
+
+  expect_failures = [var.ami_id]
 }
 
 run "refuses_ssh_from_anywhere" {
