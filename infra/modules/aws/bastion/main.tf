@@ -31,11 +31,11 @@ data "aws_ami" "image" {
   }
 }
 
-# The image the bastion was asked to boot (null: the lookup's): a new given ami_id replaces
-# the bastion, a newer Amazon Linux release alone does not (a new host key and address
-# mid-job for no gain: the bastion only forwards SSH).
+# The image and disk the bastion was asked for (null: the lookup's, the image's size): a new
+# given ami_id or root_volume_size_gb replaces the bastion; a newer Amazon Linux release alone
+# does not (a new host key and address mid-job for no gain: the bastion only forwards SSH).
 resource "terraform_data" "image_choice" {
-  input = var.ami_id
+  input = { ami_id = var.ami_id, root_volume_size_gb = var.root_volume_size_gb }
 }
 
 locals {
@@ -118,7 +118,9 @@ resource "aws_instance" "this" {
   }
 
   lifecycle {
-    ignore_changes       = [ami]
+    # The disk is never resized in place: EC2 refuses a smaller one, and a bastion made from
+    # another image (the nodes' Deep Learning AMI, before it had its own) keeps its disk.
+    ignore_changes       = [ami, root_block_device[0].volume_size]
     replace_triggered_by = [terraform_data.image_choice]
 
     precondition {

@@ -58,6 +58,30 @@ run "one_small_public_host_with_ssh_from_the_given_blocks" {
   }
 }
 
+run "a_running_bastions_disk_is_not_resized_when_its_image_is" {
+  command = plan
+
+  # The bastion above was made from a 45 GiB image; its image now says 2 GiB (a bastion made
+  # from the nodes' image before it had its own, planned again): EC2 refuses a shrink.
+  override_data {
+    target = data.aws_ami.image
+    values = {
+      root_device_name = "/dev/xvda"
+      block_device_mappings = [{
+        device_name  = "/dev/xvda"
+        ebs          = { volume_size = "2", snapshot_id = "snap-0123456789abcdef1" }
+        no_device    = ""
+        virtual_name = ""
+      }]
+    }
+  }
+
+  assert {
+    condition     = aws_instance.this.root_block_device[0].volume_size == 45
+    error_message = "A running bastion's disk is never resized in place."
+  }
+}
+
 run "a_small_image_of_its_own_and_an_8_gib_disk_by_default" {
   command = plan
 
