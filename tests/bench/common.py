@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import socket
 import statistics
@@ -130,3 +131,30 @@ def splice_figure(markdown: str, number: int, lines: list[str]) -> str:
     if anchor == -1:
         return markdown.rstrip() + "\n\n" + text
     return markdown[: anchor + 1] + text + markdown[anchor + 1 :]
+
+
+def keep_unmeasured(old: str, new: str) -> str:
+    """``new`` (a whole BENCHMARKS.md that `make bench` wrote) with every numbered section of
+    ``old`` that ``new`` lacks put back in number order: the figures measured by hand
+    (their own scripts) stay as they were measured, rather than vanishing from the file."""
+    for number, section in sorted(_numbered_sections(old).items()):
+        if f"\n## {number}. " in "\n" + new:
+            continue
+        later = [n for n in _numbered_sections(new) if n > number]
+        at = new.find(f"\n## {min(later)}. ") if later else new.find("\n## What holds")
+        new = (
+            new.rstrip() + "\n\n" + section if at == -1 else new[: at + 1] + section + new[at + 1 :]
+        )
+    return new
+
+
+def _numbered_sections(markdown: str) -> dict[int, str]:
+    """Each "## N. ..." section of ``markdown`` (its heading to the next "## "), by N."""
+    sections: dict[int, str] = {}
+    starts = [m.start() for m in re.finditer(r"^## ", markdown, flags=re.MULTILINE)]
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(markdown)
+        number, dot, _ = markdown[start + 3 : end].partition(".")
+        if dot and number.isdigit():
+            sections[int(number)] = markdown[start:end].rstrip() + "\n\n"
+    return sections
