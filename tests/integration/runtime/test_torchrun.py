@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from skyinfra_runtime.plugins.base import interface_of
+
 from tests.conftest import REPO_ROOT
 from tests.integration.runtime.launch_harness import ENTRIES, run_nodes, topology
 from tests.support.ports import free_port_pair
@@ -81,13 +83,16 @@ def test_a_torchrun_script_sees_what_torchrun_gives_it_on_2_nodes_by_2(tmp_path:
         assert probe["argv"] == [str(PROBE), "--out", str(out)]
         assert probe["path0"] == str(ENTRIES)  # the script's directory, as `python script.py`
         assert probe["cwd"] == str(tmp_path)
-    # Exactly torchrun's variables (NODE_RANK added), with torchrun's values where they can
-    # be the same; TORCHELASTIC_ERROR_FILE differs on purpose (no agent reads it).
+    # Exactly torchrun's variables (NODE_RANK added, and gloo's interface: the one holding the
+    # node's address, where torchrun leaves gloo to the hostname's), with torchrun's values
+    # where they can be the same; TORCHELASTIC_ERROR_FILE differs on purpose (no agent reads it).
     torchrun_keys = _added(expected[0]["env"], base)  # type: ignore[arg-type]
     assert "TORCHELASTIC_RUN_ID" in torchrun_keys and "OMP_NUM_THREADS" in torchrun_keys
     for probe in seen:
         env: dict[str, str] = probe["env"]  # type: ignore[assignment]
-        assert _added(env, base) - {"NODE_RANK"} == torchrun_keys
+        assert _added(env, base) - {"NODE_RANK", "GLOO_SOCKET_IFNAME"} == torchrun_keys
+        address = topo["nodes"][int(env["NODE_RANK"])]["private_ip"]
+        assert env.get("GLOO_SOCKET_IFNAME") == interface_of(address), (address, env)
         rank = int(env["RANK"])
         assert env["LOCAL_RANK"] == str(rank % 2)
         assert env["GROUP_RANK"] == env["NODE_RANK"] == str(rank // 2)
