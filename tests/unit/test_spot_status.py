@@ -1,5 +1,5 @@
 """`skyinfra status` reads each answering node's Spot interruption notice through the node's
-transport: the node's runtime (`skyinfra-runtime notice`, a real process here) answers with
+transport: the node's runtime (`skyinfra-runtime node-facts`, a real process here) answers with
 the ``interruption.json`` its watcher or IMDS stand-in wrote."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from skyinfra.lifecycle.cluster_status import _interruptions
+from skyinfra.lifecycle.cluster_status import _node_facts
 from skyinfra.spec import validate_spec
 from skyinfra.workspace import Workspace
 from tests.support.topologies import local_topology
@@ -27,6 +27,8 @@ def test_status_reads_the_notice_of_each_answering_node(tmp_path: Path) -> None:
     (ws.nodes_dir / "node-1" / "interruption.json").write_text(json.dumps(notice))
     (ws.nodes_dir / "node-2" / "interruption.json").write_text("not json")
     spec = validate_spec({"name": "c", "nodes": 3})
-    found = _interruptions(ws, spec, local_topology(3), [0, 1, 2])
-    assert found == {1: notice}  # node 0 has none; node 2's is unreadable, so left out
-    assert _interruptions(ws, spec, local_topology(3), [0]) == {}
+    found = _node_facts(ws, spec, local_topology(3), [0, 1, 2])
+    # Node 0 has none; node 2's is unreadable, so none either; no node has standbys.
+    assert {i: f.interrupted for i, f in found.items()} == {0: None, 1: notice, 2: None}
+    assert all(f.standbys == () for f in found.values())
+    assert list(_node_facts(ws, spec, local_topology(3), [0])) == [0]
