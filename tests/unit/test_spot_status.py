@@ -1,6 +1,7 @@
-"""`skyinfra status` reads each answering node's Spot interruption notice through the node's
-transport: the node's runtime (`skyinfra-runtime node-facts`, a real process here) answers with
-the ``interruption.json`` its watcher or IMDS stand-in wrote."""
+"""`skyinfra status` reads each answering node's facts (its Spot interruption notice, its
+waiting standby workers) through the node's transport: the node's runtime
+(`skyinfra-runtime node-facts`, a real process here) answers with the ``interruption.json``
+its watcher or IMDS stand-in wrote; and how `status` and `jobs JOB` say standbys in words."""
 
 from __future__ import annotations
 
@@ -32,3 +33,21 @@ def test_status_reads_the_notice_of_each_answering_node(tmp_path: Path) -> None:
     assert {i: f.interrupted for i, f in found.items()} == {0: None, 1: notice, 2: None}
     assert all(f.standbys == () for f in found.values())
     assert list(_node_facts(ws, spec, local_topology(3), [0])) == [0]
+
+
+def test_status_and_jobs_say_in_words_what_standbys_hold_and_how_workers_started() -> None:
+    from skyinfra_runtime.jobrecord import WorkerStart
+
+    from skyinfra.cli.cluster import standby_words
+    from skyinfra.cli.jobs_shown import start_words
+
+    waiting = [
+        {"slot": 0, "pid": 41, "rss_bytes": 300 << 20},
+        {"slot": 1, "pid": 42, "rss_bytes": 0},
+    ]
+    assert standby_words(waiting) == "standby workers: 2 waiting, 300 MiB resident (pids 41, 42)"
+    started = (WorkerStart(0, True, waited_s=61.7), WorkerStart(1, False, reason="no standby"))
+    assert start_words(started) == (
+        "; worker 0 warm (its standby waited 62 s), worker 1 cold (no standby)"
+    )
+    assert start_words(()) == ""  # a record from before, or a launcher that has not said yet
