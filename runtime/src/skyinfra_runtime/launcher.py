@@ -208,7 +208,7 @@ def _supervise(
 
         old_int = signal.signal(signal.SIGINT, forward)
         old_term = signal.signal(signal.SIGTERM, forward)
-        warmth = _Warmth.of(topology, procs)
+        warmth = _Warmth.of(topology, node, procs)
         try:
             for worker in range(procs):
                 env = dict(os.environ)
@@ -258,17 +258,19 @@ def _supervise(
 class _Warmth:
     """This job's use of the node's standbys: each worker taken from one or started cold,
     recorded in the run's timeline.json (the node's agent puts it in the job's record); then
-    the keeper asked to refill every slot (it starts only after a job: a cluster that runs
-    nothing never pays for standbys)."""
+    the keeper asked to fill every slot: as the job starts on a node with cores to spare (a
+    restart within the job then starts warm), else once it ended (the standbys' imports never
+    compete with the job; a cluster that runs nothing never pays for standbys)."""
 
     folder: Path | None
     warmup: warm.Warmup | None
     procs: int
     starts: list[WorkerStart] = dataclasses.field(default_factory=list)
     why_cold: str = ""  # why every worker starts cold (no standby is kept here)
+    at_once: bool = False  # the node has cores to spare: ask as the job starts
 
     @classmethod
-    def of(cls, topology: Topology, procs: int) -> _Warmth:
+    def of(cls, topology: Topology, node: int, procs: int) -> _Warmth:
         node_dir = os.environ.get(rundirs.NODE_DIR_ENV)
         folder = standbys.folder(node_dir) if node_dir else None
         warmup = warm.standby_warmup(topology.plugins)
@@ -277,7 +279,11 @@ class _Warmth:
             if folder is not None:
                 standbys.stop(folder)
             folder, why = None, "warm_workers = false"
-        return cls(folder, warmup, procs, why_cold=why or ("" if folder else "no node folder"))
+        address = topology.nodes[node].private_ip
+        on_host = sum(1 for n in topology.nodes if n.private_ip == address)
+        at_once = warm.cores_to_spare(len(os.sched_getaffinity(0)), on_host, procs)
+        why = why or ("" if folder else "no node folder")
+        return cls(folder, warmup, procs, why_cold=why, at_once=at_once)
 
     def start(self, worker: int, argv: list[str], env: dict[str, str]) -> Worker:
         if self.folder is not None and self.warmup is not None:
@@ -291,19 +297,18 @@ class _Warmth:
         return subprocess.Popen(argv, env=env)
 
     def after_start(self, node: int) -> None:
-        """Recorded; and the standbys refilled at once where the node has had them."""
+        """Recorded; and, on a node with cores to spare, the standbys asked for at once."""
         run_dir = os.environ.get(rundirs.RUN_DIR_ENV)
         if run_dir:
             attempt = os.environ.get("SKYINFRA_ATTEMPT")
             record_starts(Path(run_dir), node, attempt, self.starts)
-        if self.folder is None or self.warmup is None:
-            return
-        if (self.folder / standbys.WANT_FILE).exists():
+        if self.at_once and self.folder is not None and self.warmup is not None:
             self._ensure()
 
     def after_end(self) -> None:
-        """The node's first job asks for standbys only once it ended: they never compete with
-        it for CPU, and a cluster that runs one job and goes pays for them only until `down`."""
+        """Asked for (again) once the job's part here ended: a node without cores to spare
+        refills the slots the job took only now, so its standbys never compete with the job
+        for CPU; a cluster that runs one job and goes pays for them only until `down`."""
         if self.folder is not None and self.warmup is not None:
             self._ensure()
 

@@ -9,10 +9,11 @@ a pid file of ``pids/``: the idle shutdown (infra/scripts/idle-check.sh) never c
 standby as busy, and `down` ends them with the node's other processes.
 
 The keeper (``python -m skyinfra_runtime.standbys DIR``) starts a standby in each slot that
-has none, and a fresh one as soon as one is taken or dies; it starts no more after three
-standbys in a row failed before they were ready (a framework that does not import), and
-ends once ``want.json`` asks for no slot (or is gone with the node folder) and no taken
-standby still runs.
+has none, a fresh one as soon as one dies, and one in a slot a job took once the launcher
+asks again (``ensure``: at once on a node with cores to spare, else after the job); it starts
+no more after three standbys in a row failed before they were ready (a framework that does
+not import), and ends once ``want.json`` asks for no slot (or is gone with the node folder)
+and no taken standby still runs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, BinaryIO
 
 from skyinfra_runtime.jobrecord import WorkerStart
 from skyinfra_runtime.standby import socket_path, taken_file
-from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework
+from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework, slots_to_fill
 
 FOLDER = "standby"
 WANT_FILE = "want.json"
@@ -85,7 +86,13 @@ def ensure(path: Path, slots: int, warmup: Warmup, env: dict[str, str]) -> None:
     _private_folder(path)
     _write_json(
         path / WANT_FILE,
-        {"slots": slots, "warmup": warmup.to_dict(), "executable": sys.executable},
+        {
+            "slots": slots,
+            "warmup": warmup.to_dict(),
+            "executable": sys.executable,
+            # Each ask is new: the keeper refills the slots jobs took since the last one.
+            "asked": time.time_ns(),
+        },
     )
     if keeper_running(path):
         return
@@ -262,17 +269,23 @@ def keep(path: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     waiting: dict[int, _Waiting] = {}
     busy: list[threading.Thread] = []
+    taken: set[int] = set()  # slots a job took since the launcher last asked
+    asked = None
     failed = 0
     # A node folder removed (`down` on the ssh target) ends them too: want.json went with it.
     while not stopping.is_set():
         want = _read_want(path)
         warmup = Warmup.from_dict(want["warmup"]) if want.get("warmup") else None
         slots = int(want.get("slots", 0)) if warmup else 0
+        if want.get("asked") != asked:
+            asked = want.get("asked")
+            taken.clear()
         for slot, standby in list(waiting.items()):
             pid = standby.proc.pid
             if taken_file(path, pid).exists():  # a job's worker now: the slot is free
                 busy.append(_reap(path, standby.proc))
                 del waiting[slot]
+                taken.add(slot)
             elif standby.proc.poll() is not None:  # died waiting (killed, or failed)
                 socket_path(path, slot, pid).unlink(missing_ok=True)
                 del waiting[slot]
@@ -287,9 +300,8 @@ def keep(path: Path) -> int:
         if slots == 0 and not waiting and not busy:
             break
         if warmup is not None and failed < MAX_FAILED_STARTS:
-            for slot in range(slots):
-                if slot not in waiting:
-                    waiting[slot] = _Waiting(_start(path, slot, warmup), warmup.key)
+            for slot in slots_to_fill(slots, waiting, taken):
+                waiting[slot] = _Waiting(_start(path, slot, warmup), warmup.key)
         stopping.wait(POLL_S)
     for standby in waiting.values():
         standby.proc.terminate()

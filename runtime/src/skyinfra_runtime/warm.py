@@ -130,3 +130,20 @@ def job_names_env(names: Iterable[str]) -> dict[str, str]:
     """The launcher's variable naming the job's env and secrets (empty: none)."""
     joined = ",".join(sorted(names))
     return {JOB_ENV_NAMES_ENV: joined} if joined else {}
+
+
+def cores_to_spare(cores: int, nodes_on_host: int, procs: int) -> bool:
+    """Whether a node has cores beyond its worker slots: its share of the host's cores (nodes
+    at one address share one host, as a local cluster's do) more than its workers. Such a node
+    asks for standbys as a job starts and refills a taken one at once, so that a restart
+    within the job (its first included) starts warm; any other waits until the job ended, so
+    that standbys' imports never compete with the job's own start or steps."""
+    return cores // max(1, nodes_on_host) > procs
+
+
+def slots_to_fill(slots: int, waiting: Iterable[int], taken: Iterable[int]) -> list[int]:
+    """The keeper's slots to start a standby in: those with none waiting, less those whose
+    standby a job took since the launcher last asked (it asks again after the job, or at once
+    on a node with cores to spare); a standby that died waiting is replaced at once."""
+    busy = set(waiting) | set(taken)
+    return [slot for slot in range(slots) if slot not in busy]

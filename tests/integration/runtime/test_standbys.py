@@ -2,7 +2,8 @@
 jax and keras standbys are proven end to end in tests/e2e/local/test_warm_workers.py): the
 node's runtime reports a waiting standby and its resident memory (`skyinfra status`), and a
 standby that took a job gives the launcher the job's exit code even when its keeper (its
-parent) was killed while the job ran."""
+parent) was killed while the job ran; a slot a job took gets a fresh standby once the
+launcher asks again."""
 
 from __future__ import annotations
 
@@ -43,6 +44,40 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
+def job_for(tmp_path: Path, go: Path) -> standbys.Job:
+    """ENTRY as a worker's job in ``tmp_path``, as the launcher hands it to a standby."""
+    (tmp_path / "job.py").write_text(ENTRY)
+    env = {
+        **os.environ,
+        TOPOLOGY_ENV: json.dumps(topology(nodes=1)),
+        NODE_ENV: "0",
+        "GO_FILE": str(go),
+    }
+    argv = ["job.py:main", str(tmp_path / "result.json"), str(tmp_path / "status"), "--"]
+    return standbys.Job(argv, env, str(tmp_path), [])
+
+
+def test_a_slot_a_job_took_is_filled_again_when_the_launcher_asks(tmp_path: Path) -> None:
+    node_dir = tmp_path / "node-0"
+    folder = standbys.folder(node_dir)
+    env = {**standby_env(os.environ), "SKYINFRA_NODE_DIR": str(node_dir)}
+    standbys.ensure(folder, 1, WARMUP, env)
+    try:
+        wait_until("a standby waits", lambda: nodefacts.waiting_standbys(node_dir))
+        go = tmp_path / "go"
+        go.touch()
+        worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
+        assert worker is not None and start.warm, start
+        assert worker.wait(timeout=60) == 0
+        standbys.ensure(folder, 1, WARMUP, env)  # the launcher, after its job
+        wait_until(
+            "a fresh standby waits in slot 0",
+            lambda: [s.pid for s in nodefacts.waiting_standbys(node_dir)] not in ([], [worker.pid]),
+        )
+    finally:
+        standbys.stop(folder)
+
+
 def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(tmp_path: Path) -> None:
     node_dir = tmp_path / "node-0"
     folder = standbys.folder(node_dir)
@@ -58,17 +93,8 @@ def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(tmp_path: Pat
         said = json.loads(json.dumps(facts.to_dict()))  # the line the operator reads
         assert nodefacts.NodeFacts.from_dict(said).to_dict() == said
 
-        (tmp_path / "job.py").write_text(ENTRY)
         go = tmp_path / "go"
-        job_env = {
-            **os.environ,
-            TOPOLOGY_ENV: json.dumps(topology(nodes=1)),
-            NODE_ENV: "0",
-            "GO_FILE": str(go),
-        }
-        argv = ["job.py:main", str(tmp_path / "result.json"), str(tmp_path / "status"), "--"]
-        job = standbys.Job(argv, job_env, str(tmp_path), [])
-        worker, start = standbys.take(folder, 0, WARMUP, job)
+        worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
         assert worker is not None and start.warm, start
         assert worker.pid == standby.pid
 
