@@ -279,8 +279,8 @@ class _Warmth:
             if folder is not None:
                 standbys.stop(folder)
             folder, why = None, "warm_workers = false"
-        address = topology.nodes[node].private_ip
-        on_host = sum(1 for n in topology.nodes if n.private_ip == address)
+        addresses = [n.private_ip for n in topology.nodes]
+        on_host = warm.nodes_on_host(addresses, topology.nodes[node].private_ip)
         at_once = warm.cores_to_spare(len(os.sched_getaffinity(0)), on_host, procs)
         why = why or ("" if folder else "no node folder")
         return cls(folder, warmup, procs, why_cold=why, at_once=at_once)

@@ -12,6 +12,7 @@ from skyinfra_runtime.warm import (
     cold_reason,
     cores_to_spare,
     job_names_env,
+    nodes_on_host,
     slots_to_fill,
     standby_env,
     standby_warmup,
@@ -144,3 +145,11 @@ def test_a_slot_a_job_took_waits_for_the_next_ask_and_a_dead_one_does_not() -> N
     assert slots_to_fill(2, waiting=[1], taken=[0]) == []  # slot 0's job runs: not yet
     assert slots_to_fill(2, waiting=[1], taken=[]) == [0]  # died waiting, or asked again
     assert slots_to_fill(1, waiting=[0], taken=[0]) == []
+
+
+def test_nodes_at_one_address_or_all_on_loopback_share_a_host() -> None:
+    local = ["127.0.0.2", "127.0.0.3"]  # a 2-node local cluster: one host
+    assert nodes_on_host(local, "127.0.0.3") == 2
+    assert nodes_on_host(["10.0.0.5", "10.0.0.6"], "10.0.0.6") == 1  # two instances
+    assert nodes_on_host(["10.0.0.5", "10.0.0.5", "10.0.0.6"], "10.0.0.5") == 2  # ssh: one box
+    assert nodes_on_host(["gpu-a", "gpu-b", "127.0.0.2"], "gpu-a") == 1
