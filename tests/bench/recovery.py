@@ -5,7 +5,7 @@ step (the goal: at most 1.2x; with warm workers, 0.4x), and how many nodes' atte
 on a standby. Also the record's own recovery_s (failure seen by the head -> every node's
 launcher of attempt 2 started). Not part of `make test`; nothing here asserts a time.
 
-    python tests/bench/recovery.py [--reps N] [--out FILE]
+    python tests/bench/recovery.py [--reps N] [--out FILE] [--kill-after S]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _warm_nodes(root: Path, job: str, attempt: int) -> int:
     return warm
 
 
-def measure(reps: int) -> dict[str, Any]:
+def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
     env = base_env()
     fresh, recovered, ratio, head_recovery = [], [], [], []
     warm_nodes: list[int] = []  # per repetition: the nodes whose attempt 2 started warm
@@ -77,6 +77,8 @@ def measure(reps: int) -> dict[str, Any]:
                     name,
                     "--env",
                     "KILL_NODE_1=1",
+                    "--env",
+                    f"KILL_AFTER_S={kill_after_s:g}",
                 ]
                 cli([*argv, "recovery_entry.py:main"], root, env)
                 summary = _summary(root)
@@ -113,8 +115,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--kill-after", type=float, default=0.0, help="seconds node 1 runs on before its death"
+    )
     ns = parser.parse_args()
-    result = {"machine": machine(), "recovery": measure(ns.reps)}
+    result = {"machine": machine(), "recovery": measure(ns.reps, ns.kill_after)}
     text = json.dumps(result, indent=2)
     print(text)
     if ns.out:

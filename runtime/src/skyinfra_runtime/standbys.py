@@ -269,23 +269,20 @@ def keep(path: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     waiting: dict[int, _Waiting] = {}
     busy: list[threading.Thread] = []
-    taken: set[int] = set()  # slots a job took since the launcher last asked
-    asked = None
+    taken: dict[int, int] = {}  # slot -> when a job took its standby (ns)
     failed = 0
     # A node folder removed (`down` on the ssh target) ends them too: want.json went with it.
     while not stopping.is_set():
         want = _read_want(path)
         warmup = Warmup.from_dict(want["warmup"]) if want.get("warmup") else None
         slots = int(want.get("slots", 0)) if warmup else 0
-        if want.get("asked") != asked:
-            asked = want.get("asked")
-            taken.clear()
         for slot, standby in list(waiting.items()):
             pid = standby.proc.pid
-            if taken_file(path, pid).exists():  # a job's worker now: the slot is free
+            taken_at = _taken_at(path, pid)
+            if taken_at is not None:  # a job's worker now: the slot is free
+                taken[slot] = taken_at
                 busy.append(_reap(path, standby.proc))
                 del waiting[slot]
-                taken.add(slot)
             elif standby.proc.poll() is not None:  # died waiting (killed, or failed)
                 socket_path(path, slot, pid).unlink(missing_ok=True)
                 del waiting[slot]
@@ -296,6 +293,10 @@ def keep(path: Path) -> int:
                 del waiting[slot]
             elif socket_path(path, slot, pid).exists():
                 standby.ready, failed = True, 0
+        # A take before the launcher's latest ask is answered (by time, not by the order the
+        # keeper noticed them in: an ask right after a take is often seen in the same pass).
+        asked = int(want.get("asked", 0))
+        taken = {slot: at for slot, at in taken.items() if at > asked}
         busy = [t for t in busy if t.is_alive()]
         if slots == 0 and not waiting and not busy:
             break
@@ -306,6 +307,14 @@ def keep(path: Path) -> int:
     for standby in waiting.values():
         standby.proc.terminate()
     return 0
+
+
+def _taken_at(path: Path, pid: int) -> int | None:
+    """When the standby took a job (its taken file's time, ns); None: it has not."""
+    try:
+        return taken_file(path, pid).stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _read_want(path: Path) -> dict[str, Any]:
