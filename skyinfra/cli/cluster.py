@@ -250,6 +250,8 @@ def _print_status(info: dict[str, Any]) -> None:
                 f"    interrupted at {noticed} (Spot notice: {notice.get('action')} at {due}; "
                 "the job's recovery replaces it)"
             )
+        if node.get("standbys"):
+            echo(f"    {standby_words(node['standbys'])}")
     if info.get("jobs_error"):
         echo(f"  jobs: unknown ({info['jobs_error']})")
     elif info["nodes"] and info["nodes"][0].get("readiness") == "ready":
@@ -261,6 +263,15 @@ def _print_status(info: dict[str, Any]) -> None:
         )
         for job in running:
             echo(f"    {job_line(JobRecord.from_dict(job))}")
+
+
+def standby_words(standbys: list[dict[str, Any]]) -> str:
+    """A node's waiting standby workers for `status`: how many, and the memory they hold."""
+    rss = sum(int(s.get("rss_bytes") or 0) for s in standbys)
+    return (
+        f"standby workers: {len(standbys)} waiting, {rss / 2**20:.0f} MiB resident "
+        f"(pids {', '.join(str(s['pid']) for s in standbys)})"
+    )
 
 
 def gpu_words(node: dict[str, Any]) -> str:

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from skyinfra.cli.resolve import echo
 
 if TYPE_CHECKING:
-    from skyinfra_runtime.jobrecord import Interruption, JobRecord
+    from collections.abc import Sequence
+
+    from skyinfra_runtime.jobrecord import Interruption, JobRecord, WorkerStart
 
     from skyinfra.run.jobview import JobView
     from skyinfra.workspace import Workspace
@@ -95,6 +97,18 @@ def as_last_seen(job: JobRecord) -> JobView:
     if not job.final:
         return JobView(job, shown_state=f"unknown (last seen {job.state})")
     return JobView(job)
+
+
+def start_words(workers: Sequence[WorkerStart]) -> str:
+    """How a node's workers started in the current attempt: warm (on a standby, which had
+    waited so long) or cold (and why)."""
+    said = [
+        f"worker {w.worker} warm (its standby waited {w.waited_s or 0:.0f} s)"
+        if w.warm
+        else f"worker {w.worker} cold" + (f" ({w.reason})" if w.reason else "")
+        for w in workers
+    ]
+    return f"; {', '.join(said)}" if said else ""
 
 
 def print_jobs(found: list[JobView]) -> None:
@@ -241,7 +255,7 @@ def show_job(view: JobView) -> None:
         said = f"exit {n.exit_code} ({n.meaning})" if n.ended else n.state
         why = f", ended by the job {n.ended_reason}" if n.ended_reason else ""
         last = f"; last output {_when(n.last_output_at)}" if n.last_output_at else ""
-        echo(f"  node-{n.node}: {said}{why}{last}")
+        echo(f"  node-{n.node}: {said}{why}{last}{start_words(n.workers)}")
     for n in job.nodes if view.results is not None else ():
         result = (view.results or {}).get(n.node)
         if not isinstance(result, dict):

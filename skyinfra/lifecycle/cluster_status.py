@@ -1,5 +1,5 @@
-"""`status`: the cluster's state, resources and nodes, each node's readiness and Spot notice,
-the running jobs, and the target's own facts.
+"""`status`: the cluster's state, resources and nodes, each node's readiness, Spot notice and
+waiting standby workers, the running jobs, and the target's own facts.
 """
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any
+
+from skyinfra_runtime.nodefacts import NodeFacts
 
 from skyinfra import shared_state
 from skyinfra.errors import SkyinfraError, part_made
@@ -25,15 +27,15 @@ from skyinfra.workspace import Workspace
 STATUS_CONNECT_TIMEOUT_S = 5.0
 
 
-def _interruptions(
+def _node_facts(
     ws: Workspace, spec: ClusterSpec, topology: Topology, ready: Sequence[int]
-) -> dict[int, dict[str, Any]]:
-    """The Spot interruption notice of each ready node, job or no job: the node's runtime
-    answers with the notice its job's agent recorded, else asks its metadata service now
-    (skyinfra_runtime.spot.node_interruption); a node without one is left out."""
+) -> dict[int, NodeFacts]:
+    """What each ready node's runtime says of it (skyinfra_runtime.nodefacts): its Spot
+    interruption notice, the one its job's agent recorded or its metadata service's now, and
+    its waiting standby workers with their memory. A node that does not answer is left out."""
     from skyinfra.run.job import runtime_bin
 
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, NodeFacts] = {}
     try:
         transport = transport_for(
             ws, topology, spec=spec, connect_timeout_s=STATUS_CONNECT_TIMEOUT_S
@@ -44,16 +46,16 @@ def _interruptions(
         for i in ready:
             try:
                 root = transport.node_root(i)
-                argv = [runtime_bin(transport, i), "notice", "--node-dir", root]
-                proc = transport.start(i, argv, env={}, cwd=root, tag=f"status-notice-{i}")
+                argv = [runtime_bin(transport, i), "node-facts", "--node-dir", root]
+                proc = transport.start(i, argv, env={}, cwd=root, tag=f"status-facts-{i}")
                 lines = list(proc.lines())
                 if proc.wait(30) != 0 or not lines:
                     continue
-                notice = json.loads(lines[-1])
+                said = json.loads(lines[-1])
             except (SkyinfraError, OSError, ValueError):
                 continue
-            if isinstance(notice, dict) and notice:
-                found[i] = notice
+            if isinstance(said, dict):
+                found[i] = NodeFacts.from_dict(said)
     finally:
         transport.close()
     return found
@@ -144,9 +146,12 @@ def status(ws: Workspace, *, engine_factory: EngineFactory = EmbeddedTerraform) 
             )
     answering = [int(n["index"]) for n in nodes if n["ready"]]
     if topology is not None and answering:
-        noticed = _interruptions(ws, spec, topology, answering)
+        facts = _node_facts(ws, spec, topology, answering)
         for n in nodes:
-            n["interrupted"] = noticed.get(int(n["index"]))
+            said = facts.get(int(n["index"]))
+            n["interrupted"] = said.interrupted if said else None
+            # Its waiting standby workers (None: the node did not say).
+            n["standbys"] = [s.to_dict() for s in said.standbys] if said else None
     jobs: list[dict[str, Any]] = []
     jobs_error = ""
     if topology is not None and nodes and nodes[0]["readiness"] == "ready":

@@ -24,6 +24,9 @@ def main() -> dict[str, float]:
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
             times.setdefault("first_step", time.time())
             if killer and batch == 1:
+                # A failure later in the job (the node's standby had time to import, when it
+                # has cores to spare): seconds to wait first.
+                time.sleep(float(os.environ.get("KILL_AFTER_S", "0")))
                 died_at.parent.mkdir(parents=True, exist_ok=True)
                 died_at.write_text(str(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does

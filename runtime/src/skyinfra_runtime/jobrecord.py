@@ -12,12 +12,17 @@ Standard library only: this runs on the nodes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
+# A node's run folder's record of how each attempt's workers started (warm or cold).
+TIMELINE_FILE = "timeline.json"
 
 
 class JobState(str, enum.Enum):
@@ -351,6 +356,35 @@ class Attempt:
         return out
 
 
+@dataclass(frozen=True)
+class WorkerStart:
+    """How one worker of a node started in an attempt: on a standby (warm, and how long the
+    standby had waited for a job) or cold (and why). Written by the node's launcher in its
+    run's timeline.json, and kept in the node's part of the job's record."""
+
+    worker: int
+    warm: bool
+    waited_s: float | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "start": "warm" if self.warm else "cold",
+            "waited_s": None if self.waited_s is None else round(self.waited_s, 3),
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkerStart:
+        return cls(
+            worker=_opt_int(data.get("worker")) or 0,
+            warm=data.get("start") == "warm",
+            waited_s=_opt_float(data.get("waited_s")),
+            reason=_opt_str(data.get("reason")),
+        )
+
+
 _NODE_KEYS = (
     "node",
     "state",
@@ -361,6 +395,7 @@ _NODE_KEYS = (
     "ended_at",
     "tail_at_end",
     "interrupted",
+    "workers",
 )
 
 
@@ -377,6 +412,8 @@ class NodeResult:
     ended_at: float | None = None
     tail_at_end: tuple[str, ...] | None = None
     interrupted: Interruption | None = None  # its Spot interruption notice
+    # How each of its workers started (warm or cold); empty until its launcher said.
+    workers: tuple[WorkerStart, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -404,6 +441,7 @@ class NodeResult:
             interrupted=Interruption.from_dict(interrupted)
             if isinstance(interrupted, Mapping)
             else None,
+            workers=worker_starts(data.get("workers")),
             extra=_extra(data, _NODE_KEYS),
         )
 
@@ -418,6 +456,8 @@ class NodeResult:
             "ended_at": self.ended_at,
             "tail_at_end": None if self.tail_at_end is None else list(self.tail_at_end),
             "interrupted": None if self.interrupted is None else self.interrupted.to_dict(),
+            # Only once its launcher said (a record written before this key reads back as is).
+            **({"workers": [w.to_dict() for w in self.workers]} if self.workers else {}),
             **self.extra,
         }
 
@@ -692,6 +732,37 @@ def _ints(value: object) -> tuple[int, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(i for i in (_opt_int(v) for v in value) if i is not None)
+
+
+def record_starts(run_dir: Path, node: int, attempt: str | None, starts: list[WorkerStart]) -> None:
+    """Add an attempt's worker starts to the node's run's timeline.json (the launcher)."""
+    path = run_dir / TIMELINE_FILE
+    try:
+        timeline = json.loads(path.read_text())
+    except (OSError, ValueError):
+        timeline = {"schema": 1, "node": node, "attempts": []}
+    timeline["attempts"].append({"attempt": attempt, "workers": [s.to_dict() for s in starts]})
+    with contextlib.suppress(OSError):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(timeline, indent=2))
+        tmp.replace(path)  # whole: the node's agent reads it while the job runs
+
+
+def recorded_starts(run_dir: Path, attempt: int) -> tuple[WorkerStart, ...] | None:
+    """The worker starts the launcher recorded for ``attempt`` (None: not yet)."""
+    try:
+        timeline = json.loads((run_dir / TIMELINE_FILE).read_text())
+        attempts = [a for a in timeline["attempts"] if str(a.get("attempt")) == str(attempt)]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return worker_starts(attempts[-1].get("workers")) if attempts else None
+
+
+def worker_starts(value: object) -> tuple[WorkerStart, ...]:
+    """A list of WorkerStart dicts as written (anything else: none)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(WorkerStart.from_dict(w) for w in value if isinstance(w, Mapping))
 
 
 def _notices(value: object) -> tuple[Interruption, ...]:

@@ -9,7 +9,6 @@ SIGINT and SIGTERM, ends the other workers at the first failure, and writes the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -31,6 +30,7 @@ from skyinfra_runtime.errors import (
     UsageError,
 )
 from skyinfra_runtime.jobports import job_topology
+from skyinfra_runtime.jobrecord import WorkerStart, record_starts
 from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
 from skyinfra_runtime.topology import (
     NODE_ENV,
@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> None:
         from skyinfra_runtime import spot
 
         raise SystemExit(spot.main(argv[1:]))
+    if argv[:1] == ["node-facts"]:
+        from skyinfra_runtime import nodefacts
+
+        raise SystemExit(nodefacts.main(argv[1:]))
     if argv[:1] == ["imds-standin"]:
         from skyinfra_runtime import imds_standin
 
@@ -204,7 +208,7 @@ def _supervise(
 
         old_int = signal.signal(signal.SIGINT, forward)
         old_term = signal.signal(signal.SIGTERM, forward)
-        warmth = _Warmth.of(topology, procs)
+        warmth = _Warmth.of(topology, node, procs)
         try:
             for worker in range(procs):
                 env = dict(os.environ)
@@ -253,22 +257,33 @@ def _supervise(
 @dataclasses.dataclass
 class _Warmth:
     """This job's use of the node's standbys: each worker taken from one or started cold,
-    recorded in the run's timeline.json; then the keeper asked to refill every slot (it
-    starts only after a job: a cluster that runs nothing never pays for standbys)."""
+    recorded in the run's timeline.json (the node's agent puts it in the job's record); then
+    the keeper asked to fill every slot: as the job starts on a node with cores to spare (a
+    restart within the job then starts warm), else once it ended (the standbys' imports never
+    compete with the job; a cluster that runs nothing never pays for standbys)."""
 
     folder: Path | None
     warmup: warm.Warmup | None
     procs: int
-    starts: list[standbys.Start] = dataclasses.field(default_factory=list)
+    starts: list[WorkerStart] = dataclasses.field(default_factory=list)
+    why_cold: str = ""  # why every worker starts cold (no standby is kept here)
+    at_once: bool = False  # the node has cores to spare: ask as the job starts
 
     @classmethod
-    def of(cls, topology: Topology, procs: int) -> _Warmth:
+    def of(cls, topology: Topology, node: int, procs: int) -> _Warmth:
         node_dir = os.environ.get(rundirs.NODE_DIR_ENV)
         folder = standbys.folder(node_dir) if node_dir else None
-        if folder is not None and not topology.warm_workers:
-            standbys.stop(folder)
-            folder = None
-        return cls(folder, warm.standby_warmup(topology.plugins), procs)
+        warmup = warm.standby_warmup(topology.plugins)
+        why = "" if warmup else "no standby for these plugins (warm: jax, keras on jax)"
+        if not topology.warm_workers:
+            if folder is not None:
+                standbys.stop(folder)
+            folder, why = None, "warm_workers = false"
+        addresses = [n.private_ip for n in topology.nodes]
+        on_host = warm.nodes_on_host(addresses, topology.nodes[node].private_ip)
+        at_once = warm.cores_to_spare(len(os.sched_getaffinity(0)), on_host, procs)
+        why = why or ("" if folder else "no node folder")
+        return cls(folder, warmup, procs, why_cold=why, at_once=at_once)
 
     def start(self, worker: int, argv: list[str], env: dict[str, str]) -> Worker:
         if self.folder is not None and self.warmup is not None:
@@ -277,19 +292,23 @@ class _Warmth:
             self.starts.append(start)
             if taken is not None:
                 return taken
+        else:
+            self.starts.append(WorkerStart(worker, warm=False, reason=self.why_cold))
         return subprocess.Popen(argv, env=env)
 
     def after_start(self, node: int) -> None:
-        """Recorded; and the standbys refilled at once where the node has had them."""
-        if self.folder is None or self.warmup is None:
-            return
-        self._record(node)
-        if (self.folder / standbys.WANT_FILE).exists():
+        """Recorded; and, on a node with cores to spare, the standbys asked for at once."""
+        run_dir = os.environ.get(rundirs.RUN_DIR_ENV)
+        if run_dir:
+            attempt = os.environ.get("SKYINFRA_ATTEMPT")
+            record_starts(Path(run_dir), node, attempt, self.starts)
+        if self.at_once and self.folder is not None and self.warmup is not None:
             self._ensure()
 
     def after_end(self) -> None:
-        """The node's first job asks for standbys only once it ended: they never compete with
-        it for CPU, and a cluster that runs one job and goes pays for them only until `down`."""
+        """Asked for (again) once the job's part here ended: a node without cores to spare
+        refills the slots the job took only now, so its standbys never compete with the job
+        for CPU; a cluster that runs one job and goes pays for them only until `down`."""
         if self.folder is not None and self.warmup is not None:
             self._ensure()
 
@@ -298,24 +317,6 @@ class _Warmth:
         if warm.job_sets_framework(warm.job_env_names(os.environ)):
             return  # such a job never uses a standby: a spec's env saying so asks for none
         standbys.ensure(self.folder, self.procs, self.warmup, warm.standby_env(os.environ))
-
-    def _record(self, node: int) -> None:
-        run_dir = os.environ.get(rundirs.RUN_DIR_ENV)
-        if not run_dir:
-            return
-        path = Path(run_dir) / "timeline.json"
-        try:
-            timeline = json.loads(path.read_text())
-        except (OSError, ValueError):
-            timeline = {"schema": 1, "node": node, "attempts": []}
-        timeline["attempts"].append(
-            {
-                "attempt": os.environ.get("SKYINFRA_ATTEMPT"),
-                "workers": [s.to_dict() for s in self.starts],
-            }
-        )
-        with contextlib.suppress(OSError):
-            path.write_text(json.dumps(timeline, indent=2))
 
 
 def _wait(workers: list[Worker], node: int, tmp: Path) -> int:

@@ -12,7 +12,8 @@ either closes (it starts cold: the standby waits on) or sends one byte with the 
 descriptors (SCM_RIGHTS) and the job as a JSON line; the standby answers ``{"taken": true}``.
 The connection then stays open for the job's life: when it closes before the worker ends,
 the launcher is gone and the worker ends (its own process group, SIGKILL), as a cold
-worker does with PR_SET_PDEATHSIG.
+worker does with PR_SET_PDEATHSIG. The worker says its exit code on it (``{"exit": N}``)
+as it leaves: the launcher knows it even when the keeper, the worker's parent, is gone.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def main(argv: list[str]) -> int:
     taken_file(folder, os.getpid()).touch(mode=0o600)  # the keeper starts the next one
     path.unlink(missing_ok=True)
     listener.close()
+    # From now on the launcher's, not the keeper's: before it hears "taken", so that a
+    # keeper that dies once the job is handed over does not take the worker with it.
+    _pdeathsig(0)
     conn.sendall(b'{"taken": true}\n')
     conn.settimeout(None)
-    _pdeathsig(0)  # from now on the launcher's, not the keeper's
     _become_worker(job, fds, conn)
     return 0  # not reached: worker.main() exits
 
@@ -134,7 +137,14 @@ def _become_worker(job: dict[str, Any], fds: list[int], conn: socket.socket) -> 
     sys.path[0:1] = [cwd, *extra]
     threading.Thread(target=_end_with_launcher, args=(conn,), daemon=True).start()
     sys.argv = [worker.__file__, *job["argv"]]
-    worker.main(warm=True)
+    worker.main(warm=True, on_exit=lambda code: _tell_exit(conn, code))
+
+
+def _tell_exit(conn: socket.socket, code: int) -> None:
+    """The launcher is not this process's parent: it hears the exit code from here, and so
+    still knows it when the keeper (the parent) is gone."""
+    with contextlib.suppress(OSError):
+        conn.sendall((json.dumps({"exit": code}) + "\n").encode())
 
 
 def _end_with_launcher(conn: socket.socket) -> None:

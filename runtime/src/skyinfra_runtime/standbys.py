@@ -9,10 +9,11 @@ a pid file of ``pids/``: the idle shutdown (infra/scripts/idle-check.sh) never c
 standby as busy, and `down` ends them with the node's other processes.
 
 The keeper (``python -m skyinfra_runtime.standbys DIR``) starts a standby in each slot that
-has none, and a fresh one as soon as one is taken or dies; it starts no more after three
-standbys in a row failed before they were ready (a framework that does not import), and
-ends once ``want.json`` asks for no slot (or is gone with the node folder) and no taken
-standby still runs.
+has none, a fresh one as soon as one dies, and one in a slot a job took once the launcher
+asks again (``ensure``: at once on a node with cores to spare, else after the job); it starts
+no more after three standbys in a row failed before they were ready (a framework that does
+not import), and ends once ``want.json`` asks for no slot (or is gone with the node folder)
+and no taken standby still runs.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from skyinfra_runtime.jobrecord import WorkerStart
 from skyinfra_runtime.standby import socket_path, taken_file
-from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework
+from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework, slots_to_fill
 
 FOLDER = "standby"
 WANT_FILE = "want.json"
@@ -84,7 +86,13 @@ def ensure(path: Path, slots: int, warmup: Warmup, env: dict[str, str]) -> None:
     _private_folder(path)
     _write_json(
         path / WANT_FILE,
-        {"slots": slots, "warmup": warmup.to_dict(), "executable": sys.executable},
+        {
+            "slots": slots,
+            "warmup": warmup.to_dict(),
+            "executable": sys.executable,
+            # Each ask is new: the keeper refills the slots jobs took since the last one.
+            "asked": time.time_ns(),
+        },
     )
     if keeper_running(path):
         return
@@ -107,24 +115,6 @@ def stop(path: Path) -> None:
 
 
 @dataclass(frozen=True)
-class Start:
-    """How one worker of a job started: what the node's timeline records."""
-
-    worker: int
-    warm: bool
-    waited_s: float | None = None  # how long its standby had waited for a job
-    reason: str | None = None  # why cold
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "worker": self.worker,
-            "start": "warm" if self.warm else "cold",
-            "waited_s": None if self.waited_s is None else round(self.waited_s, 3),
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True)
 class Job:
     """What a standby needs to become a job's worker (the same a cold one is started with)."""
 
@@ -136,12 +126,16 @@ class Job:
 
 class WarmWorker:
     """A taken standby, waited on as a ``subprocess.Popen`` (poll, wait, send_signal, kill):
-    it is the keeper's child, whose exit status the keeper writes to ``exit-<pid>``."""
+    it is the keeper's child, whose exit status the keeper writes to ``exit-<pid>``; it also
+    says its exit code on the job's connection as it leaves, which is what counts once the
+    keeper is gone (a worker never depends on its keeper after it took a job)."""
 
     def __init__(self, path: Path, pid: int, conn: socket.socket) -> None:
         self.path, self.pid, self._conn = path, pid, conn
         self.returncode: int | None = None
         self._gone_since: float | None = None
+        self._heard = b""
+        self._said: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -152,15 +146,29 @@ class WarmWorker:
             code = int(exit_file.read_text())
             exit_file.unlink()
         if code is None and not _alive(self.pid):
-            # Reaped but not yet written, or its keeper is gone: then no status will come.
+            # Reaped but not yet written, or its keeper is gone: then no status will come
+            # from it, and the code the worker said is its exit (none: killed by a signal).
             self._gone_since = self._gone_since or time.monotonic()
             waited = time.monotonic() - self._gone_since
             if not keeper_running(self.path) or waited > EXIT_FILE_GRACE_S:
-                code = -signal.SIGKILL
+                said = self._said_exit()
+                code = -signal.SIGKILL if said is None else said
         if code is not None:
             self.returncode = code
             self._conn.close()
         return self.returncode
+
+    def _said_exit(self) -> int | None:
+        """The exit code the worker said on the connection (standby._tell_exit), if any."""
+        with contextlib.suppress(OSError):
+            while chunk := self._conn.recv(4096, socket.MSG_DONTWAIT):
+                self._heard += chunk
+        for line in self._heard.splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                code = json.loads(line).get("exit")
+                if isinstance(code, int):
+                    self._said = code
+        return self._said
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -180,20 +188,25 @@ class WarmWorker:
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie is not: with its keeper gone, whoever adopted it may never reap it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | None, Start]:
+def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | None, WorkerStart]:
     """Hand ``job`` to the standby waiting in ``slot``; (None, why cold) when none may."""
     reason = job_sets_framework(job.job_names)
     if reason:  # known before asking any standby
-        return None, Start(slot, warm=False, reason=reason)
+        return None, WorkerStart(slot, warm=False, reason=reason)
     for sock_file in sorted(path.glob(f"w{slot}-*.sock")):
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(10.0)
@@ -203,11 +216,12 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
             hello = json.loads(reader.readline())
             if hello.get("key") != warmup.key or hello.get("executable") != sys.executable:
                 conn.close()
-                return None, Start(slot, False, reason="the standby imported other frameworks")
+                why = "the standby imported other frameworks"
+                return None, WorkerStart(slot, False, reason=why)
             reason = cold_reason(job.job_names, job.env, hello.get("env", {}))
             if reason:
                 conn.close()
-                return None, Start(slot, False, reason=reason)
+                return None, WorkerStart(slot, False, reason=reason)
             socket.send_fds(conn, [b"J"], [0, 1, 2])
             payload = {"argv": job.argv, "env": job.env, "cwd": job.cwd}
             conn.sendall((json.dumps(payload) + "\n").encode())
@@ -218,8 +232,8 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
             continue  # gone meanwhile, or taken by another job: the next, else cold
         conn.settimeout(None)
         waited = time.time() - float(hello.get("ready_at", time.time()))
-        return WarmWorker(path, int(hello["pid"]), conn), Start(slot, True, waited_s=waited)
-    return None, Start(slot, False, reason="no standby was ready")
+        return WarmWorker(path, int(hello["pid"]), conn), WorkerStart(slot, True, waited_s=waited)
+    return None, WorkerStart(slot, False, reason="no standby was ready")
 
 
 def _connect(conn: socket.socket, path: Path) -> None:
@@ -255,6 +269,7 @@ def keep(path: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     waiting: dict[int, _Waiting] = {}
     busy: list[threading.Thread] = []
+    taken: dict[int, int] = {}  # slot -> when a job took its standby (ns)
     failed = 0
     # A node folder removed (`down` on the ssh target) ends them too: want.json went with it.
     while not stopping.is_set():
@@ -263,7 +278,9 @@ def keep(path: Path) -> int:
         slots = int(want.get("slots", 0)) if warmup else 0
         for slot, standby in list(waiting.items()):
             pid = standby.proc.pid
-            if taken_file(path, pid).exists():  # a job's worker now: the slot is free
+            taken_at = _taken_at(path, pid)
+            if taken_at is not None:  # a job's worker now: the slot is free
+                taken[slot] = taken_at
                 busy.append(_reap(path, standby.proc))
                 del waiting[slot]
             elif standby.proc.poll() is not None:  # died waiting (killed, or failed)
@@ -276,17 +293,28 @@ def keep(path: Path) -> int:
                 del waiting[slot]
             elif socket_path(path, slot, pid).exists():
                 standby.ready, failed = True, 0
+        # A take before the launcher's latest ask is answered (by time, not by the order the
+        # keeper noticed them in: an ask right after a take is often seen in the same pass).
+        asked = int(want.get("asked", 0))
+        taken = {slot: at for slot, at in taken.items() if at > asked}
         busy = [t for t in busy if t.is_alive()]
         if slots == 0 and not waiting and not busy:
             break
         if warmup is not None and failed < MAX_FAILED_STARTS:
-            for slot in range(slots):
-                if slot not in waiting:
-                    waiting[slot] = _Waiting(_start(path, slot, warmup), warmup.key)
+            for slot in slots_to_fill(slots, waiting, taken):
+                waiting[slot] = _Waiting(_start(path, slot, warmup), warmup.key)
         stopping.wait(POLL_S)
     for standby in waiting.values():
         standby.proc.terminate()
     return 0
+
+
+def _taken_at(path: Path, pid: int) -> int | None:
+    """When the standby took a job (its taken file's time, ns); None: it has not."""
+    try:
+        return taken_file(path, pid).stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _read_want(path: Path) -> dict[str, Any]:

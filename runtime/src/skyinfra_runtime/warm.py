@@ -11,6 +11,7 @@ The processes live in standbys.py and standby.py.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,3 +131,33 @@ def job_names_env(names: Iterable[str]) -> dict[str, str]:
     """The launcher's variable naming the job's env and secrets (empty: none)."""
     joined = ",".join(sorted(names))
     return {JOB_ENV_NAMES_ENV: joined} if joined else {}
+
+
+def nodes_on_host(addresses: Sequence[str], mine: str) -> int:
+    """How many of a job's nodes share this node's host: those at its address, and every
+    loopback one when its own is (a local cluster's nodes, each at its own 127.x address)."""
+
+    def loopback(address: str) -> bool:
+        try:
+            return ipaddress.ip_address(address).is_loopback
+        except ValueError:  # a name, not an address: only an equal one is the same host
+            return False
+
+    return sum(1 for a in addresses if a == mine or (loopback(a) and loopback(mine)))
+
+
+def cores_to_spare(cores: int, nodes_on_host: int, procs: int) -> bool:
+    """Whether a node has cores beyond its worker slots: its share of the host's cores (see
+    nodes_on_host) more than its workers. Such a node
+    asks for standbys as a job starts and refills a taken one at once, so that a restart
+    within the job (its first included) starts warm; any other waits until the job ended, so
+    that standbys' imports never compete with the job's own start or steps."""
+    return cores // max(1, nodes_on_host) > procs
+
+
+def slots_to_fill(slots: int, waiting: Iterable[int], taken: Iterable[int]) -> list[int]:
+    """The keeper's slots to start a standby in: those with none waiting, less those whose
+    standby a job took since the launcher last asked (it asks again after the job, or at once
+    on a node with cores to spare); a standby that died waiting is replaced at once."""
+    busy = set(waiting) | set(taken)
+    return [slot for slot in range(slots) if slot not in busy]

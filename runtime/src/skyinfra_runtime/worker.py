@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -219,9 +220,11 @@ def _flush_open_files() -> None:
             continue
 
 
-def main(*, warm: bool = False) -> None:
+def main(*, warm: bool = False, on_exit: Callable[[int], None] | None = None) -> None:
     """argv: ENTRY RESULT_PATH STATUS_PATH -- ARGS... ``warm``: a standby took the job
-    (standby.py), which already ends with the launcher and registered the exit hook."""
+    (standby.py), which already ends with the launcher and registered the exit hook;
+    ``on_exit`` hears the exit code before the process leaves (a standby tells its launcher,
+    which is not its parent)."""
     if not warm:
         _die_with_launcher()
         atexit.register(_EndBeforeTeardown.hook)
@@ -231,6 +234,8 @@ def main(*, warm: bool = False) -> None:
     code = run_worker(entry_text, args, Path(result_path), Path(status_path), plugins)
     sys.stdout.flush()
     sys.stderr.flush()
+    if on_exit is not None:
+        on_exit(code)
     if any(getattr(plugin, "skip_exit_hooks", False) for plugin in plugins):
         # A framework's atexit hook would wait in a barrier for peers that may never come
         # (jax's clean_up() calls distributed.shutdown()); the exit code matters more.

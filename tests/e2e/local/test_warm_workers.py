@@ -2,8 +2,9 @@
 first job starts cold and leaves one standby per node; the next job's workers are those
 standbys and train bit for bit what a cold worker trains (a job whose --env sets
 KERAS_BACKEND starts cold, and its timeline says why); a secret passed with a job is in no
-standby's environment or command line; a standby killed while it waits is replaced; `down`
-leaves no standby. Three small jobs."""
+standby's environment or command line; the job's record says how each worker started; a
+standby killed while it waits is replaced; `status` shows each node's waiting standby and its
+memory; `down` leaves no standby. Three small jobs."""
 
 from __future__ import annotations
 
@@ -153,6 +154,14 @@ def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_sec
     assert [s["start"] for s in forced] == ["cold", "cold"], forced
     assert all("KERAS_BACKEND" in s["reason"] for s in forced), forced
 
+    # The job's record (`jobs --json`) says what each node's timeline says, and `jobs JOB` too.
+    listed = cli(["jobs", "--cluster", NAME, "--json"], project, env)
+    records = {j["id"]: j for j in json.loads(listed.stdout)}
+    for job in (job1, job2, job3):
+        assert [n["workers"][0] for n in records[job]["nodes"]] == starts(nodes, job), job
+    shown = cli(["jobs", "--cluster", NAME, job2], project, env).stdout
+    assert shown.count("worker 0 warm (its standby waited ") == 2, shown
+
     sums = {v["weights_sha256"] for v in first + warm + cold}
     assert len(sums) == 1, (first, warm, cold)  # every node, warm or cold: the same weights
     assert {v["backend"] for v in first + warm + cold} == {"jax"}
@@ -176,3 +185,17 @@ def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_sec
         assert time.monotonic() < until, "the killed standby was not replaced"
         time.sleep(0.5)
     assert len(list(folder.glob("w0-*.sock"))) == 1
+
+
+def test_status_shows_each_nodes_waiting_standby_and_its_memory(
+    project: Path, env: dict[str, str]
+) -> None:
+    nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
+    wait_for_standbys(nodes)
+    status = cli(["status", "--cluster", NAME, "--json"], project, env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for node in json.loads(status.stdout)["nodes"]:
+        (standby,) = node["standbys"]
+        socket = nodes / node["name"] / "standby" / f"w0-{standby['pid']}.sock"
+        assert standby["slot"] == 0 and socket.exists(), node
+        assert standby["rss_bytes"] > 50 << 20, node  # jax and keras imported: tens of MiB

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from skyinfra_runtime.jobrecord import FINAL_STATES, Attempt, JobRecord, JobState
+from skyinfra_runtime.jobrecord import (
+    FINAL_STATES,
+    Attempt,
+    JobRecord,
+    JobState,
+    NodeResult,
+    WorkerStart,
+    record_starts,
+    recorded_starts,
+)
 
 HERE = Path(__file__).parent / "job_records"
 
@@ -253,3 +262,17 @@ def test_a_queued_job_keeps_how_many_nodes_it_asked_for() -> None:
     assert nodes_asked(started_before, 2) == 1  # a record older than nodes_asked: its world
     named = JobRecord.from_dict({**real_record(), "named_nodes": [1], "nodes_asked": 1})
     assert nodes_asked(named, 2) is None  # named nodes go on as they were
+
+
+def test_a_nodes_worker_starts_go_from_its_timeline_into_the_record(tmp_path: Path) -> None:
+    warm = WorkerStart(0, warm=True, waited_s=12.3456)
+    cold = WorkerStart(1, warm=False, reason="no standby was ready")
+    assert recorded_starts(tmp_path, 1) is None  # the launcher has not said yet
+    record_starts(tmp_path, 0, "1", [cold, cold])
+    record_starts(tmp_path, 0, "2", [warm, cold])
+    assert recorded_starts(tmp_path, 2) == (WorkerStart(0, True, 12.346), cold)
+    node = NodeResult(node=0, workers=(warm, cold))
+    said = node.to_dict()
+    assert said["workers"][0] == {"worker": 0, "start": "warm", "waited_s": 12.346, "reason": None}
+    assert NodeResult.from_dict(said).to_dict() == said
+    assert "workers" not in NodeResult(node=0).to_dict()  # older records read back as they were

@@ -10,7 +10,10 @@ from skyinfra_runtime.warm import (
     JOB_ENV_NAMES_ENV,
     Warmup,
     cold_reason,
+    cores_to_spare,
     job_names_env,
+    nodes_on_host,
+    slots_to_fill,
     standby_env,
     standby_warmup,
 )
@@ -118,3 +121,35 @@ def test_warm_workers_travels_in_the_topology_only_when_off() -> None:
     assert not off.warm_workers and Topology.from_dict(off.to_dict()) == off
     with pytest.raises(TopologyError, match="'warm_workers' is 'no'; expected a boolean"):
         Topology.from_dict({**data, "warm_workers": "no"})
+
+
+@pytest.mark.parametrize(
+    ("cores", "nodes_on_host", "procs", "spare"),
+    [
+        (2, 2, 1, False),  # a 2-node local cluster on 2 cores: one core per node, one worker
+        (2, 1, 1, True),
+        (16, 2, 1, True),  # 2 local nodes on 16 cores
+        (96, 1, 8, True),  # a GPU instance: 8 workers, 96 cores
+        (8, 1, 8, False),  # as many workers as cores
+        (4, 0, 1, True),  # no node at its address (never in a topology): the host alone
+    ],
+)
+def test_a_node_asks_for_standbys_at_once_only_with_cores_to_spare(
+    cores: int, nodes_on_host: int, procs: int, spare: bool
+) -> None:
+    assert cores_to_spare(cores, nodes_on_host, procs) is spare
+
+
+def test_a_slot_a_job_took_waits_for_the_next_ask_and_a_dead_one_does_not() -> None:
+    assert slots_to_fill(2, waiting=[], taken=[]) == [0, 1]
+    assert slots_to_fill(2, waiting=[1], taken=[0]) == []  # slot 0's job runs: not yet
+    assert slots_to_fill(2, waiting=[1], taken=[]) == [0]  # died waiting, or asked again
+    assert slots_to_fill(1, waiting=[0], taken=[0]) == []
+
+
+def test_nodes_at_one_address_or_all_on_loopback_share_a_host() -> None:
+    local = ["127.0.0.2", "127.0.0.3"]  # a 2-node local cluster: one host
+    assert nodes_on_host(local, "127.0.0.3") == 2
+    assert nodes_on_host(["10.0.0.5", "10.0.0.6"], "10.0.0.6") == 1  # two instances
+    assert nodes_on_host(["10.0.0.5", "10.0.0.5", "10.0.0.6"], "10.0.0.5") == 2  # ssh: one box
+    assert nodes_on_host(["gpu-a", "gpu-b", "127.0.0.2"], "gpu-a") == 1

@@ -22,6 +22,7 @@ from skyinfra_runtime import spot
 from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
 from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
+from skyinfra_runtime.jobrecord import WorkerStart, recorded_starts
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
     END_GRACE_S,
@@ -82,6 +83,8 @@ class Agent:
     # head's supervisor, or a peer's report to the head): set once, kept for every attempt.
     notice: spot.Notice | None = None
     _notice_hook: Callable[[spot.Notice], None] | None = None
+    # How this attempt's workers started (warm or cold), once its launcher recorded it.
+    workers: tuple[WorkerStart, ...] | None = None
 
     @property
     def deadline_file(self) -> Path:
@@ -122,6 +125,7 @@ class Agent:
             self.exit_code = None
             self.ended_reason = ""
             self.tail_at_end = None
+            self.workers = None
             self.tail.clear()
         # A preempted job's deadline is over once it resumes: seconds_left() is None again.
         self.deadline_file.unlink(missing_ok=True)
@@ -164,6 +168,13 @@ class Agent:
                 log.write(line)
                 self.tail.append(line.decode(errors="replace").rstrip("\n"))
                 self.last_output = now()
+
+    def worker_starts(self) -> tuple[WorkerStart, ...] | None:
+        """How this attempt's workers started, once the launcher recorded it (None: not yet,
+        or it never will: it failed before starting them)."""
+        if self.workers is None:
+            self.workers = recorded_starts(self.paths.run, self.attempt)
+        return self.workers
 
     def preempt(self, deadline: float, reason: str) -> None:
         """The node (or a peer of the job) is going away at ``deadline``: the workers find
@@ -311,13 +322,24 @@ def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = Fa
         agent.start()
         report({"event": "started", "attempt": agent.attempt})
         said, said_at = None, 0.0
+        told_workers = False
+
+        def tell_workers() -> bool:
+            workers = agent.worker_starts()
+            if workers is not None:
+                listed = [w.to_dict() for w in workers]
+                report({"event": "workers", "workers": listed, "attempt": agent.attempt})
+            return workers is not None
+
         while (code := agent.poll()) is None:
             if agent.last_output != said and now() - said_at >= min(OUTPUT_EVERY_S, 0.2):
                 said, said_at = agent.last_output, now()
                 report({"event": "output", "t": said})
+            told_workers = told_workers or tell_workers()
             # The exit is seen within 50 ms (a death reaches the head, and the job's restart
             # starts, that much sooner); output times still go at most five times a second.
             time.sleep(0.05)
+        told_workers = told_workers or tell_workers()
         if agent.after_end is not None:
             agent.after_end()
         report({"event": "exit", "code": code, "tail": agent.tail_at_end, "attempt": agent.attempt})

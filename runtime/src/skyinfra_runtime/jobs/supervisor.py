@@ -60,6 +60,8 @@ from skyinfra_runtime.jobrecord import (
     JobState,
     NodeResult,
     QueueWait,
+    WorkerStart,
+    worker_starts,
 )
 from skyinfra_runtime.jobs import preemption, recovery
 from skyinfra_runtime.jobs.agent import Agent
@@ -98,6 +100,7 @@ class NodeView:
     tail_at_end: list[str] | None = None
     ended_at: float | None = None
     conn: socket.socket | None = None
+    workers: tuple[WorkerStart, ...] = ()  # how its workers started (warm or cold)
 
 
 class Supervisor:
@@ -263,6 +266,7 @@ class Supervisor:
                     ended_at=v.ended_at,
                     tail_at_end=None if v.tail_at_end is None else tuple(v.tail_at_end),
                     interrupted=self.interrupted.get(v.node),
+                    workers=v.workers,
                 )
                 for v in self.view.values()
                 if v.node in self.world
@@ -519,6 +523,10 @@ class Supervisor:
                 self._ended(0, code, self.agent.tail_at_end)
                 changed = True
             head.last_output_at = self.agent.last_output
+            if 0 in self.world and not head.workers:
+                started = self.agent.worker_starts()
+                if started:
+                    head.workers, changed = started, True
             if self.state is JobState.STARTING and all(
                 v.state != "starting" for v in self.view.values()
             ):
@@ -668,6 +676,8 @@ class Supervisor:
                             "(its host stopped answering)"
                         )
                     changed = True
+                elif event == "workers" and msg is not None:
+                    v.workers, changed = worker_starts(msg.get("workers")), True
                 elif event == "notice" and msg is not None:
                     changed = self._noticed(node, msg) or changed
         except queue.Empty:

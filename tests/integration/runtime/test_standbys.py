@@ -1,0 +1,112 @@
+"""A node's standby workers as real processes, with a warmup that imports only ``json`` (the
+jax and keras standbys are proven end to end in tests/e2e/local/test_warm_workers.py): the
+node's runtime reports a waiting standby and its resident memory (`skyinfra status`), and a
+standby that took a job gives the launcher the job's exit code even when its keeper (its
+parent) was killed while the job ran; a slot a job took gets a fresh standby once the
+launcher asks again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from skyinfra_runtime import nodefacts, standbys
+from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV
+from skyinfra_runtime.warm import Warmup, standby_env
+
+from tests.integration.runtime.launch_harness import topology
+
+WARMUP = Warmup(("json",))
+# A job that waits for its go file, then exits with 0.
+ENTRY = """\
+import os, pathlib, time
+
+
+def main():
+    go = pathlib.Path(os.environ["GO_FILE"])
+    while not go.exists():
+        time.sleep(0.05)
+    return "done"
+"""
+
+
+def wait_until(what: str, done: object) -> None:
+    until = time.monotonic() + 60  # a bound on the wait, not an assertion on time
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < until, f"never: {what}"
+        time.sleep(0.05)
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def job_for(tmp_path: Path, go: Path) -> standbys.Job:
+    """ENTRY as a worker's job in ``tmp_path``, as the launcher hands it to a standby."""
+    (tmp_path / "job.py").write_text(ENTRY)
+    env = {
+        **os.environ,
+        TOPOLOGY_ENV: json.dumps(topology(nodes=1)),
+        NODE_ENV: "0",
+        "GO_FILE": str(go),
+    }
+    argv = ["job.py:main", str(tmp_path / "result.json"), str(tmp_path / "status"), "--"]
+    return standbys.Job(argv, env, str(tmp_path), [])
+
+
+def test_a_slot_a_job_took_is_filled_again_when_the_launcher_asks(tmp_path: Path) -> None:
+    node_dir = tmp_path / "node-0"
+    folder = standbys.folder(node_dir)
+    env = {**standby_env(os.environ), "SKYINFRA_NODE_DIR": str(node_dir)}
+    standbys.ensure(folder, 1, WARMUP, env)
+    try:
+        wait_until("a standby waits", lambda: nodefacts.waiting_standbys(node_dir))
+        go = tmp_path / "go"
+        worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
+        assert worker is not None and start.warm, start
+        # The launcher asks as its job starts (a node with cores to spare), right after the
+        # take: the keeper often notices both in one pass, and must still refill the slot.
+        standbys.ensure(folder, 1, WARMUP, env)
+        wait_until(
+            "a fresh standby waits in slot 0 while the job runs",
+            lambda: [s.pid for s in nodefacts.waiting_standbys(node_dir)] not in ([], [worker.pid]),
+        )
+        go.touch()
+        assert worker.wait(timeout=60) == 0
+    finally:
+        standbys.stop(folder)
+
+
+def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(tmp_path: Path) -> None:
+    node_dir = tmp_path / "node-0"
+    folder = standbys.folder(node_dir)
+    env = {**standby_env(os.environ), "SKYINFRA_NODE_DIR": str(node_dir)}
+    standbys.ensure(folder, 1, WARMUP, env)
+    try:
+        wait_until("a standby waits", lambda: nodefacts.waiting_standbys(node_dir))
+
+        # What `status` shows of the node: the standby waiting, and the memory it holds.
+        facts = nodefacts.node_facts(node_dir)
+        (standby,) = facts.standbys
+        assert standby.slot == 0 and standby.rss_bytes > 1 << 20, facts
+        said = json.loads(json.dumps(facts.to_dict()))  # the line the operator reads
+        assert nodefacts.NodeFacts.from_dict(said).to_dict() == said
+
+        go = tmp_path / "go"
+        worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
+        assert worker is not None and start.warm, start
+        assert worker.pid == standby.pid
+
+        keeper = parent_of(worker.pid)
+        os.kill(keeper, signal.SIGKILL)  # the keeper dies while the worker runs the job
+        wait_until("the keeper is gone", lambda: not standbys.keeper_running(folder))
+        go.touch()
+        assert worker.wait(timeout=60) == 0
+        assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
+    finally:
+        # A live keeper ends its standbys; those of a killed one ended with it (their
+        # PR_SET_PDEATHSIG).
+        standbys.stop(folder)
