@@ -53,6 +53,7 @@ __all__ = [
     "TargetOption",
     "TargetOptions",
     "TargetSection",
+    "WithoutLadder",
 ]
 
 Echo = Callable[[str], None]
@@ -134,6 +135,31 @@ class LadderReview:
 TargetOptions = Mapping[str, Any]
 # What `up` gets back from applying a rendered root module (lifecycle.up's ``apply``).
 Apply = Callable[[dict[str, str]], "tuple[PlanSummary, Topology]"]
+
+
+class WithoutLadder:
+    """The ladder verbs of a target with one place to launch (local: this machine; ssh: the
+    hosts the spec names): no ladder for `plan` to show, no other place for `apply` to go."""
+
+    def plan_ladder(
+        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
+    ) -> LadderReview | None:
+        """None: one place, no ladder."""
+        return None
+
+    def climb_reviewed(
+        self,
+        spec: ClusterSpec,
+        ws: Workspace,
+        reviewed: Mapping[str, Any],
+        refusal: TerraformError,
+        *,
+        echo: Echo,
+        apply: Apply,
+        engine_factory: EngineFactory,
+    ) -> tuple[PlanSummary, Topology]:
+        """No other place to go: the refusal again."""
+        raise refusal
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ import re
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,7 +21,6 @@ from skyinfra import render, timeline
 from skyinfra.errors import (
     ConfigError,
     SpecError,
-    TerraformError,
     TransportError,
     UnsupportedByTarget,
     spec_problems,
@@ -35,9 +34,9 @@ from skyinfra.targets.base import (
     CheckpointSetInfo,
     Echo,
     InterruptRequest,
-    LadderReview,
     Shell,
     TargetOptions,
+    WithoutLadder,
 )
 from skyinfra.targets.local import registry
 from skyinfra.targets.local.processes import end_processes
@@ -205,7 +204,7 @@ def check_head_port(spec: ClusterSpec, ws: Workspace) -> None:
                 ) from None
 
 
-class LocalTarget(LocalDeclaration):
+class LocalTarget(LocalDeclaration, WithoutLadder):
     """Nodes as processes on this machine, one loopback address each; its name, spec table
     and (no) flags are its declaration's (spec.py)."""
 
@@ -253,26 +252,6 @@ class LocalTarget(LocalDeclaration):
         with timeline.stage("prepare"):
             files = self.render(spec, ws, echo=echo, options=options)
         return apply(files)
-
-    def plan_ladder(
-        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
-    ) -> LadderReview | None:
-        """None: one place: the machine it runs on."""
-        return None
-
-    def climb_reviewed(
-        self,
-        spec: ClusterSpec,
-        ws: Workspace,
-        reviewed: Mapping[str, Any],
-        refusal: TerraformError,
-        *,
-        echo: Echo,
-        apply: Apply,
-        engine_factory: EngineFactory,
-    ) -> tuple[PlanSummary, Topology]:
-        """No other place to go: the refusal again."""
-        raise refusal
 
     def spot_prices(
         self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None

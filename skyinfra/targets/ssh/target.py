@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,9 +29,9 @@ from skyinfra.targets.base import (
     CheckpointSetInfo,
     Echo,
     InterruptRequest,
-    LadderReview,
     Shell,
     TargetOptions,
+    WithoutLadder,
 )
 from skyinfra.targets.ssh import enrol, replace
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, write_known_hosts
@@ -74,7 +74,7 @@ def operator_uv() -> str:
         ) from None
 
 
-class SshHostsTarget(SshDeclaration):
+class SshHostsTarget(SshDeclaration, WithoutLadder):
     """Nodes on the user's own machines, reached over SSH; its name, spec table and (no)
     flags are its declaration's (spec.py)."""
 
@@ -243,26 +243,6 @@ class SshHostsTarget(SshDeclaration):
         """Nothing searched: the hosts carry no tags; `down`'s own check (leftovers) asks
         each host of a cluster."""
         return []
-
-    def plan_ladder(
-        self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
-    ) -> LadderReview | None:
-        """None: the hosts the spec names, and no other."""
-        return None
-
-    def climb_reviewed(
-        self,
-        spec: ClusterSpec,
-        ws: Workspace,
-        reviewed: Mapping[str, Any],
-        refusal: TerraformError,
-        *,
-        echo: Echo,
-        apply: Apply,
-        engine_factory: EngineFactory,
-    ) -> tuple[PlanSummary, Topology]:
-        """No other place to go: the refusal again."""
-        raise refusal
 
     def spot_prices(
         self, spec: ClusterSpec, echo: Echo, place: PlannedPlace | None = None

@@ -417,6 +417,19 @@ def test_a_job_on_a_named_node_runs_there_alone(project: Path, env: dict[str, st
     assert job_record(NAME, project, env, "last")["world"] == [1]
 
 
+def recovered_after_the_head_is_killed(
+    project: Path, env: dict[str, str], job: str, gate: Path
+) -> dict:
+    """Node 0's processes killed (the head: every job's supervisor), ``job`` seen lost, its
+    workers' ``gate`` opened, `jobs recover` of it: its record once recovered."""
+    kill_node_processes(nodes_dir(project).parent, 0)
+    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+    gate.write_text("")
+    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    return job_record(NAME, project, env, job)
+
+
 def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
     project: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -427,12 +440,7 @@ def test_a_one_node_job_recovered_after_its_head_was_killed_goes_on_on_one_node(
     job = res.stdout.split("job ", 1)[1].split()[0]
     assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
     assert job_record(NAME, project, env, job)["world"] == [0]
-    kill_node_processes(nodes_dir(project).parent, 0)
-    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
-    gate.write_text("")
-    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
-    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-    record = job_record(NAME, project, env, job)
+    record = recovered_after_the_head_is_killed(project, env, job, gate)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
 
@@ -449,12 +457,7 @@ def test_a_one_node_job_lost_while_queued_is_recovered_on_one_node(
     assert res.returncode == 0 and " is queued (position " in res.stdout, res.stdout + res.stderr
     job = res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1]
     assert job_record(NAME, project, env, job)["nodes_asked"] == 1
-    kill_node_processes(nodes_dir(project).parent, 0)  # the head: both jobs' supervisors
-    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
-    gate.write_text("")
-    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
-    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-    record = job_record(NAME, project, env, job)
+    record = recovered_after_the_head_is_killed(project, env, job, gate)
     assert record["state"] == "succeeded", record
     assert len(record["world"]) == 1 and len(record["nodes"]) == 1, record
 
@@ -472,12 +475,7 @@ def test_a_job_on_named_nodes_recovered_goes_on_on_them_in_its_rank_order(
     job = res.stdout.split("job ", 1)[1].split()[0]
     assert wait_for_state(NAME, project, env, job, ("running", *FINAL)) == "running"
     assert job_record(NAME, project, env, job)["world"] == [1, 0]
-    kill_node_processes(nodes_dir(project).parent, 0)
-    assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
-    gate.write_text("")
-    recovered = cli(["jobs", "--cluster", NAME, "recover", job], project, env)
-    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-    record = job_record(NAME, project, env, job)
+    record = recovered_after_the_head_is_killed(project, env, job, gate)
     assert record["state"] == "succeeded" and record["attempt"] == 2, record
     assert record["world"] == [1, 0], record  # node 1 its rank 0 again
     assert record["named_nodes"] == [1, 0], record
