@@ -3,6 +3,9 @@ machine. Not tests: nothing here asserts a time (timing goals go in BENCHMARKS.m
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import json
 import os
 import platform
 import re
@@ -13,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -158,3 +161,37 @@ def _numbered_sections(markdown: str) -> dict[int, str]:
         if dot and number.isdigit():
             sections[int(number)] = markdown[start:end].rstrip() + "\n\n"
     return sections
+
+
+def figure_script(
+    splice: Callable[[str, dict[str, Any]], str],
+    measure: Callable[[argparse.Namespace], dict[str, Any]],
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    reps_help: str | None = None,
+) -> None:
+    """The command line of a figure measured by a script of its own: --reps and --notes,
+    --out (the results' JSON), --markdown (splice its section into that file), --from-json
+    (only write --markdown again, from an earlier run's results). ``measure`` gets the
+    parsed arguments (``add_arguments`` adds the script's own)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3, help=reps_help)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
+    parser.add_argument("--markdown", type=Path, default=None, help="splice into this file")
+    parser.add_argument("--from-json", type=Path, default=None, help="only write --markdown")
+    if add_arguments is not None:
+        add_arguments(parser)
+    ns = parser.parse_args()
+    if ns.from_json and ns.markdown:  # the section again from a run's results
+        result = json.loads(ns.from_json.read_text())
+        ns.markdown.write_text(splice(ns.markdown.read_text(), result))
+        return
+    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    result = {"date": date, "notes": ns.notes, **measure(ns)}
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    text = json.dumps(result, indent=2)
+    print(text)
+    if ns.out:
+        ns.out.write_text(text + "\n")
+    if ns.markdown:
+        ns.markdown.write_text(splice(ns.markdown.read_text(), result))

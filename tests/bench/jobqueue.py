@@ -19,9 +19,7 @@ Not part of `make test` or `make bench`; nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import shutil
 import sys
 import time
@@ -30,7 +28,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import HERE, BenchError, base_env, cli, machine, project, splice_figure, stats
+from common import (
+    HERE,
+    BenchError,
+    base_env,
+    cli,
+    figure_script,
+    machine,
+    project,
+    splice_figure,
+    stats,
+)
 
 GOAL_LATENCY_S = 1.0
 FINAL = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
@@ -316,37 +324,26 @@ def splice(markdown: str, result: dict[str, Any], date: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=3, help="figure 16's repetitions")
-    parser.add_argument("--jobs", type=int, default=32)
-    parser.add_argument("--nodes", type=int, default=8)
-    parser.add_argument("--only", default="16,17")
-    parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--markdown", type=Path, default=None, help="splice into this file")
-    parser.add_argument("--from-json", type=Path, default=None, help="only write --markdown")
-    ns = parser.parse_args()
-    if ns.from_json and ns.markdown:  # the sections again from a run's results
-        result = json.loads(ns.from_json.read_text())
-        ns.markdown.write_text(splice(ns.markdown.read_text(), result, result["date"]))
-        return
-    only = {int(x) for x in ns.only.split(",") if x}
-    result: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "notes": ns.notes,
-    }
-    if 16 in only:
-        result["queue_latency"] = latency(ns.reps)
-    if 17 in only:
-        result["sweep"] = sweep(ns.jobs, ns.nodes)
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if ns.out:
-        ns.out.write_text(text + "\n")
-    if ns.markdown:
-        ns.markdown.write_text(splice(ns.markdown.read_text(), result, result["date"]))
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--jobs", type=int, default=32)
+        parser.add_argument("--nodes", type=int, default=8)
+        parser.add_argument("--only", default="16,17")
+
+    def measure(ns: argparse.Namespace) -> dict[str, Any]:
+        only = {int(x) for x in ns.only.split(",") if x}
+        result: dict[str, Any] = {"machine": machine()}
+        if 16 in only:
+            result["queue_latency"] = latency(ns.reps)
+        if 17 in only:
+            result["sweep"] = sweep(ns.jobs, ns.nodes)
+        return result
+
+    figure_script(
+        lambda markdown, result: splice(markdown, result, result["date"]),
+        measure,
+        add_arguments,
+        reps_help="figure 16's repetitions",
+    )
 
 
 if __name__ == "__main__":

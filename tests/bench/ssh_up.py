@@ -16,8 +16,6 @@ its own (tests/loopback-only.sh), never in the machine's network. Not part of `m
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -30,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from common import VENV_BIN, BenchError, machine, splice_figure, stats
+from common import VENV_BIN, BenchError, figure_script, machine, splice_figure, stats
 
 from tests.support.ssh_hosts import Hosts, stand_in_hosts
 
@@ -181,26 +179,7 @@ def splice(markdown: str, result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
-    parser.add_argument("--markdown", type=Path, default=None, help="splice into this file")
-    parser.add_argument("--from-json", type=Path, default=None, help="only write --markdown")
-    ns = parser.parse_args()
-    if ns.from_json and ns.markdown:  # the section again from a run's results
-        result = json.loads(ns.from_json.read_text())
-        ns.markdown.write_text(splice(ns.markdown.read_text(), result))
-        return
-    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    result = {"date": date, "notes": ns.notes, **measure(ns.reps)}
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if ns.out:
-        ns.out.write_text(text + "\n")
-    if ns.markdown:
-        ns.markdown.write_text(splice(ns.markdown.read_text(), result))
+    figure_script(splice, lambda ns: measure(ns.reps))
 
 
 if __name__ == "__main__":

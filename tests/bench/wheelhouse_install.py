@@ -19,12 +19,10 @@ asserts a time.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import hashlib
 import http.server
 import importlib.metadata
-import json
 import logging
 import os
 import platform
@@ -43,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, VENV_BIN, BenchError, machine, splice_figure, stats
+from common import REPO, VENV_BIN, BenchError, figure_script, machine, splice_figure, stats
 
 sys.path.insert(0, str(REPO))
 
@@ -331,27 +329,10 @@ def splice(markdown: str, result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--requirements", nargs="+", default=["jax", "keras"])
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--notes", default="", help="a line on the conditions, for the file")
-    parser.add_argument("--markdown", type=Path, default=None, help="splice into this file")
-    parser.add_argument("--from-json", type=Path, default=None, help="only write --markdown")
-    ns = parser.parse_args()
-    if ns.from_json and ns.markdown:
-        result = json.loads(ns.from_json.read_text())
-        ns.markdown.write_text(splice(ns.markdown.read_text(), result))
-        return
-    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    result = {"date": date, "notes": ns.notes, **measure(ns.reps, ns.requirements)}
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if ns.out:
-        ns.out.write_text(text + "\n")
-    if ns.markdown:
-        ns.markdown.write_text(splice(ns.markdown.read_text(), result))
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--requirements", nargs="+", default=["jax", "keras"])
+
+    figure_script(splice, lambda ns: measure(ns.reps, ns.requirements), add_arguments)
 
 
 if __name__ == "__main__":
