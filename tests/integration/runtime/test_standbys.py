@@ -11,8 +11,10 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from skyinfra_runtime import nodefacts, standbys
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV
 from skyinfra_runtime.warm import Warmup, standby_env
@@ -57,56 +59,62 @@ def job_for(tmp_path: Path, go: Path) -> standbys.Job:
     return standbys.Job(argv, env, str(tmp_path), [])
 
 
-def test_a_slot_a_job_took_is_filled_again_when_the_launcher_asks(tmp_path: Path) -> None:
+StandbyNode = tuple[Path, Path, dict[str, str]]
+
+
+@pytest.fixture
+def standby_node(tmp_path: Path) -> Iterator[StandbyNode]:
+    """A node folder whose keeper holds one standby of WARMUP, waiting: (node folder, its
+    standby folder, the standbys' environment). A live keeper ends its standbys at the end;
+    those of a killed one ended with it (their PR_SET_PDEATHSIG)."""
     node_dir = tmp_path / "node-0"
     folder = standbys.folder(node_dir)
     env = {**standby_env(os.environ), "SKYINFRA_NODE_DIR": str(node_dir)}
     standbys.ensure(folder, 1, WARMUP, env)
     try:
         wait_until("a standby waits", lambda: nodefacts.waiting_standbys(node_dir))
-        go = tmp_path / "go"
-        worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
-        assert worker is not None and start.warm, start
-        # The launcher asks as its job starts (a node with cores to spare), right after the
-        # take: the keeper often notices both in one pass, and must still refill the slot.
-        standbys.ensure(folder, 1, WARMUP, env)
-        wait_until(
-            "a fresh standby waits in slot 0 while the job runs",
-            lambda: [s.pid for s in nodefacts.waiting_standbys(node_dir)] not in ([], [worker.pid]),
-        )
-        go.touch()
-        assert worker.wait(timeout=60) == 0
+        yield node_dir, folder, env
     finally:
         standbys.stop(folder)
 
 
-def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(tmp_path: Path) -> None:
-    node_dir = tmp_path / "node-0"
-    folder = standbys.folder(node_dir)
-    env = {**standby_env(os.environ), "SKYINFRA_NODE_DIR": str(node_dir)}
+def test_a_slot_a_job_took_is_filled_again_when_the_launcher_asks(
+    tmp_path: Path, standby_node: StandbyNode
+) -> None:
+    node_dir, folder, env = standby_node
+    go = tmp_path / "go"
+    worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
+    assert worker is not None and start.warm, start
+    # The launcher asks as its job starts (a node with cores to spare), right after the
+    # take: the keeper often notices both in one pass, and must still refill the slot.
     standbys.ensure(folder, 1, WARMUP, env)
-    try:
-        wait_until("a standby waits", lambda: nodefacts.waiting_standbys(node_dir))
+    wait_until(
+        "a fresh standby waits in slot 0 while the job runs",
+        lambda: [s.pid for s in nodefacts.waiting_standbys(node_dir)] not in ([], [worker.pid]),
+    )
+    go.touch()
+    assert worker.wait(timeout=60) == 0
 
-        # What `status` shows of the node: the standby waiting, and the memory it holds.
-        facts = nodefacts.node_facts(node_dir)
-        (standby,) = facts.standbys
-        assert standby.slot == 0 and standby.rss_bytes > 1 << 20, facts
-        said = json.loads(json.dumps(facts.to_dict()))  # the line the operator reads
-        assert nodefacts.NodeFacts.from_dict(said).to_dict() == said
 
-        go = tmp_path / "go"
-        worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
-        assert worker is not None and start.warm, start
-        assert worker.pid == standby.pid
+def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(
+    tmp_path: Path, standby_node: StandbyNode
+) -> None:
+    node_dir, folder, _ = standby_node
+    # What `status` shows of the node: the standby waiting, and the memory it holds.
+    facts = nodefacts.node_facts(node_dir)
+    (standby,) = facts.standbys
+    assert standby.slot == 0 and standby.rss_bytes > 1 << 20, facts
+    said = json.loads(json.dumps(facts.to_dict()))  # the line the operator reads
+    assert nodefacts.NodeFacts.from_dict(said).to_dict() == said
 
-        keeper = parent_of(worker.pid)
-        os.kill(keeper, signal.SIGKILL)  # the keeper dies while the worker runs the job
-        wait_until("the keeper is gone", lambda: not standbys.keeper_running(folder))
-        go.touch()
-        assert worker.wait(timeout=60) == 0
-        assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
-    finally:
-        # A live keeper ends its standbys; those of a killed one ended with it (their
-        # PR_SET_PDEATHSIG).
-        standbys.stop(folder)
+    go = tmp_path / "go"
+    worker, start = standbys.take(folder, 0, WARMUP, job_for(tmp_path, go))
+    assert worker is not None and start.warm, start
+    assert worker.pid == standby.pid
+
+    keeper = parent_of(worker.pid)
+    os.kill(keeper, signal.SIGKILL)  # the keeper dies while the worker runs the job
+    wait_until("the keeper is gone", lambda: not standbys.keeper_running(folder))
+    go.touch()
+    assert worker.wait(timeout=60) == 0
+    assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
