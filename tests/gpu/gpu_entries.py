@@ -41,3 +41,29 @@ def jax_gpu() -> dict[str, object]:
         "local_devices": jax.local_device_count(),
         "sum": float(total),
     }
+
+
+def jax_gpu_held() -> dict[str, object]:
+    """Compute on the GPU, then hold it (its context open) until the test's go file exists."""
+    import os
+    import time
+    from pathlib import Path
+
+    import jax.numpy as jnp
+
+    total = float((jnp.arange(4.0) * 2).sum().block_until_ready())
+    Path(os.environ["HELD_FILE"]).write_text(str(os.getpid()))
+    while not Path(os.environ["GO_FILE"]).exists():
+        time.sleep(0.05)
+    return {"sum": total, "pid": os.getpid()}
+
+
+def jax_gpu_first_step() -> dict[str, object]:
+    """The wall-clock time at which this worker's first GPU computation finished."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    total = float((jnp.arange(4.0) * 2).sum().block_until_ready())
+    return {"at": time.time(), "sum": total, "platform": jax.devices()[0].platform}
