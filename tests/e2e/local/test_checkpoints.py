@@ -219,20 +219,32 @@ def results(project: Path, run: subprocess.CompletedProcess[str]) -> list[dict[s
     return run_results(project / ".skyinfra" / "clusters" / NAME, run)
 
 
-def test_every_worker_gets_the_jobs_own_directory_by_default(
+def test_every_job_gets_its_own_set_which_it_leaves_only_if_it_wrote_there(
     project: Path, env: dict[str, str]
 ) -> None:
+    """Each run here starts jax and keras on both nodes, so the three runs serve every proof:
+    the default set (the job's id), the spec's, a bad name refused; a set nobody wrote in is
+    not left (not even a named one), one node's file keeps it."""
+
+    def listed() -> list[str]:
+        out = cli(["checkpoints", "--json"], project, env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return [s["name"] for s in json.loads(out.stdout)]
+
+    before = listed()
+    runs_dir = project / ".skyinfra" / "clusters" / NAME / "runs"
     values = results(project, cli(["run", "train.py:where"], project, env))
-    job = max((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir()).name
+    job = max(runs_dir.iterdir()).name
     assert values == [str(sets_dir(project) / job)] * 2
+    assert not (sets_dir(project) / job).exists()  # it wrote nothing there
     shown = cli(["jobs", job], project, env)
     assert f"checkpoints: {job}" in shown.stdout, shown.stdout
-    runs = sorted((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir())
+    runs = sorted(runs_dir.iterdir())
     bad = cli(["run", "--checkpoints", "../escape", "train.py:where"], project, env)
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "--checkpoints '../escape'" in bad.stderr and "letters, digits" in bad.stderr
     assert not (sets_dir(project).parent / "escape").exists()
-    assert sorted((project / ".skyinfra" / "clusters" / NAME / "runs").iterdir()) == runs
+    assert sorted(runs_dir.iterdir()) == runs
     # the spec's `checkpoints`: every job's set, unless --checkpoints names another
     spec = project / "skyinfra.toml"
     spec.write_text(SPEC + 'checkpoints = "from-spec"\n')
@@ -241,20 +253,7 @@ def test_every_worker_gets_the_jobs_own_directory_by_default(
     finally:
         spec.write_text(SPEC)
     assert values == [str(sets_dir(project) / "from-spec")] * 2
-
-
-def test_a_job_that_writes_no_checkpoint_leaves_no_set(project: Path, env: dict[str, str]) -> None:
-    def listed() -> list[str]:
-        out = cli(["checkpoints", "--json"], project, env)
-        assert out.returncode == 0, out.stdout + out.stderr
-        return [s["name"] for s in json.loads(out.stdout)]
-
-    before = listed()
-    runs = project / ".skyinfra" / "clusters" / NAME / "runs"
-    results(project, cli(["run", "train.py:where"], project, env))
-    assert not (sets_dir(project) / max(runs.iterdir()).name).exists()
-    results(project, cli(["run", "--checkpoints", "named", "train.py:where"], project, env))
-    assert not (sets_dir(project) / "named").exists()
+    assert not (sets_dir(project) / "from-spec").exists()  # named, and still not left
     assert listed() == before
     # One node's file keeps the set (one folder of every node's here: node 0, which wrote
     # nothing, leaves it to the head's end, once every node's launcher has ended).
