@@ -10,6 +10,7 @@ so that no existing spec starts failing its plan.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,19 +94,21 @@ def _priced(kind: str, state: Mapping[str, Any], address: str) -> list[Part]:
 def _price_parts(
     parts: list[Part], table: PriceTable, region: str | None
 ) -> tuple[float, tuple[str, ...]]:
-    """The parts' price per hour, and each part as plan.md names it with its price; a part
+    """The parts' price per hour, and each part as plan.md names it with its price (alike
+    parts once, counted: SSM's three endpoints read "3 interface endpoints ... each"); a part
     without a price in the table counts nothing and says so."""
     prices, borrowed = table.network_prices(region)
     total = 0.0
     named: list[str] = []
-    for what, key, quantity in parts:
+    for (what, key, quantity), count in Counter(parts).items():
         kind = key.removeprefix("instance:")
         unit = table.hourly(region or "", kind) if key != kind else prices.get(key)
         price = None if unit is None else unit * quantity
-        total += price or 0.0
+        total += (price or 0.0) * count
         shown = usd(price) + "/h" if price is not None else "(no price)"
         whose = f" ({borrowed}'s price)" if borrowed and key == kind else ""
-        named.append(f"{what} {shown}{whose}")
+        many = f"{count} {what}s " if count > 1 else f"{what} "
+        named.append(f"{many}{shown}{' each' if count > 1 else ''}{whose}")
     return total, tuple(named)
 
 

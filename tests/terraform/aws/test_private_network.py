@@ -3,10 +3,13 @@ against moto's server, one plan (no apply) shared by every assertion. Two EFA no
 (p4d.24xlarge, four cards each) behind a bastion: no node has a public address or an Elastic
 IP, the S3 gateway endpoint is in the nodes' route table, the bastion is the only public
 instance, there is no NAT gateway and no default route, and plan.md shows the network's shape.
+The cluster has aws.ssm too (one plan for both: a second costs about 5 CPU-seconds), which
+changes none of that and proves the root's wiring of Session Manager: the interface endpoints
+and the nodes' role's managed policy.
 
-NAT on and off, SSM endpoints and node 0 as the way in are the network module's
-`terraform test` runs (infra/modules/aws/network/tests); the guardrail's cases are unit tests
-(tests/unit/review/test_network.py)."""
+NAT on and off, no SSM endpoints without aws.ssm and node 0 as the way in are the network
+module's `terraform test` runs (infra/modules/aws/network/tests); the guardrail's cases are
+unit tests (tests/unit/review/test_network.py)."""
 
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ def plan(
         ssh_ingress_cidrs=["203.0.113.7/32"],
         placement_group=True,
         efa_interface_count=4,
-        private_network=PrivateNetwork(bastion=True),
+        private_network=PrivateNetwork(bastion=True, ssm=True),
         staging=(STAGING_BUCKET, "moto-private/ws-0123456789abcdef/"),
         wheelhouse_prefix=WHEELHOUSE,
     )
@@ -136,7 +139,8 @@ def test_the_nodes_reach_s3_through_the_gateway_endpoint_and_nothing_else(
     plan: dict[str, Any],
 ) -> None:
     endpoints = created(plan, "aws_vpc_endpoint")
-    assert list(endpoints) == ["module.network.aws_vpc_endpoint.s3[0]"]
+    gateways = [a for a, e in endpoints.items() if e["vpc_endpoint_type"] == "Gateway"]
+    assert gateways == ["module.network.aws_vpc_endpoint.s3[0]"]
     s3 = endpoints["module.network.aws_vpc_endpoint.s3[0]"]
     assert s3["vpc_endpoint_type"] == "Gateway"
     assert s3["service_name"] == f"com.amazonaws.{REGION}.s3"
@@ -192,3 +196,35 @@ def test_the_nodes_role_reads_the_wheelhouse_and_plan_md_names_it(plan: dict[str
         f"**Packages**: from the S3 wheelhouse `s3://{STAGING_BUCKET}/{WHEELHOUSE}`"
         in "\n".join(lines)
     )
+
+
+def test_ssm_plans_the_session_manager_endpoints_and_the_nodes_managed_policy(
+    plan: dict[str, Any],
+) -> None:
+    """aws.ssm's root wiring (its modules' parts are their terraform tests): the ssm,
+    ssmmessages and ec2messages interface endpoints in the nodes' subnet with private DNS,
+    HTTPS to them from the VPC only, and AmazonSSMManagedInstanceCore on the nodes' role."""
+    interface = {
+        a: e
+        for a, e in created(plan, "aws_vpc_endpoint").items()
+        if e["vpc_endpoint_type"] == "Interface"
+    }
+    assert sorted(e["service_name"] for e in interface.values()) == [
+        f"com.amazonaws.{REGION}.{name}" for name in ("ec2messages", "ssm", "ssmmessages")
+    ]
+    assert all(e["private_dns_enabled"] for e in interface.values())
+    config = plan["configuration"]["root_module"]["module_calls"]["network"]["module"]
+    endpoint = next(r for r in config["resources"] if r["address"] == "aws_vpc_endpoint.interface")
+    assert endpoint["expressions"]["subnet_ids"]["references"][0] == "aws_subnet.this[0].id"
+    https_in = created(plan, "aws_vpc_security_group_ingress_rule")[
+        "module.network.aws_vpc_security_group_ingress_rule.endpoints[0]"
+    ]
+    assert (https_in["from_port"], https_in["to_port"], https_in["cidr_ipv4"]) == (
+        443,
+        443,
+        "10.42.0.0/16",
+    )
+    attached = created(plan, "aws_iam_role_policy_attachment").values()
+    assert [a["policy_arn"] for a in attached] == [
+        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    ]

@@ -229,5 +229,7 @@ def test_a_network_priced_from_its_shape_is_priced_as_its_plan() -> None:
         shape = NetworkShape("t3.micro", 8, nat=True, interface_endpoints=3)
         assert shape_hourly(shape, table, region) == planned
     assert planned.parts[0] == "bastion `t3.micro` $0.0104/h"
-    assert planned.parts[-1] == "interface endpoint $0.0100/h (us-east-1's price)"
+    # SSM's three endpoints are one part, counted, not the same words three times.
+    assert planned.parts[-1] == "3 interface endpoints $0.0100/h each (us-east-1's price)"
+    assert len(planned.parts) == 4  # the bastion, its volume, the NAT gateway, the endpoints
     assert shape_hourly(NetworkShape(), table, REGION).after == 0.0
