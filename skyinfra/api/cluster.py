@@ -412,6 +412,7 @@ class Cluster:
                     world=world,
                     on=None if chosen is None else tuple(chosen),
                     priority=priority,
+                    store_credentials=lifecycle.store_credentials_of(spec),
                 )
                 report = run_on_cluster(
                     launch,

@@ -230,6 +230,7 @@ def recover(
             src=Path.cwd(),
             unattended=False,
             echo=echo,
+            store_credentials=lambda: lifecycle.store_credentials_of(spec),
         )
     finally:
         transport.close()

@@ -197,6 +197,7 @@ def _recover(
         src=Path.cwd(),
         unattended=unattended,
         echo=echo,
+        store_credentials=lambda: lifecycle.store_credentials_of(ws.spec()),
     )
     if report is None:
         return

@@ -283,6 +283,7 @@ def run(
                 world=count,
                 on=named,
                 priority=priority,
+                store_credentials=lifecycle.store_credentials_of(spec),
             )
             cluster = ClusterNodes(
                 transport,

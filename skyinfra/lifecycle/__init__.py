@@ -41,6 +41,7 @@ from skyinfra.lifecycle.verbs import (
     default_wait_ready_s,
     head_recovery_of,
     spot_prices,
+    store_credentials_of,
     target_of,
     transport_for,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "replace_from_root_module",
     "spot_prices",
     "status",
+    "store_credentials_of",
     "target_of",
     "transport_for",
     "unfinished_command",

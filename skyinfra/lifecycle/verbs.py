@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from skyinfra_runtime.s3 import Credentials
+
 from skyinfra.errors import SpecError
 from skyinfra.review.cost import PlannedPlace, SpotPrices
 from skyinfra.run.head_recovery import HeadRecovery
@@ -70,6 +72,12 @@ def head_recovery_of(ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
     """The command node 0's supervisor runs to recover a job that lost nodes, when the
     cluster's target has one (verb ``head_recovery``) and its spec turns it on."""
     return target_of(spec).head_recovery(ws, spec)
+
+
+def store_credentials_of(spec: ClusterSpec) -> Credentials | None:
+    """What each job's agents sign their checkpoint store's requests with, when the nodes
+    have no way of their own (the target's verb ``store_credentials``)."""
+    return target_of(spec).store_credentials(spec)
 
 
 def default_wait_ready_s(spec: ClusterSpec) -> float:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from skyinfra_runtime.s3 import PRIVATE_KEY
 from skyinfra_runtime.topology import Topology
 
 from skyinfra.errors import ClusterBusyError, Detached, TransportError
@@ -103,7 +104,9 @@ def _start_agents(
     token = secrets.token_hex(16)
     job_env, checkpoints = launch.job_env, launch.checkpoints
     restarts = launch.restarts or Restarts()
-    private = {"token": token, **job_env.private()}
+    private: dict[str, Any] = {"token": token, **job_env.private()}
+    if launch.store_credentials is not None:  # never in the record, a file or an argv
+        private[PRIVATE_KEY] = launch.store_credentials.to_private()
     # The head's alone, with the token and secrets (not in the record): the command it runs
     # to recover the job itself, and that command's settings.
     recover = restarts.head_recovery

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skyinfra_runtime.s3 import Credentials
 from skyinfra_runtime.topology import Topology
 
 from skyinfra.run import DEFAULT_KEEP_RUNS
@@ -46,7 +47,10 @@ class JobLaunch:
     hash every file). ``world``: a job on that many of the cluster's nodes, any free ones the
     head picks as it starts it (None: every node); ``on``: exactly those nodes, in rank order,
     once they are free (the Python API's ``nodes=[...]``). ``priority``: its place in the head's
-    queue (higher first; it may preempt lower-priority jobs: skyinfra_runtime.jobprio)."""
+    queue (higher first; it may preempt lower-priority jobs: skyinfra_runtime.jobprio).
+    ``store_credentials``: what the nodes' agents sign their checkpoint store's requests with
+    (the target's store_credentials: the ssh target's hosts have no role), on their stdin
+    with the secrets; None: the nodes have their own."""
 
     entry: str
     src: Path
@@ -65,6 +69,7 @@ class JobLaunch:
     world: int | None = None
     on: tuple[int, ...] | None = None
     priority: int = 0
+    store_credentials: Credentials | None = field(default=None, repr=False)
 
     @property
     def is_job(self) -> bool:

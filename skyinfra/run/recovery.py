@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from skyinfra_runtime.s3 import Credentials
 from skyinfra_runtime.topology import Topology
 
 from skyinfra.errors import (
@@ -240,11 +241,13 @@ def recover_job(
     src: Path,
     unattended: bool,
     echo: Echo,
+    store_credentials: Callable[[], Credentials | None] = lambda: None,
 ) -> RunReport | None:
     """Replace the job's lost nodes (none when only its supervisor was killed), copy ``src``
     to them, start its next attempt and follow it; its report (results and summary.json
     collected). ``cluster``'s replace_nodes replaces them; ``head_recovery``: what node 0
-    runs to recover the next attempt itself (the cluster's setting). ``unattended``: as
+    runs to recover the next attempt itself (the cluster's setting); ``store_credentials``:
+    what its agents sign the checkpoint store's requests with (JobLaunch). ``unattended``: as
     node 0's supervisor runs it (skyinfra.run.head_recovery): the attempt is started, not
     followed (None returned), and a workspace busy with another command is waited for."""
     transport, total = cluster.transport, len(cluster.topology.nodes)
@@ -312,6 +315,7 @@ def recover_job(
         world=nodes_asked(job, total),
         on=job.named_nodes or None,
         priority=job.priority,
+        store_credentials=store_credentials(),
     )
     if unattended and report.attempts:
         report.attempts[-1]["restarted_who"] = "node-0 (unattended recovery)"

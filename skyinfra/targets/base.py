@@ -11,8 +11,8 @@ Every target implements every verb. Where a target lacks a capability it says so
 for each kind of verb:
 
 - a verb that answers a question (``spot_prices``, ``status_details``, ``node_installs``,
-  ``applies_as_is``, ``head_recovery``) answers with its empty value (None, ``{}``, False),
-  the same answer a capable target gives when it has nothing to add;
+  ``applies_as_is``, ``head_recovery``, ``store_credentials``) answers with its empty value
+  (None, ``{}``, False), the same answer a capable target gives when it has nothing to add;
 - a verb that does something (``ssh_config``, ``interrupt_node``, the checkpoint verbs)
   raises :class:`~skyinfra.errors.UnsupportedByTarget` (a usage error: exit 2) carrying the
   target's name, the verb and, in words, why and what to do instead;
@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from skyinfra.target_registry import TargetDeclaration, TargetOption, TargetSection
 
 if TYPE_CHECKING:
+    from skyinfra_runtime.s3 import Credentials
+
     from skyinfra.errors import TerraformError
     from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.run.head_recovery import HeadRecovery
@@ -284,6 +286,14 @@ class Target(TargetDeclaration, Protocol):
         """The command node 0's supervisor runs to replace a detached job's lost nodes
         itself (skyinfra.run.head_recovery). None: the spec does not turn it on, or the target
         cannot, and the job waits for `skyinfra jobs recover`."""
+        ...
+
+    def store_credentials(self, spec: ClusterSpec) -> Credentials | None:
+        """The credentials each node's agent signs its checkpoint store's requests with, sent
+        on its stdin with the job's secrets when a job starts (ssh: the operator's, for
+        ``ssh.checkpoints_url``: the hosts have no role). None: the nodes have their own way
+        (aws: the instance role) or no store. SpecError (exit 2) when the store needs some
+        and this environment has none."""
         ...
 
     def shell(

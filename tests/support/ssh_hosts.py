@@ -164,6 +164,20 @@ class Hosts:
         )
         self.start_sshd(host)
 
+    def old_python(self, host: Host) -> None:
+        """The host's ``python3`` (first on its sessions' PATH, through sshd's SetEnv) says it
+        is Python 3.8: a machine without Python 3.10+. Takes effect at the next login."""
+        folder = self.base / f"old-python-{self.hosts.index(host)}"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        fake = folder / "python3"
+        fake.write_text("#!/bin/sh\necho 3.8\n")
+        fake.chmod(0o755)
+        self.stop_sshd(host)
+        text = host.config.read_text()
+        path = f'"PATH={folder}:/usr/local/bin:/usr/bin:/bin"'
+        host.config.write_text(text.replace("\nSetEnv ", f"\nSetEnv {path} ", 1))
+        self.start_sshd(host)
+
     def cut_link(self, host: Host, *, up: bool = False) -> None:
         """The host taken off the network (its veth's outer end down; ``up``: back on): its
         sshd runs on, unreachable, as a machine whose switch port died."""

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 from skyinfra_runtime import jobenv
+from skyinfra_runtime.ckptsync import OPERATOR_CREDENTIALS, SETTINGS_FILE, from_settings
 from skyinfra_runtime.info import InstanceInfo
 from skyinfra_runtime.jobs.commands import read_private
 from skyinfra_runtime.plugins.jax import jax_env
+from skyinfra_runtime.s3 import PRIVATE_KEY, Credentials
 from skyinfra_runtime.topology import Accelerator, Node, Topology
 from skyinfra_runtime.torchrun import torchrun_env
 
@@ -186,3 +188,25 @@ def test_the_agent_reads_token_env_and_secrets_from_stdin_and_checks_them() -> N
         with pytest.raises(ValueError) as err:
             read_private(io.StringIO(json.dumps(bad)))
         assert SECRET not in str(err.value)
+
+
+def test_the_checkpoint_stores_credentials_come_on_stdin_and_only_there(tmp_path: Path) -> None:
+    """The ssh target's hosts have no role: the operator's credentials reach each agent on its
+    stdin (s3.Credentials, never printed whole); a node whose checkpoints.json asks for them
+    and got none is refused, naming the store, never a value."""
+    creds = Credentials("AKIDEXAMPLE", SECRET)
+    sent = {"token": "t", PRIVATE_KEY: creds.to_private()}
+    assert read_private(io.StringIO(json.dumps(sent)))[PRIVATE_KEY] == creds
+    assert SECRET not in repr(creds)
+    for bad in ({"access_key_id": "A"}, {"access_key_id": "A", "secret_access_key": 1}, "x"):
+        with pytest.raises(ValueError, match=PRIVATE_KEY):
+            read_private(io.StringIO(json.dumps({PRIVATE_KEY: bad})))
+    settings = {
+        "url": "s3://lab-ck/ck", "region": "us-east-1",
+        "bucket_url": "http://10.0.0.9:9000/lab-ck", "credentials": OPERATOR_CREDENTIALS,
+    }  # fmt: skip
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=r"s3://lab-ck/ck is reached with the operator's"):
+        from_settings(tmp_path, str(tmp_path / "checkpoints" / "set"), 1)
+    sync = from_settings(tmp_path, str(tmp_path / "checkpoints" / "set"), 1, creds)
+    assert sync is not None and sync.bucket.creds.get() == creds

@@ -83,16 +83,17 @@ def test_plan_md_lists_the_spares_as_not_enrolled() -> None:
 
 def test_a_spare_passed_over_is_not_chosen_and_no_spare_left_names_each_one_tried() -> None:
     assigned = assigned_hosts(SECTION, 2, [])
-    passed = {"spare-a.lab": "timed out"}
+    passed = {"spare-a.lab": "did not answer: timed out"}
     assert choose_spares(SECTION, assigned, [], {1: "refused"}, passed) == {1: "spare-b.lab"}
-    both = {**passed, "spare-b.lab": "it refused key id for user ml"}
+    both = {**passed, "spare-b.lab": "cannot be enrolled: ssh.python 'python3' is Python 3.8"}
     with pytest.raises(NoSpareLeft) as err:
         choose_spares(SECTION, assigned, [], {1: "no route"}, both)
     said = str(err.value)
     assert (
         "host 10.0.0.6 (node-1) lost: it stopped answering (no route), and no spare is left to "
-        "enrol in its place (spare spare-a.lab did not answer: timed out; spare spare-b.lab did "
-        "not answer: it refused key id for user ml): bring the host or one of those spares back"
+        "enrol in its place (spare spare-a.lab did not answer: timed out; spare spare-b.lab "
+        "cannot be enrolled: ssh.python 'python3' is Python 3.8): bring the host or one of "
+        "those spares back"
     ) in said
     assert said.endswith("and run `skyinfra up`; nothing was enrolled")
     gone = [lost(1, "10.0.0.6", "spare-a.lab")]
@@ -102,5 +103,9 @@ def test_a_spare_passed_over_is_not_chosen_and_no_spare_left_names_each_one_trie
         "enrolled or lost",
     ):
         choose_spares(
-            SECTION, assigned_hosts(SECTION, 2, gone), gone, {1: "y"}, {"spare-b.lab": "x"}
+            SECTION,
+            assigned_hosts(SECTION, 2, gone),
+            gone,
+            {1: "y"},
+            {"spare-b.lab": "did not answer: x"},
         )

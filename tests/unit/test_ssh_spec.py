@@ -4,6 +4,7 @@ exit 2, naming the field and what would be valid."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -81,28 +82,52 @@ BAD = [
         spec_text(GOOD + 'hostz = ["x"]\n'), "ssh.hostz", "did you mean 'ssh.hosts'",
         id="unknown-key",
     ),
+    pytest.param(
+        spec_text(GOOD + 'checkpoints_url = "s3://Bad_Bucket/ck"\n'), "ssh.checkpoints_url",
+        "s3://BUCKET/PREFIX", id="checkpoints-url-malformed",
+    ),
+    pytest.param(
+        spec_text(GOOD + 'checkpoints_url = "s3://lab-ck/ck"\ns3_endpoint = "minio:9000/x"\n'),
+        "ssh.s3_endpoint", "http(s)://HOST[:PORT] with no path", id="s3-endpoint-malformed",
+    ),
+    pytest.param(
+        spec_text(GOOD + 's3_endpoint = "http://10.0.0.9:9000"\n'), "ssh.s3_endpoint",
+        "set only with ssh.checkpoints_url", id="s3-endpoint-without-url",
+    ),
 ]  # fmt: skip
+# A store the hosts reach with the operator's credentials, and none in the environment.
+NO_CREDENTIALS = pytest.param(
+    spec_text(GOOD + 'checkpoints_url = "s3://lab-ck/ck"\n'), "ssh.checkpoints_url",
+    "the hosts have no instance role, so each job's agents get this shell's AWS_ACCESS_KEY_ID",
+    id="checkpoints-url-without-credentials",
+)  # fmt: skip
+AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
-@pytest.mark.parametrize(("text", "field", "expected"), BAD)
+def without_credentials(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in (*AWS_CREDENTIALS, "AWS_PROFILE")}
+
+
+@pytest.mark.parametrize(("text", "field", "expected"), [*BAD, NO_CREDENTIALS])
 def test_validate_refuses_a_bad_ssh_table_naming_the_field(
     project: Path, clean_env: dict[str, str], text: str, field: str, expected: str
 ) -> None:
     (project / "skyinfra.toml").write_text(text)
     before = listing(project)
-    done = run(["validate"], project, clean_env)
+    done = run(["validate"], project, without_credentials(clean_env))
     assert done.returncode == exitcodes.USAGE, done.stdout + done.stderr
     assert f"'{field}'" in done.stderr and expected in done.stderr, done.stderr
     assert listing(project) == before
 
 
-@pytest.mark.parametrize(("text", "field", "expected"), BAD[:5])
+@pytest.mark.parametrize(("text", "field", "expected"), [*BAD[:5], NO_CREDENTIALS])
 def test_up_refuses_it_before_dialling_anything_and_writes_nothing(
     project: Path, clean_env: dict[str, str], text: str, field: str, expected: str
 ) -> None:
     (project / "skyinfra.toml").write_text(text)
     before = listing(project)
-    done = run(["up", "--yes", "--dir", str(project / "clusters")], project, clean_env)
+    env = without_credentials(clean_env)
+    done = run(["up", "--yes", "--dir", str(project / "clusters")], project, env)
     assert done.returncode == exitcodes.USAGE, done.stdout + done.stderr
     assert f"'{field}'" in done.stderr and expected in done.stderr, done.stderr
     assert listing(project) == before  # no clusters/ folder, no known_hosts
@@ -110,20 +135,30 @@ def test_up_refuses_it_before_dialling_anything_and_writes_nothing(
 
 def test_a_good_table_validates_and_round_trips(project: Path, clean_env: dict[str, str]) -> None:
     text = GOOD + 'private_addresses = ["192.168.0.5", "192.168.0.6"]\nspare_hosts = ["s1"]\n'
+    text += 'checkpoints_url = "s3://lab-ck/team/ck"\ns3_endpoint = "http://10.0.0.9:9000"\n'
     (project / "skyinfra.toml").write_text(spec_text(text))
-    done = run(["validate"], project, clean_env)
+    creds = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "not-a-real-one"}
+    done = run(["validate"], project, {**without_credentials(clean_env), **creds})
     assert done.returncode == 0, done.stderr
     spec = validate_spec(
         {
             "name": "lab", "provider": "ssh", "nodes": 2,
             "ssh": {"hosts": ["a", "b", "c"], "user": "ml", "key": "k", "port": 2222,
-                    "spare_hosts": ["d"]},
+                    "spare_hosts": ["d"], "checkpoints_url": "s3://lab-ck/ck",
+                    "s3_region": "eu-west-1"},
         }
     )  # fmt: skip
     section = spec.section_as(SshSpec)
     assert section.node_hosts(spec.nodes) == ("a", "b")
     assert section.private_address(1) == "b"
     assert validate_spec(spec.to_dict()) == spec
+    store = section.checkpoints
+    assert store is not None and store.bucket_url() == "https://lab-ck.s3.eu-west-1.amazonaws.com"
+    # What each host's checkpoints.json says: where the store is, and no credential.
+    assert json.loads(store.node_settings()) == {
+        "url": "s3://lab-ck/ck", "region": "eu-west-1",
+        "bucket_url": "https://lab-ck.s3.eu-west-1.amazonaws.com", "credentials": "operator",
+    }  # fmt: skip
 
 
 def test_the_ssh_table_is_required_with_the_ssh_provider(

@@ -39,14 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from skyinfra_runtime.s3 import Bucket, CredentialSource, parse_url
+from skyinfra_runtime.s3 import Bucket, Credentials, CredentialSource, parse_url
 
 MANIFEST = "manifest.json"
 SCHEMA = 1
 POLL_S = 5.0
 PART_SUFFIX = ".skyinfra-part"
-# The node's settings, written by cloud-init: {"url", "region", "bucket_url"}.
+# The node's settings, written by cloud-init (AWS) or the enrolment (ssh): {"url", "region",
+# "bucket_url"}, and "credentials": OPERATOR_CREDENTIALS where the node has no role to sign
+# with (the agent gets the operator's on its stdin; never in this file).
 SETTINGS_FILE = "checkpoints.json"
+OPERATOR_CREDENTIALS = "operator"
 # Test hook: seconds to wait after each object uploaded (lets a test kill a round midway).
 DELAY_ENV = "SKYINFRA_CHECKPOINT_UPLOAD_DELAY_S"
 
@@ -307,9 +310,13 @@ class Sync:
         return self.bucket.base.rsplit("/", 1)[-1].split(".", 1)[0]
 
 
-def from_settings(node_dir: Path, checkpoint_dir: str, node: int) -> Sync | None:
+def from_settings(
+    node_dir: Path, checkpoint_dir: str, node: int, credentials: Credentials | None = None
+) -> Sync | None:
     """The node's Sync for ``checkpoint_dir`` (its NAME is the folder's name), from the
-    node's settings file; None when the node has none (no S3 for checkpoints)."""
+    node's settings file; None when the node has none (no S3 for checkpoints).
+    ``credentials``: the operator's, from the agent's stdin, for a store whose settings say
+    its nodes have no role of their own (``"credentials": "operator"``: the ssh target)."""
     path = node_dir / SETTINGS_FILE
     if not checkpoint_dir or not path.is_file():
         return None
@@ -321,6 +328,14 @@ def from_settings(node_dir: Path, checkpoint_dir: str, node: int) -> Sync | None
     env = None
     if all(dummy):
         env = {"AWS_ACCESS_KEY_ID": str(dummy[0]), "AWS_SECRET_ACCESS_KEY": str(dummy[1])}
+    if settings.get("credentials") == OPERATOR_CREDENTIALS:
+        if credentials is None:
+            raise ValueError(
+                f"{settings['url']} is reached with the operator's credentials, sent with each "
+                "job; this job's agent got none (start it with `skyinfra run` from a shell "
+                "with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set)"
+            )
+        env = credentials.as_environ()
     bucket = Bucket(str(settings["bucket_url"]), str(settings["region"]), CredentialSource(env))
     return Sync(bucket, f"{prefix}/{name}", Path(checkpoint_dir), node)
 

@@ -95,11 +95,47 @@ def parse_url(url: str) -> tuple[str, str]:
     return bucket, prefix
 
 
+# Where a job's agents read the checkpoint store's credentials on their stdin (with the job's
+# token and secrets), on nodes without an instance role (the ssh target's hosts).
+PRIVATE_KEY = "checkpoint_store_credentials"
+
+
 @dataclass(frozen=True)
 class Credentials:
     key: str
     secret: str
     token: str | None = None
+
+    def __repr__(self) -> str:  # never the secret, whoever prints this object
+        return f"Credentials(key={self.key!r}, secret='***')"
+
+    def to_private(self) -> dict[str, str]:
+        """As the agents' stdin carries them (from_private reads them back)."""
+        out = {"access_key_id": self.key, "secret_access_key": self.secret}
+        if self.token:
+            out["session_token"] = self.token
+        return out
+
+    @classmethod
+    def from_private(cls, data: object) -> Credentials:
+        """ValueError naming what is wrong (never a value: they are secret)."""
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object with access_key_id and secret_access_key")
+        for name in ("access_key_id", "secret_access_key"):
+            if not isinstance(data.get(name), str) or not data[name]:
+                raise ValueError(f"{name}: expected a non-empty string")
+        token = data.get("session_token")
+        if token is not None and not isinstance(token, str):
+            raise ValueError("session_token: expected a string")
+        return cls(data["access_key_id"], data["secret_access_key"], token or None)
+
+    def as_environ(self) -> dict[str, str]:
+        """The ``AWS_*`` variables CredentialSource reads (a mapping of its own, not
+        os.environ)."""
+        env = {"AWS_ACCESS_KEY_ID": self.key, "AWS_SECRET_ACCESS_KEY": self.secret}
+        if self.token:
+            env["AWS_SESSION_TOKEN"] = self.token
+        return env
 
 
 def _connection(

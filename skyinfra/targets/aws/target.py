@@ -81,6 +81,8 @@ from skyinfra.transport.ssh import SshTransport
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
+    from skyinfra_runtime.s3 import Credentials
+
     from skyinfra.targets.base import Target
 
 Echo = Callable[[str], None]
@@ -285,6 +287,10 @@ class AwsTarget(AwsDeclaration):
                 None if fallback is None else {"nodes": fallback.nodes, "reason": fallback.reason}
             ),
         }
+
+    def store_credentials(self, spec: ClusterSpec) -> Credentials | None:
+        """None: the nodes sign with their instance role."""
+        return None
 
     def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
         """aws.recover: node 0's skyinfra replaces a detached job's lost workers (head.py)."""

@@ -47,6 +47,8 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
+    from skyinfra_runtime.s3 import Credentials
+
     from skyinfra.checkpoints import CheckpointSet
     from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.targets.base import Target
@@ -270,6 +272,10 @@ class LocalTarget(LocalDeclaration, WithoutLadder):
     def applies_as_is(self, ws: Workspace) -> bool:
         """False: every local workspace is the operator's, rendered by `up`."""
         return False
+
+    def store_credentials(self, spec: ClusterSpec) -> Credentials | None:
+        """None: the nodes share this machine's folder (no store)."""
+        return None
 
     def head_recovery(self, ws: Workspace, spec: ClusterSpec) -> HeadRecovery | None:
         """``local.recover``: node 0 is a folder of this machine, so the command node 0's

@@ -17,7 +17,7 @@ import shlex
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
@@ -126,11 +126,20 @@ def _probe_script(python: str) -> str:
 @dataclass(frozen=True)
 class Contacted:
     """What first contact found: the reached hosts' facts (node order), the known_hosts text
-    to keep, and the hosts of ``lost_ok`` that did not answer (node index -> why)."""
+    to keep, the hosts of ``lost_ok`` that did not answer (node index -> why), and those of
+    ``unfit_ok`` that answered but fail the enrolment check (node index -> why)."""
 
     facts: list[HostFacts]
     known_hosts: str
     unreachable: dict[int, str]
+    unfit: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Unfit:
+    """A spare that answered but cannot be enrolled (its Python, its login shell)."""
+
+    why: str
 
 
 def contact(
@@ -141,16 +150,18 @@ def contact(
     echo: Callable[[str], None],
     timeout_s: float = 20.0,
     lost_ok: Collection[int] = (),
-    key_refused_ok: Collection[int] = (),
+    unfit_ok: Collection[int] = (),
     labels: Mapping[int, str] | None = None,
 ) -> Contacted:
     """Every host's facts (``hosts[i]`` is node i's host) and the known_hosts text to keep;
     all hosts at once. HostKeyChangedError naming the host when a key differs from the pinned
     one; TransportError naming the host when it cannot be reached (but for a node of
     ``lost_ok``, an enrolled host: it is listed as unreachable) or refuses the key (but for
-    one of ``key_refused_ok``, a spare: listed too); SpecError (ssh.python) naming the host
-    when its Python is missing or older than 3.10. ``labels``: how a message names where a
-    node's host is listed (default ``ssh.hosts[i]``)."""
+    one of ``unfit_ok``, a spare: listed too); SpecError (ssh.python) naming the host when
+    its Python is missing or older than 3.10 (but for one of ``unfit_ok``: listed in
+    ``unfit``, as a host whose shell gives no home; a spare that fails its check is passed
+    over, not a stop). A changed host key stops everything, spare or not. ``labels``: how a
+    message names where a node's host is listed (default ``ssh.hosts[i]``)."""
     key = check_key_file(section)
     with tempfile.TemporaryDirectory(prefix="skyinfra-ssh-") as tmp:
         known = Path(tmp) / KNOWN_HOSTS
@@ -175,7 +186,7 @@ def contact(
         def label(index: int) -> str:
             return (labels or {}).get(index, f"ssh.hosts[{index}]")
 
-        def one(index: int) -> HostFacts | str:
+        def one(index: int) -> HostFacts | str | _Unfit:
             host = hosts[index]
             try:
                 out = transport.check_call(index, _probe_script(section.python), timeout=timeout_s)
@@ -188,7 +199,7 @@ def contact(
                 ) from err
             except TransportError as err:
                 refused = isinstance(err.__cause__, paramiko.AuthenticationException)
-                if refused and index in key_refused_ok:
+                if refused and index in unfit_ok:
                     return f"it refused key {section.key} for user {section.user}"
                 if refused:
                     raise SpecError(
@@ -208,9 +219,15 @@ def contact(
             lines = out.strip().splitlines()
             home, version = [*lines, "", ""][:2] if len(lines) >= 2 else ("", "none")
             if not home.startswith("/"):
+                if index in unfit_ok:
+                    return _Unfit(f"its login shell gave no home folder ({out.strip()[:80]!r})")
                 raise TransportError(f"host {host}: its login shell gave no home folder ({out!r})")
             if version == "none" or tuple(int(p) for p in version.split(".")) < MIN_PYTHON:
                 found = "none on PATH" if version == "none" else f"Python {version}"
+                if index in unfit_ok:
+                    return _Unfit(
+                        f"ssh.python {section.python!r} is {found} there, not Python 3.10 or newer"
+                    )
                 raise SpecError(
                     "ssh.python", section.python,
                     f"an interpreter of Python 3.10 or newer on host {host} ({found} there); "
@@ -239,7 +256,8 @@ def contact(
                 "to it)"
             )
     unreachable = {i: f for i, f in enumerate(found) if isinstance(f, str)}
-    return Contacted(facts, text, unreachable)
+    unfit = {i: f.why for i, f in enumerate(found) if isinstance(f, _Unfit)}
+    return Contacted(facts, text, unreachable, unfit)
 
 
 def key_fingerprint(line: str) -> str:

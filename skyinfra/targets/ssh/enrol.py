@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skyinfra_runtime import ckptsync
+
 from skyinfra import render, resources
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.ssh.contact import NODES_FOLDER, HostFacts
@@ -22,6 +24,7 @@ READY_MARKER = ".skyinfra-ready"
 # The node check bootstrap-node.sh runs last (beside it: --check-topology).
 CHECK_SCRIPT = "scripts/check-node.py"
 FAILED_MARKER = ".skyinfra-failed"
+CHECKPOINT_SETTINGS = ckptsync.SETTINGS_FILE
 # What Terraform's remote-exec runs on each host: the bootstrap every target runs, its output
 # kept in .enrol/bootstrap.log (and, when it fails, its tail in the node's failed marker, which
 # `up` and `status` show); then the host's GPUs, counted as the AWS node check counts them
@@ -136,6 +139,8 @@ def context(
         "uv_path": uv_path,
         "python_packages": list(spec.python_packages),
         "spare_hosts": list(spares),
+        # Each node's checkpoints.json (ssh.checkpoints_url; no credential): "" without one.
+        "checkpoint_settings": section.checkpoints.node_settings() if section.checkpoints else "",
     }
 
 
@@ -166,12 +171,19 @@ def node_topology(topology: str, index: int) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def stage_files(cluster: str, indexes: Sequence[int], topology: str) -> dict[str, str]:
+def stage_files(
+    cluster: str, indexes: Sequence[int], topology: str, checkpoint_settings: str = ""
+) -> dict[str, str]:
     """Per node: scripts/hosts/node-<i>/.skyinfra/<cluster>/node-<i>/.enrol/ with the
-    bootstrap, enrol.sh, the node check and its topology (its own node's)."""
+    bootstrap, enrol.sh, the node check and its topology (its own node's); with
+    ``checkpoint_settings``, the node's checkpoints.json beside .enrol/ (the runtime's
+    ckptsync reads it there)."""
     out: dict[str, str] = {}
     for i in indexes:
-        base = f"{STAGE_DIR}/node-{i}/{NODES_FOLDER}/{cluster}/node-{i}/{ENROL}"
+        node = f"{STAGE_DIR}/node-{i}/{NODES_FOLDER}/{cluster}/node-{i}"
+        if checkpoint_settings:
+            out[f"{node}/{CHECKPOINT_SETTINGS}"] = checkpoint_settings
+        base = f"{node}/{ENROL}"
         out[f"{base}/bootstrap-node.sh"] = resources.bootstrap_script()
         out[f"{base}/enrol.sh"] = ENROL_SCRIPT
         out[f"{base}/check-node.py"] = resources.read_text(CHECK_SCRIPT)
@@ -187,5 +199,7 @@ def files(ctx: dict[str, Any]) -> dict[str, str]:
         **render.render_root("ssh", ctx),
         render.TFVARS_JSON: json.dumps(tfvars, indent=2) + "\n",
         **render.module_files("ssh"),
-        **stage_files(ctx["cluster_name"], indexes, ctx["enrol_topology"]),
+        **stage_files(
+            ctx["cluster_name"], indexes, ctx["enrol_topology"], ctx["checkpoint_settings"]
+        ),
     }

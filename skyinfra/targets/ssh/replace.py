@@ -99,9 +99,10 @@ def _spares_that_answer(
 ) -> dict[int, str]:
     """A spare that answers for each node of ``unreachable`` (choose_spares' order): the
     chosen spares are contacted at once; one that does not answer (unreachable, or it refuses
-    the key) is passed over, named with why, and the choice made again without it, until
-    every spare contacted answers or NoSpareLeft names each spare passed over. Nothing is
-    written: `up` enrols only after this."""
+    the key) or answers but fails the enrolment check (its Python older than 3.10, say) is
+    passed over, named with why, and the choice made again without it, until every spare
+    contacted is fit or NoSpareLeft names each spare passed over. A changed host key still
+    stops everything (HostKeyChangedError). Nothing is written: `up` enrols only after this."""
     passed: dict[str, str] = {}
     while True:
         chosen = choose_spares(section, assigned, lost, unreachable, passed)
@@ -109,17 +110,19 @@ def _spares_that_answer(
         spares = tuple(s for _, s in order)
         probe = contact(
             section, spares, known, echo=lambda _: None, lost_ok=range(len(spares)),
-            key_refused_ok=range(len(spares)),
+            unfit_ok=range(len(spares)),
             labels={k: _spare_label(section, s) for k, s in enumerate(spares)},
         )  # fmt: skip
-        if not probe.unreachable:
+        if not probe.unreachable and not probe.unfit:
             return chosen
-        for k, why in sorted(probe.unreachable.items()):
+        found = [(k, "does not answer", why) for k, why in probe.unreachable.items()]
+        found += [(k, "cannot be enrolled", why) for k, why in probe.unfit.items()]
+        for k, what, why in sorted(found):
             i, spare = order[k]
-            passed[spare] = why
+            passed[spare] = f"{'did not answer' if what == 'does not answer' else what}: {why}"
             echo(
-                f"[skyinfra] spare {spare} ({_spare_label(section, spare)}) does not answer "
-                f"({why}): passed over; the next spare is tried for node-{i}"
+                f"[skyinfra] spare {spare} ({_spare_label(section, spare)}) {what} ({why}): "
+                f"passed over; the next spare is tried for node-{i}"
             )
 
 

@@ -79,9 +79,10 @@ def choose_spares(
     passed_over: Mapping[str, str] | None = None,
 ) -> dict[int, str]:
     """A spare for each node of ``lost_now`` (node index -> why its host is lost), lowest
-    node first, the spares in the spec's order but those of ``passed_over`` (spare -> why it
-    did not answer). NoSpareLeft naming the lost host(s) that get none, every spare passed
-    over and why, and what to do."""
+    node first, the spares in the spec's order but those of ``passed_over`` (spare -> what
+    happened, e.g. "did not answer: timed out" or "cannot be enrolled: ..."). NoSpareLeft
+    naming the lost host(s) that get none, every spare passed over and why, and what to
+    do."""
     passed = dict(passed_over or {})
     left = [s for s in spares_left(section, assigned, lost_before) if s not in passed]
     chosen: dict[int, str] = {}
@@ -92,9 +93,9 @@ def choose_spares(
             raise NoSpareLeft(
                 f"{names} lost: it stopped answering ({lost_now[missing[0]]}), and no spare "
                 f"is left to enrol in its place ({_why_none(section, passed)}): "
-                + ("bring the host or one of those spares back (a spare must be up and accept "
-                   "ssh.key for ssh.user), or add a host to ssh.spare_hosts, and run "
-                   "`skyinfra up`; nothing was enrolled" if passed
+                + ("bring the host or one of those spares back (a spare must be up, accept "
+                   "ssh.key for ssh.user and have Python 3.10 or newer), or add a host to "
+                   "ssh.spare_hosts, and run `skyinfra up`; nothing was enrolled" if passed
                    else "bring the host back, or add a host to ssh.spare_hosts and run "
                    "`skyinfra up`")
             )  # fmt: skip
@@ -105,7 +106,7 @@ def choose_spares(
 def _why_none(section: SshSpec, passed: Mapping[str, str]) -> str:
     if not section.spare_hosts:
         return "ssh.spare_hosts lists none"
-    tried = "; ".join(f"spare {s} did not answer: {why}" for s, why in passed.items())
+    tried = "; ".join(f"spare {s} {why}" for s, why in passed.items())
     others = [s for s in section.spare_hosts if s not in passed]
     taken = f"ssh.spare_hosts {', '.join(others)}: each is enrolled or lost" if others else ""
     return "; ".join(part for part in (tried, taken) if part)

@@ -11,6 +11,7 @@ checked when `up` first contacts it (preflight.py).
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,16 @@ from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
 from skyinfra.spec import ClusterSpec, Problems, read_int, reject_unknown
 from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
+from skyinfra.targets.ssh.checkpoint_store import (
+    STORE_KEYS,
+    SshCheckpointStore,
+    operator_credentials,
+    parse_store,
+)
 
-SSH_KEYS = ("hosts", "user", "key", "port", "private_addresses", "python", "spare_hosts")
+SSH_KEYS = (
+    "hosts", "user", "key", "port", "private_addresses", "python", "spare_hosts", *STORE_KEYS,
+)  # fmt: skip
 MAX_SSH_NODES = 64
 DEFAULT_PYTHON = "python3"
 # A host name (RFC 1123 labels) or an IPv4/IPv6 address; no user@ or :port (those are
@@ -44,6 +53,8 @@ class SshSpec:
     private_addresses: tuple[str, ...] = ()
     python: str = DEFAULT_PYTHON
     spare_hosts: tuple[str, ...] = field(default=())
+    # ssh.checkpoints_url (checkpoint_store.py); None: a folder on each host only.
+    checkpoints: SshCheckpointStore | None = None
 
     def to_dict(self) -> dict[str, Any]:
         table: dict[str, Any] = {
@@ -57,6 +68,8 @@ class SshSpec:
             table["private_addresses"] = list(self.private_addresses)
         if self.spare_hosts:
             table["spare_hosts"] = list(self.spare_hosts)
+        if self.checkpoints:
+            table.update(self.checkpoints.to_dict())
         return table
 
     def node_hosts(self, nodes: int) -> tuple[str, ...]:
@@ -193,6 +206,7 @@ def parse_ssh_section(raw: Any, nodes: int) -> SshSpec:
             )
         else:
             private_addresses = tuple(private)
+    store = parse_store(raw, problems)
     problems.raise_any()
     return SshSpec(
         hosts=hosts,
@@ -202,6 +216,7 @@ def parse_ssh_section(raw: Any, nodes: int) -> SshSpec:
         private_addresses=private_addresses,
         python=str(python),
         spare_hosts=spares,
+        checkpoints=store,
     )
 
 
@@ -245,6 +260,9 @@ class SshDeclaration:
         return problems.found
 
     def environment_problems(self, spec: ClusterSpec) -> list[SpecError]:
-        """None here: the hosts install everything themselves (the enrolment's node check
-        says what a host lacks)."""
-        return []
+        """Only ssh.checkpoints_url's credentials, which each job's agents get from this
+        environment; the hosts install everything else themselves (the enrolment's node
+        check says what a host lacks)."""
+        store = spec.section_as(SshSpec).checkpoints
+        found = operator_credentials(store, os.environ) if store else None
+        return [found] if isinstance(found, SpecError) else []

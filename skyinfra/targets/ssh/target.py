@@ -13,6 +13,7 @@ contact (contact.py) in the workspace's known_hosts.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import shlex
 from collections.abc import Callable, Sequence
@@ -20,7 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import timeline
-from skyinfra.errors import ConfigError, SkyinfraError, TerraformError, UnsupportedByTarget
+from skyinfra.errors import (
+    ConfigError,
+    SkyinfraError,
+    SpecError,
+    TerraformError,
+    UnsupportedByTarget,
+)
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import (
     Apply,
@@ -34,6 +41,7 @@ from skyinfra.targets.base import (
     WithoutLadder,
 )
 from skyinfra.targets.ssh import enrol, replace
+from skyinfra.targets.ssh.checkpoint_store import operator_credentials
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, write_known_hosts
 from skyinfra.targets.ssh.hosts import (
     HOSTS_FILE,
@@ -53,6 +61,8 @@ from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
+    from skyinfra_runtime.s3 import Credentials
+
     from skyinfra.review.cost import PlannedPlace, SpotPrices
     from skyinfra.run.head_recovery import HeadRecovery
     from skyinfra.targets.base import Target
@@ -99,6 +109,12 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
             echo(f"[skyinfra] enrols {line}")
         if spares:
             echo(f"[skyinfra] spare hosts (enrolled only when a host is lost): {', '.join(spares)}")
+        if section.checkpoints:
+            echo(
+                f"[skyinfra] checkpoint sets kept in {section.checkpoints.url} "
+                f"({section.checkpoints.bucket_url()}), reached from the hosts with the AWS "
+                "credentials of the shell that starts each job (sent with it, never written there)"
+            )
         records = [
             {
                 "index": f.index,
@@ -133,6 +149,7 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
     ) -> tuple[PlanSummary, Topology]:
         """Contact, render once, record the pinned keys and the hosts (a lost host's node
         taken out of the state for its spare), apply; the spares get the checkpoints."""
+        self.store_credentials(spec)  # exit 2 before any host is dialled
         with timeline.stage("prepare"):
             files, reached, records = self._prepare(spec, ws, echo, replacing=True)
         write_known_hosts(ws.path / KNOWN_HOSTS, reached.contacted.known_hosts)
@@ -276,6 +293,17 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
         """None: node 0 has neither the operator's key nor its known_hosts, so it cannot
         enrol a spare; a detached job that lost a host waits for `skyinfra jobs recover`."""
         return None
+
+    def store_credentials(self, spec: ClusterSpec) -> Credentials | None:
+        """With ssh.checkpoints_url: this environment's AWS credentials (the hosts have no
+        role), for each job's agents' stdin; SpecError naming the field when there are none."""
+        store = spec.section_as(SshSpec).checkpoints
+        if store is None:
+            return None
+        found = operator_credentials(store, os.environ)
+        if isinstance(found, SpecError):
+            raise found
+        return found
 
     def _options(self, ws: Workspace, spec: ClusterSpec) -> list[str]:
         key = check_key_file(spec.section_as(SshSpec)).resolve()

@@ -3,10 +3,12 @@ each a real sshd in a network namespace of its own with its own address and home
 unprivileged login (tests/support/ssh_hosts.py); real Terraform with no provider enrols them.
 
 `up` -> `verify` -> `run` (attached; the seeds' Keras example; an unmodified torchrun DDP
-script across both hosts; detached with `logs`) -> a changed host key refused
-with nothing run -> `down` with host 1 off the network (it names what is left there and keeps
-it in the state; host 0 is left as it was) -> `down` again, after which each host's home and
-the login user's processes are listed: nothing. No timed assertions: every wait ends on a condition.
+script across both hosts; detached with `logs`; checkpoints kept in S3, moto's server on the
+test's side of the hosts' bridge, resumed from there after a worker was killed) -> a changed
+host key refused with nothing run -> `down` with host 1 off the network (it names what is left
+there and keeps it in the state; host 0 is left as it was) -> `down` again, after which each
+host's home and the login user's processes are listed: nothing. No timed assertions: every
+wait ends on a condition.
 """
 
 from __future__ import annotations
@@ -15,21 +17,58 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.s3.models import s3_backends
+from skyinfra_runtime.s3 import Bucket, CredentialSource
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
 from tests.support.local_jobs import module_env
-from tests.support.resume_proof import pausing_entry, restarted_after_kill, results
+from tests.support.resume_proof import kill_worker, pausing_entry, restarted_after_kill, results
 from tests.support.ssh_hosts import Hosts, package_sources, stand_in_hosts
 
 pytestmark = pytest.mark.slow
 
 NAME = "lab"
+BUCKET, PREFIX = "lab-ck", "ssh"
+# The operator's credentials for ssh.checkpoints_url (moto takes any): each job's agents get
+# them on their stdin; the test looks for the secret in every file of the hosts.
+STORE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIDSSHHOSTSTEST",
+    "AWS_SECRET_ACCESS_KEY": "s3cr3t-" + "7f3a9c1e5b2d4f60",
+}
+STEPS, PAUSE_AT = 5, 3
+# Node 0 commits a step each round; attempt 1 of a job with PAUSE_AT set stops after step 3 on
+# both nodes (node 1 says so as the resume proofs' entries do, for restarted_after_kill).
+CHECKPOINTING_JOB = f"""import json, os, time
+
+from skyinfra_runtime import checkpoints
+
+
+def main():
+    root = checkpoints.directory()
+    node, attempt = int(os.environ["SKYINFRA_NODE"]), int(os.environ["SKYINFRA_ATTEMPT"])
+    last = checkpoints.latest_step(root)
+    total = 0 if last is None else json.loads(
+        (checkpoints.step_dir(root, last) / "state.json").read_text())["total"]
+    for i in range(last or 0, {STEPS}):
+        total = (total * 31 + i + 1) % (2 ** 61)
+        if node == 0:
+            done = checkpoints.step_dir(root, i + 1)
+            done.mkdir(parents=True, exist_ok=True)
+            (done / "state.json").write_text(json.dumps({{"total": total}}))
+            checkpoints.commit(done)
+        if os.environ.get("PAUSE_AT") and attempt == 1 and i + 1 == {PAUSE_AT}:
+            print("paused at epoch 3 batch 4", flush=True)
+            time.sleep(600)  # until the test kills node 1's worker
+    return {{"total": total, "resumed_from": last}}
+"""
 JOB = '''import hashlib, os
 
 
@@ -61,18 +100,47 @@ def hosts() -> Iterator[Hosts]:
 
 
 @pytest.fixture(scope="module")
+def store(hosts: Hosts) -> Iterator[str]:
+    """moto's S3 server on the test's side of the hosts' bridge (the hosts reach it there,
+    as a lab's machines reach a store), with the checkpoint bucket: its address."""
+    from moto.server import ThreadedMotoServer
+
+    address = f"{hosts.subnet}.1"
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address=address, port=port, verbose=False)
+    server.start()
+    try:
+        # Made in moto's backend (this process's): boto3 would go through the tests' refusing
+        # proxy (HTTP_PROXY) for an address other than 127.0.0.1.
+        s3_backends[DEFAULT_ACCOUNT_ID]["global"].create_bucket(BUCKET, "us-east-1")
+        yield f"http://{address}:{port}"
+    finally:
+        server.stop()
+
+
+def bucket_keys(endpoint: str, prefix: str) -> list[str]:
+    """The keys under ``prefix``, listed as the nodes list them (the runtime's client)."""
+    creds = CredentialSource({"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"})
+    return list(Bucket(f"{endpoint}/{BUCKET}", "us-east-1", creds).list(prefix))
+
+
+@pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
     made = module_env(tmp_path_factory, tf_plugin_cache, "ssh-hosts")
     # The operator's own known_hosts: an empty home, so nothing of this machine's is honoured.
     home = tmp_path_factory.mktemp("operator-home")
     made["HOME"] = str(home)
-    return made
+    made.pop("AWS_SESSION_TOKEN", None)
+    return {**made, **STORE_CREDENTIALS}
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts) -> Path:
+def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts, store: str) -> Path:
     root = tmp_path_factory.mktemp("ssh-project")
     (root / "job.py").write_text(JOB)
+    (root / "ck.py").write_text(CHECKPOINTING_JOB)
     shutil.copy(REPO_ROOT / "examples" / "keras_resume.py", root / "keras_resume.py")
     shutil.copy(REPO_ROOT / "examples" / "torchrun_ddp.py", root / "torchrun_ddp.py")
     (root / "train.py").write_text(pausing_entry("keras_resume"))
@@ -82,6 +150,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts) -> Path:
         'plugins = ["jax", "keras:backend=jax", "torch"]\n'
         'python_packages = ["jax", "keras", "torch"]\n\n'
         f'[ssh]\nhosts = [{addresses}]\nuser = "{hosts.user}"\nkey = "{hosts.key}"\n'
+        f'checkpoints_url = "s3://{BUCKET}/{PREFIX}"\ns3_endpoint = "{store}"\n'
     )
     return root
 
@@ -194,6 +263,54 @@ def test_keras_on_the_hosts_same_weights_and_a_killed_worker_resumes_bit_identic
     values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
     assert {v["resumed_step"] for v in values} == {16}
     assert {v["weights_sha256"] for v in values} == reference
+
+
+def test_checkpoints_in_s3_resume_a_killed_worker_with_no_secret_on_the_hosts(
+    cluster: subprocess.CompletedProcess[str],
+    project: Path,
+    env: dict[str, str],
+    hosts: Hosts,
+    store: str,
+) -> None:
+    """ssh.checkpoints_url: each host keeps its checkpoint sets in S3 too (moto, reached from
+    the hosts' namespaces), signing with the operator's credentials that came on its agent's
+    stdin. Node 1's worker is SIGKILLed in attempt 1 after node 0 committed step 3; node 1
+    never wrote a checkpoint, so attempt 2 resumes there from step 3 only through S3 (node 0's
+    upload, restored into node 1's folder) and both end with an uninterrupted run's total.
+    The secret is in no file on either host, and on no command line of theirs."""
+    secret = STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"].encode()
+    on_command_lines: list[str] = []
+
+    def kill(ws: Path, job: str) -> None:
+        on_command_lines.extend(p for p in hosts.user_processes() if secret.decode() in p)
+        kill_worker(ws, job)
+
+    run, summary = restarted_after_kill(
+        project, env, workspace(project), "s3ck", ["--cluster", NAME, "ck.py:main"],
+        lose=kill, node_1_dir=node_dir(hosts, 1),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout
+    assert f"checkpoint sets kept in s3://{BUCKET}/{PREFIX}" in cluster.stdout
+    assert [a["attempt"] for a in summary["attempts"]] == [1, 2]  # type: ignore[index]
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert [v["resumed_from"] for v in values] == [PAUSE_AT, PAUSE_AT], values
+    total = 0
+    for i in range(STEPS):
+        total = (total * 31 + i + 1) % (2**61)
+    assert [v["total"] for v in values] == [total, total]
+    # Node 0's manifest in the bucket names step 3; node 1's folder got it from there.
+    keys = bucket_keys(store, f"{PREFIX}/s3ck/")
+    assert f"{PREFIX}/s3ck/nodes/node-0/manifest.json" in keys, keys
+    restored = node_dir(hosts, 1) / "checkpoints" / "s3ck" / f"step-{PAUSE_AT:08d}" / "COMMITTED"
+    assert restored.is_file()
+    settings = json.loads((node_dir(hosts, 1) / "checkpoints.json").read_text())
+    assert settings["bucket_url"] == f"{store}/{BUCKET}" and settings["credentials"] == "operator"
+    assert on_command_lines == []
+    for i, host in enumerate(hosts.hosts):
+        venv = node_dir(hosts, i) / "venv"  # the packages installed at enrolment (GBs of them)
+        for path in host.home.rglob("*"):
+            if path.is_file() and not path.is_symlink() and venv not in path.parents:
+                assert secret not in path.read_bytes(), path
 
 
 def test_a_torchrun_ddp_script_trains_across_both_hosts(

@@ -1,6 +1,7 @@
-"""A lost host replaced by a spare (issue 45), end to end through the CLI: three stand-in
+"""A lost host replaced by a spare (issue 45), end to end through the CLI: four stand-in
 hosts (tests/support/ssh_hosts.py: real sshds in network namespaces), two enrolled as nodes and
-one listed in ssh.spare_hosts after an address where no host is (a spare switched off); real
+two listed in ssh.spare_hosts after an address where no host is (a spare switched off), the
+first of them with a Python older than 3.10 (it answers, and fails the enrolment check); real
 Terraform enrols them.
 
 A detached job (a plain Python entry on the runtime's checkpoint API: node 0 commits a step
@@ -11,12 +12,12 @@ test through the hosts' environment), counts node 1 lost and the job waits (need
 host 1's agent, hearing nothing from the head as long, ends its part by itself. `status` names
 the host as lost and the spares that would stand in; `plan` refuses, naming `up` (its replace
 would destroy node 1 on the lost host) and the spare that answers, and changes nothing. With
-the live spare refusing the key as well, `up` names both spares and why, and enrols nothing;
-once it accepts the key again, `jobs recover` passes over the switched-off spare and enrols
-the live one as node 1 through the same Terraform (its key pinned at first contact), copies
-node 0's
-checkpoint sets to it, and the job's attempt 2 resumes on both nodes from step 3 and ends with
-what an uninterrupted run computes. `down` with host 1 still off the network names it with what is
+the live spare refusing the key as well, `up` names the three spares and why, and enrols
+nothing; once it accepts the key again, `jobs recover` passes over the switched-off spare and
+the one without Python 3.10+ (each named with why) and enrols the live one as node 1 through
+the same Terraform (its key pinned at first contact), copies node 0's checkpoint sets to it,
+and the job's attempt 2 resumes on both nodes from step 3 and ends with what an
+uninterrupted run computes. `down` with host 1 still off the network names it with what is
 left to clean there; once it answers again, `down` removes that too: nothing is left on any of
 the three hosts. No timed assertions: every wait ends on a condition.
 """
@@ -105,7 +106,8 @@ def wait_for(what: str, done: Callable[[], bool], deadline_s: float = 240.0) -> 
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    with package_sources() as sources, stand_in_hosts(3, {**sources, **SILENCE}) as made:
+    with package_sources() as sources, stand_in_hosts(4, {**sources, **SILENCE}) as made:
+        made.old_python(made.hosts[3])
         yield made
 
 
@@ -120,7 +122,8 @@ def project(
     a = hosts.addresses
     (root / "skyinfra.toml").write_text(
         f'name = "{NAME}"\nprovider = "ssh"\nnodes = 2\n\n[ssh]\n'
-        f'hosts = ["{a[0]}", "{a[1]}"]\nspare_hosts = ["{hosts.no_host_address}", "{a[2]}"]\n'
+        f'hosts = ["{a[0]}", "{a[1]}"]\n'
+        f'spare_hosts = ["{hosts.no_host_address}", "{a[3]}", "{a[2]}"]\n'
         f'user = "{hosts.user}"\nkey = "{hosts.key}"\n'
     )
     yield root, env
@@ -136,7 +139,8 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
 ) -> None:
     root, env = project
     lost, spare, off = hosts.hosts[1], hosts.hosts[2], hosts.no_host_address
-    spares = f"{off}, {spare.address}"
+    old = hosts.hosts[3]  # answers, with Python 3.8: passed over, never a stop
+    spares = f"{off}, {old.address}, {spare.address}"
     up = cli(["up", "--yes"], root, env)
     assert up.returncode == 0, up.stdout + up.stderr
     assert f"spare hosts (enrolled only when a host is lost): {spares}" in up.stdout
@@ -185,23 +189,28 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert f"error: host {lost.address} (node-1) lost" in planned.stderr
     assert f"spare {spare.address} would stand in as node-1" in planned.stderr
     assert f"spare {off} (ssh.spare_hosts[0]) does not answer (" in planned.stdout
+    assert f"spare {old.address} (ssh.spare_hosts[1]) cannot be enrolled (" in planned.stdout
     assert "only `skyinfra up` does" in planned.stderr
     assert {f: (ws / f).read_bytes() for f in kept} == kept
     assert not (ws / "plan" / "skyinfra.tfplan").exists()
 
-    # No spare answers (one switched off, the other refusing the key): `up` names each and
-    # why, and enrols nothing anywhere.
+    # No spare fit (one switched off, one with Python 3.8, the other refusing the key): `up`
+    # names each and why, and enrols nothing anywhere.
     hosts.refuse_key(spare)
     refused = cli(["up", "--yes"], root, env)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert f"error: host {lost.address} (node-1) lost: it stopped answering (" in refused.stderr
     assert f"spare {off} did not answer: " in refused.stderr
     assert (
+        f"spare {old.address} cannot be enrolled: ssh.python 'python3' is Python 3.8 there, "
+        "not Python 3.10 or newer"
+    ) in refused.stderr
+    assert (
         f"spare {spare.address} did not answer: it refused key {hosts.key} for user {hosts.user}"
     ) in refused.stderr
     assert "nothing was enrolled" in refused.stderr
     assert {f: (ws / f).read_bytes() for f in kept} == kept
-    assert hosts.home_listing(spare) == []
+    assert hosts.home_listing(spare) == hosts.home_listing(old) == []
     hosts.refuse_key(spare, refuse=False)
 
     recovered = cli(["jobs", "--cluster", NAME, "recover", job], root, env)
@@ -209,6 +218,7 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert recovered.returncode == 0, said
     assert f"host {lost.address} (node-1) lost" in said
     assert f"spare {off} (ssh.spare_hosts[0]) does not answer (" in said
+    assert f"spare {old.address} (ssh.spare_hosts[1]) cannot be enrolled (" in said
     assert "passed over; the next spare is tried for node-1" in said
     assert f"spare {spare.address} is enrolled as node-1 in its place" in said
     assert "trusted on first use" in said and spare.address in said
@@ -229,7 +239,7 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert Path(f"{spare.host_key}.pub").read_text().split()[1] in pinned
     status = cli(["status", "--cluster", NAME, "--json"], root, env)
     shown = json.loads(status.stdout)
-    assert status.returncode == 0 and shown["spare_hosts"] == [off], status.stdout
+    assert status.returncode == 0 and shown["spare_hosts"] == [off, old.address], status.stdout
     assert [x["host"] for x in shown["lost_hosts"]] == [lost.address]
 
     # `down` with host 1 still away: the nodes go, host 1 is named with what is left there.

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, spot, warm
+from skyinfra_runtime import checkpoints, ckptsync, exitcodes, jobenv, s3, spot, warm
 from skyinfra_runtime.jobplace import waits_for
 from skyinfra_runtime.jobprio import Waiter, ahead_of
 from skyinfra_runtime.jobrecord import JobPorts, JobRecord, JobState
@@ -91,6 +91,11 @@ def read_private(stream: Any) -> dict[str, Any]:
             problem = jobenv.name_problem(name) or jobenv.value_problem(value)
             if problem:
                 raise ValueError(f"{kind} {name!r}: expected {problem}")
+    if s3.PRIVATE_KEY in data:  # the checkpoint store's, on nodes without a role (ssh)
+        try:
+            data[s3.PRIVATE_KEY] = s3.Credentials.from_private(data[s3.PRIVATE_KEY])
+        except ValueError as err:
+            raise ValueError(f"{s3.PRIVATE_KEY!r}: {err}") from None
     if "recover" in data:  # the head's alone: the command that recovers the job unattended
         problem = recovery.problem(data["recover"])
         if problem:
@@ -223,7 +228,7 @@ def supervise(ns: argparse.Namespace) -> int:
                 **warm.job_names_env([*private["env"], *private["secrets"]]),
                 **ckpt_env,
             },
-            hidden=jobenv.masks(private["secrets"].values()),
+            hidden=jobenv.masks([*private["secrets"].values(), *_store_secrets(private)]),
             attempt=ns.attempt,
         )
         paths.pid_file.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +241,7 @@ def supervise(ns: argparse.Namespace) -> int:
         with os.fdopen(fd, "w") as f:
             f.write(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n")
         os.replace(pid_tmp, paths.pid_file)
-        _checkpoints(agent, paths)
+        _checkpoints(agent, paths, private.get(s3.PRIVATE_KEY))
         _watch_notices(agent, Path(ns.node_dir))
         if server is not None:
             meta = json.loads(ns.meta) if ns.meta else {}
@@ -311,18 +316,25 @@ def _remove_set_if_unused(paths: Paths) -> None:
         checkpoints.remove_if_unused(mark["dir"], mark)
 
 
-def _checkpoints(agent: Agent, paths: Paths) -> None:
-    """On a node with a checkpoint store (AWS: ``checkpoints.json`` in the node dir, written
-    by cloud-init) and a job with a checkpoint directory: restore it before the launcher
-    starts, upload every POLL_S while it runs (ckptsync.py), and once more when it ended,
-    whichever way (SIGTERM included), before the node reports its exit."""
+def _store_secrets(private: dict[str, Any]) -> list[str]:
+    """The checkpoint store's secret values, masked in the node's log like the job's."""
+    creds = private.get(s3.PRIVATE_KEY)
+    return [v for v in (creds.secret, creds.token) if v] if creds is not None else []
+
+
+def _checkpoints(agent: Agent, paths: Paths, credentials: s3.Credentials | None) -> None:
+    """On a node with a checkpoint store (``checkpoints.json`` in the node dir, written by
+    cloud-init on AWS, by the enrolment on the ssh target, whose agents get the operator's
+    ``credentials`` on their stdin) and a job with a checkpoint directory: restore it before
+    the launcher starts, upload every POLL_S while it runs (ckptsync.py), and once more when
+    it ended, whichever way (SIGTERM included), before the node reports its exit."""
     # Each attempt of the job restores, syncs while it runs, and uploads once when it ended
     # (the next attempt's restore then reads what this one wrote).
     syncing: list[threading.Event] = []
     # The agent's own addition to its launcher's environment (checkpoints.job_env).
     directory = agent.env.get(checkpoints.CHECKPOINT_DIR_ENV, "")
     try:
-        sync = ckptsync.from_settings(paths.node_dir, directory, agent.node)
+        sync = ckptsync.from_settings(paths.node_dir, directory, agent.node, credentials)
     except (OSError, ValueError, KeyError) as err:
         problem = f"skyinfra: the node's checkpoint settings are unusable: {err}"
         agent.before_start = lambda: problem
