@@ -16,7 +16,7 @@ from skyinfra_runtime.topology import Topology
 from skyinfra.review.summary import shape
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.ssh import enrol
-from skyinfra.targets.ssh.contact import HostFacts, gpus_from_listing
+from skyinfra.targets.ssh.contact import HostFacts, gpus_from_listing, python_found
 from skyinfra.targets.ssh.spec import SshSpec
 from skyinfra.topology import Accelerator
 
@@ -113,3 +113,20 @@ def test_up_and_the_plan_say_each_hosts_gpus(tmp_path: Path) -> None:
     assert shape(plan(None, None), "after", target="ssh").gpus_per_node == "0"
     mixed = plan({"type": "H100 80GB HBM3", "count": 2}, None)
     assert shape(mixed, "after", target="ssh").gpus_per_node == "0 / 2 x H100 80GB HBM3"
+
+
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        ("3.12", None),
+        ("3.10", None),
+        ("4.0", None),
+        ("3.8", "Python 3.8"),
+        ("none", "none on PATH"),
+        # A wrapper or banner printed where the version belongs: named, never a traceback.
+        ("Welcome to lab-3", "no Python version but 'Welcome to lab-3'"),
+        ("3.11.2", "no Python version but '3.11.2'"),
+    ],
+)
+def test_the_probes_python_line_is_read_or_named(line: str, found: str | None) -> None:
+    assert python_found(line) == found

@@ -110,6 +110,18 @@ def gpus_from_listing(listing: str) -> Accelerator | None:
     return Accelerator(type=" / ".join(sorted(set(names))), count=len(names))
 
 
+def python_found(version: str) -> str | None:
+    """What the probe's version line says of ssh.python when it is not a usable interpreter
+    ("none on PATH", "Python 3.8", or the unexpected line itself); None: Python 3.10 or newer."""
+    if version == "none":
+        return "none on PATH"
+    parsed = re.fullmatch(r"(\d+)\.(\d+)", version.strip())
+    if parsed is None:  # a wrapper or a shell's banner in its place: say what came back
+        return f"no Python version but {version.strip()[:80]!r}"
+    found = (int(parsed[1]), int(parsed[2]))
+    return None if found >= MIN_PYTHON else f"Python {found[0]}.{found[1]}"
+
+
 def _probe_script(python: str) -> str:
     """Prints the home folder, the Python version (or "none"), then nvidia-smi's GPU list
     when the host has nvidia-smi."""
@@ -222,8 +234,8 @@ def contact(
                 if index in unfit_ok:
                     return _Unfit(f"its login shell gave no home folder ({out.strip()[:80]!r})")
                 raise TransportError(f"host {host}: its login shell gave no home folder ({out!r})")
-            if version == "none" or tuple(int(p) for p in version.split(".")) < MIN_PYTHON:
-                found = "none on PATH" if version == "none" else f"Python {version}"
+            found = python_found(version)
+            if found is not None:
                 if index in unfit_ok:
                     return _Unfit(
                         f"ssh.python {section.python!r} is {found} there, not Python 3.10 or newer"
