@@ -4,9 +4,9 @@ moto's server (which answers DescribeInstanceTypeOfferings per region and zone) 
 fault-injecting proxy. The plan lists the rungs in the order `up` tries them, with their zones
 (golden); with every zone of region 1 refusing the type, `apply PLANFILE` of the reviewed plan
 (rung 1, in its first zone) tries rung 1's other zone, then climbs on to rung 2, the next rung
-the plan approved, and nothing is left in region 1 (counted through the EC2 API of each region,
-by tag); with every rung refusing, `up` exits 10 and leaves nothing anywhere. `up` and `apply`
-climb through the same code (ladder_shell.climb).
+the plan approved, in the zones the plan listed for it, and nothing is left in region 1
+(counted through the EC2 API of each region, by tag); with every rung refusing, `up` exits 10
+and leaves nothing anywhere. `up` and `apply` climb through the same code (ladder_shell.climb).
 """
 
 # ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
@@ -153,6 +153,13 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
     plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
     assert plan.returncode == 2, plan.stdout + plan.stderr
     planfile = project / ".skyinfra" / "clusters" / "ladder-up" / "plan" / "skyinfra.tfplan"
+    # Rung 2 as if the review had seen one zone offer the type: apply keeps to it, though
+    # us-west-2a and d offer it now.
+    meta_file = planfile.parent / "plan-meta.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["ladder"]["rungs"][1]["zones"] == ["us-west-2a", "us-west-2c", "us-west-2d"]
+    meta["ladder"]["rungs"][1]["zones"] = ["us-west-2c"]
+    meta_file.write_text(json.dumps(meta))
     for zone in REGION_1_ZONES:
         proxy.refuse[zone] = insufficient_capacity()
     up = skyinfra("apply", str(planfile), cwd=project, env=env, timeout=2 * TIMEOUT_S)
@@ -164,7 +171,12 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
             "us-east-1a: InsufficientInstanceCapacity"
         ) in out
         # The planned rung's other zone, the plan listed, before the next rung.
+        assert (
+            f"[skyinfra] zones to try for 2 x {TYPE}: us-east-1c (us-east-1a refused the "
+            "planfile's apply already)"
+        ) in out
         assert f"attempt 2 (round 1): 2 x {TYPE} in us-east-1c" in out
+        assert f"[skyinfra] zones to try for 2 x {TYPE}: us-west-2c\n" in out
         assert f"[skyinfra] rung 1 ({TYPE} in us-east-1) had no room: next rung" in out
         assert f"[skyinfra] rung 2 of 3: 2 x {TYPE} in us-west-2" in out
         assert f"[skyinfra] took rung 2 of 3: {TYPE} in us-west-2" in out
@@ -175,7 +187,7 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         assert count_cluster_resources(_ec2(aws_env, "us-east-1"), "ladder-up") == NO_SPACE
         log = capacity_log(project, "ladder-up")
         assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
-        assert log["zone"].startswith("us-west-2")
+        assert log["zone"] == "us-west-2c"
         # Rung 2 keeps its checkpoints in the default bucket of the ladder's first region,
         # where a job resumed on any rung finds them.
         settings = project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json"
