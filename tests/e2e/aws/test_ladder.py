@@ -5,8 +5,9 @@ fault-injecting proxy. The plan lists the rungs in the order `up` tries them, wi
 (golden); with every zone of region 1 refusing the type, `apply PLANFILE` of the reviewed plan
 (rung 1, in its first zone) tries rung 1's other zone, then climbs on to rung 2, the next rung
 the plan approved, in the zones the plan listed for it, and nothing is left in region 1
-(counted through the EC2 API of each region, by tag); with every rung refusing, `up` exits 10
-and leaves nothing anywhere. `up` and `apply` climb through the same code (ladder_shell.climb).
+(counted through the EC2 API of each region, by tag); growing the running cluster is planned on
+its rung; with every rung refusing, `up` exits 10 and leaves nothing anywhere. `up` and `apply`
+climb through the same code (ladder_shell.climb).
 """
 
 # ruff: noqa: F811 (the fixtures imported from tests/support/capacity_e2e.py are parameters)
@@ -200,6 +201,16 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         assert status["rung"] == {"instance_type": TYPE, "region": "us-west-2"}
         text = skyinfra("status", cwd=project, env=env).stdout
         assert f"  rung: {TYPE} in us-west-2" in text
+
+        # A running cluster never moves: growing it is planned on its rung, in its zone.
+        spec_file = project / "skyinfra.toml"
+        spec_file.write_text(spec_file.read_text().replace("nodes = 2\n", "nodes = 3\n"))
+        grow = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
+        assert grow.returncode == 2, grow.stdout + grow.stderr
+        grown = (planfile.parent / "plan.md").read_text()
+        assert "(aws/us-west-2)" in grown and ", 0 to destroy.**" in grown, grown
+        assert f"| nodes x type | 2 x {TYPE} | 3 x {TYPE}" in grown
+        assert "| zone | us-west-2c | us-west-2c |" in grown
     finally:
         proxy.refuse.clear()
         down = skyinfra("down", "--yes", cwd=project, env=env, timeout=TIMEOUT_S)
