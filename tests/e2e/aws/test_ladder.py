@@ -191,9 +191,16 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         assert log["zone"] == "us-west-2c"
         # Rung 2 keeps its checkpoints in the default bucket of the ladder's first region,
         # where a job resumed on any rung finds them.
-        settings = project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json"
-        assert json.loads(settings.read_text())["checkpoints_url"] == (
+        settings = json.loads(
+            (project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json").read_text()
+        )
+        assert settings["checkpoints_url"] == (
             "s3://skyinfra-checkpoints-123456789012-us-east-1/ladder-up/checkpoints"
+        )
+        # The staging bucket (the wheel the nodes install) is the rung's region's.
+        assert (settings["region"], settings["staging_bucket"]) == (
+            "us-west-2",
+            "skyinfra-staging-123456789012-us-west-2",
         )
         # The planfile's zone, refused, then the rung's other zone, then rung 2's.
         assert [a["zone"] for a in log["attempts"][:2]] == list(REGION_1_ZONES)

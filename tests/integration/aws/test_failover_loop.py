@@ -371,6 +371,8 @@ def test_a_refused_planfile_goes_on_with_its_rungs_other_listed_zones(
         run(spec, alone, [], calls, url=aws_env, reviewed=failover.ReviewedRung((B,), refused))
     assert calls == ["destroy all"]  # no zone left to try: everything goes, once
     assert "no zone had capacity for 2 x t3.micro of cluster 'loop'; attempts:" in str(err.value)
+    assert "nothing of it is left (checked with AWS by tag)" in str(err.value)
+    assert err.value.exit_code == 10  # exitcodes.NO_CAPACITY, as `up`'s
     assert [a.zone for a in err.value.attempts if isinstance(a, Attempt)] == [B]
 
 
