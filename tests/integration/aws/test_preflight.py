@@ -126,6 +126,15 @@ def test_first_offering_zone_when_none_is_given(seeded: dict[str, float], aws_en
         )["InstanceTypeOfferings"]
     )
     assert preflight(aws_env, availability_zone=None).availability_zone == zones[0]
+    # aws.zones: the first of them offering the type (`plan` renders where `up` tries first).
+    elsewhere = next(
+        z["ZoneName"]
+        for z in ec2.describe_availability_zones()["AvailabilityZones"]
+        if z["ZoneName"] not in zones
+    )
+    asked = (elsewhere, zones[-1], zones[0])
+    assert len(zones) > 1, zones
+    assert preflight(aws_env, availability_zone=None, zones=asked).availability_zone == zones[-1]
 
 
 def test_without_checks_the_same_lookups_and_no_checks(
