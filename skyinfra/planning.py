@@ -222,7 +222,7 @@ def plan(
     )
     hint = f"Apply exactly this plan: `skyinfra apply {PLANFILE}` (sha256 checked)."
     document = markdown.render(
-        review, apply_hint=hint, sections=[ladder.markdown] if ladder else []
+        review, apply_hint=hint, sections=[ladder.markdown] if ladder and ladder.markdown else []
     )
     out_ws = Workspace(out)
     out_ws.write_files(

@@ -123,10 +123,10 @@ class InterruptRequest:
 
 @dataclass(frozen=True)
 class LadderReview:
-    """A target's ladder of places to launch as `plan` shows it (``markdown``) and keeps it
-    in plan-meta.json (``metadata``: `apply PLANFILE` may take its approved rungs and no
-    other), and ``render_spec``: the spec on the rung the plan renders. A target's
-    ``plan_ladder`` (aws, issue 44); its lookups are made once per plan."""
+    """A target's ladder of places to launch as `plan` shows it (``markdown``; empty: none
+    shown) and keeps it in plan-meta.json (``metadata``: `apply PLANFILE` may take its
+    approved rungs and no other), and ``render_spec``: the spec on the rung the plan renders.
+    A target's ``plan_ladder`` (aws, issue 44); its lookups are made once per plan."""
 
     markdown: str
     metadata: dict[str, Any]
@@ -201,7 +201,7 @@ class Target(TargetDeclaration, Protocol):
     ) -> LadderReview | None:
         """The places `up` would try, in order (aws: instance types x regions), for plan.md
         and the plan's metadata, and the spec on the rung `plan` renders. None: a target
-        without a ladder, or a spec of one rung."""
+        without a ladder."""
         ...
 
     def climb_reviewed(

@@ -52,7 +52,7 @@ def _plan(root: Path, env: dict[str, str]) -> float:
 def _rungs(root: Path, name: str) -> list[list[str]]:
     meta = root / ".skyinfra" / "clusters" / name / "plan" / "plan-meta.json"
     ladder = json.loads(meta.read_text()).get("ladder")
-    if ladder is None:  # one rung: plan-meta.json has no ladder
+    if ladder is None:  # a plan of before one-rung plans kept their rung
         return []
     rungs = ladder["rungs"]
     return [[r["instance_type"], r["region"], r["verdict"]] for r in rungs]

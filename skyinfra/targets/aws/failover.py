@@ -90,13 +90,14 @@ class _Rounds:
 
 
 @dataclass(frozen=True)
-class PlannedRefusal:
-    """`apply PLANFILE` on its planned rung: the planfile's own apply, refused for want of
-    capacity in its zone (the rung's first attempt), and the zones the plan listed for the
-    rung (empty: none listed; then those `up` would try)."""
+class ReviewedRung:
+    """`apply PLANFILE` on a rung its reviewed plan approved: the zones the plan listed for the
+    rung (empty: none listed; then those `up` would try) and, on the planned rung, the
+    planfile's own apply that its zone refused for want of capacity (the rung's first
+    attempt)."""
 
-    attempt: Attempt
     zones: tuple[str, ...] = ()
+    refused: Attempt | None = None
 
 
 def planned_attempt(spec: ClusterSpec, zone: str, failure: Failure) -> Attempt:
@@ -227,17 +228,18 @@ def launch(
     zones_flag: str | None = None,
     retry_for: str | None = None,
     checks: bool = True,
-    planned: PlannedRefusal | None = None,
+    reviewed: ReviewedRung | None = None,
 ) -> T:
     """Render and apply the cluster zone by zone until one has room (see the module
-    docstring), through ``launcher``. ``planned``: `apply PLANFILE`'s refused planfile, the
-    rung's first attempt; its zone goes first and is not applied again, the plan's other
-    zones for the rung follow."""
+    docstring), through ``launcher``. ``reviewed``: `apply PLANFILE`'s rung, tried in the
+    zones its plan listed only; its refused planfile is the rung's first attempt, whose zone
+    goes first and is not applied again."""
     echo, clients, engine_factory = launcher.echo, launcher.clients, launcher.engine_factory
     spec_aws = spec.section_as(AwsSpec)
     wanted = parse_zones(zones_flag, "--zones", spec_aws.region) if zones_flag else spec_aws.zones
-    if planned is not None and planned.zones:
-        wanted = planned.zones
+    if reviewed is not None and reviewed.zones:
+        wanted = reviewed.zones
+    planned = reviewed.refused if reviewed is not None else None
     window_s = parse_duration(retry_for, "--retry-for") if retry_for else 0.0
     # A refused planfile is a new cluster's (a running one's is never climbed from).
     existing = 0 if planned is not None else _nodes_in_state(ws, engine_factory)
@@ -249,11 +251,10 @@ def launch(
         up_started=_now(), window_s=window_s, base_s=_backoff_base(), retry_for=retry_for
     )
     if planned is not None:
-        zone = planned.attempt.zone
-        plan = replace(plan, zones=[zone, *(z for z in plan.zones if z != zone)])
-        rounds = replace(rounds, up_started=planned.attempt.up, refused=zone)
+        plan = replace(plan, zones=[planned.zone, *(z for z in plan.zones if z != planned.zone)])
+        rounds = replace(rounds, up_started=planned.up, refused=planned.zone)
         log = _Log(ws)
-        log.add(planned.attempt)
+        log.add(planned)
     markets = launched_markets(spec, ws, existing)
     spot = [name for name, market in markets.items() if market == SPOT]
     # The second pass (aws.spot_fallback = "on-demand"): the same zones with every node
@@ -308,6 +309,20 @@ def launch(
     )
 
 
+def zones_to_try(
+    zones: Sequence[str], *, refused: str | None = None, retry_for: str | None = None
+) -> str:
+    """The zones `up` applies in, as it says them (``retry_for``: rounds go on that long). A
+    zone the planfile's apply already refused (``refused``) is not applied in round 1: it is
+    said apart."""
+    more = f", for up to {retry_for}" if retry_for else ""
+    if refused is None:
+        return ", ".join(zones) + more
+    again = ", again in later rounds" if retry_for else ""
+    others = ", ".join(z for z in zones if z != refused) or "no other"
+    return f"{others} ({refused} refused the planfile's apply already{again}){more}"
+
+
 def _zone_rounds(
     spec: ClusterSpec,
     ws: Workspace,
@@ -324,8 +339,10 @@ def _zone_rounds(
     spec_aws = spec.section_as(AwsSpec)
     asked = asked_text(spec.nodes, spec_aws.instance_type, markets)
     if plan.fixed is None:
-        more = f", for up to {retry_for}" if window_s else ""
-        echo(f"[skyinfra] zones to try for {asked}: {', '.join(plan.zones)}{more}")
+        said = zones_to_try(
+            plan.zones, refused=rounds.refused, retry_for=retry_for if window_s else None
+        )
+        echo(f"[skyinfra] zones to try for {asked}: {said}")
     deadline = time.monotonic() + window_s
     files: dict[str, dict[str, str]] = {}
     round_index = 0

@@ -127,6 +127,30 @@ def _quota(clients: AwsClients, rung: Rung, spot: bool) -> Quota | None:
     return Quota(code, title, limit, in_use)
 
 
+def _zones(clients: AwsClients, aws: AwsSpec, rung: Rung) -> tuple[str, ...]:
+    """The zones `up` would try for the rung, in its order (aws.zones limits them)."""
+    offered = offering_zones(clients.client("ec2"), rung.instance_type)
+    return tuple(zone_order(offered, wanted=aws.zones)[0])
+
+
+def one_rung(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, ...]:
+    """A spec of one type in one region as a ladder of that one rung, approved (the plan's own
+    review judges it), with the zones `apply PLANFILE` may try for it (not looked up without
+    ``checks``, or when AWS does not answer: then those `up` would try)."""
+    rung = rung_of(spec)
+    zones: tuple[str, ...] | None = None
+    if checks:
+        import boto3  # the target loads boto3 only when it calls AWS
+
+        clients = AwsClients(boto3.session.Session(), rung.region, emulator_from_env())
+        try:
+            with aws_errors(f"looking up the zones offering {rung.label}"):
+                zones = _zones(clients, spec.section_as(AwsSpec), rung)
+        except PreflightError:
+            pass
+    return (Assessed(rung, RungFacts(zones=zones), "approved"),)
+
+
 def _image(clients: AwsClients, aws: AwsSpec, rung: Rung) -> str:
     if aws.ami is not None:
         found = clients.client("ec2").describe_images(ImageIds=[aws.ami]).get("Images") or []
@@ -203,9 +227,7 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     image_problem: str | None = None
     try:
         with aws_errors(f"looking up {rung.label}"):
-            offered = offering_zones(clients.client("ec2"), rung.instance_type)
-            # The zones `up` would try, in its order (aws.zones limits them).
-            zones = tuple(zone_order(offered, wanted=aws.zones)[0])
+            zones = _zones(clients, aws, rung)
             quota = _quota(clients, rung, aws.market == SPOT)
     except PreflightError:
         pass
@@ -352,11 +374,8 @@ def climb(
     *,
     echo: Echo,
     launch_rung: Callable[[ClusterSpec], T],
-    launch_first: Callable[[ClusterSpec], T] | None = None,
 ) -> T:
-    """Launch on the approved rungs in order until one has room (see the module docstring).
-    ``launch_first``: how the first approved rung is launched instead (`apply PLANFILE`,
-    whose planfile that rung's planned zone refused: the rung's other zones)."""
+    """Launch on the approved rungs in order until one has room (see the module docstring)."""
     first_approved(spec, assessed)  # none: PreflightError, before anything is launched
     approved = [(i, a.rung) for i, a in enumerate(assessed, 1) if a.approved]
     for line in refusal_lines(assessed):
@@ -364,11 +383,10 @@ def climb(
     attempts: list[Attempt] = []
     refused: list[str] = []
     for number, (index, rung) in enumerate(approved, 1):
-        launch = launch_first if number == 1 and launch_first is not None else launch_rung
         try:
             if len(assessed) > 1:
                 echo(f"[skyinfra] rung {index} of {len(assessed)}: {spec.nodes} x {rung.label}")
-            result = launch(rung_spec(spec, rung))
+            result = launch_rung(rung_spec(spec, rung))
         except CapacityError as err:
             if len(assessed) == 1:
                 raise

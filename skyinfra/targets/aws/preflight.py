@@ -256,11 +256,11 @@ def _type_facts(
         return UNDESCRIBED
 
 
-def _first_zone(
-    ec2: Any, instance_type: str, region: str, *, strict: bool, warnings: list[str]
-) -> str:
-    """The first zone offering the type, else the region's first zone (the offering check
-    then says whether the type is unknown or offered nowhere)."""
+def _first_zone(ec2: Any, request: PreflightRequest, *, strict: bool, warnings: list[str]) -> str:
+    """The first zone offering the type (of ``request.zones``, in their order, when given),
+    else the first zone asked for or the region's first (the offering check then says
+    whether the type is unknown or offered nowhere, or where it is)."""
+    instance_type, region, wanted = request.instance_type, request.region, request.zones
     if strict:
         with aws_errors(f"looking up the zones offering {instance_type}"):
             zones = offering_zones(ec2, instance_type)
@@ -270,7 +270,8 @@ def _first_zone(
         except (ClientError, BotoCoreError) as err:
             warnings.append(f"could not look up the zones offering {instance_type}: {err}")
             zones = []
-    return zones[0] if zones else f"{region}a"
+    offering = [z for z in wanted if z in zones] if wanted else zones
+    return offering[0] if offering else (wanted or (f"{region}a",))[0]
 
 
 def _check_quota(
@@ -322,7 +323,8 @@ def _check_quota(
 class PreflightRequest:
     """What the preflight checks: ``node_count`` x ``instance_type`` in ``region``.
 
-    ``availability_zone`` None: the first zone offering the type. ``ami_id`` None: the AMI
+    ``availability_zone`` None: the first zone offering the type (of ``zones``, aws.zones, when
+    given: `plan` renders where `up` would try first). ``ami_id`` None: the AMI
     behind ``ami_parameter``, else the DLAMI for the type's architecture. ``efa``: the nodes
     get EFA interfaces and Elastic IPs, checked against the region's quotas. ``spot_nodes``:
     how many of the ``node_count`` nodes are Spot; they are checked against the class's Spot
@@ -332,6 +334,7 @@ class PreflightRequest:
     instance_type: str
     node_count: int
     availability_zone: str | None = None
+    zones: tuple[str, ...] = ()
     ami_id: str | None = None
     ami_parameter: str | None = None
     efa: bool = False
@@ -363,9 +366,7 @@ def run_preflight(
         account = check_credentials(clients.client("sts"))
         ec2 = clients.client("ec2")
         facts = _type_facts(ec2, instance_type, strict=checks, warnings=warnings)
-        zone = availability_zone or _first_zone(
-            ec2, instance_type, region, strict=checks, warnings=warnings
-        )
+        zone = availability_zone or _first_zone(ec2, request, strict=checks, warnings=warnings)
         if checks:
             check_offered(ec2, instance_type, zone)
         ami = ami_id or resolve_ami(

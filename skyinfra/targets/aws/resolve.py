@@ -161,6 +161,7 @@ def resolve(
     asked = PreflightRequest(
         region=spec_aws.region,
         availability_zone=zone,
+        zones=tuple(spec_aws.zones),
         instance_type=spec_aws.instance_type,
         node_count=spec.nodes,
         ami_id=ami,

@@ -19,7 +19,7 @@ host_keys.py and readiness.py (reaching nodes with skyinfra/transport/ssh.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import boto3
@@ -39,6 +39,7 @@ from skyinfra.targets.aws.endpoints import (
     emulator_from_env,
 )
 from skyinfra.targets.aws.ladder import (
+    Rung,
     ladder_markdown,
     ladder_metadata,
     planned_rung,
@@ -51,6 +52,7 @@ from skyinfra.targets.aws.ladder_shell import (
     ladder_of,
     landed_rung,
     landed_spec,
+    one_rung,
     only_rung,
     policy_of,
     rung_of,
@@ -105,8 +107,9 @@ class _RungLauncher(Generic[T]):
     options: TargetOptions
     apply: Callable[[dict[str, str]], T]
     engine_factory: EngineFactory
-    # `apply PLANFILE`'s refused planfile on this rung (failover.launch's ``planned``).
-    planned: failover.PlannedRefusal | None = None
+    # `apply PLANFILE`: the rungs its plan approved, each with its listed zones, the planned
+    # one with the planfile's refused apply (failover.launch's ``reviewed``); empty for `up`.
+    reviewed: Mapping[Rung, failover.ReviewedRung] = field(default_factory=dict)
 
     def launcher(self, on: ClusterSpec) -> failover.ZoneLauncher[T]:
         skip = bool(self.options.get(SKIP_PREFLIGHT.name))
@@ -134,7 +137,7 @@ class _RungLauncher(Generic[T]):
             zones_flag=self.options.get(ZONES.name),
             retry_for=self.options.get(RETRY_FOR.name),
             checks=not self.options.get(SKIP_PREFLIGHT.name),
-            planned=self.planned,
+            reviewed=self.reviewed.get(rung_of(on)),
         )
 
 
@@ -202,7 +205,8 @@ class AwsTarget(AwsDeclaration):
         first approved one) goes on with the other zones the plan listed for it, as `up`'s
         zone failover would (what the planfile made in its zone destroyed first), then the
         rungs after it that the plan approved (``reviewed``, its metadata's ladder) are climbed
-        as `up` climbs, and no other. Any other refusal is ``refusal`` raised again."""
+        as `up` climbs, each in the zones the plan listed for it, and no other. Any other
+        refusal is ``refusal`` raised again."""
         failure = classify(str(refusal))
         assessed = reviewed_assessed(reviewed)
         if failure.outcome != "capacity" or not any(a.approved for a in assessed):
@@ -215,26 +219,22 @@ class AwsTarget(AwsDeclaration):
             f"[skyinfra] the reviewed plan's rung ({first.rung.label}) was refused in "
             f"{zone}: {failure.code}: {failure.message}"
         )
-        launch_rung = _RungLauncher(ws, echo, {}, apply, engine_factory)
-        refused = failover.PlannedRefusal(
-            failover.planned_attempt(planned, str(zone), failure), first.facts.zones or ()
+        listed = {a.rung: failover.ReviewedRung(a.facts.zones or ()) for a in assessed}
+        listed[first.rung] = replace(
+            listed[first.rung], refused=failover.planned_attempt(planned, str(zone), failure)
         )
-        return climb(
-            spec,
-            ws,
-            assessed,
-            echo=echo,
-            launch_rung=launch_rung,
-            launch_first=replace(launch_rung, planned=refused),
-        )
+        launch_rung = _RungLauncher(ws, echo, {}, apply, engine_factory, listed)
+        return climb(spec, ws, assessed, echo=echo, launch_rung=launch_rung)
 
     def plan_ladder(
         self, spec: ClusterSpec, ws: Workspace, echo: Echo, options: TargetOptions
     ) -> LadderReview | None:
         """The ladder for plan.md and plan-meta.json, and the spec on the rung to render:
-        the first approved one, or the one a running cluster is on (None: one rung)."""
+        the first approved one, or the one a running cluster is on. A spec of one rung is a
+        ladder of that rung, kept in the metadata only (plan.md shows its zone)."""
         if len(ladder_of(spec)) < 2:
-            return None
+            one = one_rung(spec, checks=not options.get(SKIP_PREFLIGHT.name))
+            return LadderReview("", ladder_metadata(one), spec)
         echo(f"[skyinfra] looking up the ladder's {len(ladder_of(spec))} rungs")
         assessed = assess_ladder(spec, checks=not options.get(SKIP_PREFLIGHT.name))
         rung = rung_of(landed_spec(spec, ws)) if running_nodes(ws) else None

@@ -4,8 +4,9 @@ moto's server (which answers DescribeInstanceTypeOfferings per region and zone) 
 fault-injecting proxy. The plan lists the rungs in the order `up` tries them, with their zones
 (golden); with every zone of region 1 refusing the type, `apply PLANFILE` of the reviewed plan
 (rung 1, in its first zone) tries rung 1's other zone, then climbs on to rung 2, the next rung
-the plan approved, and nothing is left in region 1 (counted through the EC2 API of each region,
-by tag); with every rung refusing, `up` exits 10 and leaves nothing anywhere. `up` and `apply`
+the plan approved, in the zones the plan listed for it, and nothing is left in region 1
+(counted through the EC2 API of each region, by tag); growing the running cluster is planned on
+its rung; with every rung refusing, `up` exits 10 and leaves nothing anywhere. `up` and `apply`
 climb through the same code (ladder_shell.climb).
 """
 
@@ -153,6 +154,13 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
     plan = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
     assert plan.returncode == 2, plan.stdout + plan.stderr
     planfile = project / ".skyinfra" / "clusters" / "ladder-up" / "plan" / "skyinfra.tfplan"
+    # Rung 2 as if the review had seen one zone offer the type: apply keeps to it, though
+    # us-west-2a and d offer it now.
+    meta_file = planfile.parent / "plan-meta.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["ladder"]["rungs"][1]["zones"] == ["us-west-2a", "us-west-2c", "us-west-2d"]
+    meta["ladder"]["rungs"][1]["zones"] = ["us-west-2c"]
+    meta_file.write_text(json.dumps(meta))
     for zone in REGION_1_ZONES:
         proxy.refuse[zone] = insufficient_capacity()
     up = skyinfra("apply", str(planfile), cwd=project, env=env, timeout=2 * TIMEOUT_S)
@@ -164,7 +172,12 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
             "us-east-1a: InsufficientInstanceCapacity"
         ) in out
         # The planned rung's other zone, the plan listed, before the next rung.
+        assert (
+            f"[skyinfra] zones to try for 2 x {TYPE}: us-east-1c (us-east-1a refused the "
+            "planfile's apply already)"
+        ) in out
         assert f"attempt 2 (round 1): 2 x {TYPE} in us-east-1c" in out
+        assert f"[skyinfra] zones to try for 2 x {TYPE}: us-west-2c\n" in out
         assert f"[skyinfra] rung 1 ({TYPE} in us-east-1) had no room: next rung" in out
         assert f"[skyinfra] rung 2 of 3: 2 x {TYPE} in us-west-2" in out
         assert f"[skyinfra] took rung 2 of 3: {TYPE} in us-west-2" in out
@@ -175,12 +188,19 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         assert count_cluster_resources(_ec2(aws_env, "us-east-1"), "ladder-up") == NO_SPACE
         log = capacity_log(project, "ladder-up")
         assert log["rung"] == {"index": 2, "instance_type": TYPE, "region": "us-west-2"}
-        assert log["zone"].startswith("us-west-2")
+        assert log["zone"] == "us-west-2c"
         # Rung 2 keeps its checkpoints in the default bucket of the ladder's first region,
         # where a job resumed on any rung finds them.
-        settings = project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json"
-        assert json.loads(settings.read_text())["checkpoints_url"] == (
+        settings = json.loads(
+            (project / ".skyinfra" / "clusters" / "ladder-up" / "aws-target.json").read_text()
+        )
+        assert settings["checkpoints_url"] == (
             "s3://skyinfra-checkpoints-123456789012-us-east-1/ladder-up/checkpoints"
+        )
+        # The staging bucket (the wheel the nodes install) is the rung's region's.
+        assert (settings["region"], settings["staging_bucket"]) == (
+            "us-west-2",
+            "skyinfra-staging-123456789012-us-west-2",
         )
         # The planfile's zone, refused, then the rung's other zone, then rung 2's.
         assert [a["zone"] for a in log["attempts"][:2]] == list(REGION_1_ZONES)
@@ -188,6 +208,16 @@ def test_region_1_full_apply_lands_on_the_next_reviewed_rung_and_leaves_nothing_
         assert status["rung"] == {"instance_type": TYPE, "region": "us-west-2"}
         text = skyinfra("status", cwd=project, env=env).stdout
         assert f"  rung: {TYPE} in us-west-2" in text
+
+        # A running cluster never moves: growing it is planned on its rung, in its zone.
+        spec_file = project / "skyinfra.toml"
+        spec_file.write_text(spec_file.read_text().replace("nodes = 2\n", "nodes = 3\n"))
+        grow = skyinfra("plan", cwd=project, env=env, timeout=TIMEOUT_S)
+        assert grow.returncode == 2, grow.stdout + grow.stderr
+        grown = (planfile.parent / "plan.md").read_text()
+        assert "(aws/us-west-2)" in grown and ", 0 to destroy.**" in grown, grown
+        assert f"| nodes x type | 2 x {TYPE} | 3 x {TYPE}" in grown
+        assert "| zone | us-west-2c | us-west-2c |" in grown
     finally:
         proxy.refuse.clear()
         down = skyinfra("down", "--yes", cwd=project, env=env, timeout=TIMEOUT_S)

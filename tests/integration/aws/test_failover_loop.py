@@ -23,8 +23,10 @@ from skyinfra.errors import (
 from skyinfra.spec import ClusterSpec, validate_spec
 from skyinfra.targets.aws import failover
 from skyinfra.targets.aws.capacity import LOG_FILE, Attempt, classify
-from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.declaration import SKIP_PREFLIGHT
+from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
 from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.aws.target import AwsTarget
 from skyinfra.workspace import Workspace
 from tests.support.aws import REGION
 from tests.support.fault_proxy import fault_proxy, spot_placement_scores_body
@@ -341,19 +343,23 @@ def test_zones_the_user_ordered_or_no_scores_keep_their_order(aws_env: str, tmp_
 def test_a_refused_planfile_goes_on_with_its_rungs_other_listed_zones(
     aws_env: str, tmp_path: Path
 ) -> None:
-    """`apply PLANFILE` of a ladder (issue 44): the planfile's zone refused is the rung's first
-    attempt; what it made in the zone goes, and the other zones the plan listed follow, the
-    refused one not applied again. With none listed besides it, nothing more is applied."""
+    """`apply PLANFILE` (issue 44): the planfile's zone refused is the rung's first attempt;
+    what it made in the zone goes, and the other zones the plan listed follow, the refused one
+    not applied again (and said apart). With none listed besides it, nothing more is applied."""
     spec = cluster()
     refused = failover.planned_attempt(spec, B, classify(PROVIDER_ICE))
     ws = Workspace(tmp_path / "loop")
     calls: list[str] = []
-    planned = failover.PlannedRefusal(refused, (A, B, C))
-    zone, lines, _ = run(spec, ws, [PROVIDER_ICE, None], calls, url=aws_env, planned=planned)
+    planned = failover.ReviewedRung((A, B, C), refused)
+    zone, lines, _ = run(spec, ws, [PROVIDER_ICE, None], calls, url=aws_env, reviewed=planned)
     assert zone == C
     zone_bound = "destroy " + " ".join(f"-target={t}" for t in failover.ZONE_BOUND)
     assert calls == [zone_bound, f"apply {A}", zone_bound, f"apply {C}"]
     assert f"[skyinfra] removing what the planfile's apply started in {B}" in lines
+    assert (
+        f"[skyinfra] zones to try for 2 x t3.micro: {A}, {C} ({B} refused the planfile's "
+        "apply already)"
+    ) in lines
     log = ws.read_json(ws.path / LOG_FILE)
     assert [a["zone"] for a in log["attempts"]] == [B, A, C]
     assert (log["zone"], log["first_choice"]) == (C, B)
@@ -362,7 +368,47 @@ def test_a_refused_planfile_goes_on_with_its_rungs_other_listed_zones(
     calls.clear()
     alone = Workspace(tmp_path / "alone")
     with pytest.raises(CapacityError) as err:
-        run(spec, alone, [], calls, url=aws_env, planned=failover.PlannedRefusal(refused, (B,)))
+        run(spec, alone, [], calls, url=aws_env, reviewed=failover.ReviewedRung((B,), refused))
     assert calls == ["destroy all"]  # no zone left to try: everything goes, once
     assert "no zone had capacity for 2 x t3.micro of cluster 'loop'; attempts:" in str(err.value)
+    assert "nothing of it is left (checked with AWS by tag)" in str(err.value)
+    assert err.value.exit_code == 10  # exitcodes.NO_CAPACITY, as `up`'s
     assert [a.zone for a in err.value.attempts if isinstance(a, Attempt)] == [B]
+
+
+def test_a_later_reviewed_rung_tries_the_zones_its_plan_listed_only(
+    aws_env: str, tmp_path: Path
+) -> None:
+    """A later rung of `apply PLANFILE` (issue 44) is tried in the zones the plan listed for
+    it, not in every zone offering the type now (the reviewer saw those)."""
+    ws = Workspace(tmp_path / "loop")
+    calls: list[str] = []
+    zone, lines, _ = run(
+        cluster(), ws, [None], calls, url=aws_env, reviewed=failover.ReviewedRung((C,))
+    )
+    assert (zone, calls) == (C, [f"apply {C}"])
+    assert "[skyinfra] zones to try for 2 x t3.micro: us-east-1c" in lines
+
+
+def test_a_one_rung_plan_keeps_its_rung_and_zones_for_apply(
+    aws_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec of one type in one region is a ladder of one rung (issue 44): `plan` keeps it in
+    plan-meta.json with the zones that offer the type (within aws.zones, in `up`'s order),
+    so that a refused planfile goes on with them; plan.md gets no Ladder table."""
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
+    ws = Workspace(tmp_path / "loop")
+    target = AwsTarget()
+    every = [f"{REGION}{letter}" for letter in "abcdf"]  # moto's offerings of t3.micro
+    for spec, zones in ((cluster(), every), (cluster(zones=["c", "a"]), [C, A])):
+        review = target.plan_ladder(spec, ws, lambda _: None, {})
+        assert review is not None and review.markdown == "" and review.render_spec == spec
+        (rung,) = review.metadata["rungs"]
+        assert (rung["instance_type"], rung["region"], rung["verdict"]) == (
+            "t3.micro",
+            REGION,
+            "approved",
+        )
+        assert rung["zones"] == zones
+    skipped = target.plan_ladder(cluster(), ws, lambda _: None, {SKIP_PREFLIGHT.name: True})
+    assert skipped is not None and skipped.metadata["rungs"][0]["zones"] is None

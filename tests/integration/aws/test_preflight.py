@@ -19,8 +19,10 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.servicequotas.models import servicequotas_backends
 
 from skyinfra.errors import PreflightError
+from skyinfra.spec import validate_spec
 from skyinfra.targets.aws.ami import check_image_architecture, resolve_bastion_user
-from skyinfra.targets.aws.endpoints import Emulator
+from skyinfra.targets.aws.endpoints import ENDPOINT_ENV_VAR, Emulator
+from skyinfra.targets.aws.ladder_shell import assess_ladder, first_approved
 from skyinfra.targets.aws.preflight import (
     DEFAULT_DLAMI_PARAMETER,
     DLAMI_PARAMETER,
@@ -124,6 +126,15 @@ def test_first_offering_zone_when_none_is_given(seeded: dict[str, float], aws_en
         )["InstanceTypeOfferings"]
     )
     assert preflight(aws_env, availability_zone=None).availability_zone == zones[0]
+    # aws.zones: the first of them offering the type (`plan` renders where `up` tries first).
+    elsewhere = next(
+        z["ZoneName"]
+        for z in ec2.describe_availability_zones()["AvailabilityZones"]
+        if z["ZoneName"] not in zones
+    )
+    asked = (elsewhere, zones[-1], zones[0])
+    assert len(zones) > 1, zones
+    assert preflight(aws_env, availability_zone=None, zones=asked).availability_zone == zones[-1]
 
 
 def test_without_checks_the_same_lookups_and_no_checks(
@@ -341,3 +352,34 @@ def test_spot_nodes_are_checked_against_the_spot_quota_apart_from_on_demand(
         ec2.terminate_instances(InstanceIds=[running])
     with pytest.raises(PreflightError, match=P_QUOTA):  # 2 On-Demand nodes do not fit
         preflight(aws_env, node_count=3, spot_nodes=1)
+
+
+def test_a_ladder_rung_without_quota_headroom_is_skipped_naming_the_quota(
+    seeded: dict[str, float], aws_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44's quota-aware order, its lookups against moto: the P quota cannot hold two
+    p4d.24xlarge (192 vCPUs), so that rung is skipped before any launch, naming the quota and
+    how to raise it; the G rung after it, whose quota can, is the one `up` and `plan` take."""
+    seeded[P_QUOTA], seeded["L-DB2E81BA"] = 100, 400
+    monkeypatch.setenv(ENDPOINT_ENV_VAR, aws_env)
+    spec = validate_spec(
+        {
+            "name": "quota-ladder",
+            "provider": "aws",
+            "nodes": 2,
+            "aws": {
+                "instance_types": ["p4d.24xlarge", "g5.48xlarge"],
+                "region": REGION,
+                "ssh_cidrs": ["203.0.113.7/32"],
+            },
+        }
+    )
+    p4d, g5 = assess_ladder(spec)
+    assert (p4d.verdict, p4d.reason) == (
+        "skipped",
+        f"quota Running On-Demand P instances ({P_QUOTA}) has 100 vCPUs free in {REGION} (100 "
+        f"less 0 in use), 192 needed: request an increase of {P_QUOTA} in the Service Quotas "
+        "console",
+    )
+    assert (g5.verdict, g5.facts.quota and g5.facts.quota.headroom) == ("approved", 400)
+    assert first_approved(spec, (p4d, g5)) == g5.rung

@@ -108,6 +108,13 @@ def test_min_gpu_memory_and_offer_checks() -> None:
     assert low.reason == "40 GiB per GPU, under aws.min_gpu_memory_gib = 80"
     none = assess(Rung("p5.48xlarge", "sa-east-1"), RungFacts(zones=()), Policy(nodes=1))
     assert (none.verdict, none.reason) == ("skipped", "sa-east-1 offers p5.48xlarge in no zone")
+    # An image that does not resolve in the rung's region: its launch would fail.
+    lost = RungFacts(image_problem="ami-0123456789abcdef0 is not an image in eu-north-1")
+    imageless = assess(Rung("p5.48xlarge", "eu-north-1"), lost, Policy(nodes=1))
+    assert (imageless.verdict, imageless.reason) == (
+        "skipped",
+        "no image in eu-north-1: ami-0123456789abcdef0 is not an image in eu-north-1",
+    )
 
 
 def test_base_gpus_per_node() -> None:

@@ -43,10 +43,12 @@ def _ok(rung: Rung) -> Assessed:
 
 
 def _refusing(full: set[str], tried: list[tuple[str, str]]):  # type: ignore[no-untyped-def]
+    """A rung's launch that refuses in ``full``'s regions and rungs (labels)."""
+
     def launch(on: ClusterSpec) -> str:
         aws = on.section_as(AwsSpec)
         tried.append((aws.instance_type, aws.region))
-        if aws.region in full:
+        if aws.region in full or f"{aws.instance_type} in {aws.region}" in full:
             attempt = Attempt(
                 "t",
                 1,
@@ -139,41 +141,19 @@ def _reviewed() -> list[dict[str, object]]:
 def test_apply_climbs_the_reviewed_rungs_after_the_planned_one_and_no_other(
     tmp_path: Path,
 ) -> None:
-    """`apply PLANFILE` whose planned zone refused: the planned rung (1) goes on through
-    ``launch_first`` (its other zones), then the approved rungs after it; the rungs the review
-    did not approve (2, 4) never are launched, whatever room they have."""
+    """`apply PLANFILE` whose planned zone refused: the planned rung (1) goes on (its other
+    zones: the launch's), then the approved rungs after it; the rungs the review did not
+    approve (2, 4) never are launched, whatever room they have."""
     assessed = reviewed_assessed({"rungs": _reviewed()})
     tried: list[tuple[str, str]] = []
-    first: list[tuple[str, str]] = []
     said: list[str] = []
     ws = Workspace(tmp_path)
-    result = climb(
-        SPEC,
-        ws,
-        assessed,
-        echo=said.append,
-        launch_rung=_refusing(set(), tried),
-        launch_first=_refusing({"us-east-1"}, first),
-    )
-    assert first == [("p5en.48xlarge", "us-east-1")]
-    assert tried == [("p5.48xlarge", "us-east-1")]
+    result = climb(SPEC, ws, assessed, echo=said.append, launch_rung=_refusing({R1.label}, tried))
+    assert tried == [("p5en.48xlarge", "us-east-1"), ("p5.48xlarge", "us-east-1")]
     assert result == "up in us-east-1"
     assert landed_rung(ws) == R3
     assert "[skyinfra] rung 1 (p5en.48xlarge in us-east-1) had no room: next rung" in said
     assert said[-1] == "[skyinfra] took rung 3 of 4: p5.48xlarge in us-east-1"
-
-    # The planned rung's other zone had room: no other rung is tried.
-    tried.clear()
-    first.clear()
-    landed = climb(
-        SPEC,
-        Workspace(tmp_path / "second-zone"),
-        assessed,
-        echo=lambda _: None,
-        launch_rung=_refusing(set(), tried),
-        launch_first=_refusing(set(), first),
-    )
-    assert (landed, first, tried) == ("up in us-east-1", [("p5en.48xlarge", "us-east-1")], [])
 
     tried.clear()
     with pytest.raises(CapacityError) as err:
@@ -183,12 +163,36 @@ def test_apply_climbs_the_reviewed_rungs_after_the_planned_one_and_no_other(
             assessed,
             echo=lambda _: None,
             launch_rung=_refusing({"us-east-1", "us-west-2"}, tried),
-            launch_first=_refusing({"us-east-1"}, []),
         )
-    assert tried == [("p5.48xlarge", "us-east-1")]  # never rung 4 (skipped in the review)
+    assert tried == [("p5en.48xlarge", "us-east-1"), ("p5.48xlarge", "us-east-1")]  # never 4
     text = str(err.value)
     assert "  rung 1 (p5en.48xlarge in us-east-1): no zone had capacity in us-east-1" in text
     assert "  rung 3 (p5.48xlarge in us-east-1): no zone had capacity in us-east-1" in text
+
+
+def test_a_one_rung_plan_refused_everywhere_exits_10_with_the_zone_failovers_own_message(
+    tmp_path: Path,
+) -> None:
+    """A spec of one type in one region is a ladder of one rung (issue 44): its `apply
+    PLANFILE` climbs it as a ladder's (the launch tries its listed zones), and when they all
+    refused, the zone failover's exit 10 stands as it is, as `up`'s does."""
+    assessed = reviewed_assessed(
+        {"rungs": [{"instance_type": "p5.48xlarge", "region": "us-east-1", "verdict": "approved"}]}
+    )
+    tried: list[tuple[str, str]] = []
+    said: list[str] = []
+    with pytest.raises(CapacityError) as err:
+        climb(
+            SPEC,
+            Workspace(tmp_path),
+            assessed,
+            echo=said.append,
+            launch_rung=_refusing({"us-east-1"}, tried),
+        )
+    assert tried == [("p5.48xlarge", "us-east-1")]
+    assert err.value.exit_code == exitcodes.NO_CAPACITY
+    assert str(err.value) == "no zone had capacity in us-east-1"
+    assert said == [] and not (tmp_path / "capacity.json").exists()
 
 
 def test_only_rung_drops_the_ladder() -> None:
