@@ -102,6 +102,11 @@ class Policy:
 # ---------------------------------------------------------------- the rung's price
 
 
+# rung_price's sources when a price it needs is missing.
+NOT_IN_TABLE = "not in the price table"
+NO_SPOT_HISTORY = "no Spot price history"
+
+
 def rung_price(
     markets: Sequence[str],
     on_demand_usd: float | None,
@@ -114,12 +119,12 @@ def rung_price(
     spot_nodes = sum(1 for m in markets if m == "spot")
     on_demand_nodes = len(markets) - spot_nodes
     if on_demand_usd is None and on_demand_nodes:
-        return None, "not in the price table"
+        return None, NOT_IN_TABLE
     on_demand_total = (on_demand_usd or 0.0) * on_demand_nodes
     if not spot_nodes:
         return on_demand_total, "price table"
     if not spot_usd_by_zone:
-        return None, "no Spot price history"
+        return None, NO_SPOT_HISTORY
     spot = max(spot_usd_by_zone.values())
     zones = len(spot_usd_by_zone)
     source = f"Spot price history (highest of {zones} zone{'s' if zones > 1 else ''})"
@@ -196,16 +201,27 @@ def memory_refusal(rung: Rung, policy: Policy) -> str | None:
     )
 
 
-def guardrail_refusal(facts: RungFacts, policy: Policy) -> str | None:
-    """The cluster's hourly price above ``guardrails.max_hourly_usd``."""
-    if policy.max_hourly_usd is None or facts.hourly_usd is None:
+def guardrail_refusal(rung: Rung, facts: RungFacts, policy: Policy) -> str | None:
+    """The cluster's hourly price above ``guardrails.max_hourly_usd``; or no price where one
+    was looked for (the price table, or the Spot history once the zones were looked up): the
+    rung's own review could not show the limit holds and would refuse it, so `up` would stop
+    there instead of climbing on."""
+    if policy.max_hourly_usd is None:
         return None
+    limit = f"guardrails.max_hourly_usd = ${policy.max_hourly_usd:,.2f}"
+    if facts.hourly_usd is None:
+        looked_up = facts.price_source == NOT_IN_TABLE or (
+            facts.price_source == NO_SPOT_HISTORY and facts.zones is not None
+        )
+        if not looked_up:
+            return None
+        return (
+            f"no price for {rung.instance_type} in {rung.region} ({facts.price_source}): "
+            f"cannot show the cluster stays under {limit}"
+        )
     if facts.hourly_usd <= policy.max_hourly_usd:
         return None
-    return (
-        f"${facts.hourly_usd:,.2f}/h is above guardrails.max_hourly_usd = "
-        f"${policy.max_hourly_usd:,.2f}"
-    )
+    return f"${facts.hourly_usd:,.2f}/h is above {limit}"
 
 
 def vcpus_needed(rung: Rung, nodes: int) -> int | None:
@@ -259,7 +275,7 @@ def assess(rung: Rung, facts: RungFacts, policy: Policy) -> Assessed:
     for reason in (
         reshape_refusal(rung, policy),
         memory_refusal(rung, policy),
-        guardrail_refusal(facts, policy),
+        guardrail_refusal(rung, facts, policy),
     ):
         if reason is not None:
             return Assessed(rung, facts, "dropped", reason)

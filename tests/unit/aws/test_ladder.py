@@ -84,8 +84,25 @@ def test_guardrail_failing_rung_is_dropped_with_its_reason() -> None:
         "$110.08/h is above guardrails.max_hourly_usd = $100.00",
     )
     assert assess(Rung("p4d.24xlarge", "us-east-1"), RungFacts(hourly_usd=43.92), policy).approved
-    # An unpriced rung is not dropped by a price it does not have.
+    # A rung nobody priced (no lookups) is not dropped by a price it does not have.
     assert assess(Rung("p5.48xlarge", "us-west-2"), RungFacts(), policy).approved
+    # One the price table has no price for is: its own review could not show the limit
+    # holds and would refuse it, so `up` would stop there rather than climb on.
+    unpriced = assess(
+        Rung("p5.48xlarge", "eu-north-1"), RungFacts(price_source="not in the price table"), policy
+    )
+    assert (unpriced.verdict, unpriced.reason) == (
+        "dropped",
+        "no price for p5.48xlarge in eu-north-1 (not in the price table): cannot show the "
+        "cluster stays under guardrails.max_hourly_usd = $100.00",
+    )
+    # A Spot rung without price history: dropped once its zones were looked up, not before.
+    no_history = RungFacts(market="spot", price_source="no Spot price history")
+    assert assess(Rung("p5.48xlarge", "us-east-1"), no_history, policy).approved
+    looked_up = RungFacts(
+        market="spot", price_source="no Spot price history", zones=("us-east-1a",)
+    )
+    assert assess(Rung("p5.48xlarge", "us-east-1"), looked_up, policy).verdict == "dropped"
 
 
 def test_quota_headroom_skips_naming_the_quota() -> None:
