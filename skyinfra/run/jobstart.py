@@ -1,4 +1,4 @@
-"""Starting a job: every node's agent (skyinfra_runtime's supervise), the head first, with
+"""Starting a job: its nodes' agents (skyinfra_runtime's supervise), the head first, with
 the job's token, env and secrets on its stdin (skyinfra.run.job follows and ends it)."""
 
 from __future__ import annotations
