@@ -69,9 +69,10 @@ def start_job(
     """Start the job's agents: the head first (it says which port it listens on, and starts
     the job at once on the nodes it gives it, or queues it), then the peers (agent_nodes).
     Returns the head's word (HeadWord): a queued job's agents are all started and wait (the
-    peers for the head's "start"); the head starts it when its turn comes. ``per_node``: each node's launcher. The job's token and ``launch``'s job_env
-    (the user's env and secrets) go on each agent's stdin, never on a command line or in a
-    file; the record keeps env and the secrets' names. ``launch``'s checkpoints: the job's
+    peers for the head's "start"); the head starts it when its turn comes. ``per_node``:
+    each node's launcher. The job's token and ``launch``'s job_env (the user's env and
+    secrets) go on each agent's stdin, never on a command line or in a file; the record keeps
+    env and the secrets' names. ``launch``'s checkpoints: the job's
     checkpoint set (None: the job id), on every agent's command line (``--checkpoints``) and
     in the record. ``created_at``: a job started again (after ``attempts_before``) keeps its
     first creation time, from which its timeout counts."""

@@ -395,7 +395,7 @@ def _overlap(fig: dict[str, Any]) -> list[str]:
     return [
         "Before issue 47's sweep work (2026-11-27T11:18, load 9-12) `run --detach --nodes 1` "
         "took 2.24 s (median) and never overlapped: it started an agent on all 8 nodes "
-        "(seven of which the head at once told \"done\": not in the job). Measured by hand then "
+        '(seven of which the head at once told "done": not in the job). Measured by hand then '
         "on this machine (load 7-8): 0.4 s the CLI's imports (this machine's environment sets "
         "PYTHONDONTWRITEBYTECODE, so every call compiles its modules), 0.45 s its own work "
         "before the first agent (imports again; the copy of the unchanged project to all 8 "

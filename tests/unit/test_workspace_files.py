@@ -74,6 +74,6 @@ def test_detached_submissions_share_the_workspace_and_nothing_else_does(tmp_path
             pass
         assert ws.lock_holder() is not None
     assert ws.lock_holder() is None
-    with ws.lock("up"):
-        with pytest.raises(WorkspaceBusyError, match="skyinfra up"), ws.lock("run", shared=True):
-            pass
+    busy = pytest.raises(WorkspaceBusyError, match="skyinfra up")
+    with ws.lock("up"), busy, ws.lock("run", shared=True):
+        pass
