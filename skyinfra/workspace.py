@@ -97,15 +97,18 @@ class Workspace:
             ) from None
 
     @contextlib.contextmanager
-    def lock(self, command: str) -> Iterator[None]:
+    def lock(self, command: str, *, shared: bool = False) -> Iterator[None]:
         """Hold the workspace for one operation; another one is refused at once, naming the
-        holder. The kernel drops the lock when the holder dies, so none is ever stale."""
+        holder. ``shared``: operations that may overlap hold it together (`run --detach`:
+        each starts a job of its own, and the head's queue orders them), while one that is
+        not shared refuses them and is refused by them. The kernel drops the lock when the
+        holder dies, so none is ever stale."""
         self.ensure()
         path = self.path / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
                 held_by = os.pread(fd, 4096, 0).decode(errors="replace").strip()
                 raise WorkspaceBusyError(self.name, path, held_by) from None
@@ -115,12 +118,15 @@ class Workspace:
                 "command": command,
                 "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             }
+            said = json.dumps(holder).encode()
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(holder).encode(), 0)
+            os.pwrite(fd, said, 0)
             try:
                 yield
             finally:
-                os.ftruncate(fd, 0)
+                # A shared holder leaves the word of another that wrote after it.
+                if os.pread(fd, len(said) + 1, 0) == said:
+                    os.ftruncate(fd, 0)
         finally:
             os.close(fd)
 

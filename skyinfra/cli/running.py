@@ -255,8 +255,11 @@ def run(
 
     for signum in DETACHING_SIGNALS:
         signal.signal(signum, hang_up)
-    # One operation at a time: an `up` that would replace the nodes waits for the run.
-    with ws.lock(f"run {entry}"):
+    # One operation at a time: an `up` that would replace the nodes waits for the run. Detached
+    # submissions may overlap (a sweep from several shells): each starts a job of its own on
+    # the nodes, whose queue on the head orders them; verify's checks need the cluster alone.
+    overlaps = detach and not (verify_first or spec.verify)
+    with ws.lock(f"run {entry}", shared=overlaps):
         transport = lifecycle.transport_for(ws, topology, spec=spec)
         if verify_first or spec.verify:
             from skyinfra.run.job import refuse_if_busy

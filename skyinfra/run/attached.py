@@ -74,6 +74,8 @@ def run_attempt(
             else:
                 if start:
                     start_job_attempt(transport, topology, report, launch, attempts_before)
+                else:  # node 0 started this attempt: on nodes this run does not know
+                    report.agents = []
                 started = True
                 client = follow_job(transport, report, live, skip_lines or {})
                 if report.queued is not None:
@@ -238,7 +240,10 @@ def follow_job(
     """Each node of the job as a process whose output is its log, followed (``skip``: the
     lines of each node's log already shown, by an earlier pass of this run)."""
     client = JobClient(transport, report.run_id, report.run_dir / JOB_COPY)
-    for i in report.outcomes:
+    # A node without an agent of the job (outside the world of a job the head started at
+    # once) has no log to follow, and no end for a follower to wait for.
+    followed = [i for i in report.outcomes if not report.agents or i in report.agents]
+    for i in followed:
         proc = JobNodeProcess(i, client, skip.get(i, 0))
         live.procs[i] = proc
         live.running.add(i)

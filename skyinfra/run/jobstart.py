@@ -1,4 +1,4 @@
-"""Starting a job: every node's agent (skyinfra_runtime's supervise), the head first, with
+"""Starting a job: its nodes' agents (skyinfra_runtime's supervise), the head first, with
 the job's token, env and secrets on its stdin (skyinfra.run.job follows and ends it)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from skyinfra_runtime.s3 import PRIVATE_KEY
@@ -33,6 +34,28 @@ def who() -> str:
 NodeLaunches = Mapping[int, tuple[list[str], dict[str, str], str]]
 
 
+@dataclass(frozen=True)
+class HeadWord:
+    """What the head said of a job as its agents started: its place in the head's queue
+    (seq, position, waits_for, held_by) when other jobs hold the nodes, else None; the nodes
+    it gave the job, rank 0 first, when it started it at once (empty for a queued one); and
+    the nodes whose agents were started for it."""
+
+    queued: dict[str, Any] | None
+    world: tuple[int, ...]
+    agents: tuple[int, ...]
+
+
+def agent_nodes(nodes: Sequence[int], world: Sequence[int], queued: bool) -> list[int]:
+    """The nodes a job's agents start on once the head answered: a queued job's on every
+    node (it starts on whichever free first, after `run` may be gone), a job started at once
+    on its world's alone (and node 0's, its supervisor): a one-node job on an 8-node cluster
+    starts two agents, not eight, and its peers' copies wait for no other node."""
+    if queued or not world:
+        return sorted(nodes)
+    return sorted({0, *world} & set(nodes))
+
+
 def start_job(
     transport: NodeTransport,
     topology: Topology,
@@ -43,14 +66,14 @@ def start_job(
     timeout_s: float | None,
     attempts_before: Sequence[Mapping[str, Any]] = (),
     created_at: float | None = None,
-) -> dict[str, Any] | None:
-    """Start every node's agent: the head first (it says which port it listens on), then
-    the peers. Returns the head's word on the job's place in its queue (seq, position,
-    waits_for, held_by) when other jobs hold the nodes, else None: a queued job's agents are
-    all started and wait (the peers for the head's "start"); the head starts it when its
-    turn comes. ``per_node``: each node's launcher. The job's token and ``launch``'s job_env
-    (the user's env and secrets) go on each agent's stdin, never on a command line or in a
-    file; the record keeps env and the secrets' names. ``launch``'s checkpoints: the job's
+) -> HeadWord:
+    """Start the job's agents: the head first (it says which port it listens on, and starts
+    the job at once on the nodes it gives it, or queues it), then the peers (agent_nodes).
+    Returns the head's word (HeadWord): a queued job's agents are all started and wait (the
+    peers for the head's "start"); the head starts it when its turn comes. ``per_node``:
+    each node's launcher. The job's token and ``launch``'s job_env (the user's env and
+    secrets) go on each agent's stdin, never on a command line or in a file; the record keeps
+    env and the secrets' names. ``launch``'s checkpoints: the job's
     checkpoint set (None: the job id), on every agent's command line (``--checkpoints``) and
     in the record. ``created_at``: a job started again (after ``attempts_before``) keeps its
     first creation time, from which its timeout counts."""
@@ -98,7 +121,7 @@ def _start_agents(
     timeout_s: float | None,
     attempts_before: Sequence[Mapping[str, Any]] = (),
     created_at: float | None = None,
-) -> dict[str, Any] | None:
+) -> HeadWord:
     """``attempts_before``: a job started again after a lost node was replaced goes on as the
     next attempt (its record keeps the earlier ones)."""
     token = secrets.token_hex(16)
@@ -168,12 +191,15 @@ def _start_agents(
     said = started(0, start(0, role))
     head = f"{said.get('host', head_ip)}:{said['port']}"
     queued = said.get("queued") if isinstance(said.get("queued"), dict) else None
+    given = said.get("world") if queued is None else None
+    world = tuple(int(i) for i in given) if isinstance(given, list) else ()
+    agents = agent_nodes(list(per_node), world, queued is not None)
     # Every peer waits for the head's "start", which carries the job's own ports (at once for
     # a job the head started, when its turn comes for a queued one).
     peer_role = ["--head", head, "--wait-start"]
     # The peers start together: each start is a process (or an SSH channel) of its own, and
     # waiting for one before starting the next cost 0.2 s a node (1.5 s of an 8-node start).
-    peers = {i: start(i, peer_role) for i in sorted(per_node) if i != 0}
+    peers = {i: start(i, peer_role) for i in agents if i != 0}
     failed: list[TransportError] = []
     for i, proc in peers.items():  # every one is waited for, even after a failure
         try:
@@ -182,4 +208,4 @@ def _start_agents(
             failed.append(err)
     if failed:
         raise failed[0]
-    return queued
+    return HeadWord(queued, world, tuple(agents))

@@ -212,7 +212,7 @@ def start_job_attempt(
             _launch_env(dirs, i, launch.keep_runs),
             dirs.work,
         )
-    report.queued = start_job(
+    said = start_job(
         transport,
         topology,
         report.run_id,
@@ -222,6 +222,9 @@ def start_job_attempt(
         attempts_before=attempts_before,
         created_at=report.created_at if attempts_before else None,
     )
+    report.queued, report.agents = said.queued, list(said.agents)
+    if said.world:
+        report.world = list(said.world)
 
 
 def collect_results(transport: NodeTransport, report: RunReport) -> None:

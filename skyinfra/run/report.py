@@ -63,6 +63,9 @@ class RunReport:
     # The cluster's nodes the job started on, its rank 0's first (its record's world once it
     # started; empty before, or when only followed).
     world: list[int] = field(default_factory=list)
+    # The nodes whose agents this run started for the job (jobstart.agent_nodes: a job the
+    # head started at once has none on the nodes outside its world); empty: not started here.
+    agents: list[int] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

@@ -68,7 +68,10 @@ class NodeTransport(Protocol):
         it, only the rest travels (nodesync.py); the run directory must be new."""
         ...
 
-    def put_file(self, node: int, src: Path, dest: str) -> None: ...
+    def put_file(self, node: int, src: Path, dest: str) -> None:
+        """Copy a file to the node; ``dest`` is replaced whole, never seen half-written (runs
+        started at once put the same node files)."""
+        ...
 
     def start(
         self,

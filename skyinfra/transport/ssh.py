@@ -19,9 +19,11 @@ reached over a channel that host opens, the jump's own key pinned the same way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
+import secrets
 import shlex
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -378,11 +380,18 @@ class SshTransport:
         return self._client(node).open_sftp()
 
     def put_file(self, node: int, src: Path, dest: str) -> None:
-        self.check_call(node, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '.')}")
+        """``dest`` replaced whole (a part file renamed over it): every run puts the node's
+        topology.json, which another job's launcher may be reading at that moment."""
+        folder = posixpath.dirname(dest) or "."
+        self.check_call(node, f"mkdir -p {shlex.quote(folder)}")
+        part = f"{folder}/.{posixpath.basename(dest)}.{secrets.token_hex(4)}.part"
         sftp = self._client(node).open_sftp()
         try:
-            sftp.put(str(src), dest)
+            sftp.put(str(src), part)
+            sftp.posix_rename(part, dest)
         except OSError as err:
+            with contextlib.suppress(OSError):
+                sftp.remove(part)
             raise TransportError(f"node {node}: uploading {src} to {dest} failed: {err}") from err
         finally:
             sftp.close()

@@ -240,3 +240,22 @@ def test_without_hard_links_the_node_copies_and_a_vanished_base_file_is_sent(
     stats = copy(node, src, RUN_C)  # neither link nor copy: the operator sends it
     assert (stats.sent_files, stats.node_copied_files) == (5, 0)
     assert listing(work(node, RUN_C)) == listing(src)
+
+
+def test_a_node_file_put_again_is_replaced_whole_never_rewritten_in_place(
+    tmp_path: Path, node: Path
+) -> None:
+    """Every run puts the node's topology.json; a launcher of another job reading it at that
+    moment (runs submitted at once) must see the old file or the new, never a truncated one:
+    the put renames a whole new file over it, so a reader's open file keeps the old one."""
+    dest = node / "topology.json"
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text('{"nodes": 2}')
+    new.write_text('{"nodes": 2, "cluster": "c"}')
+    transport = LocalTransport({0: node})
+    transport.put_file(0, old, str(dest))
+    with dest.open() as reading:
+        transport.put_file(0, new, str(dest))
+        assert reading.read() == '{"nodes": 2}'
+    assert dest.read_text() == '{"nodes": 2, "cluster": "c"}'
+    assert sorted(p.name for p in node.iterdir()) == [".skyinfra-node", "topology.json"]

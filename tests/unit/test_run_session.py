@@ -493,3 +493,21 @@ def test_a_project_file_that_cannot_be_read_stops_the_run_before_anything_is_cop
         run(transport, tmp_path, [])
     assert not [c for c in transport.calls if c[0] in ("copy_tree", "start")]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("world", "queued", "agents"),
+    [
+        ((3,), False, [0, 3]),  # started at once on node 3: node 0 holds its supervisor
+        ((0,), False, [0]),  # a one-node job on the head: one agent, not eight
+        ((5, 2), False, [0, 2, 5]),  # named nodes in rank order: agents in node order
+        ((), True, list(range(8))),  # queued: it starts on whichever nodes free first
+        ((), False, list(range(8))),  # no world said (an older head): every node, as before
+    ],
+)
+def test_a_job_gets_agents_on_its_world_alone_unless_it_waits_in_the_queue(
+    world: tuple[int, ...], queued: bool, agents: list[int]
+) -> None:
+    from skyinfra.run.jobstart import agent_nodes
+
+    assert agent_nodes(range(8), world, queued) == agents

@@ -60,3 +60,20 @@ def test_local_render_is_deterministic_and_points_nowhere_else(
     for name, text in first.items():
         text = text.replace(uv, "<uv>") if uv else text
         assert str(package) not in text and str(package.parent) not in text, name
+
+
+def test_detached_submissions_share_the_workspace_and_nothing_else_does(tmp_path: Path) -> None:
+    """`run --detach` holds the workspace shared: several submit at once (a sweep from several
+    shells), while an exclusive holder (`up`, `down`, an attached `run`) refuses them and is
+    refused by them, naming the holder; the last shared holder out leaves no holder behind."""
+    from skyinfra.errors import WorkspaceBusyError
+
+    ws = Workspace(tmp_path / "sweep")
+    with ws.lock("run a.py", shared=True), ws.lock("run b.py", shared=True):
+        with pytest.raises(WorkspaceBusyError, match=r"skyinfra run b\.py"), ws.lock("up"):
+            pass
+        assert ws.lock_holder() is not None
+    assert ws.lock_holder() is None
+    busy = pytest.raises(WorkspaceBusyError, match="skyinfra up")
+    with ws.lock("up"), busy, ws.lock("run", shared=True):
+        pass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -182,8 +183,16 @@ class LocalTransport:
         return tree.stats(prepared, sent_bytes, time.monotonic() - started)
 
     def put_file(self, node: int, src: Path, dest: str) -> None:
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest)
+        """``dest`` replaced whole (a part file renamed over it): every run puts the node's
+        topology.json, which another job's launcher may be reading at that moment."""
+        target = Path(dest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+        try:
+            shutil.copyfile(src, part)
+            os.replace(part, target)
+        finally:
+            part.unlink(missing_ok=True)
 
     def start(
         self,

@@ -7,7 +7,8 @@ operator (an attached `run` SIGKILLed while its job waits: the job still starts 
 Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
 naming it. Every job gets ports of its own from the head, and `run --nodes 1` jobs run side
 by side on the two nodes, each listening on its own ports (a third waits for a free node);
-`--nodes 1,` names the node a job runs on, and `--nodes 1,0` recovered goes on on nodes 1
+`--nodes 1,` names the node a job runs on, each job runs the project as it was when it
+was submitted (a file edited in between), and `--nodes 1,0` recovered goes on on nodes 1
 and 0 in that rank order; `--nodes` out of range, an empty list, a node the
 cluster lacks or one named twice is refused. Trivial entries, no framework; the holding job
 waits on a gate file the test opens: nothing here is timed."""
@@ -78,6 +79,11 @@ def quick():
 
     # The job's own coordinator port, as its workers see it (the head gave it).
     return [int(os.environ["SKYINFRA_NODE"]), instance_info().head_port]
+
+def version():
+    # The project's version.txt as this job's copy of the project holds it.
+    return pathlib.Path("version.txt").read_text()
+
 
 def train():
     steps, pause_at = int(os.environ["STEPS"]), int(os.environ["PAUSE_AT"])
@@ -370,6 +376,44 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
         one["ended_at"], two["ended_at"]
     ), three
     assert three["nodes"][0]["result"]["workers"][0]["value"] == [0, three["ports"]["jax"]]
+
+
+def test_each_job_runs_the_project_as_it_was_when_submitted(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A file edited between two submissions on a busy cluster: the job queued before the
+    edit runs the old content, the one after it the new, whenever they start. A one-node job
+    the head starts at once on the idle cluster runs the newest, with agents on its node
+    alone (none on the other: no log, no state there, though the copy is there for a
+    recovery)."""
+    version = project / "version.txt"
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--keep-runs", "0"]
+    holder = hold(project, env, gate)
+    jobs = []
+    try:
+        for text in ("one", "two"):
+            version.write_text(text)
+            res = cli([*argv, "work.py:version"], project, env)
+            assert " is queued (position " in res.stdout, res.stdout + res.stderr
+            jobs.append(res.stdout.split("job ", 1)[1].split()[0])
+    finally:
+        gate.write_text("")
+    for job, text in zip(jobs, ("one", "two"), strict=True):
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job
+        record = job_record(NAME, project, env, job)
+        assert [n["result"]["workers"][0]["value"] for n in record["nodes"]] == [text] * 2
+    assert wait_for_state(NAME, project, env, holder, FINAL) == "succeeded"
+    version.write_text("three")
+    res = cli([*argv, "--nodes", "1", "work.py:version"], project, env)
+    assert " started on node 0\n" in res.stdout, res.stdout + res.stderr
+    job = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded"
+    [node] = job_record(NAME, project, env, job)["nodes"]
+    assert node["result"]["workers"][0]["value"] == "three", node
+    other = nodes_dir(project) / "node-1" / "runs" / job
+    assert (other / "work" / "version.txt").read_text() == "three"
+    assert not (other / "node.json").exists() and not (other / "output.log").exists()
 
 
 @pytest.mark.parametrize(

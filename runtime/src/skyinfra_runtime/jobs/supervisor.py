@@ -33,7 +33,9 @@ attempt, which spends no restart.
 Every job, queued or not, gets its nodes (``run --nodes K``: K of the cluster's, jobplace.py)
 and its own ports (jobports.py) as it starts (take_start); every peer waits for the head's
 "start", which carries them; a peer not among the K gets "done" and goes, and the head's own
-launcher starts only when node 0 is among them. The record's nodes are the K.
+launcher starts only when node 0 is among them. A job started at once has peers' agents on
+its K nodes alone (the operator reads them in the head's ready line and starts no other: the
+others count as ended, "not in the job"). The record's nodes are the K.
 """
 
 from __future__ import annotations
