@@ -67,3 +67,29 @@ def jax_gpu_first_step() -> dict[str, object]:
 
     total = float((jnp.arange(4.0) * 2).sum().block_until_ready())
     return {"at": time.time(), "sum": total, "platform": jax.devices()[0].platform}
+
+
+def torch_nccl_held() -> dict[str, object]:
+    """torch_nccl's DDP steps on NCCL, then hold the GPU until the test's go file exists."""
+    import os
+    import time
+    from pathlib import Path
+
+    value = torch_nccl()
+    Path(os.environ["HELD_FILE"]).write_text(str(os.getpid()))
+    while not Path(os.environ["GO_FILE"]).exists():
+        time.sleep(0.05)
+    return {**value, "pid": os.getpid()}
+
+
+def torch_first_step() -> dict[str, object]:
+    """The wall-clock time at which this worker's first all-reduce on its GPU finished."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    total = torch.ones(1, device=torch.device("cuda", torch.cuda.current_device()))
+    dist.all_reduce(total)
+    torch.cuda.synchronize()
+    return {"at": time.time(), "backend": dist.get_backend(), "sum": total.item()}

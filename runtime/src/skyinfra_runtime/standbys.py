@@ -214,11 +214,9 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
             _connect(conn, sock_file)
             reader = conn.makefile("rb")
             hello = json.loads(reader.readline())
-            if hello.get("key") != warmup.key or hello.get("executable") != sys.executable:
-                conn.close()
-                why = "the standby imported other frameworks"
-                return None, WorkerStart(slot, False, reason=why)
-            reason = cold_reason(job.job_names, job.env, hello.get("env", {}))
+            reason = _other_warmup(hello, warmup) or cold_reason(
+                job.job_names, job.env, hello.get("env", {})
+            )
             if reason:
                 conn.close()
                 return None, WorkerStart(slot, False, reason=reason)
@@ -234,6 +232,15 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
         waited = time.time() - float(hello.get("ready_at", time.time()))
         return WarmWorker(path, int(hello["pid"]), conn), WorkerStart(slot, True, waited_s=waited)
     return None, WorkerStart(slot, False, reason="no standby was ready")
+
+
+def _other_warmup(hello: dict[str, Any], warmup: Warmup) -> str | None:
+    """Why a standby's imports are not this job's (None: they are)."""
+    if hello.get("executable") != sys.executable:
+        return "the standby runs another interpreter"
+    if hello.get("key") != warmup.key:  # other imports, or torch's other thread count
+        return f"the standby's warmup {hello.get('key')!r} is not this job's {warmup.key!r}"
+    return None
 
 
 def _connect(conn: socket.socket, path: Path) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 # What torchrun writes when no run id is given (--rdzv-id defaults to "none").
 DEFAULT_RUN_ID = "none"
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
 
 
 def torchrun_env(
@@ -67,11 +68,19 @@ def torchrun_env(
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": inherited.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         "NODE_RANK": str(node),
     }
-    if "OMP_NUM_THREADS" in inherited:
-        env["OMP_NUM_THREADS"] = inherited["OMP_NUM_THREADS"]
-    elif procs_per_node > 1:
-        env["OMP_NUM_THREADS"] = "1"  # torchrun's default, so N processes do not oversubscribe
+    threads = omp_num_threads(procs_per_node, inherited)
+    if threads is not None:
+        env[OMP_NUM_THREADS] = threads
     return env
+
+
+def omp_num_threads(procs_per_node: int, inherited: Mapping[str, str]) -> str | None:
+    """The worker's OMP_NUM_THREADS (None: unset): the user's, else torchrun's default of 1
+    with several processes per node, so that N processes do not oversubscribe the cores.
+    Read when torch loads its OpenMP runtime: a torch standby imports torch with it set."""
+    if OMP_NUM_THREADS in inherited:
+        return inherited[OMP_NUM_THREADS]
+    return "1" if procs_per_node > 1 else None
 
 
 def _restarts_so_far(inherited: Mapping[str, str]) -> str:

@@ -5,8 +5,14 @@ A standby is an interpreter started (never forked) in the node's environment tha
 the frameworks the cluster's plugins name and initialised nothing (no distributed runtime,
 device or backend). A job may use one only when nothing it sets would have changed those
 imports: a framework variable read at import time (``KERAS_BACKEND``, ``XLA_FLAGS``,
-``JAX_*``, ...) or an interpreter one (``PYTHON*``, read when the interpreter starts).
-The processes live in standbys.py and standby.py.
+``JAX_*``, ``OMP_NUM_THREADS``, ...) or an interpreter one (``PYTHON*``, read when the
+interpreter starts). The processes live in standbys.py and standby.py.
+
+torch reads OMP_NUM_THREADS once, as it is imported (its intra-op thread count; setting the
+variable later changes nothing), and the torch plugin chooses it per node from the worker
+count (torchrun's 1 with several): a torch standby imports torch with the value the plugin
+would set, which is part of its key, so a job with another worker count starts cold. It
+touches no other thread setting: the inter-op pool is sized on first use, in the job.
 """
 
 from __future__ import annotations
@@ -17,10 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyinfra_runtime.topology import PluginRef
+from skyinfra_runtime.torchrun import OMP_NUM_THREADS, omp_num_threads
 
 # Read when a framework is imported (or its backend chosen): a job that sets one starts cold.
 FRAMEWORK_NAMES = frozenset({"KERAS_BACKEND", "XLA_FLAGS", "JAX_PLATFORMS"})
-FRAMEWORK_PREFIXES = ("JAX_", "XLA_", "KERAS_", "TORCH_", "CUDA_", "NCCL_")
+FRAMEWORK_PREFIXES = (
+    *("JAX_", "XLA_", "KERAS_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_"),
+    # Thread pools sized as their library loads (torch's OpenMP and MKL, NumPy's OpenBLAS).
+    *("OMP_", "MKL_", "OPENBLAS_"),
+)
 # Read when the interpreter starts (hash seed, unbuffered output, warnings, ...).
 INTERPRETER_PREFIX = "PYTHON"
 # The launcher puts the project on the workers' PYTHONPATH; a standby gets it on sys.path
@@ -58,25 +69,30 @@ class Warmup:
         )
 
 
-def standby_warmup(plugins: Sequence[PluginRef]) -> Warmup | None:
-    """The standby the plugins call for; None: no standby (no framework plugin, or torch,
-    whose OMP_NUM_THREADS is chosen per job before it is imported)."""
+def standby_warmup(
+    plugins: Sequence[PluginRef], procs: int = 1, environ: Mapping[str, str] | None = None
+) -> Warmup | None:
+    """The standby the plugins call for on a node with ``procs`` workers whose environment
+    (less the job's own variables) is ``environ``; None: no standby (no framework plugin, or
+    keras on tensorflow, whose own start is not warmed)."""
     imports: list[str] = []
     env: list[tuple[str, str]] = []
     for plugin in plugins:
+        if plugin.name in ("jax", "torch"):
+            imports.append(plugin.name)
         if plugin.name == "torch":
-            return None
-        if plugin.name == "jax":
-            imports.append("jax")
+            threads = omp_num_threads(procs, environ or {})
+            if threads is not None:  # what the plugin sets before a cold worker imports torch
+                env.append((OMP_NUM_THREADS, threads))
         elif plugin.name == "keras":
             backend = str(plugin.options.get("backend", "jax"))
-            if backend != "jax":  # tensorflow's and torch's own start are not warmed (yet)
+            if backend not in ("jax", "torch"):
                 return None
             env.append(("KERAS_BACKEND", backend))
-            imports += ["jax", "keras"]
+            imports += [backend, "keras"]
     if not imports:
         return None
-    return Warmup(tuple(dict.fromkeys(imports)), tuple(env))
+    return Warmup(tuple(dict.fromkeys(imports)), tuple(dict.fromkeys(env)))
 
 
 def import_sensitive(name: str) -> bool:

@@ -113,11 +113,75 @@ def test_keras_digits_same_weights_on_both_nodes(
     assert sum(name.endswith('node["node-1"]') for name in names) == 1
 
 
+# A torchrun-style DDP script (gloo on CPU) printing, per rank, the thread settings torch
+# took as it was imported and its trained weights' checksum.
+DDP_THREADS = """import hashlib, os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+x = torch.randn(64, 8)
+y = x @ torch.arange(1.0, 9.0)
+model = DistributedDataParallel(torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+for _ in range(4):
+    optimizer.zero_grad()
+    out = model(x[rank::world]).squeeze(-1)
+    torch.nn.functional.mse_loss(out, y[rank::world]).backward()
+    optimizer.step()
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+threads = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(),
+           torch.get_num_interop_threads())
+print(f"rank {rank} threads={threads} weights_sha256={digest.hexdigest()}", flush=True)
+dist.destroy_process_group()
+"""
+DDP_LINE = re.compile(r"rank (\d) threads=(\(.*\)) weights_sha256=([0-9a-f]{64})$", re.M)
+
+
+def ddp_threads_run(name: str, project: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
+    """rank -> its threads and checksum, and the job's id."""
+    run = cli(["run", "--cluster", name, "--all-logs", "ddp_threads.py"], project, env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ranks = {rank: f"{threads} {digest}" for rank, threads, digest in DDP_LINE.findall(run.stdout)}
+    assert sorted(ranks) == ["0", "1", "2", "3"], run.stdout
+    runs = project / ".skyinfra" / "clusters" / name / "runs"
+    latest = max(p for p in runs.iterdir() if p.is_dir())
+    return ranks, json.loads((latest / "summary.json").read_text())["run_id"]
+
+
+def worker_starts(nodes: Path, job: str) -> list[str]:
+    """How each node's workers started ("warm"/"cold"), as the nodes' timelines say."""
+    found = []
+    for node in ("node-0", "node-1"):
+        timeline = json.loads((nodes / node / "runs" / job / "timeline.json").read_text())
+        found += [w["start"] for w in timeline["attempts"][-1]["workers"]]
+    return found
+
+
+def wait_for_standbys(nodes: Path, slots: int) -> None:
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    folders = [nodes / node / "standby" for node in ("node-0", "node-1")]
+    while not all(list(f.glob(f"w{s}-*.sock")) for f in folders for s in range(slots)):
+        assert time.monotonic() < until, [str(p) for f in folders for p in f.glob("*")]
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("cluster", [["torch", "--procs-per-node=2"]], indirect=True)
 def test_torch_ddp_same_weights_on_both_nodes(
     cluster: tuple[str, Path], clean_env: dict[str, str]
 ) -> None:
     name, project = cluster
+    nodes = project / ".skyinfra" / "clusters" / name / "nodes"
+    (project / "ddp_threads.py").write_text(DDP_THREADS)
+    # The cluster's first job starts cold and asks each node for a torch standby per worker.
+    cold, cold_job = ddp_threads_run(name, project, clean_env)
+    assert worker_starts(nodes, cold_job) == ["cold"] * 4
+    # torchrun's OMP_NUM_THREADS=1 with 2 workers per node, read as torch was imported.
+    assert all(r.startswith("('1', 1, ") for r in cold.values()), cold
+
     run = cli(["run", "--cluster", name, "examples/torch_ddp.py:main"], project, clean_env)
     assert run.returncode == 0, run.stdout + run.stderr
     values = results(run.stdout, project / ".skyinfra" / "clusters" / name / "runs")
@@ -132,6 +196,13 @@ def test_torch_ddp_same_weights_on_both_nodes(
     lines = line.findall(script.stdout)
     assert sorted(rank for rank, _ in lines) == ["0", "1", "2", "3"], script.stdout
     assert len({digest for _, digest in lines}) == 1  # identical parameters on every rank
+
+    # On the standbys (torch imported with the plugin's thread count before the job): the
+    # same thread settings and bit-identical weights as the cold job's, rank by rank.
+    wait_for_standbys(nodes, slots=2)
+    warm, warm_job = ddp_threads_run(name, project, clean_env)
+    assert worker_starts(nodes, warm_job) == ["warm"] * 4
+    assert warm == cold
 
 
 @pytest.mark.parametrize("cluster", [["jax"]], indirect=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from skyinfra_runtime import Topology, TopologyError
 from skyinfra_runtime.topology import PluginRef
+from skyinfra_runtime.torchrun import torchrun_env
 from skyinfra_runtime.warm import (
     JOB_ENV_NAMES_ENV,
     Warmup,
@@ -36,9 +37,18 @@ def ref(name: str, **options: object) -> PluginRef:
             [ref("jax"), ref("keras", backend="jax")],
             Warmup(("jax", "keras"), (("KERAS_BACKEND", "jax"),)),
         ),
-        ([ref("keras", backend="torch")], None),  # not warmed yet
-        ([ref("torch")], None),  # OMP_NUM_THREADS is chosen per job before the import
-        ([ref("jax"), ref("torch")], None),
+        ([ref("keras", backend="tensorflow")], None),  # tensorflow's start is not warmed
+        # One worker: the torch plugin leaves OMP_NUM_THREADS unset, and so does the standby.
+        ([ref("torch")], Warmup(("torch",))),
+        (
+            [ref("torch"), ref("keras", backend="torch")],
+            Warmup(("torch", "keras"), (("KERAS_BACKEND", "torch"),)),
+        ),
+        (
+            [ref("keras", backend="torch")],  # keras on torch without the torch plugin
+            Warmup(("torch", "keras"), (("KERAS_BACKEND", "torch"),)),
+        ),
+        ([ref("jax"), ref("torch")], Warmup(("jax", "torch"))),
     ],
 )
 def test_a_standby_imports_what_the_plugins_name(
@@ -47,6 +57,37 @@ def test_a_standby_imports_what_the_plugins_name(
     assert standby_warmup(plugins) == want
     if want is not None:
         assert Warmup.from_dict(want.to_dict()) == want
+
+
+@pytest.mark.parametrize(
+    ("procs", "node_env", "want"),
+    [
+        (1, {}, ()),  # torch's own default: its OpenMP runtime's, as a cold worker's
+        (2, {}, (("OMP_NUM_THREADS", "1"),)),  # torchrun's 1 with several workers
+        (2, {"OMP_NUM_THREADS": "3"}, (("OMP_NUM_THREADS", "3"),)),  # the node's value wins
+        (1, {"OMP_NUM_THREADS": "3"}, (("OMP_NUM_THREADS", "3"),)),
+    ],
+)
+def test_a_torch_standby_imports_torch_with_the_thread_count_the_plugin_sets(
+    procs: int, node_env: dict[str, str], want: tuple[tuple[str, str], ...]
+) -> None:
+    """torch reads OMP_NUM_THREADS as it is imported: the standby's is the torch plugin's."""
+    warmup = standby_warmup([ref("torch")], procs, node_env)
+    assert warmup == Warmup(("torch",), want)
+    plugin_sets = torchrun_env(
+        node=0,
+        nodes=2,
+        local_rank=0,
+        procs_per_node=procs,
+        master_addr="127.0.0.2",
+        master_port=29500,
+        run_id=None,
+        inherited=node_env,
+    )
+    assert dict(warmup.env).get("OMP_NUM_THREADS") == plugin_sets.get("OMP_NUM_THREADS")
+    # A job with another worker count finds a standby of another key, and starts cold.
+    other = standby_warmup([ref("torch")], 1 if procs > 1 else 2, {})
+    assert other is not None and (other.key != warmup.key or "OMP_NUM_THREADS" in node_env)
 
 
 def test_the_key_tells_standbys_of_other_frameworks_apart() -> None:
@@ -67,6 +108,10 @@ def test_the_key_tells_standbys_of_other_frameworks_apart() -> None:
         "TORCH_HOME",
         "CUDA_VISIBLE_DEVICES",
         "NCCL_DEBUG",
+        "OMP_NUM_THREADS",  # torch sizes its thread pool as it is imported
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "PYTORCH_CUDA_ALLOC_CONF",
         "PYTHONHASHSEED",
         "PYTHONUNBUFFERED",
     ],
