@@ -45,18 +45,20 @@ def checkpoints(
     if not listing.sets:
         echo(f"cluster {ws.name!r}: no checkpoint sets {listing.where}")
         return
-    _table(
-        [(s.name, human_size(s.size_bytes), str(s.items), s.modified, s.jobs)
-         for s in listing.sets]
-    )  # fmt: skip
+    # NODES only where a target keeps a copy per node (ssh): elsewhere every node sees one.
+    per_node = any(s.nodes is not None for s in listing.sets)
+    lines = [("NAME", "SIZE", "FILES", *(("NODES",) if per_node else ()), "MODIFIED", "JOBS")]
+    lines += [
+        (s.name, human_size(s.size_bytes), str(s.items),
+         *((",".join(map(str, s.nodes or ())) or "-",) if per_node else ()),
+         s.modified or "-", ", ".join(s.jobs) or "-")
+        for s in listing.sets
+    ]  # fmt: skip
+    _table(lines)
     echo(listing.where)
 
 
-def _table(rows: list[tuple[str, str, str, str | None, tuple[str, ...]]]) -> None:
-    lines = [("NAME", "SIZE", "FILES", "MODIFIED", "JOBS")]
-    lines += [
-        (n, size, files, mod or "-", ", ".join(jobs) or "-") for n, size, files, mod, jobs in rows
-    ]
+def _table(lines: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]) - 1)]
     for r in lines:
         echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])

@@ -86,10 +86,13 @@ class CheckpointSetInfo:
     location: str  # the set's folder or URL
     location_key: str  # the key ``--json`` names ``location`` by: "path", "url"
     place: str  # where `checkpoints delete` says it deletes from
+    # The nodes whose own folder holds a copy (ssh: each host keeps its node's); None where
+    # every node sees one copy (local: the workspace's folder; aws: the S3 prefix).
+    nodes: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The set as ``skyinfra checkpoints --json`` prints it."""
-        return {
+        out = {
             "name": self.name,
             self.location_key: self.location,
             "size_bytes": self.size_bytes,
@@ -97,6 +100,9 @@ class CheckpointSetInfo:
             "modified": self.modified,
             "jobs": list(self.jobs),
         }
+        if self.nodes is not None:
+            out["nodes"] = list(self.nodes)
+        return out
 
 
 @dataclass(frozen=True)

@@ -309,6 +309,13 @@ def _etag_is_md5(headers: dict[str, str]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    size: int
+    modified: str | None  # LastModified as S3 gives it, ISO 8601 ("2026-11-27T16:00:00.000Z")
+
+
 class Bucket:
     """One bucket reached at ``base`` (``https://BUCKET.s3.REGION.amazonaws.com``, or
     path-style ``http://127.0.0.1:PORT/BUCKET`` for an emulator). ``multipart_threshold``,
@@ -511,6 +518,12 @@ class Bucket:
 
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix`` (ListObjectsV2, page by page)."""
+        for found in self.objects(prefix):
+            yield found.key
+
+    def objects(self, prefix: str) -> Iterator[StoredObject]:
+        """Every object under ``prefix`` with its size and time (ListObjectsV2, page by
+        page): what the operator lists a store's checkpoint sets with."""
         token = ""
         while True:
             query = {"list-type": "2", "prefix": prefix}
@@ -522,7 +535,10 @@ class Bucket:
             for item in root.iter(f"{ns}Contents"):
                 key = item.findtext(f"{ns}Key")
                 if key is not None:
-                    yield key
+                    size = item.findtext(f"{ns}Size") or "0"
+                    yield StoredObject(
+                        key, int(size) if size.isdigit() else 0, item.findtext(f"{ns}LastModified")
+                    )
             token = root.findtext(f"{ns}NextContinuationToken") or ""
             if root.findtext(f"{ns}IsTruncated") != "true" or not token:
                 return

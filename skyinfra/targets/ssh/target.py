@@ -378,24 +378,26 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
             "yet; stop a job with `skyinfra cancel` instead",
         )
 
-    def _no_checkpoint_sets(self, verb: str) -> UnsupportedByTarget:
-        return UnsupportedByTarget(
-            self.name,
-            verb,
-            f"checkpoints: the {self.name} target keeps no checkpoint sets yet (each host's "
-            "job folder holds what the job wrote); list them with `skyinfra ssh`",
-        )
-
     def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
-        raise self._no_checkpoint_sets("checkpoint_sets")
+        """Each enrolled host's node folder (asked at once) and ssh.checkpoints_url's prefix:
+        one entry per set (checkpoint_sets.py)."""
+        from skyinfra.targets.ssh import checkpoint_sets
+
+        return checkpoint_sets.listing(ws, spec)
 
     def checkpoint_set(self, ws: Workspace, spec: ClusterSpec, name: str) -> CheckpointSetInfo:
-        raise self._no_checkpoint_sets("checkpoint_set")
+        from skyinfra.targets.ssh import checkpoint_sets
+
+        return checkpoint_sets.find(ws, spec, name)
 
     def delete_checkpoint_set(
         self, ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo
     ) -> str:
-        raise self._no_checkpoint_sets("delete_checkpoint_set")
+        """From every enrolled host and the store; a host that does not answer is named with
+        what is left there (exit 1)."""
+        from skyinfra.targets.ssh import checkpoint_sets
+
+        return checkpoint_sets.delete(ws, spec, found)
 
 
 if TYPE_CHECKING:

@@ -313,6 +313,51 @@ def test_checkpoints_in_s3_resume_a_killed_worker_with_no_secret_on_the_hosts(
                 assert secret not in path.read_bytes(), path
 
 
+def test_checkpoints_lists_the_sets_on_each_host_and_in_s3_and_deletes_one_everywhere(
+    cluster: subprocess.CompletedProcess[str],
+    project: Path,
+    env: dict[str, str],
+    hosts: Hosts,
+    store: str,
+) -> None:
+    """`checkpoints` lists the sets the jobs above left (each host's folder asked, the store
+    listed with the operator's credentials), each with the nodes that hold it; `delete NAME
+    --yes` removes it from both hosts' folders and from S3, and no other set; a set that
+    does not exist is exit 2, naming it."""
+    listed = cli(["checkpoints", "--cluster", NAME, "--json"], project, env)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    sets = {s["name"]: s for s in json.loads(listed.stdout)}
+    assert {"ref", "restart", "s3ck"} <= set(sets), sets
+    # Node 0 wrote s3ck's steps; node 1 got them from S3 when its worker resumed.
+    s3ck = sets["s3ck"]
+    assert s3ck["nodes"] == [0, 1] and len(s3ck["jobs"]) == 1, s3ck
+    assert f"s3://{BUCKET}/{PREFIX}/s3ck" in s3ck["places"], s3ck
+    on_hosts = [
+        sum(p.stat().st_size for p in (node_dir(hosts, i) / "checkpoints" / "s3ck").rglob("*")
+            if p.is_file() and not p.is_symlink())
+        for i in range(2)
+    ]  # fmt: skip
+    assert all(on_hosts) and s3ck["size_bytes"] > sum(on_hosts), (on_hosts, s3ck)
+    table = cli(["checkpoints", "--cluster", NAME], project, env)
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"^s3ck +\S+ \S+ +\d+ +0,1 ", table.stdout, re.M), table.stdout
+    assert f"and under s3://{BUCKET}/{PREFIX}/" in table.stdout
+
+    gone = cli(["checkpoints", "--cluster", NAME, "delete", "s3ck", "--yes"], project, env)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert f"under s3://{BUCKET}/{PREFIX}/s3ck/" in gone.stdout, gone.stdout
+    for i in range(2):
+        left = sorted(p.name for p in (node_dir(hosts, i) / "checkpoints").iterdir())
+        assert "s3ck" not in left and ("restart" in left or i == 1), (i, left)
+    assert bucket_keys(store, f"{PREFIX}/s3ck/") == []
+    assert bucket_keys(store, f"{PREFIX}/restart/") != []
+
+    missing = cli(["checkpoints", "--cluster", NAME, "delete", "no-such-set", "--yes"],
+                  project, env)  # fmt: skip
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert "checkpoint set 'no-such-set'" in missing.stderr and "no such set" in missing.stderr
+
+
 def test_a_torchrun_ddp_script_trains_across_both_hosts(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
