@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -97,12 +98,12 @@ class Workspace:
             ) from None
 
     @contextlib.contextmanager
-    def lock(self, command: str, *, shared: bool = False) -> Iterator[None]:
+    def lock(self, command: str, *, shared: bool = False) -> Iterator[WorkspaceHold]:
         """Hold the workspace for one operation; another one is refused at once, naming the
-        holder. ``shared``: operations that may overlap hold it together (`run --detach`:
-        each starts a job of its own, and the head's queue orders them), while one that is
-        not shared refuses them and is refused by them. The kernel drops the lock when the
-        holder dies, so none is ever stale."""
+        holder. ``shared``: operations that may overlap hold it together (`run` without
+        verify, attached or detached: each starts a job of its own, and the head's queue
+        orders them), while one that is not shared refuses them and is refused by them. The
+        kernel drops the lock when the holder dies, so none is ever stale."""
         self.ensure()
         path = self.path / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
@@ -110,8 +111,7 @@ class Workspace:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
-                held_by = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-                raise WorkspaceBusyError(self.name, path, held_by) from None
+                raise self._busy(fd) from None
             holder = {
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
@@ -122,13 +122,17 @@ class Workspace:
             os.ftruncate(fd, 0)
             os.pwrite(fd, said, 0)
             try:
-                yield
+                yield WorkspaceHold(self, fd, shared)
             finally:
                 # A shared holder leaves the word of another that wrote after it.
                 if os.pread(fd, len(said) + 1, 0) == said:
                     os.ftruncate(fd, 0)
         finally:
             os.close(fd)
+
+    def _busy(self, fd: int) -> WorkspaceBusyError:
+        held_by = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        return WorkspaceBusyError(self.name, self.path / LOCK_FILE, held_by)
 
     def lock_holder(self) -> dict[str, Any] | None:
         """Who holds the workspace now (what :meth:`lock` wrote), or None. Only read, never
@@ -269,15 +273,52 @@ class Workspace:
             ) from err
 
 
+@dataclass(frozen=True)
+class WorkspaceHold:
+    """The lock a :meth:`Workspace.lock` holds, for a shared holder that must change the
+    cluster (an attached `run` replacing its lost nodes) without another holder meanwhile."""
+
+    ws: Workspace
+    fd: int
+    shared: bool
+
+    @contextlib.contextmanager
+    def exclusively(self) -> Iterator[None]:
+        """The workspace alone for the block, then shared again; WorkspaceBusyError at once
+        while another command holds it (this hold is kept)."""
+        if not self.shared:
+            yield
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            busy = self.ws._busy(self.fd)
+            # Linux drops a shared lock whose upgrade failed: take it back (busy only if the
+            # others left meanwhile and an exclusive command came between).
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise self.ws._busy(self.fd) from None
+            raise busy from None
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_SH)  # a downgrade never waits
+
+
 def write_private(target: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> None:
     """Replace ``target`` atomically (a crash leaves old or new) with a file of ``mode``."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.unlink(missing_ok=True)
+    # A name of this writer's own: two commands that share the workspace may write one file.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, mode)  # the umask may have narrowed it; never widen beyond ``mode``
-    tmp.replace(target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)  # the umask may have narrowed it; never widen beyond ``mode``
+        tmp.replace(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def clusters_in(base: Path) -> list[str]:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from skyinfra.terraform import EngineFactory
     from skyinfra.terraform.plan import ResourceChange
     from skyinfra.transport.base import NodeTransport
-    from skyinfra.workspace import Workspace
+    from skyinfra.workspace import Workspace, WorkspaceHold
 
 
 def echo(line: str) -> None:
@@ -185,6 +185,33 @@ def replace_lost_nodes(ws: Workspace, lost: list[int]) -> tuple[NodeTransport, T
     transport = lifecycle.transport_for(ws, topology, spec=spec)
     wait_until_ready(transport, topology, timeout_s=lifecycle.default_wait_ready_s(spec), echo=echo)
     return transport, topology
+
+
+def replace_alone(hold: WorkspaceHold, lost: list[int]) -> tuple[NodeTransport, Topology]:
+    """replace_lost_nodes with the workspace alone: a shared holder (an attached `run`) waits
+    for the other commands that share it, as the unattended recovery waits (said once), so two
+    never change the cluster at once; still busy after UNATTENDED_LOCK_WAIT_S: the error."""
+    import contextlib
+    import time
+
+    from skyinfra.errors import WorkspaceBusyError
+    from skyinfra.run.recovery import LOCK_RETRY_S, UNATTENDED_LOCK_WAIT_S
+
+    give_up = time.monotonic() + UNATTENDED_LOCK_WAIT_S
+    said = False
+    with contextlib.ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(hold.exclusively())
+                break
+            except WorkspaceBusyError as err:
+                if time.monotonic() >= give_up:
+                    raise
+                if not said:
+                    echo(f"[skyinfra] replacing the job's nodes waits for the cluster alone: {err}")
+                    said = True
+                time.sleep(LOCK_RETRY_S)
+        return replace_lost_nodes(hold.ws, lost)
 
 
 def reload_cluster(ws: Workspace) -> tuple[NodeTransport, Topology]:

@@ -18,7 +18,7 @@ from skyinfra.cli.resolve import (
     echo,
     refresh_shared_topology,
     reload_cluster,
-    replace_lost_nodes,
+    replace_alone,
     workspace,
 )
 from skyinfra.run import DEFAULT_KEEP_RUNS
@@ -255,11 +255,11 @@ def run(
 
     for signum in DETACHING_SIGNALS:
         signal.signal(signum, hang_up)
-    # One operation at a time: an `up` that would replace the nodes waits for the run. Detached
-    # submissions may overlap (a sweep from several shells): each starts a job of its own on
+    # An `up` that would replace the nodes waits for the run. Submissions, attached or
+    # detached, may overlap (a sweep from several shells): each starts a job of its own on
     # the nodes, whose queue on the head orders them; verify's checks need the cluster alone.
-    overlaps = detach and not (verify_first or spec.verify)
-    with ws.lock(f"run {entry}", shared=overlaps):
+    overlaps = not (verify_first or spec.verify)
+    with ws.lock(f"run {entry}", shared=overlaps) as hold:
         transport = lifecycle.transport_for(ws, topology, spec=spec)
         if verify_first or spec.verify:
             from skyinfra.run.job import refuse_if_busy
@@ -293,7 +293,7 @@ def run(
                 topology,
                 ws.topology_file,
                 ws.runs_dir,
-                replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
+                replace_nodes=lambda lost: replace_alone(hold, lost),
                 reload_nodes=lambda: reload_cluster(ws),
             )
             report = run_on_cluster(

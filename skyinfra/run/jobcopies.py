@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +41,11 @@ def mark_ended_by_down(runs_dir: Path, job_ids: Sequence[str]) -> None:
 
 
 def _write_copy(path: Path, record: Mapping[str, Any]) -> None:
-    part = path.with_name(f".{path.name}.part")
-    part.write_text(json.dumps(record, indent=2), encoding="utf-8")
-    part.replace(path)
+    # Per writer: an attached run following the job and `jobs` may both keep its copy.
+    part = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+    try:
+        part.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        part.replace(path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise

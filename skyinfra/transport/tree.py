@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -98,7 +99,8 @@ def _load_cache(cache_file: Path | None, src: Path) -> tuple[int, dict[str, list
 
 def _save_cache(cache_file: Path, src: Path, scanned_ns: int, files: dict[str, list[Any]]) -> None:
     data = {"schema": CACHE_SCHEMA, "src": str(src), "scanned_ns": scanned_ns, "files": files}
-    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+    # Per writer: two runs (or two threads of the Python API) may save it at once.
+    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(data), encoding="utf-8")

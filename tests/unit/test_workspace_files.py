@@ -63,9 +63,10 @@ def test_local_render_is_deterministic_and_points_nowhere_else(
 
 
 def test_detached_submissions_share_the_workspace_and_nothing_else_does(tmp_path: Path) -> None:
-    """`run --detach` holds the workspace shared: several submit at once (a sweep from several
-    shells), while an exclusive holder (`up`, `down`, an attached `run`) refuses them and is
-    refused by them, naming the holder; the last shared holder out leaves no holder behind."""
+    """`run` (attached or detached, without verify) holds the workspace shared: several submit
+    at once (a sweep from several shells), while an exclusive holder (`up`, `down`, `tf`,
+    verify) refuses them and is refused by them, naming the holder; the last shared holder out
+    leaves no holder behind."""
     from skyinfra.errors import WorkspaceBusyError
 
     ws = Workspace(tmp_path / "sweep")

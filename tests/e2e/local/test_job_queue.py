@@ -4,7 +4,9 @@ a job holds the nodes, `run --detach` and an attached `run` queue their jobs on 
 in, first out, once the nodes free; the head's job records prove the order (each job started
 after the one before it ended). A queued job cancelled never starts; the queue outlives the
 operator (an attached `run` SIGKILLed while its job waits: the job still starts and ends;
-Ctrl-C leaves it queued); cancelling a job that is neither queued nor running exits 2
+Ctrl-C leaves it queued); two attached runs started at once and the Python API's submit
+queue together behind the holder (they share the workspace) while `up` and `down` are
+refused naming a holder; cancelling a job that is neither queued nor running exits 2
 naming it. Every job gets ports of its own from the head, and `run --nodes 1` jobs run side
 by side on the two nodes, each listening on its own ports (a third waits for a free node);
 `--nodes 1,` names the node a job runs on, each job runs the project as it was when it
@@ -19,6 +21,7 @@ import itertools
 import json
 import signal
 import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Iterator
@@ -176,7 +179,11 @@ def submit(project: Path, env: dict[str, str], position: int, holder: str) -> st
 def attached(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str, list[str]]:
     """An attached `run` of a quick job on the busy cluster, read until it says the job is
     queued and that it waits: the process, the job's id and the lines so far."""
-    proc = subprocess.Popen(
+    return waiting_in_queue(start_attached(project, env))
+
+
+def start_attached(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [*skyinfra_argv(), "run", "--cluster", NAME, "work.py:quick"],
         cwd=project,
         env=env,
@@ -184,6 +191,12 @@ def attached(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str],
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def waiting_in_queue(
+    proc: subprocess.Popen[str],
+) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """``proc`` (an attached run) read until it says its job is queued and that it waits."""
     assert proc.stdout is not None
     lines: list[str] = []
     for line in proc.stdout:  # bounded by the process: it prints these, or ends
@@ -242,6 +255,64 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
     for r in records[1:]:
         values = [n["result"]["workers"][0]["value"] for n in r["nodes"]]
         assert values == [[0, port], [1, port]], r
+
+
+API_SUBMIT = f"""\
+import skyinfra
+from work import quick
+
+job = skyinfra.Cluster(name="{NAME}").submit(quick)
+print("SUBMITTED", job.id, job.state)
+"""
+
+
+def test_two_attached_runs_and_an_api_submit_queue_while_up_and_down_are_refused(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Attached runs hold the workspace shared (they were refused while another held it): two
+    started at once both queue behind the holding job and follow their jobs, the Python API's
+    submit queues a third meanwhile, `up` and `down` are refused naming a holder, and the head
+    starts the three in the order it queued them."""
+    gate = tmp_path / "gate"
+    holder = hold(project, env, gate)
+    procs = [start_attached(project, env), start_attached(project, env)]
+    try:
+        followers = [waiting_in_queue(p) for p in procs]
+        for command in (["up"], ["down", "--cluster", NAME, "--yes"]):
+            refused = cli(command, project, env)
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            said = f"cluster '{NAME}' is busy: `skyinfra run work.py:quick` (pid "
+            assert said in refused.stderr, refused.stderr
+        (project / "api_submit.py").write_text(API_SUBMIT)
+        submitted = subprocess.run(
+            [sys.executable, "api_submit.py"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        api_job, api_state = submitted.stdout.split("SUBMITTED ", 1)[1].split()
+        assert api_state == "queued", submitted.stdout
+        assert job_record(NAME, project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+        rest = [p.communicate(timeout=300)[0] for p in procs]  # the module's `down` needs them gone
+    jobs = []
+    for (proc, job, lines), more in zip(followers, rest, strict=True):
+        said = "".join(lines) + more
+        assert proc.returncode == 0, said
+        assert "Traceback" not in said, said
+        jobs.append(job)
+    assert wait_for_state(NAME, project, env, api_job, FINAL) == "succeeded"
+    records = [job_record(NAME, project, env, j) for j in [*jobs, api_job]]
+    assert all(r["state"] == "succeeded" for r in records), records
+    records.sort(key=lambda r: r["queue"]["seq"])
+    assert records[-1]["id"] == api_job, records  # submitted after both were queued
+    for before, after in itertools.pairwise(records):
+        # Each job on both nodes: the next started once the one queued before it had ended.
+        assert before["ended_at"] <= after["started_at"], (before, after)
 
 
 def test_a_queued_job_cancelled_never_starts(
