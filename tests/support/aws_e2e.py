@@ -187,10 +187,10 @@ def instances_by_id(ec2: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def aws_workspace(
-    tmp_path: Path, name: str, ssh_key: Path, **aws: str
+    tmp_path: Path, name: str, ssh_key: Path, *, plugins: tuple[str, ...] = (), **aws: str
 ) -> tuple[Workspace, ClusterSpec]:
-    """A workspace holding a 2-node AWS spec (g5.xlarge), as `up` leaves it, for transport
-    tests that need no Terraform."""
+    """A workspace holding a 2-node AWS spec (g5.xlarge) with ``plugins``, as `up` leaves
+    it, for transport tests that need no Terraform."""
     ws = Workspace(tmp_path / "clusters" / name)
     ws.path.mkdir(parents=True)
     spec = validate_spec(
@@ -198,6 +198,7 @@ def aws_workspace(
             "name": name,
             "provider": "aws",
             "nodes": 2,
+            "plugins": list(plugins),
             "aws": {
                 "region": REGION,
                 "instance_type": "g5.xlarge",

@@ -3,17 +3,22 @@ namespace, the bastion's sshd in a second one reachable from it, the nodes' sshd
 reachable only from the bastion's (tests/support/bastion_hosts.py). moto's three instances
 (the bastion, node-0, node-1) print their own host keys on their consoles, as cloud-init does
 at first boot; SKYINFRA_AWS_EMULATED_NODES maps them to the stand-ins. No Terraform: the
-workspace is written as `up` leaves it, its topology naming the bastion as the way in.
+workspace is written as `up` leaves it, its topology naming the bastion as the way in and the
+jax and keras plugins; the stand-ins' node environment is this suite's venv (jax and keras).
 
-`status` (readiness), `run` of a plain Python entry, `jobs`, `logs` and `verify` go through the
-bastion; `ssh` and `ssh --config` (ProxyJump) too; a direct dial from the operator's namespace
-to a node fails; a changed bastion host key is refused, naming it, and nothing runs.
+`status` (readiness), `run` of the seeds' Keras example (the same weights on both nodes, its
+JAX rendezvous on node 0's private address), a plain entry's worker in the nodes' namespace,
+`jobs`, `logs` and every `verify` check (the rendezvous ports and the JAX collective included)
+go through the bastion; `ssh` and `ssh --config` (ProxyJump) too; a direct dial from the
+operator's namespace to a node fails; a changed bastion host key is refused, naming it, and
+nothing runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,8 +32,8 @@ import pytest
 
 from skyinfra.targets.aws.cloudinit import READY_MARKER
 from skyinfra.targets.aws.endpoints import EMULATED_NODES_ENV_VAR, ENDPOINT_ENV_VAR
-from skyinfra.topology import Node, Topology, WayIn
-from tests.conftest import VENV_BIN
+from skyinfra.topology import Node, WayIn, build_topology
+from tests.conftest import REPO_ROOT, VENV_BIN
 from tests.support.aws import DUMMY_AWS_ENV, REGION
 from tests.support.aws_e2e import aws_workspace, skyinfra
 from tests.support.bastion_hosts import PrivateNetwork, private_network
@@ -103,17 +108,22 @@ def cluster(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             )
 
         mp.setattr(General, "get_console_output", get_console_output)
-        ws, _ = aws_workspace(tmp, NAME, net.hosts.key, ssh_user=net.hosts.user, network="private")
+        ws, spec = aws_workspace(
+            tmp,
+            NAME,
+            net.hosts.key,
+            plugins=("jax", "keras:backend=jax"),
+            ssh_user=net.hosts.user,
+            network="private",
+        )
         addresses = [host.address for host in net.nodes]
-        topology = Topology(
-            cluster=NAME,
-            provider="aws",
+        topology = build_topology(
+            spec,
             head_addr=addresses[0],
-            head_port=29500,
-            nodes=tuple(
+            nodes=[
                 Node(i, f"node-{i}", address, None, node_ids[i])
                 for i, address in enumerate(addresses)
-            ),
+            ],
             way_in=WayIn("bastion", "198.51.100.7", instance_id=bastion_id),
         )
         ws.write_json(ws.topology_file, topology.to_dict())
@@ -128,7 +138,7 @@ def cluster(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             ready.write_text("ready\n")
             roots.append(root)
         project = tmp / "project"
-        project.mkdir()
+        shutil.copytree(REPO_ROOT / "examples", project / "examples")
         (project / "job.py").write_text(ENTRY)
         home = tmp / "operator-home"  # nothing of this machine's ~/.ssh is honoured
         home.mkdir()
@@ -152,6 +162,10 @@ def cluster(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield Cluster(net, ws.path, project, env, roots)
 
 
+def _values(summary: dict[str, Any]) -> list[Any]:
+    return [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+
+
 def test_run_status_jobs_logs_and_verify_go_through_the_bastion(cluster: Cluster) -> None:
     status = cluster.cli("status", *cluster.where, "--json")
     assert status.returncode == 0, status.stdout + status.stderr
@@ -161,23 +175,56 @@ def test_run_status_jobs_logs_and_verify_go_through_the_bastion(cluster: Cluster
     assert "matches the key it published on its console" in status.stderr
     pinned = (cluster.ws / "known_hosts").read_text()
     assert all(h.address in pinned for h in cluster.net.hosts.hosts)
+    topology = json.loads((cluster.ws / "topology.json").read_text())
+    assert [p["name"] for p in topology["plugins"]] == ["jax", "keras"]
 
+    # The seeds' Keras example, as test_cluster.py runs it on local nodes: JAX's coordinator
+    # on node 0's private address, which only the nodes' namespace has.
+    keras = cluster.cli("run", *cluster.where, "examples/keras_digits.py:main")
+    assert keras.returncode == 0, keras.stdout + keras.stderr
+    (keras_dir,) = (cluster.ws / "runs").iterdir()
+    values = _values(json.loads((keras_dir / "summary.json").read_text()))
+    assert [v["node"] for v in values] == [0, 1]
+    assert values[0]["weights_sha256"] == values[1]["weights_sha256"]
+    assert all(float(v["accuracy"]) > 0.8 for v in values)
+
+    # A plain entry says where its worker ran: the nodes' namespace, not the operator's.
     run = cluster.cli("run", *cluster.where, "--all-logs", "job.py:main")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "[node-1] node 1 ran" in run.stdout
-    run_dir = next((cluster.ws / "runs").iterdir())
+    (run_dir,) = set((cluster.ws / "runs").iterdir()) - {keras_dir}
     summary = json.loads((run_dir / "summary.json").read_text())
-    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
     nodes_ns = os.readlink(f"/proc/{cluster.net.nodes[0].ns}/ns/net")
-    assert values == [{"node": 0, "netns": nodes_ns}, {"node": 1, "netns": nodes_ns}]
+    assert _values(summary) == [{"node": 0, "netns": nodes_ns}, {"node": 1, "netns": nodes_ns}]
 
     jobs = cluster.cli("jobs", *cluster.where)
     assert jobs.returncode == 0 and summary["run_id"] in jobs.stdout, jobs.stdout + jobs.stderr
     logs = cluster.cli("logs", *cluster.where, "--node", "1", summary["run_id"])
     assert logs.returncode == 0 and "node 1 ran" in logs.stdout, logs.stdout + logs.stderr
 
-    verify = cluster.cli("verify", *cluster.where, "-k", "runtime or topology")
+    # Every check, the head's rendezvous ports and the JAX collective across both nodes
+    # included (the stand-ins' folders share this machine's disk: 0.1 GB is enough).
+    verify = cluster.cli("verify", *cluster.where, "--min-free-gb", "0.1", "--json")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    rows = {row["check"]: row["nodes"] for row in json.loads(verify.stdout)["checks"]}
+    both = ("node-0", "node-1")
+    for check in (
+        "ready",
+        "runtime",
+        "topology",
+        "python",
+        "framework jax",
+        "framework keras",
+        "disk",
+        "ports reachable",
+        "collective",
+    ):
+        assert [rows[check][n]["status"] for n in both] == ["pass", "pass"], (check, rows[check])
+    head_ports = rows["ports free on head"]
+    assert [head_ports[n]["status"] for n in both] == ["pass", "n/a"], head_ports
+    # The stand-ins have no GPU, EFA, torch (NCCL) or idle timer: n/a, not a pass.
+    for check in ("gpus visible", "efa", "nccl network", "idle timer"):
+        assert {rows[check][n]["status"] for n in both} == {"n/a"}, (check, rows[check])
 
 
 def test_a_node_is_reached_only_through_the_bastion(cluster: Cluster) -> None:
