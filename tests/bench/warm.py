@@ -2,22 +2,29 @@
 Keras-on-JAX job (first_step_entry.py) on 2 local nodes started warm (each node's worker is
 its standby, jax and keras already imported) and cold (`--env KERAS_BACKEND=jax`: a job
 that sets a framework variable starts cold), side by side in one cluster, the two taking
-turns so that both see the same load. The cluster's first job (cold: no standby yet) is not
-counted; before each warm run the benchmark waits until both nodes' standbys are ready.
+turns so that both see the same load; then a torch DDP job (torch_first_step_entry.py, the
+torch plugin, gloo) likewise on a cluster of its own, cold with `--env
+TORCH_SHOW_CPP_STACKTRACES=0` (torch's default, but a TORCH_ variable: cold). Each
+cluster's first job (cold: no standby yet) is not counted; before each warm run the
+benchmark waits until both nodes' standbys are ready.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from common import BenchError, base_env, cli, machine, project, splice_figure, stats
+from common import HERE, BenchError, base_env, cli, machine, project, splice_figure, stats
 
 GOAL = 0.4
 NAME = "bench"
 KERAS = ("jax", "keras:backend=jax")
+TORCH = ("torch",)
+KERAS_JOB = ("first_step_entry.py:main", ("--env", "KERAS_BACKEND=jax"))
+TORCH_JOB = ("torch_first_step_entry.py:main", ("--env", "TORCH_SHOW_CPP_STACKTRACES=0"))
 
 
 def _nodes(root: Path) -> Path:
@@ -32,9 +39,9 @@ def _wait_for_standbys(root: Path) -> None:
         time.sleep(0.2)
 
 
-def _run(root: Path, env: dict[str, str], *flags: str) -> dict[str, Any]:
+def _run(root: Path, env: dict[str, str], entry: str, *flags: str) -> dict[str, Any]:
     started = time.time()
-    cli(["run", *flags, "first_step_entry.py:main"], root, env)
+    cli(["run", *flags, entry], root, env)
     runs = root / ".skyinfra" / "clusters" / NAME / "runs"
     summary = json.loads((max(runs.iterdir()) / "summary.json").read_text())
     values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
@@ -49,23 +56,28 @@ def _run(root: Path, env: dict[str, str], *flags: str) -> dict[str, Any]:
         "first_step_s": max(v["first_step"] for v in values) - started,
         "entered_s": max(v["entered"] for v in values) - started,
         "imports_s": max(v["imported"] - v["entered"] for v in values),
+        "model_s": max(v["fit_start"] - v["imported"] for v in values),
         "compile_s": max(v["first_step"] - v["fit_start"] for v in values),
         "starts": starts,
     }
 
 
-def measure(reps: int) -> dict[str, Any]:
+def _side_by_side(
+    plugins: tuple[str, ...], job: tuple[str, tuple[str, ...]], reps: int
+) -> dict[str, Any]:
     env = base_env()
+    entry, cold_flags = job
     warm: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
-    with project(2, KERAS) as root:
+    with project(2, plugins) as root:
+        shutil.copy(HERE / "torch_first_step_entry.py", root)
         cli(["up", "--yes"], root, env)
         try:
-            _run(root, env)  # the cluster's first job: cold, and it asks for standbys
+            _run(root, env, entry)  # the cluster's first job: cold, and it asks for standbys
             for _ in range(reps):
                 _wait_for_standbys(root)
-                warm.append(_run(root, env))
-                cold.append(_run(root, env, "--env", "KERAS_BACKEND=jax"))
+                warm.append(_run(root, env, entry))
+                cold.append(_run(root, env, entry, *cold_flags))
         finally:
             cli(["down", "--yes"], root, env)
     if any(s != "warm" for r in warm for s in r["starts"]) or any(
@@ -77,8 +89,13 @@ def measure(reps: int) -> dict[str, Any]:
         "warm": {k: stats([r[k] for r in warm]) for k in warm[0] if k != "starts"},
         "cold": {k: stats([r[k] for r in cold]) for k in cold[0] if k != "starts"},
         "ratio": stats(ratios),
-        "machine": machine(),
     }
+
+
+def measure(reps: int) -> dict[str, Any]:
+    """Keras on JAX (the figure's first table, its keys at the top), then torch DDP."""
+    keras = _side_by_side(KERAS, KERAS_JOB, reps)
+    return {**keras, "torch": _side_by_side(TORCH, TORCH_JOB, reps), "machine": machine()}
 
 
 def section(fig: dict[str, Any] | None, date: str) -> list[str]:
@@ -122,10 +139,49 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         " the entry); what a warm start leaves is the job's own work: the distributed set-up"
         " (`jax.distributed`, Keras' DataParallel), the entry's model and the first compile."
         " JAX's persistent compilation cache on the node (the jax plugin's) can serve"
-        " both kinds of run here (every counted run follows a run of the same program). On"
-        " this 2-core machine the warm run's compile is the slower one: the two standbys"
-        " that replace the taken ones import jax and keras on the same cores meanwhile (a"
-        " node with more cores than worker slots does not pay that).",
+        " both kinds of run here (every counted run follows a run of the same program)."
+        + (
+            " On this 2-core machine the warm run's compile is the slower one: the two"
+            " standbys that replace the taken ones import jax and keras on the same cores"
+            " meanwhile (a node with more cores than worker slots does not pay that)."
+            if w["compile_s"]["median"] > 1.2 * c["compile_s"]["median"]
+            else ""
+        ),
+        "",
+        *_torch_section(fig.get("torch"), s),
+    ]
+
+
+def _torch_section(torch: dict[str, Any] | None, s: Any) -> list[str]:
+    if not torch:
+        return []
+    w, c, r = torch["warm"], torch["cold"], torch["ratio"]
+    met = "met" if r["median"] <= GOAL else f"missed ({r['median']:.2f}x)"
+    rows = [
+        ("`run` start → first step on every node", "first_step_s"),
+        ("`run` start → entry entered (torch imported, gloo group made)", "entered_s"),
+        ("the entry's model, DDP and optimizer built", "model_s"),
+        ("first step (DDP's first all-reduce)", "compile_s"),
+    ]
+    return [
+        "A torch DDP job likewise (torch_first_step_entry.py: the torch plugin's gloo group,"
+        " a small MLP, Adam) on 2 local nodes of one worker each, a cluster of its own:"
+        " warm (each node's standby, torch imported) and cold (`--env"
+        " TORCH_SHOW_CPP_STACKTRACES=0`, torch's own default, starts it cold) take turns.",
+        "",
+        "| | warm | cold |",
+        "|---|---|---|",
+        *[f"| {label} | {s(w[key])} | {s(c[key])} |" for label, key in rows],
+        f"| ratio warm / cold, first step (goal: at most {GOAL}x) |"
+        f" {r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f}) | |",
+        "",
+        f"Goal (torch): {met}. What the standby saves is the interpreter's start and"
+        " `import torch`; what is left is the launcher's and the plugin's own work (the"
+        " rendezvous store, `init_process_group` and its barrier), building DDP (it imports"
+        " `torch._dynamo`, about 1 s of CPU; a standby that had imported it too hung in"
+        " gloo's process-group destructor after a warm job, so none does) and the first step."
+        " torch compiles nothing here (no `torch.compile`), so a compilation cache on the"
+        " node would save nothing more.",
         "",
     ]
 

@@ -115,7 +115,7 @@ def test_keras_digits_same_weights_on_both_nodes(
 
 # A torchrun-style DDP script (gloo on CPU) printing, per rank, the thread settings torch
 # took as it was imported and its trained weights' checksum.
-DDP_THREADS = """import hashlib, os
+DDP_THREADS = """import hashlib, os, sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -135,10 +135,12 @@ for _ in range(4):
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
 threads = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(),
            torch.get_num_interop_threads())
-print(f"rank {rank} threads={threads} weights_sha256={digest.hexdigest()}", flush=True)
+# One write per line: the node's workers share its output.
+sys.stdout.write(f"rank {rank} threads={threads} weights_sha256={digest.hexdigest()}\\n")
+sys.stdout.flush()
 dist.destroy_process_group()
 """
-DDP_LINE = re.compile(r"rank (\d) threads=(\(.*\)) weights_sha256=([0-9a-f]{64})$", re.M)
+DDP_LINE = re.compile(r"rank (\d) threads=(\([^)]*\)) weights_sha256=([0-9a-f]{64})")
 
 
 def ddp_threads_run(name: str, project: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
@@ -162,10 +164,17 @@ def worker_starts(nodes: Path, job: str) -> list[str]:
 
 
 def wait_for_standbys(nodes: Path, slots: int) -> None:
-    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    """Until each node has a standby waiting in every slot (its socket); else what the
+    standby folders hold, their logs' last lines, before the test's own timeout."""
+    until = time.monotonic() + 200  # a bound on the wait, not an assertion on time
     folders = [nodes / node / "standby" for node in ("node-0", "node-1")]
     while not all(list(f.glob(f"w{s}-*.sock")) for f in folders for s in range(slots)):
-        assert time.monotonic() < until, [str(p) for f in folders for p in f.glob("*")]
+        held = {
+            str(p.relative_to(nodes)): p.read_text()[-1000:] if p.suffix == ".log" else ""
+            for f in folders
+            for p in sorted(f.glob("*"))
+        }
+        assert time.monotonic() < until, f"no standby in every slot: {held}"
         time.sleep(0.5)
 
 
