@@ -216,6 +216,9 @@ def recover(
         nodes = lifecycle.transport_for(ws, replaced, spec=spec)
         wait_s = lifecycle.default_wait_ready_s(spec)
         wait_until_ready(nodes, replaced, timeout_s=wait_s, echo=echo)
+        lifecycle.warm_nodes(
+            nodes, spec, replaced, lost, echo, wait_s=lifecycle.REPLACED_WARM_WAIT_S
+        )
         return nodes, replaced
 
     transport = lifecycle.transport_for(ws, topology, spec=spec)

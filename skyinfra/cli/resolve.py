@@ -184,6 +184,9 @@ def replace_lost_nodes(ws: Workspace, lost: list[int]) -> tuple[NodeTransport, T
         topology = read_topology(ws.topology_file)
     transport = lifecycle.transport_for(ws, topology, spec=spec)
     wait_until_ready(transport, topology, timeout_s=lifecycle.default_wait_ready_s(spec), echo=echo)
+    # The job's next attempt waits for the new nodes' standbys, so that it starts warm there.
+    wait_s = lifecycle.REPLACED_WARM_WAIT_S
+    lifecycle.warm_nodes(transport, spec, topology, lost, echo, wait_s=wait_s)
     return transport, topology
 
 

@@ -7,7 +7,8 @@ an engine factory; nothing here knows which target or engine it drives.
 The package's modules, one seam each: verbs.py (the target's verbs as the lifecycle asks
 them, and how `run` and `status` reach the nodes), markers.py (the unfinished marker),
 changes.py (`up`, and node 0's replacement of lost nodes), teardown.py (`down`, `gc`),
-cluster_status.py (`status`). Callers use the names below, as ``lifecycle.up`` and so on.
+cluster_status.py (`status`), standbys.py (standby workers started on ready nodes).
+Callers use the names below, as ``lifecycle.up`` and so on.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from skyinfra.lifecycle.markers import (
     not_up_error,
     unfinished_command,
 )
+from skyinfra.lifecycle.standbys import REPLACED_WARM_WAIT_S, warm_nodes
 from skyinfra.lifecycle.teardown import down, gc
 from skyinfra.lifecycle.verbs import (
     Echo,
@@ -48,6 +50,7 @@ from skyinfra.lifecycle.verbs import (
 
 __all__ = [
     "PLAN_FILE",
+    "REPLACED_WARM_WAIT_S",
     "STATUS_CONNECT_TIMEOUT_S",
     "UNFINISHED_FILE",
     "Confirm",
@@ -77,4 +80,5 @@ __all__ = [
     "unfinished_command",
     "up",
     "up_with",
+    "warm_nodes",
 ]

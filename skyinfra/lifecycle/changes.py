@@ -15,6 +15,7 @@ from typing import Any
 from skyinfra import shared_state
 from skyinfra.errors import ConfirmationRequired, TerraformError, WorkspaceConflictError
 from skyinfra.lifecycle.markers import mark_finished, mark_unfinished
+from skyinfra.lifecycle.standbys import warm_ready_nodes
 from skyinfra.lifecycle.verbs import Echo, check_target_options, spot_prices, target_of
 from skyinfra.render import OWNED_DIRS, RETIRED_FILES
 from skyinfra.review.markdown import terminal as terminal_warning
@@ -195,7 +196,10 @@ def _up(
                 return _apply(this_up, {**files, **shared_state.backend_files(spec)})
 
             try:
-                return launch(apply)
+                summary, topology = launch(apply)
+                with timeline.stage("standby workers"):
+                    warm_ready_nodes(ws, spec, topology, echo)
+                return summary, topology
             finally:
                 if changed:  # the workspace holds what was applied: keep how long it took
                     ws.write_json(ws.path / TIMELINE_FILE, timeline.to_dict())

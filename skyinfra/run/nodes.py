@@ -163,8 +163,14 @@ def _launch_argv(dirs: NodeDirs, node: int, entry: str, args: Sequence[str]) -> 
     return [*argv, "--", *args] if args else argv
 
 
+# What every launcher (and the standbys its workers may be: lifecycle/standbys.py) starts
+# with beyond the transport's environment, besides skyinfra's own variables.
+NODE_PROCESS_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
 def _launch_env(dirs: NodeDirs, node: int, keep_runs: int) -> dict[str, str]:
     return {
+        **NODE_PROCESS_ENV,
         TOPOLOGY_ENV: dirs.topology,
         NODE_ENV: str(node),
         RUN_ID_ENV: dirs.run_id,
@@ -172,7 +178,6 @@ def _launch_env(dirs: NodeDirs, node: int, keep_runs: int) -> dict[str, str]:
         RUN_DIR_ENV: dirs.run,
         SHARED_DIR_ENV: dirs.shared,
         KEEP_RUNS_ENV: str(keep_runs),
-        "PYTHONUNBUFFERED": "1",
     }
 
 

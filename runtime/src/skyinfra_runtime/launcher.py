@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> None:
         from skyinfra_runtime import imds_standin
 
         raise SystemExit(imds_standin.main(argv[1:]))
+    if argv[:1] == ["warm-up"]:
+        from skyinfra_runtime import nodewarm
+
+        raise SystemExit(nodewarm.main(argv[1:]))
     if argv[:1] == ["checkpoint-sync"]:
         from skyinfra_runtime import ckptsync
 

@@ -383,6 +383,10 @@ def test_a_lost_node_is_replaced_and_the_job_ends_bit_identical(
     assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[0]["cause"]["kind"] == "lost" and attempts[0]["cause"]["node"] == 1
     resumed_from_epoch_2_bit_identical(project, "lost-node", run.stdout, summary, reference)
+    # The new node-1 started its standby before attempt 2 was started there: it ran warm.
+    timeline = ws / "nodes" / "node-1" / "runs" / str(summary["run_id"]) / "timeline.json"
+    (worker,) = json.loads(timeline.read_text())["attempts"][-1]["workers"]
+    assert worker["start"] == "warm", worker
     print(f"attempts: {attempts}")
 
 

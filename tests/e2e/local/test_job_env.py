@@ -106,6 +106,8 @@ def test_env_and_secrets_reach_every_worker_before_the_plugins(
         env,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+    # The spec's env sets XLA_FLAGS: every job starts cold, so `up` started no standby.
+    assert not list((workspace(project) / "nodes").glob("node-*/standby")), "a standby"
     run_dir = max((workspace(project) / "runs").iterdir())  # run ids sort by start time
     summary = json.loads((run_dir / "summary.json").read_text())
     values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]

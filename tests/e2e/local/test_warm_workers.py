@@ -1,10 +1,10 @@
-"""Warm workers end to end on one 2-node local cluster with the jax and keras plugins: the
-first job starts cold and leaves one standby per node; the next job's workers are those
-standbys and train bit for bit what a cold worker trains (a job whose --env sets
-KERAS_BACKEND starts cold, and its timeline says why); a secret passed with a job is in no
-standby's environment or command line; the job's record says how each worker started; a
-standby killed while it waits is replaced; `status` shows each node's waiting standby and its
-memory; `down` leaves no standby. Three small jobs."""
+"""Warm workers end to end on one 2-node local cluster with the jax and keras plugins: `up`
+leaves one standby waiting on each node before any job ran (`status` shows it and its
+memory); the first job's workers are those standbys and train bit for bit what a cold worker
+trains (a job whose --env sets KERAS_BACKEND starts cold, and its timeline says why); a
+secret passed with a job is in no standby's environment or command line; the job's record
+says how each worker started; a used standby is replaced after the job, and one killed while
+it waits at once; `down` leaves no standby. Two small jobs."""
 
 from __future__ import annotations
 
@@ -135,38 +135,50 @@ def starts(nodes: Path, job: str) -> list[dict[str, Any]]:
     return found
 
 
+def test_up_leaves_a_standby_waiting_on_each_node_and_status_shows_it(
+    project: Path, env: dict[str, str]
+) -> None:
+    nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
+    assert not list(nodes.glob("node-*/runs/*")), "no job ran yet"
+    wait_for_standbys(nodes)
+    status = cli(["status", "--cluster", NAME, "--json"], project, env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for node in json.loads(status.stdout)["nodes"]:
+        (standby,) = node["standbys"]
+        socket = nodes / node["name"] / "standby" / f"w0-{standby['pid']}.sock"
+        assert standby["slot"] == 0 and socket.exists(), node
+        assert standby["rss_bytes"] > 50 << 20, node  # jax and keras imported: tens of MiB
+
+
 def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_secret(
     project: Path, env: dict[str, str]
 ) -> None:
     nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
-    first, job1 = run_job(project, env)  # no standby yet: cold, and it asks for them
-    assert [s["start"] for s in starts(nodes, job1)] == ["cold", "cold"]
-    wait_for_standbys(nodes)
-
-    warm, job2 = run_job(project, env, "--secret", "WARM_SECRET")
-    on_standby = starts(nodes, job2)
+    wait_for_standbys(nodes)  # `up` started them: the first job starts warm
+    warm, job1 = run_job(project, env, "--secret", "WARM_SECRET")
+    on_standby = starts(nodes, job1)
     assert [s["start"] for s in on_standby] == ["warm", "warm"], on_standby
     assert all(s["waited_s"] >= 0 for s in on_standby)
     assert all(v["secret_here"] for v in warm)  # the job's secret came with the job
 
-    cold, job3 = run_job(project, env, "--env", "KERAS_BACKEND=jax")
-    forced = starts(nodes, job3)
+    cold, job2 = run_job(project, env, "--env", "KERAS_BACKEND=jax")
+    forced = starts(nodes, job2)
     assert [s["start"] for s in forced] == ["cold", "cold"], forced
     assert all("KERAS_BACKEND" in s["reason"] for s in forced), forced
 
     # The job's record (`jobs --json`) says what each node's timeline says, and `jobs JOB` too.
     listed = cli(["jobs", "--cluster", NAME, "--json"], project, env)
     records = {j["id"]: j for j in json.loads(listed.stdout)}
-    for job in (job1, job2, job3):
+    for job in (job1, job2):
         assert [n["workers"][0] for n in records[job]["nodes"]] == starts(nodes, job), job
-    shown = cli(["jobs", "--cluster", NAME, job2], project, env).stdout
+    shown = cli(["jobs", "--cluster", NAME, job1], project, env).stdout
     assert shown.count("worker 0 warm (its standby waited ") == 2, shown
 
-    sums = {v["weights_sha256"] for v in first + warm + cold}
-    assert len(sums) == 1, (first, warm, cold)  # every node, warm or cold: the same weights
-    assert {v["backend"] for v in first + warm + cold} == {"jax"}
-    assert len({v["pid"] for v in first + warm + cold}) == 6  # never a worker reused
-    assert all(v["cwd"].endswith(f"/runs/{job2}/work") for v in warm)
+    sums = {v["weights_sha256"] for v in warm + cold}
+    assert len(sums) == 1, (warm, cold)  # every node, warm or cold: the same weights
+    assert {v["backend"] for v in warm + cold} == {"jax"}
+    assert len({v["pid"] for v in warm + cold}) == 4  # never a worker reused
+    assert all(v["cwd"].endswith(f"/runs/{job1}/work") for v in warm)
 
     wait_for_standbys(nodes)  # the used ones were replaced: one standby per node, no more
     standbys = standby_processes(nodes)
@@ -185,17 +197,3 @@ def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_sec
         assert time.monotonic() < until, "the killed standby was not replaced"
         time.sleep(0.5)
     assert len(list(folder.glob("w0-*.sock"))) == 1
-
-
-def test_status_shows_each_nodes_waiting_standby_and_its_memory(
-    project: Path, env: dict[str, str]
-) -> None:
-    nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
-    wait_for_standbys(nodes)
-    status = cli(["status", "--cluster", NAME, "--json"], project, env)
-    assert status.returncode == 0, status.stdout + status.stderr
-    for node in json.loads(status.stdout)["nodes"]:
-        (standby,) = node["standbys"]
-        socket = nodes / node["name"] / "standby" / f"w0-{standby['pid']}.sock"
-        assert standby["slot"] == 0 and socket.exists(), node
-        assert standby["rss_bytes"] > 50 << 20, node  # jax and keras imported: tens of MiB

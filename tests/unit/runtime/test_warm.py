@@ -3,8 +3,12 @@ environment it starts with, and when a job must start cold instead."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from skyinfra_runtime import Topology, TopologyError
+from skyinfra_runtime import Topology, TopologyError, nodewarm
+from skyinfra_runtime.rundirs import NODE_DIR_ENV
 from skyinfra_runtime.topology import PluginRef
 from skyinfra_runtime.torchrun import torchrun_env
 from skyinfra_runtime.warm import (
@@ -198,3 +202,31 @@ def test_nodes_at_one_address_or_all_on_loopback_share_a_host() -> None:
     assert nodes_on_host(["10.0.0.5", "10.0.0.6"], "10.0.0.6") == 1  # two instances
     assert nodes_on_host(["10.0.0.5", "10.0.0.5", "10.0.0.6"], "10.0.0.5") == 2  # ssh: one box
     assert nodes_on_host(["gpu-a", "gpu-b", "127.0.0.2"], "gpu-a") == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "want"),
+    [
+        ({"plugins": [{"name": "jax"}], "procs_per_node": 2}, (2, Warmup(("jax",)))),
+        ({"plugins": [{"name": "jax"}], "warm_workers": False}, (0, None)),
+        ({"plugins": [{"name": "torch"}]}, (0, None)),  # no torch standby (yet)
+        ({}, (0, None)),  # no framework plugin
+    ],
+)
+def test_a_ready_node_wants_one_standby_per_worker_slot_unless_turned_off(
+    changes: dict[str, object], want: tuple[int, Warmup | None]
+) -> None:
+    assert nodewarm.wanted(Topology.from_dict({**topology(nodes=2), **changes}), 1) == want
+
+
+def test_warm_up_on_a_cluster_that_wants_none_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    off = json.dumps({**topology(nodes=1), "plugins": [{"name": "jax"}], "warm_workers": False})
+    monkeypatch.setenv(NODE_DIR_ENV, str(tmp_path))
+    assert nodewarm.main(["--topology", off, "--node", "0"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"slots": 0, "ready": 0}
+    assert list(tmp_path.iterdir()) == []  # no keeper, no standby folder
+    monkeypatch.delenv(NODE_DIR_ENV)
+    assert nodewarm.main(["--topology", off, "--node", "0"]) == 2
+    assert f"${NODE_DIR_ENV} is not set" in capsys.readouterr().out
