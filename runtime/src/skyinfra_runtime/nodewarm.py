@@ -33,10 +33,13 @@ def wanted(topology: Topology, node: int) -> tuple[int, warm.Warmup | None]:
     """The standbys the cluster wants on ``node`` at rest: one per worker slot of a job run
     with the spec's procs_per_node, doing the plugins' warmup (none: ``warm_workers = false``,
     or no plugin that has one)."""
-    warmup = warm.standby_warmup(topology.plugins) if topology.warm_workers else None
-    if warmup is None:
+    if not topology.warm_workers:
         return 0, None
-    return resolve_procs(topology.procs_per_node, topology, node), warmup
+    procs = resolve_procs(topology.procs_per_node, topology, node)
+    # As the launcher asks (launcher._Warmth): torch's standby is keyed by the thread count
+    # its worker count and the node's environment give, so a job finds it fit.
+    warmup = warm.standby_warmup(topology.plugins, procs, warm.standby_env(os.environ))
+    return (0, None) if warmup is None else (procs, warmup)
 
 
 def waiting_slots(node_dir: Path) -> set[int]:

@@ -209,13 +209,19 @@ def test_nodes_at_one_address_or_all_on_loopback_share_a_host() -> None:
     [
         ({"plugins": [{"name": "jax"}], "procs_per_node": 2}, (2, Warmup(("jax",)))),
         ({"plugins": [{"name": "jax"}], "warm_workers": False}, (0, None)),
-        ({"plugins": [{"name": "torch"}]}, (0, None)),  # no torch standby (yet)
+        ({"plugins": [{"name": "torch"}]}, (1, Warmup(("torch",)))),
+        # As the launcher keys it: torchrun's OMP_NUM_THREADS=1 with 2 workers, imported with.
+        (
+            {"plugins": [{"name": "torch"}], "procs_per_node": 2},
+            (2, Warmup(("torch",), (("OMP_NUM_THREADS", "1"),))),
+        ),
         ({}, (0, None)),  # no framework plugin
     ],
 )
 def test_a_ready_node_wants_one_standby_per_worker_slot_unless_turned_off(
-    changes: dict[str, object], want: tuple[int, Warmup | None]
+    changes: dict[str, object], want: tuple[int, Warmup | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert nodewarm.wanted(Topology.from_dict({**topology(nodes=2), **changes}), 1) == want
 
 
