@@ -9,12 +9,12 @@ stderr) as attributes so that tests and logs can show exactly what failed.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyinfra import exitcodes
+from skyinfra.lock_holders import LockHolder
 
 
 class SkyinfraError(Exception):
@@ -181,19 +181,15 @@ def part_made(cluster: str, command: str) -> str:
 class WorkspaceBusyError(WorkspaceError):
     """Another skyinfra command holds the cluster's workspace."""
 
-    def __init__(self, cluster: str, lock_file: object, holder: str) -> None:
-        try:
-            info = json.loads(holder)
-            who = (
-                f"`skyinfra {info['command']}` (pid {info['pid']} on {info['host']}, "
-                f"since {info['since']})"
-            )
-        except (ValueError, KeyError, TypeError):
-            who = "another skyinfra command"
-        self.holder = holder
+    def __init__(self, cluster: str, lock_file: object, holders: Sequence[LockHolder] = ()) -> None:
+        # No holder file yet: one that took the lock an instant ago has not written it.
+        who = " and ".join(h.describe() for h in holders) or "another skyinfra command"
+        verb = "hold" if len(holders) > 1 else "holds"
+        self.holders = tuple(holders)
         super().__init__(
-            f"cluster {cluster!r} is busy: {who} holds it ({lock_file}); wait for it to end. "
-            "One operation at a time per cluster."
+            f"cluster {cluster!r} is busy: {who} {verb} it ({lock_file}); wait for "
+            f"{'them' if len(holders) > 1 else 'it'} to end. One operation at a time per "
+            "cluster (submissions may share it)."
         )
 
 

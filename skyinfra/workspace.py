@@ -18,14 +18,14 @@ import fcntl
 import json
 import os
 import secrets
-import socket
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyinfra import lock_holders as holder_files
 from skyinfra.errors import NoSuchClusterError, WorkspaceBusyError, WorkspaceError
+from skyinfra.lock_holders import LockHolder
 from skyinfra.spec import NAME_RE, ClusterSpec, check_name
 
 PRIVATE_DIR_MODE = 0o700
@@ -99,11 +99,12 @@ class Workspace:
 
     @contextlib.contextmanager
     def lock(self, command: str, *, shared: bool = False) -> Iterator[WorkspaceHold]:
-        """Hold the workspace for one operation; another one is refused at once, naming the
+        """Hold the workspace for one operation; another one is refused at once, naming every
         holder. ``shared``: operations that may overlap hold it together (`run` without
         verify, attached or detached: each starts a job of its own, and the head's queue
         orders them), while one that is not shared refuses them and is refused by them. The
-        kernel drops the lock when the holder dies, so none is ever stale."""
+        kernel drops the lock when the holder dies, so none is ever stale; who holds it is
+        said by one holder file each (skyinfra.lock_holders), never decided by them."""
         self.ensure()
         path = self.path / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
@@ -111,47 +112,25 @@ class Workspace:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise self._busy(fd) from None
-            holder = {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "command": command,
-                "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            }
-            said = json.dumps(holder).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, said, 0)
+                raise self._busy() from None
+            holder_files.remove_stale(self.path, alone=not shared)
+            said = holder_files.write_holder(self.path, LockHolder.of_this_process(command))
             try:
-                yield WorkspaceHold(self, fd, shared)
+                yield WorkspaceHold(self, fd, shared, said)
             finally:
-                # A shared holder leaves the word of another that wrote after it.
-                if os.pread(fd, len(said) + 1, 0) == said:
-                    os.ftruncate(fd, 0)
+                said.unlink(missing_ok=True)  # before the lock goes with the descriptor
         finally:
             os.close(fd)
 
-    def _busy(self, fd: int) -> WorkspaceBusyError:
-        held_by = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        return WorkspaceBusyError(self.name, self.path / LOCK_FILE, held_by)
+    def _busy(self, own: Path | None = None) -> WorkspaceBusyError:
+        holders = holder_files.live_holders(self.path, besides=own)
+        return WorkspaceBusyError(self.name, self.path / LOCK_FILE, holders)
 
-    def lock_holder(self) -> dict[str, Any] | None:
-        """Who holds the workspace now (what :meth:`lock` wrote), or None. Only read, never
-        locked: a command that starts meanwhile is not refused because of it."""
-        try:
-            holder = json.loads((self.path / LOCK_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # no lock file, or an empty one: nobody holds it
-        if not isinstance(holder, dict):
-            return None
-        pid = holder.get("pid")
-        if holder.get("host") == socket.gethostname() and isinstance(pid, int):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return None  # killed while it held it: the kernel dropped the lock
-            except PermissionError:
-                pass  # another user's live process
-        return holder
+    def lock_holders(self) -> list[LockHolder]:
+        """Who holds the workspace now (their holder files, oldest first; none: nobody).
+        Only read, never locked: a command that starts meanwhile is not refused because of
+        it."""
+        return holder_files.live_holders(self.path)
 
     def write_files(
         self,
@@ -281,6 +260,7 @@ class WorkspaceHold:
     ws: Workspace
     fd: int
     shared: bool
+    holder_file: Path  # its own, which a refusal of its upgrade does not name
 
     @contextlib.contextmanager
     def exclusively(self) -> Iterator[None]:
@@ -292,13 +272,13 @@ class WorkspaceHold:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            busy = self.ws._busy(self.fd)
+            busy = self.ws._busy(self.holder_file)
             # Linux drops a shared lock whose upgrade failed: take it back (busy only if the
             # others left meanwhile and an exclusive command came between).
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise self.ws._busy(self.fd) from None
+                raise self.ws._busy(self.holder_file) from None
             raise busy from None
         try:
             yield

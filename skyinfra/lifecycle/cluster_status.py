@@ -102,11 +102,12 @@ def _state(ws: Workspace, resources: Sequence[str], topology: Topology | None) -
     command = unfinished_command(ws)
     if topology is not None and command is None:
         return "up", ""
-    holder = ws.lock_holder()
-    if holder is not None:
+    holders = ws.lock_holders()
+    if holders:
+        who = " and ".join(f"`skyinfra {h.command}` (pid {h.pid})" for h in holders)
         return "incomplete", (
-            f"`skyinfra {holder.get('command')}` (pid {holder.get('pid')}) is changing the "
-            "cluster now: wait for it to end"
+            f"{who} {'are' if len(holders) > 1 else 'is'} changing the cluster now: wait for "
+            f"{'them' if len(holders) > 1 else 'it'} to end"
         )
     return "incomplete", part_made(ws.name, command or "up")
 

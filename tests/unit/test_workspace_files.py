@@ -73,8 +73,8 @@ def test_detached_submissions_share_the_workspace_and_nothing_else_does(tmp_path
     with ws.lock("run a.py", shared=True), ws.lock("run b.py", shared=True):
         with pytest.raises(WorkspaceBusyError, match=r"skyinfra run b\.py"), ws.lock("up"):
             pass
-        assert ws.lock_holder() is not None
-    assert ws.lock_holder() is None
+        assert [h.command for h in ws.lock_holders()] == ["run a.py", "run b.py"]
+    assert ws.lock_holders() == []
     busy = pytest.raises(WorkspaceBusyError, match="skyinfra up")
     with ws.lock("up"), busy, ws.lock("run", shared=True):
         pass

@@ -5,12 +5,17 @@ Files two sharing commands may both write are replaced through temporary files o
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from skyinfra.errors import WorkspaceBusyError
+from skyinfra.lock_holders import HOLDERS_DIR
 from skyinfra.workspace import Workspace, write_private
 
 
@@ -32,8 +37,9 @@ def test_a_shared_holder_gets_the_workspace_alone_only_while_nobody_else_holds_i
     ws = Workspace(tmp_path / "alone")
     with ws.lock("run a.py", shared=True) as hold:
         refused = pytest.raises(WorkspaceBusyError, match=r"skyinfra run b\.py")
-        with ws.lock("run b.py", shared=True), refused, hold.exclusively():
+        with ws.lock("run b.py", shared=True), refused as upgrade, hold.exclusively():
             pass
+        assert "run a.py" not in str(upgrade.value)  # the refused one is not its own obstacle
         # The failed attempt kept the hold: an `up` is still refused.
         with pytest.raises(WorkspaceBusyError), ws.lock("up"):
             pass
@@ -63,3 +69,75 @@ def test_a_write_leaves_another_writers_temporary_file_alone(tmp_path: Path) -> 
     assert oct(os.stat(target).st_mode & 0o777) == "0o600"
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == [".topology.json.tmp", "topology.json"], left
+
+
+# A submission in a process of its own, holding the workspace shared until its stdin closes.
+HOLD_SHARED = """
+import sys
+from pathlib import Path
+from skyinfra.workspace import Workspace
+with Workspace(Path(sys.argv[1])).lock(sys.argv[2], shared=True):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def holding(ws: Workspace, command: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_SHARED, str(ws.path), command],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "held\n"
+        yield proc
+    finally:
+        leave(proc)
+
+
+def leave(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    proc.wait(timeout=60)
+
+
+def refusal(ws: Workspace) -> str:
+    with pytest.raises(WorkspaceBusyError) as refused, ws.lock("up"):
+        pass
+    return str(refused.value)
+
+
+def named(proc: subprocess.Popen[str], command: str) -> str:
+    return f"`skyinfra {command}` (pid {proc.pid} on "
+
+
+def test_a_refusal_names_every_live_holder_and_no_dead_one(tmp_path: Path) -> None:
+    """Several submissions share the lock: the refusal of an exclusive command names each one
+    still holding it (the lock file held one holder: the last to leave but one emptied it while
+    another held on, and the refusal said "another skyinfra command"); one killed with SIGKILL
+    leaves its file behind but is not named, and the next command alone removes the file."""
+    ws = Workspace(tmp_path / "holders")
+    with holding(ws, "run a.py") as a, holding(ws, "run b.py") as b:
+        said = refusal(ws)
+        assert named(a, "run a.py") in said and named(b, "run b.py") in said, said
+        assert " hold it " in said and "wait for them" in said, said
+        leave(b)
+        said = refusal(ws)
+        assert named(a, "run a.py") in said and "run b.py" not in said, said
+        with holding(ws, "run c.py") as c:
+            a.kill()
+            a.wait(timeout=60)
+            files = list((ws.path / HOLDERS_DIR).iterdir())
+            assert sorted(f.name.split("-")[0] for f in files) == sorted([str(a.pid), str(c.pid)])
+            assert {oct(f.stat().st_mode & 0o777) for f in files} == {"0o600"}
+            assert oct((ws.path / HOLDERS_DIR).stat().st_mode & 0o777) == "0o700"
+            said = refusal(ws)
+            assert named(c, "run c.py") in said and "run a.py" not in said, said
+    assert ws.lock_holders() == []
+    with ws.lock("up"):
+        assert [h.command for h in ws.lock_holders()] == ["up"]
+    assert list((ws.path / HOLDERS_DIR).iterdir()) == []
