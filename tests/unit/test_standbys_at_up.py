@@ -22,7 +22,8 @@ from skyinfra.topology import build_topology
         ({"plugins": ["jax"], "env": {"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"}}, False),
         ({"plugins": ["jax"], "secrets": ["JAX_TOKEN"]}, False),
         ({"plugins": ["jax"], "env": {"LEARNING_RATE": "0.1"}}, True),
-        ({"plugins": ["torch"]}, False),
+        ({"plugins": ["torch"]}, True),  # torch standbys too
+        ({"plugins": ["keras:backend=tensorflow"]}, False),  # tensorflow's start is not warmed
         ({}, False),
     ],
 )
