@@ -79,6 +79,9 @@ resource "terraform_data" "node" {
         [for p in var.python_packages : "--package '${p}'"],
         # The node check (check-node.py, beside the bootstrap): the plugins' frameworks import.
         ["--check-topology '${each.value.node_dir}/.enrol/topology.json' --node-index ${each.value.index}"],
+        # The node's stand-in for EC2's metadata service, on the host's loopback, which
+        # `skyinfra drill interrupt` sends a notice to; it ends with the node.
+        ["--imds-standin 127.0.0.1"],
       )),
     ]
   }
