@@ -43,7 +43,7 @@ def notice_command(node_dir: str, seconds: int) -> str:
 def interrupt(ws: Workspace, spec: ClusterSpec, request: InterruptRequest, echo: Echo) -> None:
     """Send node ``request.node``'s stand-in the notice and say what happens next."""
     node, h = request.node, enrolled(ws)[request.node]
-    nodes = node_transport(ws, spec, rooted=False)
+    nodes = node_transport(ws, spec)  # rooted at the node's folder: its markers are there
     try:
         ready = nodes.readiness(node)
         if not ready.ready:
