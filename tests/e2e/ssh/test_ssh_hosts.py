@@ -468,12 +468,6 @@ def test_a_changed_host_key_is_refused_and_nothing_runs(
         hosts.old_host_key(changed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=FileNotFoundError,  # the run ends without its summary.json
-    reason="the notice, the save within it and node 1's going work; re-enrolling node 1 on "
-    "its host fails: the -replace's destroy provisioner exits 1 there (the folder is gone)",
-)
 def test_a_drill_notice_is_saved_within_and_the_node_enrolled_again_on_its_host(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
