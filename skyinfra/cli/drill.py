@@ -2,7 +2,9 @@
 
 Local target: the notice goes to the node's IMDS stand-in on loopback; the node's watcher reads
 it as an AWS Spot node reads EC2's, the job's workers get SIGTERM with the time left, and the
-node goes once its part of the job has ended (or at the notice's time). AWS: a real
+node goes once its part of the job has ended (or at the notice's time). ssh: the same
+stand-in on each host, sent the notice over SSH; the host stays and its node is enrolled again
+there (targets/ssh/drill.py). AWS: a real
 interruption through the Fault Injection Service (targets/aws/drill.py), asked first as
 `down` asks.
 """
@@ -77,7 +79,9 @@ def interrupt(
     Local target: the node's own IMDS stand-in gets the notice. Its job's workers get SIGTERM
     and $SKYINFRA_PREEMPT_DEADLINE, save, and the node goes (once its part of the job ended, or
     at the notice's time); an attached `run --max-restarts` replaces it and restarts the job,
-    a detached job waits for `skyinfra jobs recover JOB`. AWS: a real interruption of the
+    a detached job waits for `skyinfra jobs recover JOB`. ssh target: the same, through the
+    node's stand-in on its host (reached over SSH); the host stays, and the node is enrolled
+    again there. AWS: a real interruption of the
     node's Spot instance through the Fault Injection Service (asked first, as `down` asks)."""
     from skyinfra import lifecycle
     from skyinfra.targets.base import InterruptRequest

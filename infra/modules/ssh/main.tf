@@ -79,6 +79,9 @@ resource "terraform_data" "node" {
         [for p in var.python_packages : "--package '${p}'"],
         # The node check (check-node.py, beside the bootstrap): the plugins' frameworks import.
         ["--check-topology '${each.value.node_dir}/.enrol/topology.json' --node-index ${each.value.index}"],
+        # The node's stand-in for EC2's metadata service, on the host's loopback, which
+        # `skyinfra drill interrupt` sends a notice to; it ends with the node.
+        ["--imds-standin 127.0.0.1"],
       )),
     ]
   }
@@ -87,7 +90,9 @@ resource "terraform_data" "node" {
   provisioner "remote-exec" {
     when = destroy
     inline = [
-      "bash '${self.input.node_dir}/.enrol/bootstrap-node.sh' --remove --node-dir '${self.input.node_dir}' || bash -c 'test ! -e \"$1\"' _ '${self.input.node_dir}'",
+      # A folder already going (an interrupted node's own --remove: a venv of GBs takes
+      # seconds, its bootstrap copy gone first) is waited for, up to a minute.
+      "bash '${self.input.node_dir}/.enrol/bootstrap-node.sh' --remove --node-dir '${self.input.node_dir}' || bash -c 'for _ in $(seq 600); do [ -e \"$1\" ] || exit 0; sleep 0.1; done; exit 1' _ '${self.input.node_dir}'",
     ]
     connection {
       type        = "ssh"

@@ -8,8 +8,10 @@ node) and speaks what the node's watcher (spot.py) asks of the real one:
 - ``GET /latest/meta-data/spot/instance-action`` and
   ``.../events/recommendations/rebalance``: 401 without a valid token, 404 until a notice,
   then the JSON EC2 answers;
-- ``POST /skyinfra/interrupt`` with ``{"seconds": N}`` (what `skyinfra drill interrupt` sends):
-  the notice, for a termination N seconds from now, and the rebalance recommendation with it.
+- ``POST /skyinfra/interrupt`` with ``{"seconds": N}`` (what `skyinfra drill interrupt` sends,
+  through ``send_notice``: from the operator's machine to a local node, from the host itself
+  to an ssh node with ``imds-standin --node-dir D --send N``): the notice, for a termination
+  N seconds from now, and the rebalance recommendation with it.
 
 Then the node goes as a terminated instance goes: at the notice's time, or as soon as no job's
 agent runs on the node any more (its part of the job has ended and saved: waiting on would
@@ -150,6 +152,45 @@ def serve(
     return server, state
 
 
+def send_notice(url: str, seconds: int) -> dict[str, Any]:
+    """POST the notice (``seconds`` until the node goes) to the stand-in at ``url``; what it
+    answers (``{"action": ..., "time": ...}``, EC2's form). OSError (HTTPError included)
+    when it refuses or does not answer, ValueError when its answer is not that."""
+    import urllib.request
+
+    body = json.dumps({"seconds": seconds, "action": "terminate"}).encode()
+    req = urllib.request.Request(
+        url + INTERRUPT_PATH, data=body, method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with spot.direct_opener().open(req, timeout=10) as resp:  # loopback: never through a proxy
+        answer = json.loads(resp.read())
+    if not isinstance(answer, dict):
+        raise ValueError(f"the IMDS stand-in answered {answer!r}")
+    return answer
+
+
+def _send(node_dir: Path, seconds: int) -> int:
+    """``--send``: the node's stand-in (as its notice.json says) sent the notice; its answer
+    printed as JSON. 2 when the node has no stand-in, 1 when it refused or did not answer."""
+    import urllib.error
+
+    settings = spot.read_settings(node_dir)
+    if settings is None:
+        print(f"{node_dir}/{spot.SETTINGS_FILE} is missing: this node has no IMDS stand-in")
+        return 2
+    try:
+        answer = send_notice(settings[0], seconds)
+    except (OSError, ValueError) as err:
+        detail = str(err)
+        if isinstance(err, urllib.error.HTTPError):
+            detail = err.read().decode(errors="replace")
+        print(f"the IMDS stand-in at {settings[0]} refused the notice: {detail}")
+        return 1
+    print(json.dumps(answer))
+    return 0
+
+
 def _agents_alive(node_dir: Path) -> bool:
     """Whether a job's agent (a process the node's pids/ records, besides this one) runs."""
     pids = node_dir / "pids"
@@ -193,10 +234,17 @@ def terminate_when_due(node_dir: Path, state: StandIn, remove_script: str) -> No
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="skyinfra-runtime imds-standin")
     parser.add_argument("--node-dir", required=True)
-    parser.add_argument("--listen", required=True, help="the node's loopback address")
-    parser.add_argument("--remove-script", required=True, help="the node bootstrap script")
+    parser.add_argument("--listen", help="the node's loopback address")
+    parser.add_argument("--remove-script", help="the node bootstrap script")
+    parser.add_argument(
+        "--send", type=int, metavar="SECONDS", help="send the node's stand-in the notice instead"
+    )
     ns = parser.parse_args(argv)
     node_dir = Path(ns.node_dir)
+    if ns.send is not None:
+        return _send(node_dir, ns.send)
+    if not ns.listen or not ns.remove_script:
+        parser.error("serving needs --listen and --remove-script")
     server, state = serve(ns.listen)
     host, port = str(ns.listen), int(server.server_address[1])
     pid_file = node_dir / "pids" / PID_FILE

@@ -4,14 +4,13 @@ which the node's watcher then reads as an AWS Spot node reads EC2's."""
 
 from __future__ import annotations
 
-import json
 import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime.imds_standin import INTERRUPT_PATH
-from skyinfra_runtime.spot import direct_opener, read_settings
+from skyinfra_runtime.imds_standin import send_notice as post_notice
+from skyinfra_runtime.spot import read_settings
 
 from skyinfra.errors import TransportError, UsageError
 from skyinfra.targets.base import Echo
@@ -31,13 +30,8 @@ def send_notice(node_dir: Path, node: int, seconds: int) -> dict[str, Any]:
             "a node made before skyinfra had one); `skyinfra up` after `down` makes nodes with it"
         )
     url = settings[0] + INTERRUPT_PATH
-    body = json.dumps({"seconds": seconds, "action": "terminate"}).encode()
-    req = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
     try:
-        with direct_opener().open(req, timeout=10) as resp:  # loopback: never through a proxy
-            answer = json.loads(resp.read())
+        return post_notice(settings[0], seconds)
     except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors
         detail = (
             err.read().decode(errors="replace") if isinstance(err, urllib.error.HTTPError) else err
@@ -45,9 +39,6 @@ def send_notice(node_dir: Path, node: int, seconds: int) -> dict[str, Any]:
         raise TransportError(
             f"node {node}: the IMDS stand-in at {url} refused the notice: {detail}"
         ) from err
-    if not isinstance(answer, dict):
-        raise TransportError(f"node {node}: the IMDS stand-in answered {answer!r}")
-    return answer
 
 
 def interrupt(node_dir: Path, node: int, notice_s: int, echo: Echo) -> None:

@@ -168,12 +168,16 @@ def forget_lost_nodes(
             )
 
 
-def seed_checkpoints(ws: Workspace, spec: ClusterSpec, reached: Reached, echo: Echo) -> None:
-    """Each spare gets the checkpoint sets of the lowest node that was not lost (through this
-    machine), so that the job's next attempt resumes there from them."""
+def seed_checkpoints(
+    ws: Workspace, spec: ClusterSpec, reached: Reached, echo: Echo, rebuilt: Sequence[int] = ()
+) -> None:
+    """Each spare, and each node enrolled again on its host (``rebuilt``: it went after a
+    drill's notice), gets the checkpoint sets of the lowest node that was neither (through
+    this machine), so that the job's next attempt resumes there from them."""
     records = enrolled(ws)
-    sources = [i for i in sorted(records) if i not in reached.replaced]
-    if not reached.replaced or not sources:
+    fresh = sorted({*reached.replaced, *rebuilt})
+    sources = [i for i in sorted(records) if i not in fresh]
+    if not fresh or not sources:
         return
     src = sources[0]
     src_dir = records[src]["node_dir"]
@@ -190,7 +194,7 @@ def seed_checkpoints(ws: Workspace, spec: ClusterSpec, reached: Reached, echo: E
         archive = channel.makefile("rb").read()
         if channel.recv_exit_status() != 0:
             raise TransportError(f"host {records[src]['host']}: tar of {src_dir}/checkpoints")
-        for i in sorted(reached.replaced):
+        for i in fresh:
             into = shlex.quote(records[i]["node_dir"])
             nodes.check_call(i, f"tar -C {into} -xf -", stdin=archive)
             echo(

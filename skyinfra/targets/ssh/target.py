@@ -26,7 +26,6 @@ from skyinfra.errors import (
     SkyinfraError,
     SpecError,
     TerraformError,
-    UnsupportedByTarget,
 )
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import (
@@ -40,7 +39,7 @@ from skyinfra.targets.base import (
     TargetOptions,
     WithoutLadder,
 )
-from skyinfra.targets.ssh import enrol, replace
+from skyinfra.targets.ssh import drill, enrol, replace
 from skyinfra.targets.ssh.checkpoint_store import operator_credentials
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, write_known_hosts
 from skyinfra.targets.ssh.hosts import (
@@ -152,8 +151,11 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
         self.store_credentials(spec)  # exit 2 before any host is dialled
         with timeline.stage("prepare"):
             files, reached, records = self._prepare(spec, ws, echo, replacing=True)
+        was_enrolled = set(enrolled(ws)) if (ws.path / HOSTS_FILE).is_file() else set()
         write_known_hosts(ws.path / KNOWN_HOSTS, reached.contacted.known_hosts)
         write_hosts(ws, records, reached.lost)
+        # Enrolled again on their hosts (nodes_to_replace): they get checkpoints as spares do.
+        rebuilt = drill.gone_nodes(ws, spec, was_enrolled - set(reached.replaced))
         replace.forget_lost_nodes(ws, reached, engine_factory, echo)
         try:
             done = apply(files)
@@ -162,7 +164,7 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
             # take off each host whose enrolment failed what it had put there.
             self._undo_failed_enrolments(ws, spec, echo)
             raise
-        replace.seed_checkpoints(ws, spec, reached, echo)
+        replace.seed_checkpoints(ws, spec, reached, echo, rebuilt)
         return done
 
     def _undo_failed_enrolments(self, ws: Workspace, spec: ClusterSpec, echo: Echo) -> None:
@@ -199,10 +201,13 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
     def nodes_to_replace(
         self, ws: Workspace, spec: ClusterSpec, in_state: Callable[[], Sequence[str]]
     ) -> list[str]:
-        """None: a lost host's node is replaced by a spare when `up` contacts the hosts
-        (replace.py), before Terraform plans; a host whose folder was removed by hand is
-        found by `status` (failed)."""
-        return []
+        """Nodes whose host answers but whose folder is gone (a drill's interrupted node, a
+        folder removed by hand): enrolled again there (drill.py). A lost host's node is
+        replaced by a spare when `up` contacts the hosts (replace.py), not here."""
+        if not (ws.path / HOSTS_FILE).is_file():
+            return []
+        nodes = drill.node_indexes(in_state())
+        return [nodes[i] for i in drill.gone_nodes(ws, spec, nodes)]
 
     def after_down(self, ws: Workspace, spec: ClusterSpec, *, echo: Echo) -> None:
         """The destroy provisioner ended each node's processes and removed its folder; a
@@ -370,13 +375,8 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
         ask: Ask | None,
         echo: Echo,
     ) -> None:
-        """Unsupported yet: the hosts have no interruption-notice stand-in."""
-        raise UnsupportedByTarget(
-            self.name,
-            "interrupt_node",
-            f"drill: the {self.name} target's hosts have no interruption-notice stand-in "
-            "yet; stop a job with `skyinfra cancel` instead",
-        )
+        """The notice sent to the node's stand-in on its host, over SSH (drill.py)."""
+        drill.interrupt(ws, spec, request, echo)
 
     def checkpoint_sets(self, ws: Workspace, spec: ClusterSpec) -> CheckpointListing:
         """Each enrolled host's node folder (asked at once) and ssh.checkpoints_url's prefix:

@@ -69,6 +69,38 @@ def main():
             time.sleep(600)  # until the test kills node 1's worker
     return {{"total": total, "resumed_from": last}}
 """
+# Attempt 1 waits after step 3 for the notice's SIGTERM; node 0 then saves step 3 and says
+# when and how much time was left, and every worker stops. Attempt 2 resumes from step 3.
+NOTICE_JOB = f"""import json, os, signal, time
+
+from skyinfra_runtime import checkpoints, seconds_left
+
+
+def main():
+    asked = []
+    signal.signal(signal.SIGTERM, lambda *_: asked.append(time.time()))
+    root = checkpoints.directory()
+    node, attempt = int(os.environ["SKYINFRA_NODE"]), int(os.environ["SKYINFRA_ATTEMPT"])
+    last = checkpoints.latest_step(root)
+    total = 0 if last is None else json.loads(
+        (checkpoints.step_dir(root, last) / "state.json").read_text())["total"]
+    for i in range(last or 0, {STEPS}):
+        total = (total * 31 + i + 1) % (2 ** 61)
+        if attempt == 1 and i + 1 == {PAUSE_AT}:
+            print("paused at epoch 3 batch 4", flush=True)
+            while not asked:
+                time.sleep(0.05)
+        if node == 0:
+            done = checkpoints.step_dir(root, i + 1)
+            done.mkdir(parents=True, exist_ok=True)
+            (done / "state.json").write_text(json.dumps({{"total": total}}))
+            checkpoints.commit(done)
+        if asked:
+            print(f"saved step {{i + 1}} on the notice at {{time.time():.3f}}, "
+                  f"{{seconds_left():.1f}} s left", flush=True)
+            raise SystemExit(130)
+    return {{"total": total, "resumed_from": last}}
+"""
 JOB = '''import hashlib, os
 
 
@@ -141,6 +173,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, hosts: Hosts, store: str) 
     root = tmp_path_factory.mktemp("ssh-project")
     (root / "job.py").write_text(JOB)
     (root / "ck.py").write_text(CHECKPOINTING_JOB)
+    (root / "notice.py").write_text(NOTICE_JOB)
     shutil.copy(REPO_ROOT / "examples" / "keras_resume.py", root / "keras_resume.py")
     shutil.copy(REPO_ROOT / "examples" / "torchrun_ddp.py", root / "torchrun_ddp.py")
     (root / "train.py").write_text(pausing_entry("keras_resume"))
@@ -433,6 +466,55 @@ def test_a_changed_host_key_is_refused_and_nothing_runs(
         assert [hosts.home_listing(h) for h in hosts.hosts] == before
     finally:
         hosts.old_host_key(changed)
+
+
+def test_a_drill_notice_is_saved_within_and_the_node_enrolled_again_on_its_host(
+    cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
+) -> None:
+    """`drill interrupt node-1` reaches node 1's stand-in on its host over SSH; the job's
+    workers get SIGTERM and the deadline, node 0 saves step 3 within the notice, node 1 goes
+    (its folder, as an interrupted instance's disk) and `run --max-restarts 1` enrols it again
+    on the same host (the host stays: it is the user's) and attempt 2 resumes from step 3 and
+    ends with an uninterrupted run's total. Bad input first: exit 2, nothing sent."""
+    for bad, word in ((["node-0"], "node-0 is the head"), (["node-2"], "node-1 to node-1"),
+                      (["--notice-seconds", "-1", "node-1"], "-1")):  # fmt: skip
+        refused = cli(["drill", "interrupt", "--cluster", NAME, *bad], project, env)
+        assert refused.returncode == 2 and word in refused.stderr, refused.stderr
+    assert not (node_dir(hosts, 1) / "interruption.json").exists()
+    drills: list[subprocess.CompletedProcess[str]] = []
+
+    def drill(ws: Path, job: str) -> None:
+        argv = ["drill", "interrupt", "--cluster", NAME, "node-1", "--notice-seconds", "120"]
+        drills.append(cli(argv, project, env))
+        assert drills[0].returncode == 0, drills[0].stdout + drills[0].stderr  # else: stop now
+
+    run, summary = restarted_after_kill(
+        project, env, workspace(project), "drill", ["--cluster", NAME, "notice.py:main"],
+        lose=drill, node_1_dir=node_dir(hosts, 1),
+    )  # fmt: skip
+    said = drills[0]
+    assert said.returncode == 0, said.stdout + said.stderr
+    assert f"notice sent to node-1 (host {hosts.addresses[1]}): terminate at" in said.stdout
+    assert run.returncode == 0, run.stdout
+    assert "node-1 interrupted: replacing it" in run.stdout, run.stdout
+    attempts = summary["attempts"]
+    assert isinstance(attempts, list) and [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["cause"]["kind"] == "interrupted", attempts
+    notice = attempts[0]["interruptions"][0]
+    assert notice["node"] == 1 and notice["action"] == "terminate", notice
+    saved = [line for line in run.stdout.splitlines() if "saved step 3 on the notice" in line]
+    assert len(saved) == 1, run.stdout  # node 0's (run shows node 0)
+    assert notice["noticed_at"] <= float(saved[0].split(" at ")[1].split(",")[0]) < notice["time"]
+    values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]  # type: ignore[index]
+    assert [v["resumed_from"] for v in values] == [PAUSE_AT, PAUSE_AT], values
+    total = 0
+    for i in range(STEPS):
+        total = (total * 31 + i + 1) % (2**61)
+    assert [v["total"] for v in values] == [total, total]
+    # Enrolled again on the same host (Terraform's -replace): its own stand-in again.
+    assert 'replacing broken node(s): module.nodes.terraform_data.node["node-1"]' in run.stdout
+    assert (node_dir(hosts, 1) / "notice.json").is_file()
+    assert not (node_dir(hosts, 1) / "interruption.json").exists()
 
 
 def test_down_leaves_each_host_as_it_was(

@@ -198,3 +198,20 @@ def test_an_idle_node_says_its_notice_when_asked(
     assert said["action"] == "terminate" and said["time_utc"] == sent["time"], (said, sent)
     assert json.loads((node / spot.INTERRUPTION_FILE).read_text()) == said
     assert asked(node) == said  # recorded: the next look does not ask again
+
+
+def test_send_reaches_the_nodes_standin_as_the_ssh_target_runs_it_on_the_host(
+    standin: tuple[str, imds_standin.StandIn], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`imds-standin --node-dir D --send N` (what `drill interrupt` runs on an ssh host): the
+    notice posted to the stand-in notice.json names, its answer printed; a node without one
+    is exit 2, nothing sent; a refused notice is exit 1 with the stand-in's words."""
+    base, state = standin
+    assert imds_standin.main(["--node-dir", str(tmp_path), "--send", "30"]) == 2
+    assert "has no IMDS stand-in" in capsys.readouterr().out and state.notice is None
+    (tmp_path / spot.SETTINGS_FILE).write_text(json.dumps({"imds": base, "poll_s": 0.1}))
+    assert imds_standin.main(["--node-dir", str(tmp_path), "--send", str(10**6)]) == 1
+    assert "refused the notice: seconds: 0 to 3600" in capsys.readouterr().out
+    assert imds_standin.main(["--node-dir", str(tmp_path), "--send", "30"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert state.notice == answer and answer["action"] == "terminate"
