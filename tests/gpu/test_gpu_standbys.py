@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,154 +86,144 @@ def waiting_pid(node_dir: Path, not_pid: int = 0) -> int:
     return standby.pid
 
 
-def test_a_jax_standby_holds_no_gpu_until_its_job_computes_on_it(tmp_path: Path) -> None:
-    pytest.importorskip("jax")
-    node_dir = tmp_path / "node-0"
-    folder = standbys.folder(node_dir)
-    # A node's runtime is installed in its environment; here it is the source tree.
-    env = {
-        **standby_env(os.environ),
-        "SKYINFRA_NODE_DIR": str(node_dir),
-        "PYTHONPATH": str(RUNTIME_SRC),
-    }
-    standbys.ensure(folder, 1, JAX, env)
-    try:
-        pid = waiting_pid(node_dir)
-        assert pid not in gpu_processes(), "a waiting standby holds a CUDA context"
-        maps = Path(f"/proc/{pid}/maps").read_text()
-        print(f"waiting standby {pid}: libcuda mapped: {'libcuda.so' in maps}")
+@dataclass
+class StandbyNode:
+    """A node folder whose keeper keeps one standby of ``warmup`` (the runtime from the
+    source tree, as a node's own environment would have it installed)."""
 
-        held, go = tmp_path / "held", tmp_path / "go"
+    tmp_path: Path
+    warmup: Warmup
+    plugin: str
+
+    @property
+    def node_dir(self) -> Path:
+        return self.tmp_path / "node-0"
+
+    @property
+    def folder(self) -> Path:
+        return standbys.folder(self.node_dir)
+
+    def ensure(self) -> None:
+        env = {
+            **standby_env(os.environ),
+            "SKYINFRA_NODE_DIR": str(self.node_dir),
+            "PYTHONPATH": str(RUNTIME_SRC),
+        }
+        standbys.ensure(self.folder, 1, self.warmup, env)
+
+    def take(self, entry: str, name: str, **more: str) -> standbys.WarmWorker:
         job = standbys.Job(
-            job_argv(tmp_path, "jax_gpu_held", "held"),
-            job_env(tmp_path, HELD_FILE=str(held), GO_FILE=str(go)),
-            str(tmp_path),
+            job_argv(self.tmp_path, entry, name),
+            job_env(self.tmp_path, self.plugin, **more),
+            str(self.tmp_path),
             [],
         )
-        worker, start = standbys.take(folder, 0, JAX, job)
+        worker, start = standbys.take(self.folder, 0, self.warmup, job)
         assert worker is not None and start.warm, start
-        wait_until("the job computed on the GPU", held.exists)
-        # The same process, now a job's worker, is in the driver's list: the check above
-        # would have seen the standby had it held the GPU.
-        assert worker.pid in gpu_processes()
-        go.touch()
-        assert worker.wait(timeout=120) == 0
-        assert value(tmp_path, "held")["sum"] == 12.0
+        return worker
 
-        cold, warm = [], []
-        for round_ in range(ROUNDS):
-            name = f"cold{round_}"
-            began = time.time()
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "skyinfra_runtime.worker",
-                    *job_argv(tmp_path, "jax_gpu_first_step", name),
-                ],
-                env=job_env(tmp_path),
-                cwd=tmp_path,
-                timeout=300,
-            )
-            assert proc.returncode == 0
-            assert value(tmp_path, name)["platform"] == "gpu"
-            cold.append(float(value(tmp_path, name)["at"]) - began)  # type: ignore[arg-type]
 
-            standbys.ensure(folder, 1, JAX, env)
-            waiting_pid(node_dir, not_pid=worker.pid)
-            name = f"warm{round_}"
-            job = standbys.Job(
-                job_argv(tmp_path, "jax_gpu_first_step", name), job_env(tmp_path), str(tmp_path), []
-            )
-            began = time.time()
-            worker, start = standbys.take(folder, 0, JAX, job)
-            assert worker is not None and start.warm, start
-            assert worker.wait(timeout=300) == 0
-            assert value(tmp_path, name)["platform"] == "gpu"
-            warm.append(float(value(tmp_path, name)["at"]) - began)  # type: ignore[arg-type]
-        print(
-            f"worker start to first GPU step, {ROUNDS} rounds: cold {[round(c, 2) for c in cold]}"
-            f" (median {statistics.median(cold):.2f} s), warm {[round(w, 2) for w in warm]}"
-            f" (median {statistics.median(warm):.2f} s)"
+def holds_no_gpu_until_its_job(node: StandbyNode, held_entry: str) -> dict[str, object]:
+    """A waiting standby is not among the driver's compute processes; the same process, once
+    it took a job that computes on the GPU and holds it, is (so the first check would have seen
+    it). The held job's value."""
+    pid = waiting_pid(node.node_dir)
+    assert pid not in gpu_processes(), "a waiting standby holds a CUDA context"
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    print(f"waiting {node.plugin} standby {pid}: libcuda mapped: {'libcuda.so' in maps}")
+    held, go = node.tmp_path / "held", node.tmp_path / "go"
+    worker = node.take(held_entry, "held", HELD_FILE=str(held), GO_FILE=str(go))
+    wait_until("the job computed on the GPU", held.exists)
+    assert worker.pid in gpu_processes()
+    go.touch()
+    assert worker.wait(timeout=120) == 0
+    return {**value(node.tmp_path, "held"), "worker_pid": worker.pid}
+
+
+def cold_and_warm_rounds(
+    node: StandbyNode, entry: str, check: Callable[[dict[str, object]], None], taken: int
+) -> tuple[list[float], list[float]]:
+    """Worker start to ``entry``'s "at" (its first GPU step), cold and on a standby, in turns:
+    the seconds of each (printed by the caller, never asserted). ``taken``: the standby a
+    job took last, whose slot the keeper fills again."""
+    cold, warm = [], []
+    for round_ in range(ROUNDS):
+        name = f"cold{round_}"
+        began = time.time()
+        argv = [sys.executable, "-m", "skyinfra_runtime.worker"]
+        proc = subprocess.run(
+            [*argv, *job_argv(node.tmp_path, entry, name)],
+            env=job_env(node.tmp_path, node.plugin),
+            cwd=node.tmp_path,
+            timeout=300,
         )
+        assert proc.returncode == 0
+        check(value(node.tmp_path, name))
+        cold.append(float(value(node.tmp_path, name)["at"]) - began)  # type: ignore[arg-type]
+
+        node.ensure()
+        waiting_pid(node.node_dir, not_pid=taken)
+        name = f"warm{round_}"
+        began = time.time()
+        worker = node.take(entry, name)
+        assert worker.wait(timeout=300) == 0
+        taken = worker.pid
+        check(value(node.tmp_path, name))
+        warm.append(float(value(node.tmp_path, name)["at"]) - began)  # type: ignore[arg-type]
+    return cold, warm
+
+
+def said(what: str, cold: list[float], warm: list[float]) -> str:
+    return (
+        f"{what}, {ROUNDS} rounds: cold {[round(c, 2) for c in cold]}"
+        f" (median {statistics.median(cold):.2f} s), warm {[round(w, 2) for w in warm]}"
+        f" (median {statistics.median(warm):.2f} s)"
+    )
+
+
+def test_a_jax_standby_holds_no_gpu_until_its_job_computes_on_it(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    node = StandbyNode(tmp_path, JAX, "jax")
+    node.ensure()
+    try:
+        done = holds_no_gpu_until_its_job(node, "jax_gpu_held")
+        assert done["sum"] == 12.0
+
+        def on_gpu(value: dict[str, object]) -> None:
+            assert value["platform"] == "gpu"
+
+        cold, warm = cold_and_warm_rounds(
+            node,
+            "jax_gpu_first_step",
+            on_gpu,
+            int(done["worker_pid"]),  # type: ignore[call-overload]
+        )
+        print(said("worker start to first GPU step", cold, warm))
     finally:
-        standbys.stop(folder)
+        standbys.stop(node.folder)
 
 
 def test_a_torch_standby_holds_no_gpu_and_its_job_runs_nccl_on_it(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    node_dir = tmp_path / "node-0"
-    folder = standbys.folder(node_dir)
-    env = {
-        **standby_env(os.environ),
-        "SKYINFRA_NODE_DIR": str(node_dir),
-        "PYTHONPATH": str(RUNTIME_SRC),
-    }
-    standbys.ensure(folder, 1, TORCH, env)
+    node = StandbyNode(tmp_path, TORCH, "torch")
+    node.ensure()
     try:
-        pid = waiting_pid(node_dir)
         # `import torch` initialises no CUDA: the waiting standby is no compute process.
-        assert pid not in gpu_processes(), "a waiting torch standby holds a CUDA context"
-        maps = Path(f"/proc/{pid}/maps").read_text()
-        print(f"waiting torch standby {pid}: libcuda mapped: {'libcuda.so' in maps}")
-
-        held, go = tmp_path / "held", tmp_path / "go"
-        job = standbys.Job(
-            job_argv(tmp_path, "torch_nccl_held", "held"),
-            job_env(tmp_path, "torch", HELD_FILE=str(held), GO_FILE=str(go)),
-            str(tmp_path),
-            [],
-        )
-        worker, start = standbys.take(folder, 0, TORCH, job)
-        assert worker is not None and start.warm, start
-        wait_until("the job ran DDP steps on the GPU", held.exists)
-        assert worker.pid in gpu_processes()  # the same process, now the job's, holds it
-        go.touch()
-        assert worker.wait(timeout=120) == 0
-        done = value(tmp_path, "held")
-        assert done["pid"] == worker.pid
+        done = holds_no_gpu_until_its_job(node, "torch_nccl_held")
+        assert done["pid"] == done["worker_pid"]
         assert done["backend"] == "nccl"  # the plugin's choice on a GPU node
         assert done["device"] == done["parameters_on"] == "cuda:0"
         assert (done["world"], done["all_reduce"]) == (1, 1.0)
 
-        cold, warm = [], []
-        for round_ in range(ROUNDS):
-            name = f"cold{round_}"
-            began = time.time()
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "skyinfra_runtime.worker",
-                    *job_argv(tmp_path, "torch_first_step", name),
-                ],
-                env=job_env(tmp_path, "torch"),
-                cwd=tmp_path,
-                timeout=300,
-            )
-            assert proc.returncode == 0
-            assert value(tmp_path, name)["backend"] == "nccl"
-            cold.append(float(value(tmp_path, name)["at"]) - began)  # type: ignore[arg-type]
+        def on_nccl(value: dict[str, object]) -> None:
+            assert value["backend"] == "nccl"
 
-            standbys.ensure(folder, 1, TORCH, env)
-            waiting_pid(node_dir, not_pid=worker.pid)
-            name = f"warm{round_}"
-            job = standbys.Job(
-                job_argv(tmp_path, "torch_first_step", name),
-                job_env(tmp_path, "torch"),
-                str(tmp_path),
-                [],
-            )
-            began = time.time()
-            worker, start = standbys.take(folder, 0, TORCH, job)
-            assert worker is not None and start.warm, start
-            assert worker.wait(timeout=300) == 0
-            assert value(tmp_path, name)["backend"] == "nccl"
-            warm.append(float(value(tmp_path, name)["at"]) - began)  # type: ignore[arg-type]
-        print(
-            f"torch worker start to first NCCL all-reduce, {ROUNDS} rounds:"
-            f" cold {[round(c, 2) for c in cold]} (median {statistics.median(cold):.2f} s),"
-            f" warm {[round(w, 2) for w in warm]} (median {statistics.median(warm):.2f} s)"
+        cold, warm = cold_and_warm_rounds(
+            node,
+            "torch_first_step",
+            on_nccl,
+            int(done["worker_pid"]),  # type: ignore[call-overload]
         )
+        print(said("torch worker start to first NCCL all-reduce", cold, warm))
     finally:
-        standbys.stop(folder)
+        standbys.stop(node.folder)
