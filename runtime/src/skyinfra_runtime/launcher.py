@@ -277,7 +277,7 @@ class _Warmth:
     def of(cls, topology: Topology, node: int, procs: int) -> _Warmth:
         node_dir = os.environ.get(rundirs.NODE_DIR_ENV)
         folder = standbys.folder(node_dir) if node_dir else None
-        warmup = warm.standby_warmup(topology.plugins, procs, warm.standby_env(os.environ))
+        warmup = warm.node_warmup(topology.plugins, procs, os.environ)
         why = "" if warmup else "no standby for these plugins (warm: jax, torch, keras on both)"
         if not topology.warm_workers:
             if folder is not None:

@@ -38,7 +38,7 @@ def wanted(topology: Topology, node: int) -> tuple[int, warm.Warmup | None]:
     procs = resolve_procs(topology.procs_per_node, topology, node)
     # As the launcher asks (launcher._Warmth): torch's standby is keyed by the thread count
     # its worker count and the node's environment give, so a job finds it fit.
-    warmup = warm.standby_warmup(topology.plugins, procs, warm.standby_env(os.environ))
+    warmup = warm.node_warmup(topology.plugins, procs, os.environ)
     return (0, None) if warmup is None else (procs, warmup)
 
 

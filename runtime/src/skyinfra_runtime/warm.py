@@ -95,6 +95,15 @@ def standby_warmup(
     return Warmup(tuple(dict.fromkeys(imports)), tuple(dict.fromkeys(env)))
 
 
+def node_warmup(
+    plugins: Sequence[PluginRef], procs: int, environ: Mapping[str, str]
+) -> Warmup | None:
+    """The standby a node keeps for a job of ``procs`` workers, the one both the launcher
+    asks for and `warm-up` starts (one place, so that their keys always match): the plugins'
+    warmup in the node's environment ``environ`` less the job's own variables."""
+    return standby_warmup(plugins, procs, standby_env(environ))
+
+
 def import_sensitive(name: str) -> bool:
     """A variable read by the frameworks' imports or by the interpreter's start."""
     return (
