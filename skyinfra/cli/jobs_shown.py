@@ -103,12 +103,18 @@ def start_words(workers: Sequence[WorkerStart]) -> str:
     """How a node's workers started in the current attempt: warm (on a standby, which had
     waited so long) or cold (and why)."""
     said = [
-        f"worker {w.worker} warm (its standby waited {w.waited_s or 0:.0f} s)"
+        f"worker {w.worker} warm ({_warm_words(w)})"
         if w.warm
         else f"worker {w.worker} cold" + (f" ({w.reason})" if w.reason else "")
         for w in workers
     ]
     return f"; {', '.join(said)}" if said else ""
+
+
+def _warm_words(start: WorkerStart) -> str:
+    if start.imports_s is not None:
+        return f"its standby was still importing: {start.imports_s:.1f} s more"
+    return f"its standby waited {start.waited_s or 0:.0f} s"
 
 
 def print_jobs(found: list[JobView]) -> None:

@@ -50,4 +50,8 @@ def test_status_and_jobs_say_in_words_what_standbys_hold_and_how_workers_started
     assert start_words(started) == (
         "; worker 0 warm (its standby waited 62 s), worker 1 cold (no standby)"
     )
+    importing = WorkerStart(0, True, waited_s=0.0, imports_s=1.26)
+    assert start_words((importing,)) == (
+        "; worker 0 warm (its standby was still importing: 1.3 s more)"
+    )
     assert start_words(()) == ""  # a record from before, or a launcher that has not said yet

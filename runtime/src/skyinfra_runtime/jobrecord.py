@@ -358,22 +358,26 @@ class Attempt:
 
 @dataclass(frozen=True)
 class WorkerStart:
-    """How one worker of a node started in an attempt: on a standby (warm, and how long the
-    standby had waited for a job) or cold (and why). Written by the node's launcher in its
+    """How one worker of a node started in an attempt: on a standby (warm, how long the
+    standby had waited for a job, or how long the job waited for its imports) or cold (and
+    why). Written by the node's launcher in its
     run's timeline.json, and kept in the node's part of the job's record."""
 
     worker: int
     warm: bool
     waited_s: float | None = None
     reason: str | None = None
+    # A standby taken while it still imported: how long the job waited for the rest.
+    imports_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        said = {
             "worker": self.worker,
             "start": "warm" if self.warm else "cold",
             "waited_s": None if self.waited_s is None else round(self.waited_s, 3),
             "reason": self.reason,
         }
+        return said if self.imports_s is None else {**said, "imports_s": round(self.imports_s, 3)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WorkerStart:
@@ -382,6 +386,7 @@ class WorkerStart:
             warm=data.get("start") == "warm",
             waited_s=_opt_float(data.get("waited_s")),
             reason=_opt_str(data.get("reason")),
+            imports_s=_opt_float(data.get("imports_s")),
         )
 
 

@@ -6,8 +6,14 @@ node's private standby folder) for one job. The launcher sends the job (argv, en
 its stdin, stdout and stderr; from then on this process is that job's worker, exactly as
 ``python -m skyinfra_runtime.worker`` would have been, and it is never reused.
 
+The socket listens from the start, named ``w<slot>-<pid>.importing`` while the imports run
+and renamed ``w<slot>-<pid>.sock`` once they are done (ready). A launcher that finds only an
+importing standby takes it and waits for the rest of its imports: a cold worker would redo
+them from the start, beside the standby's, on the same cores.
+
 Handshake (one JSON line each way, then the job): the standby says hello (pid, warmup key,
-the environment it was started with, its interpreter, when it became ready); the launcher
+the environment it was started with, its interpreter, when it became ready: null while it
+imports, and then a second line ``{"ready_at": T}`` once it is ready); the launcher
 either closes (it starts cold: the standby waits on) or sends one byte with the three file
 descriptors (SCM_RIGHTS) and the job as a JSON line; the standby answers ``{"taken": true}``.
 The connection then stays open for the job's life: when it closes before the worker ends,
@@ -23,6 +29,7 @@ import contextlib
 import importlib
 import json
 import os
+import queue
 import signal
 import socket
 import sys
@@ -40,6 +47,11 @@ PR_SET_PDEATHSIG = 1
 
 def socket_path(folder: Path, slot: int, pid: int) -> Path:
     return folder / f"w{slot}-{pid}.sock"
+
+
+def importing_path(folder: Path, slot: int, pid: int) -> Path:
+    """The socket's name while the standby imports (connectable: the launcher may wait)."""
+    return folder / f"w{slot}-{pid}.importing"
 
 
 def taken_file(folder: Path, pid: int) -> Path:
@@ -63,18 +75,26 @@ def main(argv: list[str]) -> int:
     atexit.register(worker._EndBeforeTeardown.hook)
     started_env = dict(os.environ)
     plan = Warmup.from_dict(json.loads(warmup))
-    os.environ.update(dict(plan.env))
-    for module in plan.imports:
-        importlib.import_module(module)
-    hello = {
+    hello: dict[str, Any] = {
         "pid": os.getpid(),
         "key": plan.key,
         "env": started_env,
         "executable": sys.executable,
-        "ready_at": time.time(),
+        "ready_at": None,
     }
-    listener, path = _listen(folder, slot)
-    conn, fds, job = _wait_for_job(listener, hello)
+    importing = importing_path(folder, slot, os.getpid())
+    listener = _listen(folder, importing)
+    imported = threading.Event()
+    handed: queue.Queue[tuple[socket.socket, list[int], dict[str, Any]]] = queue.Queue(1)
+    threading.Thread(target=_serve, args=(listener, hello, imported, handed), daemon=True).start()
+    os.environ.update(dict(plan.env))
+    for module in plan.imports:
+        importlib.import_module(module)
+    hello["ready_at"] = time.time()
+    imported.set()
+    path = socket_path(folder, slot, os.getpid())
+    importing.replace(path)  # ready: the keeper and `status` count it from now
+    conn, fds, job = handed.get()
     taken_file(folder, os.getpid()).touch(mode=0o600)  # the keeper starts the next one
     path.unlink(missing_ok=True)
     listener.close()
@@ -87,8 +107,7 @@ def main(argv: list[str]) -> int:
     return 0  # not reached: worker.main() exits
 
 
-def _listen(folder: Path, slot: int) -> tuple[socket.socket, Path]:
-    path = socket_path(folder, slot, os.getpid())
+def _listen(folder: Path, path: Path) -> socket.socket:
     tmp = folder / f".{path.name}.tmp"
     tmp.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -99,24 +118,38 @@ def _listen(folder: Path, slot: int) -> tuple[socket.socket, Path]:
     os.chmod(tmp, 0o600)
     listener.listen(4)
     tmp.replace(path)  # connectable once it has its name
-    return listener, path
+    return listener
 
 
-def _wait_for_job(
-    listener: socket.socket, hello: dict[str, Any]
-) -> tuple[socket.socket, list[int], dict[str, Any]]:
-    line = (json.dumps(hello) + "\n").encode()
+def _line(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data) + "\n").encode()
+
+
+def _serve(
+    listener: socket.socket,
+    hello: dict[str, Any],
+    imported: threading.Event,
+    handed: queue.Queue[tuple[socket.socket, list[int], dict[str, Any]]],
+) -> None:
+    """Answer launchers one at a time, from the start (a thread: the main one imports),
+    until one hands over a job."""
     while True:
         conn, _ = listener.accept()
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        fds: list[int] = []
         try:
-            conn.sendall(line)
+            ready = imported.is_set()
+            conn.sendall(_line({**hello, "ready_at": hello["ready_at"] if ready else None}))
+            if not ready:  # the launcher waits for the rest of the imports
+                imported.wait()
+                conn.sendall(_line({"ready_at": hello["ready_at"]}))
             data, fds, _, _ = socket.recv_fds(conn, 1, 3)
             if data and len(fds) == 3:
                 job = json.loads(conn.makefile("rb").readline())
-                return conn, fds, job
+                handed.put((conn, fds, job))
+                return
         except (OSError, ValueError):
-            fds = []
+            pass
         for fd in fds:  # a launcher that chose cold (or went): wait on
             os.close(fd)
         conn.close()

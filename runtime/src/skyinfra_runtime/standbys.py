@@ -3,10 +3,11 @@ side (``ensure`` the keeper, ``take`` a standby for a worker, ``WarmWorker`` to 
 
 Everything lives in ``$SKYINFRA_NODE_DIR/standby/`` (0700): ``want.json`` (the slots and the
 warmup the latest job asked for), ``keeper.lock`` (held by the one keeper), a socket per
-waiting standby (``w<slot>-<pid>.sock``, 0600), and ``exit-<pid>`` (a taken standby's exit
-status, written by the keeper, its parent, and read once by the launcher). Nothing there is
-a pid file of ``pids/``: the idle shutdown (infra/scripts/idle-check.sh) never counts a
-standby as busy, and `down` ends them with the node's other processes.
+waiting standby (``w<slot>-<pid>.sock``, 0600; ``.importing`` while it imports), and
+``exit-<pid>`` (a taken standby's exit status, written by the keeper, its parent, and read
+once by the launcher). Nothing there is a pid file of ``pids/``: the idle shutdown
+(infra/scripts/idle-check.sh) never counts a standby as busy, and `down` ends them with the
+node's other processes.
 
 The keeper (``python -m skyinfra_runtime.standbys DIR``) starts a standby in each slot that
 has none, a fresh one as soon as one dies, and one in a slot a job took once the launcher
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from skyinfra_runtime.jobrecord import WorkerStart
-from skyinfra_runtime.standby import socket_path, taken_file
+from skyinfra_runtime.standby import importing_path, socket_path, taken_file
 from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework, slots_to_fill
 
 FOLDER = "standby"
@@ -43,6 +44,9 @@ POLL_S = 0.2
 MAX_FAILED_STARTS = 3
 # How long a taken standby that is gone may lack its exit file while the keeper lives.
 EXIT_FILE_GRACE_S = 5.0
+# How long a job waits for a standby still importing before it starts cold after all (an
+# import that hangs); a cold worker would pay the same imports, so this is rarely reached.
+IMPORT_WAIT_S = 300.0
 
 
 def folder(node_dir: str | os.PathLike[str]) -> Path:
@@ -203,15 +207,17 @@ def _alive(pid: int) -> bool:
 
 
 def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | None, WorkerStart]:
-    """Hand ``job`` to the standby waiting in ``slot``; (None, why cold) when none may."""
+    """Hand ``job`` to the standby waiting in ``slot`` (a ready one first, else one still
+    importing, whose imports the job waits for); (None, why cold) when none may."""
     reason = job_sets_framework(job.job_names)
     if reason:  # known before asking any standby
         return None, WorkerStart(slot, warm=False, reason=reason)
-    for sock_file in sorted(path.glob(f"w{slot}-*.sock")):
+    found = [*sorted(path.glob(f"w{slot}-*.sock")), *sorted(path.glob(f"w{slot}-*.importing"))]
+    for sock_file in found:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(10.0)
         try:
-            _connect(conn, sock_file)
+            _connect_found(conn, sock_file)
             reader = conn.makefile("rb")
             hello = json.loads(reader.readline())
             reason = _other_warmup(hello, warmup) or cold_reason(
@@ -220,17 +226,25 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
             if reason:
                 conn.close()
                 return None, WorkerStart(slot, False, reason=reason)
+            imports_s = None
+            if hello.get("ready_at") is None:  # still importing: wait for the rest
+                since = time.monotonic()
+                conn.settimeout(IMPORT_WAIT_S)
+                hello["ready_at"] = json.loads(reader.readline())["ready_at"]
+                conn.settimeout(10.0)
+                imports_s = time.monotonic() - since
             socket.send_fds(conn, [b"J"], [0, 1, 2])
             payload = {"argv": job.argv, "env": job.env, "cwd": job.cwd}
             conn.sendall((json.dumps(payload) + "\n").encode())
             if not json.loads(reader.readline() or b"{}").get("taken"):
                 raise OSError("the standby did not take the job")
-        except (OSError, ValueError):
+        except (OSError, ValueError, KeyError, TypeError):
             conn.close()
             continue  # gone meanwhile, or taken by another job: the next, else cold
         conn.settimeout(None)
-        waited = time.time() - float(hello.get("ready_at", time.time()))
-        return WarmWorker(path, int(hello["pid"]), conn), WorkerStart(slot, True, waited_s=waited)
+        waited = max(0.0, time.time() - float(hello["ready_at"]))
+        start = WorkerStart(slot, True, waited_s=waited, imports_s=imports_s)
+        return WarmWorker(path, int(hello["pid"]), conn), start
     return None, WorkerStart(slot, False, reason="no standby was ready")
 
 
@@ -241,6 +255,17 @@ def _other_warmup(hello: dict[str, Any], warmup: Warmup) -> str | None:
     if hello.get("key") != warmup.key:  # other imports, or torch's other thread count
         return f"the standby's warmup {hello.get('key')!r} is not this job's {warmup.key!r}"
     return None
+
+
+def _connect_found(conn: socket.socket, path: Path) -> None:
+    """Connect to a standby's socket as found: one found importing may have been renamed
+    ready (``.sock``) since."""
+    try:
+        _connect(conn, path)
+    except FileNotFoundError:
+        if path.suffix != ".importing":
+            raise
+        _connect(conn, path.with_suffix(".sock"))
 
 
 def _connect(conn: socket.socket, path: Path) -> None:
@@ -292,11 +317,14 @@ def keep(path: Path) -> int:
                 del waiting[slot]
             elif standby.proc.poll() is not None:  # died waiting (killed, or failed)
                 socket_path(path, slot, pid).unlink(missing_ok=True)
+                importing_path(path, slot, pid).unlink(missing_ok=True)
                 del waiting[slot]
                 failed = 0 if standby.ready else failed + 1
             elif warmup is None or standby.key != warmup.key or slot >= slots:
                 standby.proc.terminate()
                 standby.proc.wait()
+                socket_path(path, slot, pid).unlink(missing_ok=True)
+                importing_path(path, slot, pid).unlink(missing_ok=True)
                 del waiting[slot]
             elif socket_path(path, slot, pid).exists():
                 standby.ready, failed = True, 0

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from skyinfra_runtime import nodefacts, standbys
+from skyinfra_runtime.jobrecord import WorkerStart
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV
 from skyinfra_runtime.warm import Warmup, standby_env
 
@@ -118,3 +120,63 @@ def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(
     go.touch()
     assert worker.wait(timeout=60) == 0
     assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
+
+
+SLOW_IMPORT = """\
+import os, pathlib, time
+
+pathlib.Path(os.environ["IMPORT_STARTED"]).touch()
+while not pathlib.Path(os.environ["IMPORT_GO"]).exists():
+    time.sleep(0.02)
+"""
+
+
+def test_a_job_takes_a_standby_still_importing_and_waits_for_its_imports(tmp_path: Path) -> None:
+    """A job that comes while the only standby still imports (a node's first job right
+    after `up`, or the next job before the refill is ready) takes it and waits for the rest
+    of its imports: starting cold would redo them beside the standby's, on the same cores."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "slow_framework.py").write_text(SLOW_IMPORT)
+    started, go_import = tmp_path / "import-started", tmp_path / "import-go"
+    node_dir = tmp_path / "node-0"
+    folder = standbys.folder(node_dir)
+    env = {
+        **standby_env(os.environ),
+        "SKYINFRA_NODE_DIR": str(node_dir),
+        "PYTHONPATH": str(mods),
+        "IMPORT_STARTED": str(started),
+        "IMPORT_GO": str(go_import),
+    }
+    warmup = Warmup(("slow_framework",))
+    standbys.ensure(folder, 1, warmup, env)
+    try:
+        wait_until("the standby imports", started.exists)
+        assert not nodefacts.waiting_standbys(node_dir)  # not ready: not counted as waiting
+        taken: list[tuple[standbys.WarmWorker | None, WorkerStart]] = []
+        go = tmp_path / "go"
+        job = job_for(tmp_path, go)
+        taker = threading.Thread(target=lambda: taken.append(standbys.take(folder, 0, warmup, job)))
+        taker.start()
+        # The launcher is connected and waits: it neither took the job nor went cold.
+        wait_until("the launcher connects", lambda: _connections_to(folder) > 0)
+        assert not taken
+        go_import.touch()
+        taker.join(timeout=60)
+        ((worker, start),) = taken
+        assert worker is not None and start.warm, start
+        assert start.imports_s is not None and start.imports_s >= 0
+        go.touch()
+        assert worker.wait(timeout=60) == 0
+        assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
+    finally:
+        go_import.touch()
+        standbys.stop(folder)
+
+
+def _connections_to(folder: Path) -> int:
+    """Connections to the importing standby's socket (/proc/net/unix: the name it was bound
+    with, relative to its folder, state 03 connected)."""
+    bound = [f".{p.name}.tmp" for p in folder.glob("w0-*.importing")]
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return sum(1 for line in lines if line.split()[5] == "03" and line.split()[-1] in bound)

@@ -276,3 +276,7 @@ def test_a_nodes_worker_starts_go_from_its_timeline_into_the_record(tmp_path: Pa
     assert said["workers"][0] == {"worker": 0, "start": "warm", "waited_s": 12.346, "reason": None}
     assert NodeResult.from_dict(said).to_dict() == said
     assert "workers" not in NodeResult(node=0).to_dict()  # older records read back as they were
+    # A standby taken while it still imported: how long the job waited for the rest.
+    importing = WorkerStart(0, warm=True, waited_s=0.0, imports_s=1.23456)
+    assert importing.to_dict()["imports_s"] == 1.235
+    assert WorkerStart.from_dict(importing.to_dict()) == WorkerStart(0, True, 0.0, None, 1.235)
