@@ -206,7 +206,12 @@ if [ "${#packages[@]}" -gt 0 ]; then
     case " ${packages[*]}" in *" jax["* | *" jax="* | *" jax "*) phase jax ;; *) phase python-packages ;; esac
     install "${find_links[@]}" "${packages[@]}"
 fi
-"$venv_python" -c 'import skyinfra_runtime' || die "skyinfra_runtime does not import in $node_dir/venv"
+runtime_imports() {
+    "$venv_python" -c 'import skyinfra_runtime' || die "skyinfra_runtime does not import in $node_dir/venv"
+}
+# With --imds-standin the stand-in's start below imports the runtime: each interpreter that
+# imports it costs about 0.1 s of CPU, which on a shared machine every node pays again.
+[ -n "$imds_standin" ] || runtime_imports
 
 # The node is fit for the topology's plugins: frameworks import, GPUs are seen (check-node.py).
 if [ -n "$check_topology" ]; then
@@ -214,21 +219,28 @@ if [ -n "$check_topology" ]; then
     "$venv_python" "$(dirname "${BASH_SOURCE[0]}")/check-node.py" "$check_topology" "$node_index" ||
         die "node check failed (check-node.py above says why): the node cannot run this cluster's plugins"
 fi
-if [ -n "$imds_standin" ] && ! "$venv_python" -c 'import skyinfra_runtime.imds_standin' 2>/dev/null; then
-    # A runtime without the stand-in (a stripped-down one, as the Terraform-layer tests
-    # install): the node works, but no Spot notice can be sent to it.
-    echo "bootstrap-node: this runtime has no IMDS stand-in; \`skyinfra drill\` cannot reach $node_dir"
-elif [ -n "$imds_standin" ]; then
+if [ -n "$imds_standin" ]; then
     # Detached (its own session, no terminal, stdio to a file) so that Terraform's local-exec
     # does not wait for it; the node's mark in its environment lets --remove end it.
     rm -f "$node_dir/notice.json"
     setsid "$venv_python" -m skyinfra_runtime imds-standin --node-dir "$node_dir" \
         --listen "$imds_standin" --remove-script "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")" \
         < /dev/null >> "$node_dir/imds-standin.log" 2>&1 &
+    standin=$!
     for _ in $(seq 1 100); do
         [ -f "$node_dir/notice.json" ] && break
+        kill -0 "$standin" 2>/dev/null || break
         sleep 0.1
     done
-    [ -f "$node_dir/notice.json" ] || die "the IMDS stand-in did not start (see $node_dir/imds-standin.log)"
+    if [ ! -f "$node_dir/notice.json" ]; then
+        # Why it did not start: no runtime at all stops the node; a runtime without the
+        # stand-in (a stripped-down one, as the Terraform-layer tests install) leaves a node
+        # that works, but that no Spot notice can be sent to.
+        runtime_imports
+        if "$venv_python" -c 'import skyinfra_runtime.imds_standin' 2>/dev/null; then
+            die "the IMDS stand-in did not start (see $node_dir/imds-standin.log)"
+        fi
+        echo "bootstrap-node: this runtime has no IMDS stand-in; \`skyinfra drill\` cannot reach $node_dir"
+    fi
 fi
 echo "bootstrap-node: ready $node_dir"

@@ -4,8 +4,11 @@ when the uv it was given does not run."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from skyinfra import resources
@@ -49,3 +52,78 @@ def test_without_a_working_uv_the_node_falls_back_to_pip_and_says_so(tmp_path: P
     log = bootstrap(script, tmp_path / "node-0", "--uv", str(broken))
     assert f"uv not available ({broken}); falling back to pip" in log
     assert "uv = " not in (tmp_path / "node-0" / "venv" / "pyvenv.cfg").read_text()
+
+
+def made_wheel(folder: Path, init: str) -> Path:
+    """A skyinfra-runtime wheel whose package holds only ``__init__.py`` (no IMDS stand-in)."""
+    dist = "skyinfra_runtime-0.0.0.dist-info"
+    wheel = folder / "skyinfra_runtime-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("skyinfra_runtime/__init__.py", init)
+        zf.writestr(
+            f"{dist}/METADATA", "Metadata-Version: 2.1\nName: skyinfra-runtime\nVersion: 0.0.0\n"
+        )
+        zf.writestr(
+            f"{dist}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        zf.writestr(f"{dist}/RECORD", "")
+    return wheel
+
+
+def enrol(
+    script: Path, node_dir: Path, wheel: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The bootstrap as the ssh and local targets run it: uv, the node's IMDS stand-in."""
+    return subprocess.run(
+        ["bash", str(script), "--node-dir", str(node_dir), "--python", sys.executable,
+         "--wheel", str(wheel), "--uv", operator_uv(),
+         "--cache-dir", str(node_dir.parent / "uv-cache"), "--imds-standin", "127.0.0.1"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+
+
+def test_with_the_imds_standin_the_runtime_is_imported_by_the_standin_alone(
+    tmp_path: Path,
+) -> None:
+    """Every interpreter that imports the runtime costs about 0.1 s of CPU per node (issue 45's
+    figure 20: 8 hosts' enrolments share one machine): the stand-in's own start is the proof
+    that the runtime imports, no separate import check runs beside it."""
+    script = tmp_path / "bootstrap-node.sh"
+    script.write_text(resources.bootstrap_script())
+    hook, started = tmp_path / "hook", tmp_path / "started.jsonl"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import json, sys\n"
+        f"with open({str(started)!r}, 'a') as f:\n"
+        "    f.write(json.dumps(sys.orig_argv) + '\\n')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(hook)}
+    node = tmp_path / "node-0"
+    try:
+        done = enrol(script, node, build_runtime_wheel().path, env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (node / "notice.json").is_file()
+    finally:
+        subprocess.run(["bash", str(script), "--remove", "--node-dir", str(node)], timeout=60)
+    runs = [json.loads(line) for line in started.read_text().splitlines()]
+    importing = [argv[1:] for argv in runs if any("skyinfra_runtime" in a for a in argv)]
+    assert [argv[:3] for argv in importing] == [["-m", "skyinfra_runtime", "imds-standin"]]
+
+
+def test_a_runtime_without_the_standin_enrols_and_one_that_does_not_import_stops(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "bootstrap-node.sh"
+    script.write_text(resources.bootstrap_script())
+    stripped = tmp_path / "stripped"
+    stripped.mkdir()
+    done = enrol(script, tmp_path / "node-0", made_wheel(stripped, '"""No stand-in."""\n'))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "this runtime has no IMDS stand-in" in done.stdout
+    assert not (tmp_path / "node-0" / "notice.json").exists()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    done = enrol(script, tmp_path / "node-1", made_wheel(broken, "raise ImportError('no')\n"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"skyinfra_runtime does not import in {tmp_path / 'node-1'}/venv" in done.stderr

@@ -37,6 +37,13 @@ resource "terraform_data" "node" {
     ]))
   }
 
+  lifecycle {
+    precondition {
+      condition     = dirname(var.uv_path) == dirname(var.wheel_path) && basename(var.uv_path) == "uv"
+      error_message = "uv_path must be \"uv\" in the wheel's folder (one upload copies both)."
+    }
+  }
+
   connection {
     type        = "ssh"
     host        = self.input.host
@@ -57,14 +64,11 @@ resource "terraform_data" "node" {
     destination = dirname(dirname(dirname(each.value.node_dir)))
   }
 
+  # The wheel and uv in one upload (their folder holds only them: enrol.payload): every SSH
+  # connection costs the host's sshd and Terraform CPU, and the hosts may share a machine.
   provisioner "file" {
-    source      = var.wheel_path
-    destination = "${each.value.node_dir}/.enrol/${local.wheel_name}"
-  }
-
-  provisioner "file" {
-    source      = var.uv_path
-    destination = "${each.value.node_dir}/.enrol/uv"
+    source      = "${dirname(var.wheel_path)}/"
+    destination = "${each.value.node_dir}/.enrol"
   }
 
   # enrol.sh runs bootstrap-node.sh with these arguments (its output in .enrol/bootstrap.log;

@@ -75,7 +75,7 @@ variable "stage_dir" {
 }
 
 variable "wheel_path" {
-  description = "Path (on the operator's machine) of the skyinfra-runtime wheel copied to every host."
+  description = "Path (on the operator's machine) of the skyinfra-runtime wheel copied to every host; its folder holds only it and uv_path, and is copied whole."
   type        = string
 
   validation {
@@ -95,7 +95,7 @@ variable "wheel_sha256" {
 }
 
 variable "uv_path" {
-  description = "Path (on the operator's machine) of the uv binary copied into each node's folder; the node's venv is made with it."
+  description = "Path (on the operator's machine) of the uv binary copied into each node's folder; the node's venv is made with it. Named uv, beside wheel_path."
   type        = string
 }
 

@@ -4,7 +4,10 @@ every target runs, and the script that marks the node enrolled)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from skyinfra.spec import ClusterSpec
 from skyinfra.targets.ssh.contact import NODES_FOLDER, HostFacts
 from skyinfra.targets.ssh.spec import SshSpec
 from skyinfra.topology import Node, build_topology
+from skyinfra.wheel import cache_root
 
 # The root module's folder of per-node trees copied to the hosts (relative to the workspace).
 STAGE_DIR = f"{render.SCRIPTS_DIR}/hosts"
@@ -57,6 +61,9 @@ touch "$node_dir/.skyinfra-ready"
 echo "skyinfra: enrolled $(hostname) as $node_dir ($("$node_dir/venv/bin/python" -V), $gpus GPU(s))"
 """
 
+# Under skyinfra's cache: per runtime wheel and uv, a folder holding only those two (payload).
+PAYLOAD_FOLDER = "ssh-payload"
+
 TFVARS = (
     "cluster_name",
     "hosts",
@@ -71,6 +78,35 @@ TFVARS = (
     "python_packages",
     "spare_hosts",
 )
+
+
+def payload(
+    wheel: Path, wheel_sha256: str, uv: Path, cache: Path | None = None
+) -> tuple[Path, Path]:
+    """The wheel and uv as the hosts get them: (wheel, uv) in a folder of the cache holding
+    only them, which one file provisioner copies to each host (one SSH connection for both,
+    each costing the host's sshd and Terraform CPU). Hard links where the file system allows,
+    else copies; made once per wheel and uv, then reused."""
+    found = uv.resolve()
+    st = found.stat()
+    key = f"{wheel_sha256}\0{found}\0{st.st_size}\0{st.st_mtime_ns}"
+    folder = (cache or cache_root()) / PAYLOAD_FOLDER / hashlib.sha256(key.encode()).hexdigest()
+    made = (folder / wheel.name, folder / "uv")
+    if folder.is_dir():
+        return made
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for source, name in ((wheel, wheel.name), (found, "uv")):
+        try:
+            os.link(source, tmp / name)
+        except OSError:  # another file system, or links not allowed
+            shutil.copy2(source, tmp / name)
+    try:
+        tmp.rename(folder)  # whole or not at all; a concurrent `up` may have made it first
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return made
 
 
 def host_lines(section: SshSpec, facts: Sequence[HostFacts], cluster: str) -> list[str]:

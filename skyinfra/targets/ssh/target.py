@@ -18,6 +18,7 @@ import posixpath
 import shlex
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra import timeline
@@ -100,8 +101,9 @@ class SshHostsTarget(SshDeclaration, WithoutLadder):
         wheel = build_runtime_wheel()
         timeline.lap("wheel build")
         spares = spares_left(section, [f.host for f in facts], reached.lost)
+        wheel_path, uv_path = enrol.payload(wheel.path, wheel.sha256, Path(operator_uv()))
         ctx = enrol.context(
-            spec, facts, wheel_path=wheel.path, wheel_sha256=wheel.sha256, uv_path=operator_uv(),
+            spec, facts, wheel_path=wheel_path, wheel_sha256=wheel.sha256, uv_path=str(uv_path),
             spares=spares,
         )  # fmt: skip
         for line in ctx["host_lines"]:

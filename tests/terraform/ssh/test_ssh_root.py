@@ -34,7 +34,10 @@ def rendered(tmp_path: Path) -> Path:
         HostFacts(0, "10.0.0.5", "/home/ml", "3.11", KEY),
         HostFacts(1, "gpu-2.lab", "/srv/home/ml", "3.12", KEY, Accelerator("L4", 2)),
     ]
-    ctx = enrol.context(spec, facts, wheel_path=wheel, wheel_sha256="a" * 64, uv_path="/bin/true")
+    uv = tmp_path / "uv-binary"
+    uv.write_bytes(b"uv")
+    wheel, uv = enrol.payload(wheel, "a" * 64, uv, cache=tmp_path / "cache")
+    ctx = enrol.context(spec, facts, wheel_path=wheel, wheel_sha256="a" * 64, uv_path=str(uv))
     ws = tmp_path / "clusters" / "lab"
     ws.mkdir(parents=True)
     Workspace(ws).write_files(enrol.files(ctx))
@@ -81,8 +84,24 @@ def test_the_module_refuses_a_host_without_a_pinned_key(rendered: Path) -> None:
     assert [nodes[n]["accelerator"] for n in ("node-0", "node-1")] == [
         None, {"type": "L4", "count": 2}
     ]  # fmt: skip
+    # Two uploads per host (each an SSH connection): the stage tree, then the wheel and uv.
+    plan = engine.show_plan("gpus.tfplan")["configuration"]["root_module"]
+    node = plan["module_calls"]["nodes"]["module"]["resources"][0]
+    assert [p["type"] for p in node["provisioners"]].count("file") == 2
     tfvars = rendered / "terraform.tfvars.json"
     values = json.loads(tfvars.read_text())
     values["hosts"]["node-0"]["host_key"] = ""
     tfvars.write_text(json.dumps(values))
     assert engine.raw(["plan", "-input=false", "-no-color"]) == 1
+
+
+def test_the_module_refuses_a_uv_outside_the_wheels_folder(rendered: Path, tmp_path: Path) -> None:
+    """The wheel's folder is copied whole: a uv elsewhere would never reach the hosts."""
+    engine = EmbeddedTerraform(rendered)
+    engine.init()
+    tfvars = rendered / "terraform.tfvars.json"
+    values = json.loads(tfvars.read_text())
+    values["uv_path"] = str(tmp_path / "elsewhere" / "uv")
+    tfvars.write_text(json.dumps(values))
+    code, _, err = engine.command(["plan", "-input=false", "-no-color"])
+    assert code == 1 and "uv_path must be" in err, err
