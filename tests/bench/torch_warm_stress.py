@@ -19,7 +19,7 @@ import time
 
 from common import REPO, VENV_BIN, base_env, cli, project
 
-JOB_TIMEOUT_S = 180  # a hung worker: its job never ends on its own
+JOB_TIMEOUT_S = 120  # a hung worker: its job never ends on its own
 
 
 def main(jobs: int) -> int:

@@ -190,9 +190,7 @@ def _torch_section(torch: dict[str, Any] | None, s: Any) -> list[str]:
         " `import torch` and `torch._dynamo` (which building DDP imports, about 1 s of CPU);"
         " what is left is the launcher's and the plugin's own work (the rendezvous store,"
         " `init_process_group` and its barrier), building the model and DDP, and the first"
-        " step. On this 2-core machine the standbys that replace the taken ones import torch"
-        " on the same cores while the warm job runs (a node with cores to spare does not pay"
-        " that)."
+        " step."
         " torch compiles nothing here (no `torch.compile`), so a compilation cache on the"
         " node would save nothing more.",
         "",

@@ -176,7 +176,7 @@ class TorchPlugin:
         self._store = None  # stops serving and closes its socket (the peers are past it)
 
 
-class _KeepingGroups(dict):  # type: ignore[type-arg]
+class _KeepingGroups(dict[Any, Any]):
     """torch's map of live process groups (distributed_c10d._pg_map) that also appends each
     group it is given to ``kept``, which outlives destroy_process_group()."""
 
@@ -202,8 +202,8 @@ def keep_process_groups(dist: Any, kept: list[Any]) -> None:
     holder. Left alone where torch has no such map (another version)."""
     c10d = getattr(dist, "distributed_c10d", None)
     live = getattr(c10d, "_pg_map", None)
-    if type(live) is dict:
-        c10d._pg_map = _KeepingGroups(live, kept)  # type: ignore[union-attr]
+    if c10d is not None and type(live) is dict:
+        c10d._pg_map = _KeepingGroups(live, kept)
 
 
 def rendezvous_listener(head_addr: str, port: int) -> socket.socket:
