@@ -177,7 +177,7 @@ def _torch_section(torch: dict[str, Any] | None, s: Any) -> list[str]:
     return [
         "A torch DDP job likewise (torch_first_step_entry.py: the torch plugin's gloo group,"
         " a small MLP, Adam) on 2 local nodes of one worker each, a cluster of its own:"
-        " warm (each node's standby, torch imported) and cold (`--env"
+        " warm (each node's standby, torch and torch._dynamo imported) and cold (`--env"
         " TORCH_SHOW_CPP_STACKTRACES=0`, torch's own default, starts it cold) take turns.",
         "",
         "| | warm | cold |",
@@ -186,11 +186,11 @@ def _torch_section(torch: dict[str, Any] | None, s: Any) -> list[str]:
         f"| ratio warm / cold, first step (goal: at most {GOAL}x) |"
         f" {r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f}) | |",
         "",
-        f"Goal (torch): {met}. What the standby saves is the interpreter's start and"
-        " `import torch`; what is left is the launcher's and the plugin's own work (the"
-        " rendezvous store, `init_process_group` and its barrier), building DDP (it imports"
-        " `torch._dynamo`, about 1 s of CPU; a standby that had imported it too hung in"
-        " gloo's process-group destructor after a warm job, so none does) and the first step."
+        f"Goal (torch): {met}. What the standby saves is the interpreter's start,"
+        " `import torch` and `torch._dynamo` (which building DDP imports, about 1 s of CPU);"
+        " what is left is the launcher's and the plugin's own work (the rendezvous store,"
+        " `init_process_group` and its barrier), building the model and DDP, and the first"
+        " step."
         " torch compiles nothing here (no `torch.compile`), so a compilation cache on the"
         " node would save nothing more.",
         "",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from skyinfra_runtime import nodefacts, standbys
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, WORKER_ENV, WORKERS_PER_NODE_ENV
-from skyinfra_runtime.warm import Warmup, standby_env
+from skyinfra_runtime.warm import TORCH_IMPORTS, Warmup, standby_env
 
 from tests.gpu.test_gpu_paths import ENTRIES, GPUS, aws_topology
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs an NVIDIA GPU and nvidia-smi; CI and the dev VM have none",
 )
 JAX = Warmup(("jax",))
-TORCH = Warmup(("torch",))  # one worker: the torch plugin leaves OMP_NUM_THREADS alone
+TORCH = Warmup(TORCH_IMPORTS)  # one worker: the torch plugin leaves OMP_NUM_THREADS alone
 RUNTIME_SRC = Path(__file__).resolve().parents[2] / "runtime" / "src"
 ROUNDS = 3
 
@@ -208,7 +208,7 @@ def test_a_torch_standby_holds_no_gpu_and_its_job_runs_nccl_on_it(tmp_path: Path
     node = StandbyNode(tmp_path, TORCH, "torch")
     node.ensure()
     try:
-        # `import torch` initialises no CUDA: the waiting standby is no compute process.
+        # torch and torch._dynamo imported, no CUDA initialised: no compute process waits.
         done = holds_no_gpu_until_its_job(node, "torch_nccl_held")
         assert done["pid"] == done["worker_pid"]
         assert done["backend"] == "nccl"  # the plugin's choice on a GPU node

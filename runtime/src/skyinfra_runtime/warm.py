@@ -29,9 +29,15 @@ from skyinfra_runtime.torchrun import OMP_NUM_THREADS, omp_num_threads
 FRAMEWORK_NAMES = frozenset({"KERAS_BACKEND", "XLA_FLAGS", "JAX_PLATFORMS"})
 FRAMEWORK_PREFIXES = (
     *("JAX_", "XLA_", "KERAS_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_"),
+    # torch._dynamo's and inductor's configs, read as a torch standby imports them.
+    *("TORCHDYNAMO_", "TORCHINDUCTOR_"),
     # Thread pools sized as their library loads (torch's OpenMP and MKL, NumPy's OpenBLAS).
     *("OMP_", "MKL_", "OPENBLAS_"),
 )
+# What a torch standby imports: torch, and torch._dynamo, which DDP's construction imports
+# (about 1 s of CPU). The torch plugin keeps a job's process groups from being destroyed
+# with the GIL held (plugins/torch.py), which, with dynamo imported first, could hang.
+TORCH_IMPORTS = ("torch", "torch._dynamo")
 # Read when the interpreter starts (hash seed, unbuffered output, warnings, ...).
 INTERPRETER_PREFIX = "PYTHON"
 # The launcher puts the project on the workers' PYTHONPATH; a standby gets it on sys.path
@@ -78,9 +84,10 @@ def standby_warmup(
     imports: list[str] = []
     env: list[tuple[str, str]] = []
     for plugin in plugins:
-        if plugin.name in ("jax", "torch"):
+        if plugin.name == "jax":
             imports.append(plugin.name)
         if plugin.name == "torch":
+            imports += TORCH_IMPORTS
             threads = omp_num_threads(procs, environ or {})
             if threads is not None:  # what the plugin sets before a cold worker imports torch
                 env.append((OMP_NUM_THREADS, threads))

@@ -151,9 +151,14 @@ def ddp_threads_run(
     assert run.returncode == 0, run.stdout + run.stderr
     ranks = {rank: f"{threads} {digest}" for rank, threads, digest in DDP_LINE.findall(run.stdout)}
     assert sorted(ranks) == ["0", "1", "2", "3"], run.stdout
+    return ranks, latest_job(project, name)
+
+
+def latest_job(project: Path, name: str) -> str:
+    """The cluster's latest job."""
     runs = project / ".skyinfra" / "clusters" / name / "runs"
     latest = max(p for p in runs.iterdir() if p.is_dir())
-    return ranks, json.loads((latest / "summary.json").read_text())["run_id"]
+    return str(json.loads((latest / "summary.json").read_text())["run_id"])
 
 
 def worker_starts(nodes: Path, job: str) -> list[str]:
@@ -217,6 +222,14 @@ def test_torch_ddp_same_weights_on_both_nodes(
     warm, warm_job = ddp_threads_run(name, project, clean_env)
     assert worker_starts(nodes, warm_job) == ["warm"] * 4
     assert warm == cold
+    # The torchrun script warm too (its DDP a function's local, its group destroyed first):
+    # on standbys that imported torch._dynamo such a worker hung at its end, in gloo's
+    # process-group destructor, until the plugin kept the job's groups to its teardown.
+    wait_for_standbys(nodes, slots=2)
+    script = cli([*argv, "--", "--epochs", "2"], project, clean_env, timeout=300)
+    assert script.returncode == 0, script.stdout + script.stderr
+    assert sorted(line.findall(script.stdout)) == sorted(lines), script.stdout
+    assert worker_starts(nodes, latest_job(project, name)) == ["warm"] * 4
 
 
 @pytest.mark.parametrize("cluster", [["jax"]], indirect=True)

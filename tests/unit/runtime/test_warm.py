@@ -13,6 +13,7 @@ from skyinfra_runtime.topology import PluginRef
 from skyinfra_runtime.torchrun import torchrun_env
 from skyinfra_runtime.warm import (
     JOB_ENV_NAMES_ENV,
+    TORCH_IMPORTS,
     Warmup,
     cold_reason,
     cores_to_spare,
@@ -43,16 +44,16 @@ def ref(name: str, **options: object) -> PluginRef:
         ),
         ([ref("keras", backend="tensorflow")], None),  # tensorflow's start is not warmed
         # One worker: the torch plugin leaves OMP_NUM_THREADS unset, and so does the standby.
-        ([ref("torch")], Warmup(("torch",))),
+        ([ref("torch")], Warmup(TORCH_IMPORTS)),
         (
             [ref("torch"), ref("keras", backend="torch")],
-            Warmup(("torch", "keras"), (("KERAS_BACKEND", "torch"),)),
+            Warmup((*TORCH_IMPORTS, "keras"), (("KERAS_BACKEND", "torch"),)),
         ),
         (
             [ref("keras", backend="torch")],  # keras on torch without the torch plugin
             Warmup(("torch", "keras"), (("KERAS_BACKEND", "torch"),)),
         ),
-        ([ref("jax"), ref("torch")], Warmup(("jax", "torch"))),
+        ([ref("jax"), ref("torch")], Warmup(("jax", *TORCH_IMPORTS))),
     ],
 )
 def test_a_standby_imports_what_the_plugins_name(
@@ -77,7 +78,7 @@ def test_a_torch_standby_imports_torch_with_the_thread_count_the_plugin_sets(
 ) -> None:
     """torch reads OMP_NUM_THREADS as it is imported: the standby's is the torch plugin's."""
     warmup = standby_warmup([ref("torch")], procs, node_env)
-    assert warmup == Warmup(("torch",), want)
+    assert warmup == Warmup(TORCH_IMPORTS, want)
     plugin_sets = torchrun_env(
         node=0,
         nodes=2,
@@ -116,6 +117,8 @@ def test_the_key_tells_standbys_of_other_frameworks_apart() -> None:
         "MKL_NUM_THREADS",
         "OPENBLAS_NUM_THREADS",
         "PYTORCH_CUDA_ALLOC_CONF",
+        "TORCHDYNAMO_VERBOSE",  # read as a torch standby imports torch._dynamo
+        "TORCHINDUCTOR_CACHE_DIR",
         "PYTHONHASHSEED",
         "PYTHONUNBUFFERED",
     ],
@@ -209,11 +212,11 @@ def test_nodes_at_one_address_or_all_on_loopback_share_a_host() -> None:
     [
         ({"plugins": [{"name": "jax"}], "procs_per_node": 2}, (2, Warmup(("jax",)))),
         ({"plugins": [{"name": "jax"}], "warm_workers": False}, (0, None)),
-        ({"plugins": [{"name": "torch"}]}, (1, Warmup(("torch",)))),
+        ({"plugins": [{"name": "torch"}]}, (1, Warmup(TORCH_IMPORTS))),
         # As the launcher keys it: torchrun's OMP_NUM_THREADS=1 with 2 workers, imported with.
         (
             {"plugins": [{"name": "torch"}], "procs_per_node": 2},
-            (2, Warmup(("torch",), (("OMP_NUM_THREADS", "1"),))),
+            (2, Warmup(TORCH_IMPORTS, (("OMP_NUM_THREADS", "1"),))),
         ),
         ({}, (0, None)),  # no framework plugin
     ],

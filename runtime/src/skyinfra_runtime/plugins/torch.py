@@ -49,6 +49,8 @@ class TorchPlugin:
     _script: bool = field(default=False, init=False, repr=False)
     # Rank 0's rendezvous store (it owns its listening socket): alive until teardown.
     _store: Any = field(default=None, init=False, repr=False)
+    # Every process group the job made (the plugin's and the user's): released in teardown.
+    _groups: list[Any] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         validate_plugin(
@@ -82,6 +84,7 @@ class TorchPlugin:
             import torch.distributed as dist
         except ImportError:
             raise PluginError("plugin 'torch' needs torch installed on the node") from None
+        keep_process_groups(dist, self._groups)
         device = None
         if torch.cuda.is_available():
             # Refused before any wait when two processes would share a GPU (NCCL can hang).
@@ -167,7 +170,40 @@ class TorchPlugin:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._initialized = False
+        # Last: with the user's DDP gone, these are the groups' last holders, and torch's
+        # Python handle releases the GIL while its destructor joins gloo's threads.
+        self._groups.clear()
         self._store = None  # stops serving and closes its socket (the peers are past it)
+
+
+class _KeepingGroups(dict[Any, Any]):
+    """torch's map of live process groups (distributed_c10d._pg_map) that also appends each
+    group it is given to ``kept``, which outlives destroy_process_group()."""
+
+    def __init__(self, live: dict[Any, Any], kept: list[Any]) -> None:
+        super().__init__(live)
+        self.kept = kept
+        kept.extend(live)
+
+    def __setitem__(self, group: Any, value: Any) -> None:
+        self.kept.append(group)
+        super().__setitem__(group, value)
+
+
+def keep_process_groups(dist: Any, kept: list[Any]) -> None:
+    """Hold every process group made in this process in ``kept`` (Python handles) until the
+    plugin's teardown releases them.
+
+    A gloo group destroyed from a C++ holder with the GIL held (DDP's Reducer, when the user's
+    model outlives destroy_process_group() and goes with a function's locals or a script's
+    namespace) joins gloo's threads while one of them may wait for the GIL, to drop the
+    Python context that autograd stashed in a collective's thread state: the worker hangs.
+    torch's Python handle releases the GIL in that destructor, so the plugin makes it the last
+    holder. Left alone where torch has no such map (another version)."""
+    c10d = getattr(dist, "distributed_c10d", None)
+    live = getattr(c10d, "_pg_map", None)
+    if c10d is not None and type(live) is dict:
+        c10d._pg_map = _KeepingGroups(live, kept)
 
 
 def rendezvous_listener(head_addr: str, port: int) -> socket.socket:
