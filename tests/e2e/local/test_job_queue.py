@@ -596,6 +596,50 @@ def test_a_job_on_named_nodes_recovered_goes_on_on_them_in_its_rank_order(
     assert record["named_nodes"] == [1, 0], record
 
 
+def test_jobs_recover_all_after_a_lost_head_restores_the_queue(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The head's processes killed while a job holds the nodes and two wait in its queue:
+    all three are lost; `jobs recover --all` starts them again in the order the head had them
+    (the holder first, then the queue, first in, first out; `jobs` lists them newest first),
+    so the holder holds the nodes again, the two are queued behind it in their order, and
+    they run in it once the holder ends."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
+    assert "started on every node" in res.stdout, res.stdout + res.stderr
+    holder = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    queued = []
+    for position in (1, 2):
+        res = cli([*argv, "work.py:quick"], project, env)
+        assert f" is queued (position {position})" in res.stdout, res.stdout + res.stderr
+        queued.append(res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1])
+    try:
+        kill_node_processes(nodes_dir(project).parent, 0)
+        for job in [holder, *queued]:
+            assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+        recovered = cli(["jobs", "--cluster", NAME, "recover", "--all"], project, env)
+        said = recovered.stdout + recovered.stderr
+        assert recovered.returncode == 0, said
+        assert f"in the order the head had them: {', '.join([holder, *queued])}" in said, said
+        assert f"job {holder} started as attempt 2" in said, said
+        for position, job in enumerate(queued, 1):
+            assert f"job {job} is queued (position {position})" in said, said
+        assert job_record(NAME, project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+    records = []
+    for job in [holder, *queued]:
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+        records.append(job_record(NAME, project, env, job))
+    for before, after in itertools.pairwise(records):
+        # Each started again once the one the head had before it had ended.
+        assert before["ended_at"] <= after["attempts"][-1]["started_at"], (before, after)
+
+
 def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
     project: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
