@@ -68,7 +68,7 @@ def listen():
     # given the same ports could not listen: the jobs would meet).
     import socket
 
-    from skyinfra_runtime import instance_info
+    from skyinfra_runtime import instance_info, shard
 
     me = instance_info()
     held = []
@@ -78,7 +78,8 @@ def listen():
         sock.listen()
         held.append(sock)
     hold()
-    return [me.node, me.total_nodes, me.head_port]
+    # shard() splits by the job's world too: a one-node job's worker owns every element.
+    return [me.node, me.total_nodes, me.head_port, list(shard(list(range(4))))]
 
 
 def quick():
@@ -525,7 +526,7 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
         [node] = r["nodes"]
         assert node["node"] == r["world"][0], r
         # Its world: one node (rank 0 of 1), listening on the job's own ports.
-        assert node["result"]["workers"][0]["value"] == [0, 1, r["ports"]["jax"]], r
+        assert node["result"]["workers"][0]["value"] == [0, 1, r["ports"]["jax"], [0, 1, 2, 3]], r
     assert len(three["world"]) == 1 and three["queue"]["left_at"] >= min(
         one["ended_at"], two["ended_at"]
     ), three
@@ -820,4 +821,9 @@ def test_a_sweep_of_four_one_node_jobs_fills_a_four_node_cluster_at_once(
     ports = [p for r in records for p in r["ports"].values()]
     assert len(set(ports)) == 8, ports
     for r in records:  # each a world of one node, listening on its own ports
-        assert r["nodes"][0]["result"]["workers"][0]["value"] == [0, 1, r["ports"]["jax"]], r
+        assert r["nodes"][0]["result"]["workers"][0]["value"] == [
+            0,
+            1,
+            r["ports"]["jax"],
+            [0, 1, 2, 3],
+        ], r
