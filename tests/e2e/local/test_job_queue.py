@@ -737,8 +737,11 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
     submitted meanwhile waits behind it (its place), and `jobs` shows priorities and the state.
     Bad input: a priority that is not an integer exits 2 naming it, nothing queued."""
     steps, pause_at = 6, 3
+    before = cli(["jobs", "--cluster", NAME, "--json"], project, env).stdout
     bad = cli(["run", "--cluster", NAME, "-d", "--priority", "high", "work.py:quick"], project, env)
     assert bad.returncode == 2 and "'high' is not a valid integer" in bad.stderr, bad.stderr
+    after = cli(["jobs", "--cluster", NAME, "--json"], project, env).stdout
+    assert [j["id"] for j in json.loads(after)] == [j["id"] for j in json.loads(before)]
     argv = ["run", "--cluster", NAME, "-d", "--keep-runs", "0"]
     numbers = ["--env", f"STEPS={steps}", "--env", f"PAUSE_AT={pause_at}"]
     low = cli([*argv, *numbers, "work.py:train"], project, env)
