@@ -42,7 +42,7 @@ from tests.support.local_jobs import (
     wait_for_state,
 )
 from tests.support.ports import free_port_pair
-from tests.support.resume_proof import kill_node_processes
+from tests.support.resume_proof import kill_node_processes, lose_node_1
 
 pytestmark = pytest.mark.slow
 
@@ -725,6 +725,43 @@ def test_jobs_recover_all_after_a_lost_head_restores_the_queue(
     for before, after in itertools.pairwise(records):
         # Each started again once the one the head had before it had ended.
         assert before["ended_at"] <= after["attempts"][-1]["started_at"], (before, after)
+
+
+def test_the_queue_outlives_a_lost_worker_node_with_jobs_recover(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Node 1 lost (a machine gone: its processes and folder) while a job holds the nodes and
+    another waits in the head's queue: both now wait for node 1 (the queued job's agent there
+    went with it), and `jobs recover --all` replaces node 1 and puts them back as they were,
+    the holder running and the other queued behind it, which then runs on both nodes."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
+    assert "started on every node" in res.stdout, res.stdout + res.stderr
+    holder = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    res = cli([*argv, "work.py:quick"], project, env)
+    assert " is queued (position 1)" in res.stdout, res.stdout + res.stderr
+    waiting = res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1]
+    try:
+        lose_node_1(nodes_dir(project).parent, holder)
+        for job in (holder, waiting):
+            assert wait_for_state(NAME, project, env, job, ("needs_nodes", *FINAL)) == (
+                "needs_nodes"
+            )
+        recovered = cli(["jobs", "--cluster", NAME, "recover", "--all"], project, env, 600)
+        said = recovered.stdout + recovered.stderr
+        assert recovered.returncode == 0, said
+        assert f"job {holder} started as attempt 2" in said, said
+        assert f"job {waiting} is queued (position 1)" in said, said
+    finally:
+        gate.write_text("")
+    for job in (holder, waiting):
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+    record = job_record(NAME, project, env, waiting)
+    assert [n["node"] for n in record["nodes"]] == [0, 1], record
 
 
 def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
