@@ -478,10 +478,15 @@ class CancelledByCtrlC(KeyboardInterrupt):
     """Raised in an attached `run` on Ctrl-C once it has ended the job's nodes (Ctrl-C cancels
     the job it follows). ``job_id``: the job; ``started``: False when Ctrl-C came while its
     agents were being started (some may have started before it); ``queued``: the job was
-    waiting in the head's queue and was left there (Ctrl-C leaves a queued job queued)."""
+    waiting in the head's queue and was left there (Ctrl-C leaves a queued job queued by
+    default); ``cancelled``: that queued job was cancelled instead (`run
+    --ctrl-c-while-queued cancel`)."""
 
-    def __init__(self, job_id: str, *, started: bool, queued: bool = False) -> None:
+    def __init__(
+        self, job_id: str, *, started: bool, queued: bool = False, cancelled: bool = False
+    ) -> None:
         super().__init__(job_id)
         self.job_id = job_id
         self.started = started
         self.queued = queued
+        self.cancelled = cancelled

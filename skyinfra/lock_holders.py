@@ -4,7 +4,8 @@ when it ends. Several submissions share the lock, so one file could name only on
 
 These files are only words for the refusal and `status`: the kernel's flock on the lock file
 alone decides who holds it. A file whose process is dead (SIGKILL leaves its file behind) is
-ignored, and removed by the next command that takes the lock.
+ignored, and removed by the next command that takes the lock; so is one whose pid another
+process took since (the start time the file records is not that process's).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class LockHolder:
     pid: int
     host: str
     since: str
+    # The process's start in clock ticks after boot (/proc/PID/stat), which tells a holder from
+    # a later process given its pid; None: not known (another system, an older file).
+    started: str | None = None
 
     @classmethod
     def of_this_process(cls, command: str) -> LockHolder:
@@ -39,6 +43,7 @@ class LockHolder:
             pid=os.getpid(),
             host=socket.gethostname(),
             since=time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            started=_process_start(os.getpid()),
         )
 
     @classmethod
@@ -51,6 +56,7 @@ class LockHolder:
                 pid=int(data["pid"]),
                 host=str(data["host"]),
                 since=str(data["since"]),
+                started=None if data.get("started") is None else str(data["started"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -63,8 +69,9 @@ class LockHolder:
         return f"`skyinfra {self.command}` (pid {self.pid} on {self.host}, since {self.since})"
 
     def is_alive(self) -> bool:
-        """False only where its process is known dead (on this host); one on another host
-        sharing the folder cannot be checked and counts as alive."""
+        """False only where its process is known dead (on this host), or its pid is another
+        process's now (a start time that differs); one on another host sharing the folder
+        cannot be checked and counts as alive."""
         if self.host != socket.gethostname():
             return True
         try:
@@ -73,7 +80,17 @@ class LockHolder:
             return False
         except PermissionError:
             pass  # another user's live process
-        return True
+        if self.started is None:
+            return True
+        # Gone meanwhile or a zombie (None) holds no lock; another start: another process.
+        return _process_start(self.pid) == self.started
+
+
+def _process_start(pid: int) -> str | None:
+    # The job records' own reading of /proc (imported here only: every command imports this).
+    from skyinfra_runtime.jobs.records import process_start_time
+
+    return process_start_time(pid)
 
 
 def write_holder(workspace: Path, holder: LockHolder) -> Path:

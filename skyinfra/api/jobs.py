@@ -194,7 +194,7 @@ def recover(
     from skyinfra import lifecycle, shared_state
     from skyinfra.errors import ClusterDownError
     from skyinfra.run.launch import ClusterNodes
-    from skyinfra.run.recovery import recover_job
+    from skyinfra.run.recovery import Recovery, recover_job
     from skyinfra.terraform.backend import has_backend
     from skyinfra.topology import read_topology
     from skyinfra.transport.readiness import wait_until_ready
@@ -231,7 +231,7 @@ def recover(
             job_id,
             head_recovery=lambda: lifecycle.head_recovery_of(ws, spec),
             src=Path.cwd(),
-            unattended=False,
+            how=Recovery.FOLLOW,
             echo=echo,
             store_credentials=lambda: lifecycle.store_credentials_of(spec),
         )

@@ -16,6 +16,7 @@ from skyinfra.cli.options import cluster_option, dir_option, json_option
 from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 
 if TYPE_CHECKING:
+    from skyinfra.run.launch import ClusterNodes
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -84,13 +85,21 @@ def _refuse_lost_head(ws: Workspace, transport: NodeTransport) -> None:
     help="`recover` as node 0's supervisor runs it (the cluster's recover setting): from "
     "node 0's copy of the project, waiting for a busy workspace, not following the job.",
 )
-@click.argument("words", metavar="[JOB | recover JOB]", nargs=-1)
+@click.option(
+    "--all",
+    "recover_all",
+    is_flag=True,
+    help="`recover --all`: every job the lost head took with it (lost, or waiting for lost "
+    "nodes), started again in the order the head had them; not followed.",
+)
+@click.argument("words", metavar="[JOB | recover JOB | recover --all]", nargs=-1)
 def jobs(
     cluster_name: str | None,
     clusters_root: Path | None,
     as_json: bool,
     stall_after: float | None,
     unattended: bool,
+    recover_all: bool,
     words: tuple[str, ...],
 ) -> None:
     """The cluster's jobs, newest first (id, entry, state, started, duration, the last
@@ -102,11 +111,21 @@ def jobs(
     replace the node as `up` does, copy the current directory to it (run it from the
     project's folder, as `run` was), start the job again as its next attempt and follow it;
     a job whose supervisor was killed (state lost, node 0 there): start it again on the same
-    nodes. Not once its --timeout, counted from its first start, has run out."""
+    nodes. Not once its --timeout, counted from its first start, has run out.
+
+    `jobs recover --all`: the queue after a lost head (or its killed supervisors): every such
+    job started again as `recover JOB` does, in the order the head had them (the jobs that
+    held nodes first, then the queue's, by priority, then submission), none followed; those
+    whose nodes are taken wait in the head's queue again."""
     import tempfile
 
     from skyinfra.errors import UsageError
 
+    if recover_all:
+        if words != ("recover",) or unattended:
+            raise UsageError(f"--all goes with `jobs recover` alone (got {' '.join(words)!r})")
+        _recover_all(clusters_root, cluster_name)
+        return
     if len(words) == 2 and words[0] == "recover":
         from skyinfra.errors import JobNoLongerWaits
 
@@ -175,27 +194,17 @@ def _recover(
 ) -> None:
     """`jobs recover JOB` (recover_job), its report printed and its exit code raised."""
     from skyinfra import lifecycle
-    from skyinfra.cli.resolve import replace_lost_nodes
-    from skyinfra.run.launch import ClusterNodes
-    from skyinfra.run.recovery import recover_job
+    from skyinfra.run.recovery import Recovery, recover_job
     from skyinfra.run.report import print_report, raise_for_failure
-    from skyinfra.topology import read_topology
 
     ws, transport, _ = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
-    cluster = ClusterNodes(
-        transport,
-        read_topology(ws.topology_file),
-        ws.topology_file,
-        ws.runs_dir,
-        replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
-    )
     report = recover_job(
         ws,
-        cluster,
+        _nodes(ws, transport),
         job_id,
         head_recovery=lambda: lifecycle.head_recovery_of(ws, ws.spec()),
         src=Path.cwd(),
-        unattended=unattended,
+        how=Recovery.UNATTENDED if unattended else Recovery.FOLLOW,
         echo=echo,
         store_credentials=lambda: lifecycle.store_credentials_of(ws.spec()),
     )
@@ -203,6 +212,60 @@ def _recover(
         return
     print_report(report, echo)
     raise_for_failure(report)
+
+
+def _nodes(ws: Workspace, transport: NodeTransport) -> ClusterNodes:
+    from skyinfra.cli.resolve import replace_lost_nodes
+    from skyinfra.run.launch import ClusterNodes
+    from skyinfra.topology import read_topology
+
+    return ClusterNodes(
+        transport,
+        read_topology(ws.topology_file),
+        ws.topology_file,
+        ws.runs_dir,
+        replace_nodes=lambda lost: replace_lost_nodes(ws, lost),
+    )
+
+
+def _recover_all(clusters_root: Path | None, cluster_name: str | None) -> None:
+    """`jobs recover --all`: each job the head lost, in recovery_order, started again (or
+    queued again) and not followed; one that cannot be (no restart left, as `recover JOB`
+    refuses it) is said and the others go on: a job lost long before stays lost."""
+    from skyinfra import lifecycle
+    from skyinfra.errors import JobNoLongerWaits, UsageError
+    from skyinfra.run.job import RECOVERABLE_STATES, head_gone, list_jobs
+    from skyinfra.run.recovery import Recovery, recover_job, recovery_order
+
+    ws, transport, _ = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
+    if head_gone(transport):  # the records went with node 0: this workspace's copies say
+        found = [j for j in kept_job_copies(ws) if not j.final]
+    else:
+        found = [j for j in list_jobs(transport) if j.state in RECOVERABLE_STATES]
+    order = recovery_order(found)
+    if not order:
+        echo(f"[skyinfra] cluster {ws.name!r} has no job to recover (none lost, none waits)")
+        return
+    echo(
+        f"[skyinfra] recovering {len(order)} job(s) in the order the head had them: "
+        + ", ".join(j.id for j in order)
+    )
+    for job in order:
+        try:
+            recover_job(
+                ws,
+                _nodes(ws, transport),
+                job.id,
+                head_recovery=lambda: lifecycle.head_recovery_of(ws, ws.spec()),
+                src=Path.cwd(),
+                how=Recovery.DETACHED,
+                echo=echo,
+                store_credentials=lambda: lifecycle.store_credentials_of(ws.spec()),
+            )
+        except JobNoLongerWaits:
+            echo(f"[skyinfra] job {job.id} no longer waits for its nodes: nothing to do")
+        except UsageError as err:  # no restart left, its --timeout run out: said, not fatal
+            echo(f"[skyinfra] job {job.id} not recovered: {err}")
 
 
 @click.command("logs")

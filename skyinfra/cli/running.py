@@ -168,6 +168,16 @@ class NodesParam(click.ParamType["int | tuple[int, ...]", str]):
     "`preempted` and resume from their checkpoints when nodes free (no restart spent).",
 )
 @click.option(
+    "--ctrl-c-while-queued",
+    "ctrl_c_while_queued",
+    type=click.Choice(["leave", "cancel"]),
+    default="leave",
+    show_default=True,
+    help="What Ctrl-C does to an attached run's job while it waits in the head's queue: "
+    "leave it queued (the head starts it in its turn; `skyinfra cancel JOB` removes it), or "
+    "cancel it (it never starts). Once the job runs, Ctrl-C cancels it either way.",
+)
+@click.option(
     "-m",
     "--module",
     "as_module",
@@ -192,6 +202,7 @@ def run(
     retry_on: str | None,
     world: int | tuple[int, ...] | None,
     priority: int,
+    ctrl_c_while_queued: str,
     as_module: bool,
     entry: str,
     args: tuple[str, ...],
@@ -217,7 +228,8 @@ def run(
     --detach) and the head starts it when the nodes it needs are free and its turn comes:
     higher --priority first, then first in, first out (a higher priority may preempt lower
     ones, which resume from their checkpoints); an attached run waits and says so, and Ctrl-C
-    while it waits leaves it queued (`skyinfra cancel JOB` removes it). Every job gets a coordinator
+    while it waits leaves it queued (`skyinfra cancel JOB` removes it), or with
+    --ctrl-c-while-queued cancel cancels it. Every job gets a coordinator
     and rendezvous port of its own from head_port to head_port + 2 x nodes - 1. --verify on
     a busy cluster is refused (its checks would meet the job).
     """
@@ -287,6 +299,7 @@ def run(
                 on=named,
                 priority=priority,
                 store_credentials=lifecycle.store_credentials_of(spec),
+                ctrl_c_cancels_queued=ctrl_c_while_queued == "cancel",
             )
             cluster = ClusterNodes(
                 transport,
@@ -336,10 +349,18 @@ def run(
 def _say_cancelled(cluster: str, stop: CancelledByCtrlC) -> None:
     """What Ctrl-C did to the job an attached `run` followed, and where to see it."""
     job = stop.job_id
+    if stop.queued and stop.cancelled:
+        echo(
+            f"\n[skyinfra] Ctrl-C: job {job} cancelled while queued: it never started "
+            "(--ctrl-c-while-queued cancel; the default leaves it queued)"
+        )
+        echo(f"  state:   skyinfra jobs --cluster {cluster} {job}")
+        return
     if stop.queued:
         echo(
             f"\n[skyinfra] Ctrl-C: stopped waiting; job {job} stays queued (Ctrl-C leaves a "
-            "queued job in the queue: the head starts it when its turn comes); "
+            "queued job in the queue by default: the head starts it when its turn comes; "
+            "`run --ctrl-c-while-queued cancel` cancels it instead); "
             f"`skyinfra cancel --cluster {cluster} {job}` removes it"
         )
         echo(f"  follow:  skyinfra logs --cluster {cluster} {job} --follow")

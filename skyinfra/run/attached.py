@@ -27,6 +27,7 @@ from skyinfra.run.job import (
     JobClient,
     JobNodeProcess,
     JobRecord,
+    cancel_job,
     end_node_part,
     head_gone,
     queue_words,
@@ -79,7 +80,7 @@ def run_attempt(
                 started = True
                 client = follow_job(transport, report, live, skip_lines or {})
                 if report.queued is not None:
-                    say_queued(topology.cluster, report, client, echo)
+                    say_queued(topology.cluster, report, client, echo, launch.ctrl_c_cancels_queued)
             # The job's supervisor enforces the timeout itself; this one only reports it.
             pump_until_done(report, live, logs, echo=echo, enforce_timeout=topology is None)
             for proc in live.procs.values():
@@ -112,12 +113,17 @@ def run_attempt(
             )
         except KeyboardInterrupt:
             if client is not None and report.queued is not None and still_queued(client):
-                # Ctrl-C leaves a queued job queued: nothing of it runs yet, and the head
-                # starts it when its turn comes (`skyinfra cancel JOB` removes it).
+                # Ctrl-C leaves a queued job queued by default: nothing of it runs yet, and the
+                # head starts it when its turn comes (`skyinfra cancel JOB` removes it).
                 for proc in live.procs.values():
                     if isinstance(proc, JobNodeProcess):
                         proc.stop_following()
-                raise CancelledByCtrlC(report.run_id, started=True, queued=True) from None
+                cancelled = launch.ctrl_c_cancels_queued
+                if cancelled:  # the head takes it out of the queue, as `cancel JOB` does
+                    cancel_job(transport, report.run_id)
+                raise CancelledByCtrlC(
+                    report.run_id, started=True, queued=True, cancelled=cancelled
+                ) from None
             end_nodes(report, live, list(live.running), "after Ctrl-C", echo)
             if topology is None:
                 raise
@@ -253,14 +259,21 @@ def follow_job(
     return client
 
 
-def say_queued(cluster: str, report: RunReport, client: JobClient, echo: Echo) -> None:
-    """An attached run of a job the head queued: say where it waits, and (from a thread of
-    its own, while the nodes' output is followed) when it leaves the queue."""
+def say_queued(
+    cluster: str, report: RunReport, client: JobClient, echo: Echo, ctrl_c_cancels: bool
+) -> None:
+    """An attached run of a job the head queued: say where it waits, what Ctrl-C does to it
+    (``ctrl_c_cancels``: cancels it), and (from a thread of its own, while the nodes' output
+    is followed) when it leaves the queue."""
     queued = report.queued or {}
     echo(f"[skyinfra] {queue_words(report.run_id, queued)}")
     echo(
         f"[skyinfra] waiting for it here; {queued_hint(cluster, report.run_id)}; Ctrl-C "
-        "stops waiting and leaves it queued"
+        + (
+            "stops waiting and cancels it (--ctrl-c-while-queued cancel)"
+            if ctrl_c_cancels
+            else "stops waiting and leaves it queued"
+        )
     )
 
     def watch() -> None:

@@ -70,6 +70,8 @@ class JobLaunch:
     on: tuple[int, ...] | None = None
     priority: int = 0
     store_credentials: Credentials | None = field(default=None, repr=False)
+    # Ctrl-C on an attached run while its job waits in the queue cancels it (default: left).
+    ctrl_c_cancels_queued: bool = False
 
     @property
     def is_job(self) -> bool:

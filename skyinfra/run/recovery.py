@@ -5,6 +5,7 @@ attempt, following it or not."""
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import time
@@ -33,6 +34,7 @@ from skyinfra.run.job import (
     JobState,
     find_job,
     head_gone,
+    queue_words,
 )
 from skyinfra.run.jobcopies import JOB_COPY
 from skyinfra.run.jobenv import resolve
@@ -181,8 +183,13 @@ def start_detached_attempt(
             report.job_state = state.value
             return
     start_and_wait(transport, topology, report, launch)
+    attempt = len(report.attempts) + 1
+    if report.queued is not None:  # other jobs hold the nodes: it waits for its turn
+        report.job_state = "queued"
+        echo(f"[skyinfra] {queue_words(report.run_id, report.queued)} (as attempt {attempt})")
+        return
     report.job_state = "running"
-    echo(f"[skyinfra] job {report.run_id} started as attempt {len(report.attempts) + 1}")
+    echo(f"[skyinfra] job {report.run_id} started as attempt {attempt}")
 
 
 def time_left(report: RunReport) -> float | None:
@@ -232,6 +239,16 @@ def lines_in(path: Path) -> int:
         return 0
 
 
+class Recovery(enum.Enum):
+    """Who recovers a job, and so what follows its next attempt's start."""
+
+    FOLLOW = "follow"  # `jobs recover JOB`: it is followed to its end
+    DETACHED = "detached"  # `jobs recover --all`: started (or queued), not followed
+    # Node 0's supervisor (skyinfra.run.head_recovery): not followed, from node 0's copy of
+    # the project, and a workspace busy with another command is waited for.
+    UNATTENDED = "unattended"
+
+
 def recover_job(
     ws: Workspace,
     cluster: ClusterNodes,
@@ -239,17 +256,17 @@ def recover_job(
     *,
     head_recovery: Callable[[], HeadRecovery | None],
     src: Path,
-    unattended: bool,
+    how: Recovery,
     echo: Echo,
     store_credentials: Callable[[], Credentials | None] = lambda: None,
 ) -> RunReport | None:
     """Replace the job's lost nodes (none when only its supervisor was killed), copy ``src``
-    to them, start its next attempt and follow it; its report (results and summary.json
-    collected). ``cluster``'s replace_nodes replaces them; ``head_recovery``: what node 0
-    runs to recover the next attempt itself (the cluster's setting); ``store_credentials``:
-    what its agents sign the checkpoint store's requests with (JobLaunch). ``unattended``: as
-    node 0's supervisor runs it (skyinfra.run.head_recovery): the attempt is started, not
-    followed (None returned), and a workspace busy with another command is waited for."""
+    to them, start its next attempt and, as ``how`` says, follow it: its report (results and
+    summary.json collected), or None where it is not followed. ``cluster``'s replace_nodes
+    replaces them; ``head_recovery``: what node 0 runs to recover the next attempt itself
+    (the cluster's setting); ``store_credentials``: what its agents sign the checkpoint
+    store's requests with (JobLaunch)."""
+    unattended = how is Recovery.UNATTENDED
     transport, total = cluster.transport, len(cluster.topology.nodes)
     head_lost = head_gone(transport)
     if head_lost:
@@ -309,7 +326,7 @@ def recover_job(
         restarts=Restarts(report.max_restarts, report.retry_on, head_recovery()),
         keep_runs=DEFAULT_KEEP_RUNS,
         as_job=True,
-        detach=unattended,
+        detach=how is not Recovery.FOLLOW,
         # A job on K of the nodes (`run --nodes K`) goes on on K free ones; one on the nodes
         # it named (`run --nodes 0,2`) on those, in its rank order.
         world=nodes_asked(job, total),
@@ -347,7 +364,7 @@ def recover_job(
             scan_project(launch.src, copy_cache=copy_cache),
             echo,
         )
-        if unattended:
+        if how is not Recovery.FOLLOW:
             return None
         collect_and_summarise(replaced or transport, report, launch)
     return report
@@ -359,6 +376,23 @@ UNATTENDED_LOCK_WAIT_S = 30 * 60.0
 
 
 LOCK_RETRY_S = 5.0
+
+
+def recovery_order(jobs: Sequence[JobRecord]) -> list[JobRecord]:
+    """Jobs a lost head took with it, in the order it had them (`jobs recover --all` starts
+    them again in it): those that held nodes first, in their start order, then those that
+    waited in its queue (queued, or preempted), higher priority first, then in submission
+    order (the head gives each recovered start a new place in its queue, in the order they
+    come)."""
+
+    def place(job: JobRecord) -> tuple[int, float, float]:
+        last = job.attempts[-1] if job.attempts else None  # a queued job's has not started
+        if last is not None and last.started_at is not None and last.preempted_by is None:
+            return (0, 0.0, last.started_at)
+        seq = job.seq if job.seq is not None else (job.queue.seq if job.queue else 0)
+        return (1, -float(job.priority), float(seq))
+
+    return sorted(jobs, key=place)
 
 
 def nodes_asked(job: JobRecord, total: int) -> int | None:

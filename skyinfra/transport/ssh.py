@@ -400,7 +400,9 @@ class SshTransport:
         """Copy a file back; False when it does not exist on the node (or went while it was
         read: a node being lost). ``local`` is replaced only by a whole copy."""
         sftp = self._client(node).open_sftp()
-        part = local.with_name(f".{local.name}.{os.getpid()}.part")
+        # A name of this call's own: two threads (or processes) may fetch one file at once.
+        own = f"{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}"
+        part = local.with_name(f".{local.name}.{own}.part")
         try:
             try:
                 sftp.stat(remote)

@@ -6,6 +6,7 @@ Files two sharing commands may both write are replaced through temporary files o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -141,3 +142,21 @@ def test_a_refusal_names_every_live_holder_and_no_dead_one(tmp_path: Path) -> No
     with ws.lock("up"):
         assert [h.command for h in ws.lock_holders()] == ["up"]
     assert list((ws.path / HOLDERS_DIR).iterdir()) == []
+
+
+def test_a_holder_file_whose_pid_another_process_took_is_not_named(tmp_path: Path) -> None:
+    """A holder killed with SIGKILL leaves its file, and the kernel may give its pid to a later
+    process: that process is not the holder (its start time is not the one the file
+    records). Posed with a live holder's pid and an earlier start than its own."""
+    ws = Workspace(tmp_path / "reused")
+    with holding(ws, "run a.py") as a:
+        [own] = (ws.path / HOLDERS_DIR).glob(f"{a.pid}-*.json")
+        stat = Path(f"/proc/{a.pid}/stat").read_text()
+        started = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: ticks after boot
+        earlier = dict(json.loads(own.read_text()), command="run old.py", started=started - 1)
+        stale = ws.path / HOLDERS_DIR / f"{a.pid}-0000beef.json"
+        stale.write_text(json.dumps(earlier))
+        os.utime(stale, ns=(0, 0))  # written before a's own file
+        said = refusal(ws)
+        assert named(a, "run a.py") in said and "run old.py" not in said, said
+        assert [h.command for h in ws.lock_holders()] == ["run a.py"]

@@ -1,6 +1,7 @@
 """`skyinfra` on the AWS target over SSH, one cluster from `up` to `down`: moto's instances
 mapped to the tests' real sshd (SKYINFRA_AWS_EMULATED_NODES), the rendered provisioning script
-run for real in a temporary root per node, then `status` and `run` over SSH end to end, `gc`,
+run for real in a temporary root per node, then `status` and `run` over SSH end to end, the
+head's queue over SSH (two one-node jobs at once on ports of their own, a third queued), `gc`,
 and `down` checking by tag. The operator's shell holds planted AWS credentials throughout:
 none may land in a file of the project, the workspace or a node, a tag or an output."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,61 @@ def tagged_instance(ec2: Any, tags: dict[str, str]) -> str:
         ],
     )
     return str(made["Instances"][0]["InstanceId"])
+
+
+GATED = """\
+import os, pathlib, time
+
+from skyinfra_runtime import instance_info
+
+
+def hold():
+    while not pathlib.Path(os.environ["GATE"]).exists():
+        time.sleep(0.1)
+    return instance_info().head_port
+"""
+
+
+def queue_over_ssh(
+    project: Path, env: dict[str, str], gate: Path
+) -> list[subprocess.CompletedProcess[str]]:
+    """Two `run -d --nodes 1` jobs holding a node each until ``gate`` exists, and a third
+    queued behind them: the head gives them nodes and ports of their own over SSH as on the
+    local target. The commands run, for the caller's checks of their output."""
+    (project / "gated.py").write_text(GATED)
+    argv = ["run", "-d", "--nodes", "1", "--env", f"GATE={gate}", "gated.py:hold"]
+    runs, jobs = [], []
+    try:
+        for node in (0, 1):
+            res = skyinfra(*argv, cwd=project, env=env)
+            runs.append(res)
+            assert f" started on node {node}\n" in res.stdout, res.stdout + res.stderr
+            jobs.append(res.stdout.split("job ", 1)[1].split()[0])
+        res = skyinfra(*argv, cwd=project, env=env)
+        runs.append(res)
+        assert " is queued (position 1): it waits for 1 node, 0 free" in res.stdout, res.stdout
+        jobs.append(res.stdout.split("job ", 1)[1].split()[0])
+    finally:
+        gate.write_text("")
+    records = []
+    for job in jobs:
+        until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+        while True:
+            shown = skyinfra("jobs", "--json", job, cwd=project, env=env)
+            assert shown.returncode == 0, shown.stdout + shown.stderr
+            record = json.loads(shown.stdout)
+            if record["state"] in ("succeeded", "failed", "cancelled", "lost"):
+                break
+            assert time.monotonic() < until, record
+            time.sleep(0.5)
+        records.append(record)
+    assert [r["state"] for r in records] == ["succeeded"] * 3, records
+    one, two, three = records
+    assert (one["world"], two["world"], len(three["world"])) == ([0], [1], 1), records
+    assert one["started_at"] < two["ended_at"] and two["started_at"] < one["ended_at"]
+    assert len({*one["ports"].values(), *two["ports"].values()}) == 4, records
+    assert three["queue"]["left_at"] >= min(one["ended_at"], two["ended_at"]), three
+    return runs
 
 
 # One cluster's whole life (up, two nodes provisioned, a run, gc, two downs): bounded as the
@@ -203,6 +260,9 @@ def test_run_over_ssh_on_emulated_aws_nodes(
         listed = s3.list_objects_v2(Bucket=ckpt_bucket, Prefix=prefix).get("Contents", [])
         manifests = sorted(o["Key"][len(prefix) :] for o in listed if o["Key"].endswith(".json"))
         assert manifests == ["node-0/manifest.json", "node-1/manifest.json"]
+        # The head's queue over SSH (issue 47): two one-node jobs run at once, one a node, on
+        # ports of their own; a third waits for a free node, and runs once one frees.
+        runs.extend(queue_over_ssh(project, env, tmp_path / "gate"))
 
         # An instance tagged like a cluster's that no state knows about: `gc` lists it.
         ghost = tagged_instance(

@@ -12,8 +12,11 @@ by side on the two nodes, each listening on its own ports (a third waits for a f
 `--nodes 1,` names the node a job runs on, each job runs the project as it was when it
 was submitted (a file edited in between), and `--nodes 1,0` recovered goes on on nodes 1
 and 0 in that rank order; `--nodes` out of range, an empty list, a node the
-cluster lacks or one named twice is refused. Trivial entries, no framework; the holding job
-waits on a gate file the test opens: nothing here is timed."""
+cluster lacks or one named twice is refused. The issue's named proofs: 50 one-node
+submissions start in submission order; a sweep of 4 one-node jobs on a 4-node cluster (a
+second, small cluster of this module) runs all at once; `jobs recover --all` after the head's
+processes were killed restores the queue in its order. Trivial entries, no framework; the
+holding job waits on a gate file the test opens: nothing here is timed."""
 
 from __future__ import annotations
 
@@ -39,12 +42,13 @@ from tests.support.local_jobs import (
     wait_for_state,
 )
 from tests.support.ports import free_port_pair
-from tests.support.resume_proof import kill_node_processes
+from tests.support.resume_proof import kill_node_processes, lose_node_1
 
 pytestmark = pytest.mark.slow
 
 NAME = "queue"
-SUBMISSIONS = 10
+SUBMISSIONS = 3  # whole-cluster jobs through the CLI (the 50 of the issue: SWEEP)
+SWEEP = 50  # the issue's one-node submissions
 FINAL = ("succeeded", "failed", "cancelled", "timed_out", "lost", "needs_nodes")
 
 ENTRY = """\
@@ -64,7 +68,7 @@ def listen():
     # given the same ports could not listen: the jobs would meet).
     import socket
 
-    from skyinfra_runtime import instance_info
+    from skyinfra_runtime import instance_info, shard
 
     me = instance_info()
     held = []
@@ -74,7 +78,8 @@ def listen():
         sock.listen()
         held.append(sock)
     hold()
-    return [me.node, me.total_nodes, me.head_port]
+    # shard() splits by the job's world too: a one-node job's worker owns every element.
+    return [me.node, me.total_nodes, me.head_port, list(shard(list(range(4))))]
 
 
 def quick():
@@ -182,9 +187,9 @@ def attached(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str],
     return waiting_in_queue(start_attached(project, env))
 
 
-def start_attached(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+def start_attached(project: Path, env: dict[str, str], *options: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*skyinfra_argv(), "run", "--cluster", NAME, "work.py:quick"],
+        [*skyinfra_argv(), "run", "--cluster", NAME, *options, "work.py:quick"],
         cwd=project,
         env=env,
         stdout=subprocess.PIPE,
@@ -201,7 +206,7 @@ def waiting_in_queue(
     lines: list[str] = []
     for line in proc.stdout:  # bounded by the process: it prints these, or ends
         lines.append(line)
-        if "Ctrl-C stops waiting and leaves it queued" in line:
+        if "Ctrl-C stops waiting and " in line:
             break
     said = "".join(lines)
     assert " is queued (position " in said, said
@@ -223,7 +228,7 @@ def test_detached_submissions_on_a_busy_cluster_finish_in_submission_order(
             "nodes 0-1 held by job "
         )
         assert f"{first}{holder}" in table.stdout, table.stdout
-        assert "queued (#10)" in table.stdout, table.stdout
+        assert f"queued (#{SUBMISSIONS})" in table.stdout, table.stdout
         # `status` lists the queued jobs beside the running one (`down` names them too).
         status = cli(["status", "--cluster", NAME], project, env)
         assert status.returncode == 0, status.stdout + status.stderr
@@ -264,6 +269,75 @@ from work import quick
 job = skyinfra.Cluster(name="{NAME}").submit(quick)
 print("SUBMITTED", job.id, job.state)
 """
+
+
+API_SWEEP = f"""\
+import sys
+import skyinfra
+from work import quick
+
+cluster = skyinfra.Cluster(name="{NAME}")
+for _ in range(int(sys.argv[1])):
+    print("SUBMITTED", cluster.submit(quick, nodes=1).id, flush=True)
+"""
+
+
+def test_fifty_one_node_submissions_start_in_submission_order(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The issue's 50 one-node submissions on the 2-node cluster (from one Python API process:
+    one interpreter start, not 50): node 0 held by a one-node job while they are submitted, so
+    they queue and go through node 1 one at a time, then through both nodes once it ends. The
+    head's records prove the order: each left the queue no earlier than every job submitted
+    before it, never more than two ran at once, and none shared a port with a job running
+    beside it."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--nodes", "1", "--env", f"GATE={gate}"]
+    held = cli([*argv, "work.py:hold"], project, env)
+    assert " started on node 0\n" in held.stdout, held.stdout + held.stderr
+    holder = held.stdout.split("job ", 1)[1].split()[0]
+    (project / "api_sweep.py").write_text(API_SWEEP)
+    try:
+        submitted = subprocess.run(
+            [sys.executable, "api_sweep.py", str(SWEEP)],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    finally:
+        gate.write_text("")
+    jobs = [line.split()[1] for line in submitted.stdout.splitlines() if line[:9] == "SUBMITTED"]
+    assert len(jobs) == SWEEP, submitted.stdout
+    said = submitted.stdout + submitted.stderr
+    assert " is queued (position " in said, said  # behind the holder
+    # One `jobs --json` a look (not one call a job: 50 CLI starts), until every one ended.
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while True:
+        shown = cli(["jobs", "--cluster", NAME, "--json"], project, env)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        by_id = {r["id"]: r for r in json.loads(shown.stdout)}
+        if all(by_id[j]["state"] in FINAL for j in [holder, *jobs]):
+            break
+        assert time.monotonic() < until, [by_id[j]["state"] for j in jobs]
+        time.sleep(0.5)
+    records = [by_id[j] for j in jobs]
+    assert all(r["state"] == "succeeded" for r in records), records
+    assert [r["seq"] for r in records] == sorted(r["seq"] for r in records), records
+    left = [(r.get("queue") or {}).get("left_at") or r["started_at"] for r in records]
+    assert left == sorted(left), left  # the head started them in their submission order
+    ran = [by_id[holder], *records]
+    # Never more than two at once (each start counted against the ends before it)...
+    events = sorted([(r["started_at"], 1) for r in ran] + [(r["ended_at"], -1) for r in ran])
+    assert max(itertools.accumulate(step for _, step in events)) <= 2, events
+    # ...and two at once never on one node or one port.
+    for r, o in itertools.combinations(ran, 2):
+        if o["started_at"] < r["ended_at"] and r["started_at"] < o["ended_at"]:
+            assert o["world"] != r["world"], (r, o)
+            assert not set(o["ports"].values()) & set(r["ports"].values()), (r, o)
+    assert {len(r["world"]) for r in records} == {1}, records
 
 
 def test_two_attached_runs_and_an_api_submit_queue_while_up_and_down_are_refused(
@@ -398,10 +472,20 @@ def test_an_attached_run_whose_queued_job_is_cancelled_says_it_never_started(
         assert follower.returncode == 130, said
         assert f"job {job} was cancelled while queued: it never started" in said, said
         assert "Traceback" not in said and "lost" not in rest, said
+        # The user's choice: Ctrl-C cancels a queued job (the default leaves it queued).
+        choice = start_attached(project, env, "--ctrl-c-while-queued", "cancel")
+        chose, dropped, lines = waiting_in_queue(choice)
+        assert "Ctrl-C stops waiting and cancels it" in "".join(lines), lines
+        chose.send_signal(signal.SIGINT)
+        rest = chose.communicate(timeout=120)[0]
+        assert chose.returncode == 130, rest
+        assert f"job {dropped} cancelled while queued: it never started" in rest, rest
         assert job_record(NAME, project, env, holder)["state"] == "running"
     finally:
         gate.write_text("")
     assert wait_for_state(NAME, project, env, holder, FINAL) == "succeeded"
+    never = job_record(NAME, project, env, dropped)
+    assert never["state"] == "cancelled" and never["started_at"] is None, never
 
 
 def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
@@ -442,7 +526,7 @@ def test_two_one_node_jobs_run_at_once_each_on_ports_of_its_own(
         [node] = r["nodes"]
         assert node["node"] == r["world"][0], r
         # Its world: one node (rank 0 of 1), listening on the job's own ports.
-        assert node["result"]["workers"][0]["value"] == [0, 1, r["ports"]["jax"]], r
+        assert node["result"]["workers"][0]["value"] == [0, 1, r["ports"]["jax"], [0, 1, 2, 3]], r
     assert len(three["world"]) == 1 and three["queue"]["left_at"] >= min(
         one["ended_at"], two["ended_at"]
     ), three
@@ -596,6 +680,90 @@ def test_a_job_on_named_nodes_recovered_goes_on_on_them_in_its_rank_order(
     assert record["named_nodes"] == [1, 0], record
 
 
+def test_jobs_recover_all_after_a_lost_head_restores_the_queue(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The head's processes killed while a job holds the nodes and two wait in its queue:
+    all three are lost; `jobs recover --all` starts them again in the order the head had them
+    (the holder first, then the queue, first in, first out; `jobs` lists them newest first),
+    so the holder holds the nodes again, the two are queued behind it in their order, and
+    they run in it once the holder ends."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
+    assert "started on every node" in res.stdout, res.stdout + res.stderr
+    holder = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    queued = []
+    for position in (1, 2):
+        res = cli([*argv, "work.py:quick"], project, env)
+        assert f" is queued (position {position})" in res.stdout, res.stdout + res.stderr
+        queued.append(res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1])
+    try:
+        kill_node_processes(nodes_dir(project).parent, 0)
+        for job in [holder, *queued]:
+            assert wait_for_state(NAME, project, env, job, FINAL) == "lost"
+        recovered = cli(["jobs", "--cluster", NAME, "recover", "--all"], project, env)
+        said = recovered.stdout + recovered.stderr
+        assert recovered.returncode == 0, said
+        # (Jobs earlier tests left lost on this cluster are in the list, and stay lost.)
+        listed = said.split("in the order the head had them: ", 1)[1].split("\n", 1)[0]
+        ours = [j for j in listed.split(", ") if j in (holder, *queued)]
+        assert ours == [holder, *queued], said
+        assert f"job {holder} started as attempt 2" in said, said
+        for position, job in enumerate(queued, 1):
+            assert f"job {job} is queued (position {position})" in said, said
+        assert job_record(NAME, project, env, holder)["state"] == "running"
+    finally:
+        gate.write_text("")
+    records = []
+    for job in [holder, *queued]:
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+        records.append(job_record(NAME, project, env, job))
+    for before, after in itertools.pairwise(records):
+        # Each started again once the one the head had before it had ended.
+        assert before["ended_at"] <= after["attempts"][-1]["started_at"], (before, after)
+
+
+def test_the_queue_outlives_a_lost_worker_node_with_jobs_recover(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Node 1 lost (a machine gone: its processes and folder) while a job holds the nodes and
+    another waits in the head's queue: both now wait for node 1 (the queued job's agent there
+    went with it), and `jobs recover --all` replaces node 1 and puts them back as they were,
+    the holder running and the other queued behind it, which then runs on both nodes."""
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
+    assert "started on every node" in res.stdout, res.stdout + res.stderr
+    holder = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    res = cli([*argv, "work.py:quick"], project, env)
+    assert " is queued (position 1)" in res.stdout, res.stdout + res.stderr
+    waiting = res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1]
+    try:
+        lose_node_1(nodes_dir(project).parent, holder)
+        for job in (holder, waiting):
+            assert wait_for_state(NAME, project, env, job, ("needs_nodes", *FINAL)) == (
+                "needs_nodes"
+            )
+        recovered = cli(["jobs", "--cluster", NAME, "recover", "--all"], project, env, 600)
+        said = recovered.stdout + recovered.stderr
+        assert recovered.returncode == 0, said
+        assert f"job {holder} started as attempt 2" in said, said
+        assert f"job {waiting} is queued (position 1)" in said, said
+    finally:
+        gate.write_text("")
+    for job in (holder, waiting):
+        assert wait_for_state(NAME, project, env, job, FINAL) == "succeeded", job_record(
+            NAME, project, env, job
+        )
+    record = job_record(NAME, project, env, waiting)
+    assert [n["node"] for n in record["nodes"]] == [0, 1], record
+
+
 def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
     project: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -606,8 +774,11 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
     submitted meanwhile waits behind it (its place), and `jobs` shows priorities and the state.
     Bad input: a priority that is not an integer exits 2 naming it, nothing queued."""
     steps, pause_at = 6, 3
+    before = cli(["jobs", "--cluster", NAME, "--json"], project, env).stdout
     bad = cli(["run", "--cluster", NAME, "-d", "--priority", "high", "work.py:quick"], project, env)
     assert bad.returncode == 2 and "'high' is not a valid integer" in bad.stderr, bad.stderr
+    after = cli(["jobs", "--cluster", NAME, "--json"], project, env).stdout
+    assert [j["id"] for j in json.loads(after)] == [j["id"] for j in json.loads(before)]
     argv = ["run", "--cluster", NAME, "-d", "--keep-runs", "0"]
     numbers = ["--env", f"STEPS={steps}", "--env", f"PAUSE_AT={pause_at}"]
     low = cli([*argv, *numbers, "work.py:train"], project, env)
@@ -653,3 +824,46 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(
     assert values == [[sum(range(1, steps + 1)), pause_at]] * 2, lo
     logs = cli(["logs", "--cluster", NAME, low_id], project, env).stdout
     assert "SIGTERM after step 3" in logs and f"preempted by job {high_id}" in logs, logs
+
+
+def test_a_sweep_of_four_one_node_jobs_fills_a_four_node_cluster_at_once(
+    tmp_path_factory: pytest.TempPathFactory, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The issue's sweep: 4 `run --detach --nodes 1` jobs on a 4-node cluster all run at once,
+    each on a node of its own (the lowest free), listening on ports of its own; they hold
+    their ports until the test opens their gate, so all four are seen running together."""
+    name = "sweep4"
+    proj = tmp_path_factory.mktemp("sweep4-project")
+    (proj / "skyinfra.toml").write_text(
+        f'name = "{name}"\nnodes = 4\nhead_port = {free_port_pair(4)}\n'
+    )
+    (proj / "work.py").write_text(ENTRY)
+    gate = tmp_path / "gate"
+    argv = ["run", "--cluster", name, "-d", "--nodes", "1", "--env", f"GATE={gate}"]
+    with cluster_up(proj, env, name):
+        jobs = []
+        try:
+            for node in range(4):
+                res = cli([*argv, "work.py:listen"], proj, env)
+                assert f" started on node {node}\n" in res.stdout, res.stdout + res.stderr
+                jobs.append(res.stdout.split("job ", 1)[1].split()[0])
+            for job in jobs:
+                assert wait_for_state(name, proj, env, job, ("running", *FINAL)) == "running"
+        finally:
+            gate.write_text("")
+        records = []
+        for job in jobs:
+            assert wait_for_state(name, proj, env, job, FINAL) == "succeeded"
+            records.append(job_record(name, proj, env, job))
+    # All four ran at once: each started before any ended.
+    assert max(r["started_at"] for r in records) < min(r["ended_at"] for r in records), records
+    assert sorted(r["world"] for r in records) == [[0], [1], [2], [3]], records
+    ports = [p for r in records for p in r["ports"].values()]
+    assert len(set(ports)) == 8, ports
+    for r in records:  # each a world of one node, listening on its own ports
+        assert r["nodes"][0]["result"]["workers"][0]["value"] == [
+            0,
+            1,
+            r["ports"]["jax"],
+            [0, 1, 2, 3],
+        ], r

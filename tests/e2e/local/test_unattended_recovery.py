@@ -7,7 +7,6 @@ and it ends succeeded. Real processes and real Terraform only."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from skyinfra.workspace import LOCK_FILE
+from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
 from tests.support.resume_proof import lose_node_1
@@ -145,13 +144,13 @@ def test_a_lost_node_is_replaced_by_node_0_once_the_workspace_is_free(
     """Node 1 lost while another command holds the workspace (an attached `run`, an `up`):
     node 0's recovery waits for it, and meanwhile `jobs` says who replaces the node."""
     job = start_detached(project, env)
-    lock = os.open(ws(project) / LOCK_FILE, os.O_RDWR)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # as another skyinfra command holds it
-        os.pwrite(lock, b'{"command": "up (the test)"}', 0)
+    # Held as another skyinfra command holds it: the lock, and a holder file that names it.
+    with Workspace(ws(project)).lock("up (the test)"):
         lose_node_1(ws(project), job)
         log = ws(project) / "nodes" / "node-0" / "runs" / job / "recover.log"
         wait_for_line(log, "waiting for it")
+        holder = f"`skyinfra up (the test)` (pid {os.getpid()} on "
+        assert holder in log.read_text(), log.read_text()
         listed = cli(["jobs"], project, env).stdout
         assert (
             f"job {job} lost a node and waits for it: node-0 is replacing it and starting the "
@@ -159,9 +158,6 @@ def test_a_lost_node_is_replaced_by_node_0_once_the_workspace_is_free(
         ), listed
         shown = cli(["jobs", job], project, env).stdout
         assert "needs nodes: node-1 lost; node-0 is replacing it" in shown, shown
-    finally:
-        os.ftruncate(lock, 0)
-        os.close(lock)  # the lock goes with the descriptor
     record = wait_until_succeeded(project, env, job)
     assert_recovered_by_node_0(record, "lost")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,4 +184,44 @@ def test_a_file_gone_during_fetch_is_missing_and_the_local_copy_stays(
     monkeypatch.setattr(paramiko.SFTPClient, "stat", stat_then_lose_the_node)
     assert transport.fetch(0, str(remote), local) is False
     assert local.read_text() == '{"state": "starting"}'
+    assert [p.name for p in local.parent.iterdir()] == ["record.json"]  # no temporary left
+
+
+def test_two_fetches_of_one_file_at_once_each_copy_whole(
+    transport: SshTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads of one process fetch into one local file at once (a follower and a
+    `jobs` view of one record): each copies into a temporary file of its own, so the first,
+    whose copy is made but not yet in place when the second puts its own there, still puts
+    its whole copy in place (they shared a name by pid: the first found its copy taken)."""
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "first.json").write_text('{"from": "first"}')
+    (node / "second.json").write_text('{"from": "second"}')
+    local = tmp_path / "copy" / "record.json"
+    local.parent.mkdir()
+    copied, second_done = threading.Event(), threading.Event()
+    real_get = paramiko.SFTPClient.get
+
+    def get_then_wait_for_the_second(self: paramiko.SFTPClient, remote: str, part: str) -> None:
+        real_get(self, remote, part)
+        if remote.endswith("first.json"):  # the first fetch: its copy made, not yet in place
+            copied.set()
+            assert second_done.wait(timeout=60)
+
+    monkeypatch.setattr(paramiko.SFTPClient, "get", get_then_wait_for_the_second)
+    first: list[bool] = []
+    fetching = threading.Thread(
+        target=lambda: first.append(transport.fetch(0, str(node / "first.json"), local))
+    )
+    fetching.start()
+    try:
+        assert copied.wait(timeout=60)
+        assert transport.fetch(0, str(node / "second.json"), local) is True
+        assert local.read_text() == '{"from": "second"}'
+    finally:
+        second_done.set()
+        fetching.join(timeout=60)
+    assert first == [True], first
+    assert local.read_text() == '{"from": "first"}'
     assert [p.name for p in local.parent.iterdir()] == ["record.json"]  # no temporary left
