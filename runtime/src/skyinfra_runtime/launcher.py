@@ -203,16 +203,20 @@ def _supervise(
         workers: list[Worker] = []
         interrupted = False
 
+        warmth = _Warmth.of(topology, node, procs)
+
         def forward(signum: int, frame: object) -> None:
             nonlocal interrupted
             interrupted = True
             for w in workers:
                 if w.poll() is None:
                     w.send_signal(signal.SIGTERM)
+            # Ended from outside (a peer died, a cancel, a notice), this launcher may be
+            # killed before its end: the refill is asked now, so a restart finds it.
+            warmth.after_end()
 
         old_int = signal.signal(signal.SIGINT, forward)
         old_term = signal.signal(signal.SIGTERM, forward)
-        warmth = _Warmth.of(topology, node, procs)
         try:
             for worker in range(procs):
                 env = dict(os.environ)
@@ -272,6 +276,7 @@ class _Warmth:
     starts: list[WorkerStart] = dataclasses.field(default_factory=list)
     why_cold: str = ""  # why every worker starts cold (no standby is kept here)
     at_once: bool = False  # the node has cores to spare: ask as the job starts
+    ended: bool = False  # the refill after the job's part was asked for
 
     @classmethod
     def of(cls, topology: Topology, node: int, procs: int) -> _Warmth:
@@ -310,10 +315,12 @@ class _Warmth:
             self._ensure()
 
     def after_end(self) -> None:
-        """Asked for (again) once the job's part here ended: a node without cores to spare
-        refills the slots the job took only now, so its standbys never compete with the job
-        for CPU; a cluster that runs one job and goes pays for them only until `down`."""
-        if self.folder is not None and self.warmup is not None:
+        """Asked for (again) once the job's part here ended, or is being ended: a node
+        without cores to spare refills the slots the job took only now, so its standbys never
+        compete with the job for CPU; a cluster that runs one job and goes pays for them only
+        until `down`."""
+        if self.folder is not None and self.warmup is not None and not self.ended:
+            self.ended = True
             self._ensure()
 
     def _ensure(self) -> None:

@@ -47,6 +47,11 @@ EXIT_FILE_GRACE_S = 5.0
 # How long a job waits for a standby still importing before it starts cold after all (an
 # import that hangs); a cold worker would pay the same imports, so this is rarely reached.
 IMPORT_WAIT_S = 300.0
+# A refill asked for moments ago (the previous attempt's or job's part on this node just
+# ended) appears within the keeper's poll and an interpreter's start: the job waits that long
+# for it rather than starting cold beside it.
+REFILL_ASKED_S = 5.0
+REFILL_WAIT_S = 1.0
 
 
 def folder(node_dir: str | os.PathLike[str]) -> Path:
@@ -212,7 +217,12 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
     reason = job_sets_framework(job.job_names)
     if reason:  # known before asking any standby
         return None, WorkerStart(slot, warm=False, reason=reason)
-    found = [*sorted(path.glob(f"w{slot}-*.sock")), *sorted(path.glob(f"w{slot}-*.importing"))]
+    found = _standbys_in(path, slot)
+    if not found and _refill_coming(path, slot):
+        until = time.monotonic() + REFILL_WAIT_S
+        while not found and time.monotonic() < until:
+            time.sleep(0.02)
+            found = _standbys_in(path, slot)
     for sock_file in found:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(10.0)
@@ -246,6 +256,22 @@ def take(path: Path, slot: int, warmup: Warmup, job: Job) -> tuple[WarmWorker | 
         start = WorkerStart(slot, True, waited_s=waited, imports_s=imports_s)
         return WarmWorker(path, int(hello["pid"]), conn), start
     return None, WorkerStart(slot, False, reason="no standby was ready")
+
+
+def _standbys_in(path: Path, slot: int) -> list[Path]:
+    """The slot's standbys' sockets: the ready ones first, then those still importing."""
+    return [*sorted(path.glob(f"w{slot}-*.sock")), *sorted(path.glob(f"w{slot}-*.importing"))]
+
+
+def _refill_coming(path: Path, slot: int) -> bool:
+    """The keeper runs and was asked moments ago to fill this slot."""
+    want = _read_want(path)
+    asked_ago = (time.time_ns() - int(want.get("asked", 0))) / 1e9
+    return (
+        int(want.get("slots", 0)) > slot
+        and 0 <= asked_ago < REFILL_ASKED_S
+        and keeper_running(path)
+    )
 
 
 def _other_warmup(hello: dict[str, Any], warmup: Warmup) -> str | None:

@@ -122,6 +122,30 @@ def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(
     assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
 
 
+
+def test_a_job_right_after_a_take_waits_for_the_refill_its_keeper_was_asked_for(
+    tmp_path: Path, standby_node: StandbyNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart or the next job on a node without cores to spare comes moments after the
+    node's part of the last one ended and asked for a refill: it waits for the keeper to
+    start it instead of starting cold beside it."""
+    _, folder, env = standby_node
+    monkeypatch.setattr(standbys, "REFILL_WAIT_S", 120.0)  # a bound on the wait, not a time
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    first, start = standbys.take(folder, 0, WARMUP, job_for(first_dir, first_dir / "go"))
+    assert first is not None and start.warm, start
+    (first_dir / "go").touch()
+    assert first.wait(timeout=60) == 0
+    standbys.ensure(folder, 1, WARMUP, env)  # as the launcher does once its part ended
+    second, start = standbys.take(folder, 0, WARMUP, job_for(second_dir, second_dir / "go"))
+    assert second is not None and start.warm, start
+    assert second.pid != first.pid
+    (second_dir / "go").touch()
+    assert second.wait(timeout=60) == 0
+
+
 SLOW_IMPORT = """\
 import os, pathlib, time
 
