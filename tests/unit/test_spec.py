@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from skyinfra_runtime.errors import PluginOptionError
 from skyinfra_runtime.plugins import from_name
 
+from skyinfra.cli import main
 from skyinfra.errors import SpecError, SpecProblems
 from skyinfra.spec import (
     FLAG_KEYS,
@@ -338,22 +340,31 @@ BAD_SPECS = [
     ("text", "flags", "field"), BAD_SPECS, ids=[b[2] + str(i) for i, b in enumerate(BAD_SPECS)]
 )
 def test_bad_spec_exits_2_names_field_writes_nothing(
-    tmp_path: Path, clean_env: dict[str, str], text: str, flags: list[str], field: str
+    tmp_path: Path,
+    clean_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    flags: list[str],
+    field: str,
 ) -> None:
+    # The console script's own entry (skyinfra.cli.main: its error handling and exit codes) in
+    # this process: a hundred interpreters importing the CLI were most of this file's CPU.
+    # test_usage_error_exits_2 and test_validate_names_bad_restart_fields_offline run it as
+    # a process.
     (tmp_path / "skyinfra.toml").write_text(text)
     before = sorted(p.name for p in tmp_path.iterdir())
-    proc = subprocess.run(
-        [*skyinfra_argv(), "up", *flags],
-        cwd=tmp_path,
-        env=clean_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert field in proc.stderr, proc.stderr
-    assert "expected" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n not in clean_env]:
+        monkeypatch.delenv(name)
+    for name, value in clean_env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as ended:
+        main(["up", *flags])
+    stderr = capsys.readouterr().err
+    assert ended.value.code == 2, stderr
+    assert field in stderr, stderr
+    assert "expected" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .skyinfra, no cache
 
 
