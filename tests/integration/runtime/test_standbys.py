@@ -122,7 +122,6 @@ def test_a_warm_worker_whose_keeper_dies_still_gives_its_exit_code(
     assert json.loads((tmp_path / "result.json").read_text())["value"] == "done"
 
 
-
 def test_a_job_right_after_a_take_waits_for_the_refill_its_keeper_was_asked_for(
     tmp_path: Path, standby_node: StandbyNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
