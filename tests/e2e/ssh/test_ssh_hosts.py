@@ -20,6 +20,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -448,10 +449,25 @@ def test_ssh_reaches_a_host_held_to_its_pinned_key(
     assert stat.S_IMODE((workspace(project) / "ssh_config").stat().st_mode) == 0o600
 
 
+def _standbys_ready(hosts: Hosts) -> bool:
+    """Every node's standby slot holds a ready standby, and none is still importing."""
+    for host in hosts.hosts:
+        for folder in host.home.glob(".skyinfra/*/node-*/standby"):
+            if list(folder.glob("*.importing")) or not list(folder.glob("w0-*.sock")):
+                return False
+    return True
+
+
 def test_a_changed_host_key_is_refused_and_nothing_runs(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
     changed = hosts.hosts[1]
+    # What changes on a host by itself first settles: the standbys the last job's end asked
+    # for finish their imports (a socket renamed from .importing to .sock).
+    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
+    while not _standbys_ready(hosts):
+        assert time.monotonic() < until, [hosts.home_listing(h) for h in hosts.hosts]
+        time.sleep(0.2)
     before = [hosts.home_listing(h) for h in hosts.hosts]
     hosts.new_host_key(changed)
     try:
@@ -463,7 +479,9 @@ def test_a_changed_host_key_is_refused_and_nothing_runs(
         assert f"host {changed.address} (ssh.hosts[1]) presented another host key" in up.stderr
         assert "nothing was run on any host" in up.stderr
         # Nothing was copied or started on either host.
-        assert [hosts.home_listing(h) for h in hosts.hosts] == before
+        after = [hosts.home_listing(h) for h in hosts.hosts]
+        changed_paths = [sorted(set(a) ^ set(b)) for a, b in zip(after, before, strict=True)]
+        assert after == before, changed_paths
     finally:
         hosts.old_host_key(changed)
 
