@@ -125,6 +125,22 @@ def train():
 """
 
 
+def _api_script(
+    project: Path, env: dict[str, str], script: str, *args: str, timeout: int
+) -> subprocess.CompletedProcess[str]:
+    """A Python API script of the project's, run as the user runs it; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, script, *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
     found = module_env(tmp_path_factory, tf_plugin_cache, "queue")
@@ -298,15 +314,7 @@ def test_fifty_one_node_submissions_start_in_submission_order(
     holder = held.stdout.split("job ", 1)[1].split()[0]
     (project / "api_sweep.py").write_text(API_SWEEP)
     try:
-        submitted = subprocess.run(
-            [sys.executable, "api_sweep.py", str(SWEEP)],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        submitted = _api_script(project, env, "api_sweep.py", str(SWEEP), timeout=600)
     finally:
         gate.write_text("")
     jobs = [line.split()[1] for line in submitted.stdout.splitlines() if line[:9] == "SUBMITTED"]
@@ -358,15 +366,7 @@ def test_two_attached_runs_and_an_api_submit_queue_while_up_and_down_are_refused
             said = f"cluster '{NAME}' is busy: `skyinfra run work.py:quick` (pid "
             assert said in refused.stderr, refused.stderr
         (project / "api_submit.py").write_text(API_SUBMIT)
-        submitted = subprocess.run(
-            [sys.executable, "api_submit.py"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        submitted = _api_script(project, env, "api_submit.py", timeout=300)
         api_job, api_state = submitted.stdout.split("SUBMITTED ", 1)[1].split()
         assert api_state == "queued", submitted.stdout
         assert job_record(NAME, project, env, holder)["state"] == "running"
