@@ -141,6 +141,17 @@ def _api_script(
     return done
 
 
+def _hold_every_node(project: Path, env: dict[str, str], gate: Path) -> tuple[list[str], str]:
+    """A detached job holding every node until ``gate`` exists (one restart allowed): the
+    `run` flags to queue more behind it, and its id."""
+    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
+    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
+    assert "started on every node" in res.stdout, res.stdout + res.stderr
+    holder = res.stdout.split("job ", 1)[1].split()[0]
+    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    return argv, holder
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict[str, str]:
     found = module_env(tmp_path_factory, tf_plugin_cache, "queue")
@@ -689,11 +700,7 @@ def test_jobs_recover_all_after_a_lost_head_restores_the_queue(
     so the holder holds the nodes again, the two are queued behind it in their order, and
     they run in it once the holder ends."""
     gate = tmp_path / "gate"
-    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
-    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
-    assert "started on every node" in res.stdout, res.stdout + res.stderr
-    holder = res.stdout.split("job ", 1)[1].split()[0]
-    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    argv, holder = _hold_every_node(project, env, gate)
     queued = []
     for position in (1, 2):
         res = cli([*argv, "work.py:quick"], project, env)
@@ -735,11 +742,7 @@ def test_the_queue_outlives_a_lost_worker_node_with_jobs_recover(
     went with it), and `jobs recover --all` replaces node 1 and puts them back as they were,
     the holder running and the other queued behind it, which then runs on both nodes."""
     gate = tmp_path / "gate"
-    argv = ["run", "--cluster", NAME, "-d", "--max-restarts", "1", "--keep-runs", "0"]
-    res = cli([*argv, "--env", f"GATE={gate}", "work.py:hold"], project, env)
-    assert "started on every node" in res.stdout, res.stdout + res.stderr
-    holder = res.stdout.split("job ", 1)[1].split()[0]
-    assert wait_for_state(NAME, project, env, holder, ("running", *FINAL)) == "running"
+    argv, holder = _hold_every_node(project, env, gate)
     res = cli([*argv, "work.py:quick"], project, env)
     assert " is queued (position 1)" in res.stdout, res.stdout + res.stderr
     waiting = res.stdout.split(" is queued (position ", 1)[0].rsplit("job ", 1)[1]
