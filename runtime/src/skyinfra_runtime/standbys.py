@@ -342,15 +342,13 @@ def keep(path: Path) -> int:
                 busy.append(_reap(path, standby.proc))
                 del waiting[slot]
             elif standby.proc.poll() is not None:  # died waiting (killed, or failed)
-                socket_path(path, slot, pid).unlink(missing_ok=True)
-                importing_path(path, slot, pid).unlink(missing_ok=True)
+                _remove_sockets(path, slot, pid)
                 del waiting[slot]
                 failed = 0 if standby.ready else failed + 1
             elif warmup is None or standby.key != warmup.key or slot >= slots:
                 standby.proc.terminate()
                 standby.proc.wait()
-                socket_path(path, slot, pid).unlink(missing_ok=True)
-                importing_path(path, slot, pid).unlink(missing_ok=True)
+                _remove_sockets(path, slot, pid)
                 del waiting[slot]
             elif socket_path(path, slot, pid).exists():
                 standby.ready, failed = True, 0
@@ -368,6 +366,12 @@ def keep(path: Path) -> int:
     for standby in waiting.values():
         standby.proc.terminate()
     return 0
+
+
+def _remove_sockets(path: Path, slot: int, pid: int) -> None:
+    """A gone standby's socket, whichever name it had (ready or still importing)."""
+    socket_path(path, slot, pid).unlink(missing_ok=True)
+    importing_path(path, slot, pid).unlink(missing_ok=True)
 
 
 def _taken_at(path: Path, pid: int) -> int | None:
