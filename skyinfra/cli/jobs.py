@@ -17,6 +17,8 @@ from skyinfra.cli.resolve import echo, refresh_shared_topology, workspace
 
 if TYPE_CHECKING:
     from skyinfra.run.launch import ClusterNodes
+    from skyinfra.run.recovery import Recovery
+    from skyinfra.run.report import RunReport
     from skyinfra.transport.base import NodeProcess, NodeTransport
     from skyinfra.workspace import Workspace
 
@@ -193,25 +195,35 @@ def _recover(
     clusters_root: Path | None, cluster_name: str | None, job_id: str, *, unattended: bool
 ) -> None:
     """`jobs recover JOB` (recover_job), its report printed and its exit code raised."""
-    from skyinfra import lifecycle
-    from skyinfra.run.recovery import Recovery, recover_job
+    from skyinfra.run.recovery import Recovery
     from skyinfra.run.report import print_report, raise_for_failure
 
     ws, transport, _ = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
-    report = recover_job(
+    how = Recovery.UNATTENDED if unattended else Recovery.FOLLOW
+    report = _recover_one(ws, transport, job_id, how)
+    if report is None:
+        return
+    print_report(report, echo)
+    raise_for_failure(report)
+
+
+def _recover_one(
+    ws: Workspace, transport: NodeTransport, job_id: str, how: Recovery
+) -> RunReport | None:
+    """recover_job for one job of this workspace's cluster, from the current directory."""
+    from skyinfra import lifecycle
+    from skyinfra.run.recovery import recover_job
+
+    return recover_job(
         ws,
         _nodes(ws, transport),
         job_id,
         head_recovery=lambda: lifecycle.head_recovery_of(ws, ws.spec()),
         src=Path.cwd(),
-        how=Recovery.UNATTENDED if unattended else Recovery.FOLLOW,
+        how=how,
         echo=echo,
         store_credentials=lambda: lifecycle.store_credentials_of(ws.spec()),
     )
-    if report is None:
-        return
-    print_report(report, echo)
-    raise_for_failure(report)
 
 
 def _nodes(ws: Workspace, transport: NodeTransport) -> ClusterNodes:
@@ -232,10 +244,9 @@ def _recover_all(clusters_root: Path | None, cluster_name: str | None) -> None:
     """`jobs recover --all`: each job the head lost, in recovery_order, started again (or
     queued again) and not followed; one that cannot be (no restart left, as `recover JOB`
     refuses it) is said and the others go on: a job lost long before stays lost."""
-    from skyinfra import lifecycle
     from skyinfra.errors import JobNoLongerWaits, UsageError
     from skyinfra.run.job import RECOVERABLE_STATES, head_gone, list_jobs
-    from skyinfra.run.recovery import Recovery, recover_job, recovery_order
+    from skyinfra.run.recovery import Recovery, recovery_order
 
     ws, transport, _ = _cluster(clusters_root, cluster_name, head_may_be_gone=True)
     if head_gone(transport):  # the records went with node 0: this workspace's copies say
@@ -252,16 +263,7 @@ def _recover_all(clusters_root: Path | None, cluster_name: str | None) -> None:
     )
     for job in order:
         try:
-            recover_job(
-                ws,
-                _nodes(ws, transport),
-                job.id,
-                head_recovery=lambda: lifecycle.head_recovery_of(ws, ws.spec()),
-                src=Path.cwd(),
-                how=Recovery.DETACHED,
-                echo=echo,
-                store_credentials=lambda: lifecycle.store_credentials_of(ws.spec()),
-            )
+            _recover_one(ws, transport, job.id, Recovery.DETACHED)
         except JobNoLongerWaits:
             echo(f"[skyinfra] job {job.id} no longer waits for its nodes: nothing to do")
         except UsageError as err:  # no restart left, its --timeout run out: said, not fatal
