@@ -5,13 +5,13 @@ never the newest-first order `jobs` lists them in."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 from pathlib import Path
 
 from skyinfra_runtime.jobrecord import Attempt, JobRecord, JobState, QueueWait
 
 from skyinfra.run.recovery import recovery_order
-from tests.conftest import skyinfra_argv
+from tests.support.local_jobs import cli
 
 
 def lost(
@@ -59,13 +59,7 @@ def test_held_jobs_first_in_start_order_then_the_queue_by_priority_then_submissi
 def test_all_goes_with_recover_alone_exit_2_naming_what_came(tmp_path: Path) -> None:
     """Bad input: `jobs --all` with a job (or without `recover`) exits 2 naming what came,
     before any workspace is read (none here)."""
-    res = subprocess.run(
-        [*skyinfra_argv(), "jobs", "recover", "JOB", "--all"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = cli(["jobs", "recover", "JOB", "--all"], tmp_path, dict(os.environ), timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--all goes with `jobs recover` alone (got 'recover JOB')" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
