@@ -51,7 +51,7 @@ from skyinfra.targets.aws.render import (
     validate_params,
 )
 from skyinfra.targets.aws.resolve import Resolved, resolve
-from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.aws.session import AwsClients, new_session
 from skyinfra.targets.aws.spec import (
     NO_JAX,
     AwsSpec,
@@ -342,7 +342,7 @@ def render_files(
     early = cluster_params(spec, None, public_key, markets=markets)
     validate_params(early)  # pure checks before any AWS call
 
-    clients = AwsClients(session or boto3.session.Session(), spec_aws.region, emulator_from_env())
+    clients = AwsClients(session or new_session(), spec_aws.region, emulator_from_env())
     if clients.emulator is not None:
         say(f"[skyinfra] AWS API emulator at {clients.emulator.url} ({clients.emulator.env_var})")
     timeline.lap("validate")

@@ -55,7 +55,7 @@ from skyinfra.targets.aws.quotas import (
     running_vcpus,
 )
 from skyinfra.targets.aws.render import BASTION_INSTANCE_TYPE
-from skyinfra.targets.aws.session import AwsClients
+from skyinfra.targets.aws.session import AwsClients, new_session
 from skyinfra.targets.aws.spec import SPOT, AwsSpec, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
 from skyinfra.workspace import Workspace
@@ -140,9 +140,7 @@ def one_rung(spec: ClusterSpec, *, checks: bool = True) -> tuple[Assessed, ...]:
     rung = rung_of(spec)
     zones: tuple[str, ...] | None = None
     if checks:
-        import boto3  # the target loads boto3 only when it calls AWS
-
-        clients = AwsClients(boto3.session.Session(), rung.region, emulator_from_env())
+        clients = AwsClients(new_session(), rung.region, emulator_from_env())
         try:
             with aws_errors(f"looking up the zones offering {rung.label}"):
                 zones = _zones(clients, spec.section_as(AwsSpec), rung)
@@ -218,9 +216,8 @@ def rung_facts(spec: ClusterSpec, rung: Rung, *, checks: bool = True) -> RungFac
     facts = RungFacts(hourly_usd=hourly, market=aws.market, price_source=source)
     if not checks:
         return facts
-    import boto3  # the target loads boto3 only when it calls AWS
 
-    clients = AwsClients(boto3.session.Session(), rung.region, emulator_from_env())
+    clients = AwsClients(new_session(), rung.region, emulator_from_env())
     zones: tuple[str, ...] | None = None
     quota: Quota | None = None
     image: str | None = None
@@ -267,10 +264,9 @@ def checkpoint_place(spec: ClusterSpec) -> CheckpointPlace | None:
     aws = spec.section_as(AwsSpec)
     if aws.checkpoints_url is None and len(aws.ladder_regions) < 2:
         return None
-    import boto3  # the target loads boto3 only when it calls AWS
 
     home = aws.default_checkpoints_region
-    clients = AwsClients(boto3.session.Session(), home, emulator_from_env())
+    clients = AwsClients(new_session(), home, emulator_from_env())
     s3 = clients.client("s3")
     if aws.checkpoints_url is None:
         try:

@@ -7,16 +7,44 @@ and every one of them honours ``SKYINFRA_AWS_ENDPOINT_URL`` (endpoints.py).
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.loaders import Loader
 
 from skyinfra.targets.aws.endpoints import Emulator, boto3_client_kwargs, emulator_from_env
 from skyinfra.targets.aws.spec import AwsSpec
 
 if TYPE_CHECKING:
     from skyinfra.spec import ClusterSpec
+
+
+# One loader of botocore's data (service models, endpoints) per data path, for the process: a
+# new session would decode the EC2 model (megabytes of JSON) again, ~0.2 s of CPU each time.
+_LOADERS: dict[Any, Loader] = {}
+_LOADERS_LOCK = threading.Lock()
+
+
+def new_session() -> boto3.session.Session:
+    """A new boto3 session (its own credentials and clients, as ``boto3.session.Session()``)
+    that reads botocore's data through the process's one loader, which caches what it read."""
+    core = botocore.session.get_session()
+    data_path = core.get_config_variable("data_path")
+    with _LOADERS_LOCK:
+        shared = _LOADERS.get(data_path)
+        if shared is None:
+            session = boto3.session.Session(botocore_session=core)
+            _LOADERS[data_path] = core.get_component("data_loader")
+            return session
+        searched = len(shared.search_paths)
+        core.register_component("data_loader", shared)
+        session = boto3.session.Session(botocore_session=core)
+        # boto3 adds its own data folder to the loader of every session: once is enough.
+        del shared.search_paths[searched:]
+        return session
 
 
 class AwsClients:
@@ -54,4 +82,4 @@ class AwsClients:
 
 def clients_for(spec: ClusterSpec) -> AwsClients:
     """The clients of the spec's region, in a new boto3 session."""
-    return AwsClients(boto3.session.Session(), spec.section_as(AwsSpec).region, emulator_from_env())
+    return AwsClients(new_session(), spec.section_as(AwsSpec).region, emulator_from_env())

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from skyinfra.errors import SpecError, TerraformError
@@ -62,7 +61,7 @@ from skyinfra.targets.aws.ladder_shell import (
 # console_host_keys and transport are reach.py's; named here too, where callers knew them.
 from skyinfra.targets.aws.reach import KNOWN_HOSTS_FILE, TARGET_FILE, read_head_marker, transport
 from skyinfra.targets.aws.reach import console_host_keys as console_host_keys
-from skyinfra.targets.aws.session import AwsClients, clients_for
+from skyinfra.targets.aws.session import AwsClients, clients_for, new_session
 from skyinfra.targets.aws.spec import SPOT, node_markets
 from skyinfra.targets.aws.spot_prices import spot_price_history
 from skyinfra.targets.aws.staging import delete_staged
@@ -254,7 +253,7 @@ class AwsTarget(AwsDeclaration):
             return None
         place = place or PlannedPlace()
         rung = planned_rung(rung_of(spec), place.instance_type, place.region)
-        clients = AwsClients(boto3.session.Session(), rung.region, emulator_from_env())
+        clients = AwsClients(new_session(), rung.region, emulator_from_env())
         try:
             return spot_price_history(clients.client("ec2"), rung.instance_type)
         except (ClientError, BotoCoreError) as err:
@@ -425,9 +424,7 @@ class AwsTarget(AwsDeclaration):
         regions = sorted(
             {r for s in specs if s.provider == self.name for r in aws_of(s).ladder_regions}
         )
-        clients = [
-            AwsClients(boto3.session.Session(), region, emulator_from_env()) for region in regions
-        ]
+        clients = [AwsClients(new_session(), region, emulator_from_env()) for region in regions]
         lines, unchecked = orphans(clients, [w.path for w in workspaces])
         for kind in unchecked:
             echo(f"[skyinfra] warning: could not list {kind}; not checked")
