@@ -16,17 +16,20 @@ import functools
 import json
 import shlex
 from collections.abc import Mapping
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from skyinfra import resources
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = "templates"
 
 
 def hcl(value: Any) -> str:
     """An HCL literal for a string, number, bool, None, list or map (maps keep key order)."""
+    import jinja2  # loaded: a filter runs inside a template
+
     if isinstance(value, jinja2.Undefined):
         str(value)  # StrictUndefined raises UndefinedError naming the missing variable
     if value is None:
@@ -65,6 +68,10 @@ def _load(name: str) -> tuple[str, None, Any]:
 @functools.cache
 def environment() -> jinja2.Environment:
     """The shared environment; template names are relative to infra/templates."""
+    # Imported here: Jinja is a quarter of the start of a command that imports this module
+    # (the local target's does) and renders nothing (`jobs`, `logs`, `run`).
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_load),
         undefined=jinja2.StrictUndefined,

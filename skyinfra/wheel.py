@@ -19,8 +19,6 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import importlib.metadata
-import importlib.util
 import io
 import os
 import re
@@ -97,6 +95,11 @@ def installed_source(
 ) -> RuntimeSource:
     """The runtime this Python imports (or ``package`` of ``dist_name``: skyinfra itself, for
     a head that recovers jobs), with its installed distribution's metadata."""
+    # Imported here: the local target imports this module (cache_root) for every command, and
+    # importlib.metadata (email, zipfile, csv) is needed only to build the wheel.
+    import importlib.metadata
+    import importlib.util
+
     spec = importlib.util.find_spec(package)
     locations = list(spec.submodule_search_locations or []) if spec else []
     try:

@@ -47,7 +47,7 @@ class HeadRecovery:
     attached_run_waits: bool = False
 
     def private(self) -> dict[str, Any]:
-        """As the agents' stdin carries it (skyinfra_runtime.jobs.commands.read_private)."""
+        """As the agents' stdin carries it (skyinfra_runtime.jobs.supervise.read_private)."""
         return {"argv": list(self.argv), "env": dict(self.env)}
 
 

@@ -75,3 +75,25 @@ def test_validate_of_an_aws_spec_loads_no_target_sdk(tmp_path: Path) -> None:
         'instance_type = "g5.xlarge"\nssh_cidrs = ["203.0.113.4/32"]\nssh_key = "id"\n'
     )
     assert _loaded_by(["validate"], tmp_path) == []
+
+
+# What `skyinfra jobs`, `logs`, `cancel` and `run` on a local cluster never need: Jinja (the
+# templates are rendered by `up`), importlib.metadata (email, zipfile, csv: only an AWS spec's
+# jax pin asks it), `up`'s planning (lifecycle.changes). Each was part of their start.
+NOT_FOR_JOBS = ("jinja2", "importlib.metadata", "email", "skyinfra.lifecycle.changes")
+
+
+def test_the_job_commands_path_on_a_local_cluster_loads_no_templates_or_metadata() -> None:
+    """The modules `skyinfra jobs` imports to reach a local cluster's head (the CLI, the
+    lifecycle's transport_for and the local target's module) load none of NOT_FOR_JOBS."""
+    code = (
+        "import json, sys\n"
+        "import skyinfra.cli.main, skyinfra.cli.jobs, skyinfra.run.job\n"
+        "from skyinfra import lifecycle\n"
+        "lifecycle.transport_for, lifecycle.not_up_error\n"
+        "import skyinfra.targets.local.target\n"
+        f"print(json.dumps([m for m in {NOT_FOR_JOBS!r} if m in sys.modules]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []

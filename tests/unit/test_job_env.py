@@ -13,7 +13,7 @@ import pytest
 from skyinfra_runtime import jobenv
 from skyinfra_runtime.ckptsync import OPERATOR_CREDENTIALS, SETTINGS_FILE, from_settings
 from skyinfra_runtime.info import InstanceInfo
-from skyinfra_runtime.jobs.commands import read_private
+from skyinfra_runtime.jobs.supervise import read_private
 from skyinfra_runtime.plugins.jax import jax_env
 from skyinfra_runtime.s3 import PRIVATE_KEY, Credentials
 from skyinfra_runtime.topology import Accelerator, Node, Topology

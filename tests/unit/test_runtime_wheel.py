@@ -63,7 +63,7 @@ def test_wheel_holds_the_installed_runtime_and_its_metadata(tmp_path: Path) -> N
         assert f"Requires-Python: {dist.metadata['Requires-Python']}\n" in metadata
         assert "Tag: py3-none-any" in archive.read(f"{INFO}/WHEEL").decode()
         assert archive.read(f"{INFO}/entry_points.txt").decode() == (
-            "[console_scripts]\nskyinfra-runtime = skyinfra_runtime.launcher:main\n"
+            "[console_scripts]\nskyinfra-runtime = skyinfra_runtime.command:main\n"
         )
         rows = list(csv.reader(io.StringIO(archive.read(f"{INFO}/RECORD").decode())))
         assert [r[0] for r in rows] == names

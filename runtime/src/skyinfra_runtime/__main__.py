@@ -1,3 +1,3 @@
-from skyinfra_runtime.launcher import main
+from skyinfra_runtime.command import main
 
 main()

@@ -46,8 +46,6 @@ from skyinfra_runtime.worker import LAUNCHER_PID_ENV
 GRACE_SECONDS = 10.0
 # A worker: a process started cold, or a standby that took the job (standbys.py).
 Worker = subprocess.Popen[bytes] | standbys.WarmWorker
-# The job commands (skyinfra_runtime.jobs): a node's part of a job that outlives the operator.
-JOB_COMMANDS = ("supervise", "logs", "cancel", "jobs")
 
 
 def resolve_procs(value: int | str, topology: Topology, node: int) -> int:
@@ -93,32 +91,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] and argv[0] in JOB_COMMANDS:
-        from skyinfra_runtime import jobs
+    """``skyinfra-runtime``, any of its commands (skyinfra_runtime.command)."""
+    from skyinfra_runtime import command
 
-        raise SystemExit(jobs.main(argv))
-    if argv[:1] == ["notice"]:
-        from skyinfra_runtime import spot
-
-        raise SystemExit(spot.main(argv[1:]))
-    if argv[:1] == ["node-facts"]:
-        from skyinfra_runtime import nodefacts
-
-        raise SystemExit(nodefacts.main(argv[1:]))
-    if argv[:1] == ["imds-standin"]:
-        from skyinfra_runtime import imds_standin
-
-        raise SystemExit(imds_standin.main(argv[1:]))
-    if argv[:1] == ["warm-up"]:
-        from skyinfra_runtime import nodewarm
-
-        raise SystemExit(nodewarm.main(argv[1:]))
-    if argv[:1] == ["checkpoint-sync"]:
-        from skyinfra_runtime import ckptsync
-
-        raise SystemExit(ckptsync.main(argv[1:]))
-    raise SystemExit(launch(argv))
+    command.main(argv)
 
 
 def launch(argv: list[str]) -> int:

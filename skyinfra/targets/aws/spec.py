@@ -6,7 +6,6 @@ the nodes install); spec_parsing.py reads the table, declaration.py declares the
 
 from __future__ import annotations
 
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,6 +222,10 @@ def check_ssh_key_file(aws: AwsSpec) -> Path:
 
 def operator_jax_version() -> str | None:
     """The jax installed beside skyinfra (what the user tested with); None without one."""
+    # Imported here: every command imports this module (the target registry), and
+    # importlib.metadata (email, zipfile, csv) was a tenth of a command's start.
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("jax")
     except importlib.metadata.PackageNotFoundError:

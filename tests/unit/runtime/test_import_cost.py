@@ -33,3 +33,56 @@ def test_importing_the_runtime_loads_no_http_client(module: str) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+# What the operator's frequent asks (`skyinfra jobs`, `logs`, `cancel` run `skyinfra-runtime
+# jobs|logs|cancel` on a node) never need: the launcher and its plugins, the agent and the
+# supervisor, the checkpoint store's client. Each was part of every such command's start.
+NOT_FOR_THE_ASKS = (
+    "skyinfra_runtime.launcher",
+    "skyinfra_runtime.plugins",
+    "skyinfra_runtime.info",
+    "skyinfra_runtime.standbys",
+    "skyinfra_runtime.jobs.supervise",
+    "skyinfra_runtime.jobs.supervisor",
+    "skyinfra_runtime.jobs.agent",
+    "skyinfra_runtime.ckptsync",
+    "skyinfra_runtime.s3",
+    "subprocess",
+)
+
+
+def test_the_job_asks_import_only_the_job_records() -> None:
+    """`skyinfra-runtime jobs` as the node runs it (the console script's module, then the
+    command's), on an empty node: it lists no job and loads none of NOT_FOR_THE_ASKS."""
+    code = (
+        "import contextlib, io, json, sys, tempfile\n"
+        "from skyinfra_runtime.command import main\n"
+        "with tempfile.TemporaryDirectory() as node, contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        main(['jobs', '--node-dir', node])\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, exc.code\n"
+        f"print(json.dumps([m for m in {NOT_FOR_THE_ASKS!r} if m in sys.modules]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def test_the_package_imports_its_public_names_when_first_used() -> None:
+    """``import skyinfra_runtime`` loads none of its API's modules; ``from skyinfra_runtime
+    import instance_info`` (and any public name) still gives the name itself."""
+    code = (
+        "import json, sys, skyinfra_runtime\n"
+        "before = [m for m in ('skyinfra_runtime.plugins', 'skyinfra_runtime.info') "
+        "if m in sys.modules]\n"
+        "from skyinfra_runtime import instance_info, plugins\n"
+        "from skyinfra_runtime.info import instance_info as direct\n"
+        "import skyinfra_runtime.plugins as plugins_module\n"
+        "missing = [n for n in skyinfra_runtime.__all__ if not hasattr(skyinfra_runtime, n)]\n"
+        "print(json.dumps([before, instance_info is direct, plugins is plugins_module, missing]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [[], True, True, []]
