@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import skyinfra_argv
+from tests.support.waits import wait_until
 
 
 def cli(
@@ -25,26 +25,55 @@ def cli(
     )
 
 
-def job_record(cluster: str, project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
-    """The job's record as `skyinfra jobs --json JOB` prints it."""
-    shown = cli(["jobs", "--cluster", cluster, "--json", job], project, env)
+# The states after which no process of the job changes its record (jobrecord.FINAL_STATES).
+FINAL = ("succeeded", "failed", "cancelled", "timed_out", "needs_nodes", "lost")
+
+
+def job_record(
+    cluster: str | None, project: Path, env: dict[str, str], job: str, *flags: str
+) -> dict[str, Any]:
+    """The job's record as `skyinfra jobs --json JOB` prints it (``cluster`` None: the one
+    the project's spec names)."""
+    where = ["--cluster", cluster] if cluster else []
+    shown = cli(["jobs", *where, "--json", job, *flags], project, env)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     found = json.loads(shown.stdout)
     assert isinstance(found, dict), found
     return found
 
 
+def wait_for_record(
+    cluster: str | None,
+    project: Path,
+    env: dict[str, str],
+    job: str,
+    done: Callable[[dict[str, Any]], bool],
+    what: str,
+    deadline_s: float = 300,
+) -> dict[str, Any]:
+    """The job's record (through the CLI, as a user reads it) once ``done`` holds for it."""
+    return wait_until(
+        f"job {job} {what}", lambda: job_record(cluster, project, env, job), done, deadline_s
+    )
+
+
 def wait_for_state(
-    cluster: str, project: Path, env: dict[str, str], job: str, states: tuple[str, ...]
+    cluster: str | None, project: Path, env: dict[str, str], job: str, states: tuple[str, ...]
 ) -> str:
     """The job's state once it is one of ``states``."""
-    until = time.monotonic() + 300  # a bound on the wait, not an assertion on time
-    while True:
-        state = str(job_record(cluster, project, env, job)["state"])
-        if state in states:
-            return state
-        assert time.monotonic() < until, f"job {job} still {state}, waited for {states}"
-        time.sleep(0.5)
+    record = wait_for_record(
+        cluster, project, env, job, lambda r: r["state"] in states, f"in one of {states}"
+    )
+    return str(record["state"])
+
+
+def wait_until_ended(
+    cluster: str | None, project: Path, env: dict[str, str], job: str, deadline_s: float = 300
+) -> dict[str, Any]:
+    """The job's record once it is final (FINAL)."""
+    return wait_for_record(
+        cluster, project, env, job, lambda r: r["state"] in FINAL, f"in one of {FINAL}", deadline_s
+    )
 
 
 def module_env(

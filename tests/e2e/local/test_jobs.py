@@ -8,14 +8,15 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
-from tests.support.local_jobs import cli, module_env, node_processes
+from tests.support.local_jobs import cli, module_env, node_processes, wait_until_ended
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -85,14 +86,8 @@ def jobs_json(project: Path, env: dict[str, str], job: str | None = None) -> obj
     return json.loads(res.stdout)
 
 
-def wait_state(project: Path, env: dict[str, str], job: str, timeout: float = 60) -> dict:
-    end = time.monotonic() + timeout
-    while True:
-        rec = jobs_json(project, env, job)
-        assert isinstance(rec, dict)
-        if rec["state"] not in ("starting", "running") or time.monotonic() > end:
-            return rec
-        time.sleep(0.5)
+def wait_state(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
+    return wait_until_ended(NAME, project, env, job)
 
 
 def steps_done(project: Path, job: str) -> dict[int, list[str]]:
@@ -237,10 +232,12 @@ def test_a_killed_supervisor_takes_its_launcher_and_the_peers_with_it(
     job = detach(project, env, "steps.py:forever")
     pid = int((nodes_dir(project) / "node-0" / "pids" / f"{job}.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
-    end = time.monotonic() + 20
-    while job_processes(project, job) and time.monotonic() < end:
-        time.sleep(0.2)
-    assert job_processes(project, job) == []
+    wait_until(
+        f"no process of job {job} on any node",
+        lambda: job_processes(project, job),
+        lambda found: not found,
+        deadline_s=60,
+    )
     rec = jobs_json(project, env, job)
     assert isinstance(rec, dict) and rec["state"] == "lost", rec
 
@@ -264,7 +261,7 @@ def test_cancel_leaves_nothing_of_the_job_on_any_node(project: Path, env: dict[s
 
 def test_fail_fast_while_nobody_follows(project: Path, env: dict[str, str]) -> None:
     job = detach(project, env, "steps.py:fail_on_node1")
-    rec = wait_state(project, env, job, timeout=30)
+    rec = wait_state(project, env, job)
     assert rec["state"] == "failed" and rec["first_failure"] == 1, rec
     n0, n1 = rec["nodes"]
     assert n1["exit_code"] == 1 and n1["meaning"] == "user code raised"
@@ -278,7 +275,7 @@ def test_fail_fast_while_nobody_follows(project: Path, env: dict[str, str]) -> N
 
 def test_timeout_while_nobody_follows(project: Path, env: dict[str, str]) -> None:
     job = detach(project, env, "--timeout", "3", "steps.py:forever")
-    rec = wait_state(project, env, job, timeout=30)
+    rec = wait_state(project, env, job)
     assert rec["state"] == "timed_out" and rec["timed_out"] == [0, 1], rec
     assert all(n["ended_reason"] == "at --timeout 3 s" for n in rec["nodes"])
     assert job_processes(project, job) == []

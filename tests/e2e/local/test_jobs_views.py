@@ -11,11 +11,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import skyinfra_argv
-from tests.support.local_jobs import cli, module_env, node_processes
+from tests.support.local_jobs import cli, job_record, module_env, node_processes, wait_until_ended
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -79,20 +81,17 @@ def jobs_json(project: Path, env: dict[str, str], *args: str) -> object:
     return json.loads(res.stdout)
 
 
-def wait_for(project: Path, env: dict[str, str], job: str, done: str = "ended") -> dict:
+def wait_for(project: Path, env: dict[str, str], job: str, done: str = "ended") -> dict[str, Any]:
     """The job's record once it has ended (``done="stalled"``: once it reads stalled with
     --stall-after 0.02, that is 1.2 s); a deadline only guards against a hang."""
-    end = time.monotonic() + 60
-    while True:
-        args = [job, "--stall-after", "0.02"] if done == "stalled" else [job]
-        rec = jobs_json(project, env, *args)
-        assert isinstance(rec, dict)
-        reached = (
-            rec["stalled"] if done == "stalled" else rec["state"] not in ("starting", "running")
+    if done == "stalled":
+        return wait_until(
+            f"job {job} stalled (--stall-after 0.02)",
+            lambda: job_record(NAME, project, env, job, "--stall-after", "0.02"),
+            lambda rec: bool(rec["stalled"]),
+            deadline_s=60,
         )
-        if reached or time.monotonic() > end:
-            return rec
-        time.sleep(0.3)
+    return wait_until_ended(NAME, project, env, job)
 
 
 def detach(project: Path, env: dict[str, str], *args: str) -> str:

@@ -12,14 +12,13 @@ import re
 import select
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import skyinfra_argv
-from tests.support.local_jobs import cli, cluster_up, job_record, module_env
+from tests.support.local_jobs import cli, cluster_up, job_record, module_env, wait_until_ended
 
 pytestmark = pytest.mark.slow
 
@@ -151,10 +150,7 @@ def test_a_script_prints_no_return_value_and_a_function_does(
 
 def test_logs_all_with_tail_prints_the_nodes_in_order(project: Path, env: dict[str, str]) -> None:
     job = detach(project, env, "script.py", "--", "5")
-    until = time.monotonic() + 60
-    while job_record(NAME, project, env, job)["state"] in ("starting", "running"):
-        assert time.monotonic() < until, "the job did not end"
-        time.sleep(0.2)
+    wait_until_ended(NAME, project, env, job)
     expected = [f"[node-{node}] line {i} of node {node}" for node in (0, 1) for i in (3, 4)]
     for _ in range(3):  # the nodes' logs are read at once: their order is not luck
         shown = cli(["logs", "--cluster", NAME, job, "--all", "--tail", "2"], project, env)
@@ -215,10 +211,7 @@ def test_ctrl_c_on_an_attached_run_says_it_cancelled_the_job(
 def test_jobs_after_down_lists_the_kept_runs(project: Path, env: dict[str, str]) -> None:
     """Last in the module: it takes the cluster down."""
     job = detach(project, env, "script.py")
-    until = time.monotonic() + 60
-    while job_record(NAME, project, env, job)["state"] in ("starting", "running"):
-        assert time.monotonic() < until, "the job did not end"
-        time.sleep(0.2)
+    wait_until_ended(NAME, project, env, job)
     running = detach(project, env, "code.py:gated")
     before = json.loads(cli(["jobs", "--cluster", NAME, "--json"], project, env).stdout)
     down = cli(["down", "--yes", "--cluster", NAME], project, env)

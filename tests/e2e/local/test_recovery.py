@@ -20,8 +20,10 @@ from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
 import skyinfra
 from tests.conftest import skyinfra_argv
+from tests.support import local_jobs
 from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
 from tests.support.resume_proof import kill_node_processes, lose_node, lose_node_1
+from tests.support.waits import wait_until
 from tests.support.workers import wait_for_line
 
 pytestmark = pytest.mark.slow
@@ -108,17 +110,9 @@ def start_detached(project: Path, env: dict[str, str], *argv: str) -> str:
     return started.stdout.split("job ", 1)[1].split()[0]
 
 
-def wait_until_ended(project: Path, env: dict[str, str], job: str) -> dict[str, object]:
+def wait_until_ended(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
     """The job's record (`jobs JOB --json`) once it is final or waits for a node."""
-    record: dict[str, object] = {}
-    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-    while record.get("state") not in ("needs_nodes", "failed", "succeeded", "lost"):
-        assert time.monotonic() < until, record
-        time.sleep(0.5)
-        shown_json = cli(["jobs", job, "--json"], project, env)
-        assert shown_json.returncode == 0, shown_json.stdout + shown_json.stderr
-        record = json.loads(shown_json.stdout)
-    return record
+    return local_jobs.wait_until_ended(None, project, env, job)
 
 
 def assert_attempt_2_on_both_nodes(record: dict[str, Any]) -> None:
@@ -212,14 +206,7 @@ def test_a_detached_job_restarts_with_nobody_attached(project: Path, env: dict[s
         spec.write_text(SPEC)
     assert started.returncode == 0, started.stdout + started.stderr
     job = started.stdout.split("job ", 1)[1].split()[0]
-    record: dict[str, object] = {}
-    until = time.monotonic() + 120  # a bound on the wait, not an assertion on time
-    while record.get("state") not in ("succeeded", "failed", "lost"):
-        assert time.monotonic() < until, record
-        time.sleep(0.5)
-        shown = cli(["jobs", job, "--json"], project, env)
-        assert shown.returncode == 0, shown.stderr
-        record = json.loads(shown.stdout)
+    record = wait_until_ended(project, env, job)
     assert record["state"] == "succeeded", record
     assert record["attempt"] == 2
     attempts = record["attempts"]
@@ -480,10 +467,12 @@ def test_a_detached_job_whose_head_processes_are_killed_is_recovered_on_the_same
     wait_for_line(node_0 / "runs" / job / "output.log", "attempt 1 on")
     kill_node_processes(ws(project), 0)
     # Node 1's agent ends its part by itself once the head's connection closed.
-    until = time.monotonic() + 60  # a bound on the wait, not an assertion on time
-    while node_processes(ws(project) / "nodes", job):
-        assert time.monotonic() < until, node_processes(ws(project) / "nodes", job)
-        time.sleep(0.2)
+    wait_until(
+        f"no process of job {job} on any node",
+        lambda: node_processes(ws(project) / "nodes", job),
+        lambda found: not found,
+        deadline_s=60,
+    )
     listed = cli(["jobs"], project, env).stdout
     assert (
         f"job {job}: its supervisor on node-0 was killed (nothing of it runs any more): from "

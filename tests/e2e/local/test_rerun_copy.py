@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.local_jobs import cli, module_env
+from tests.support.local_jobs import cli, module_env, wait_until_ended
 
 pytestmark = pytest.mark.slow
 
@@ -158,14 +157,7 @@ def test_a_rerun_never_edits_the_run_it_copies_from(project: Path, env: dict[str
     assert res.returncode == 0, res.stdout + res.stderr
     job = res.stdout.split("job ", 1)[1].split()[0]
     works = [node_dir(project, i) / "runs" / job / "work" for i in (0, 1)]
-    deadline = time.monotonic() + 120
-    while True:
-        listed = cli(["jobs", "--cluster", NAME, "--json", job], project, env)
-        assert listed.returncode == 0, listed.stdout + listed.stderr
-        record = json.loads(listed.stdout)
-        if record["state"] not in ("starting", "running") or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    record = wait_until_ended(NAME, project, env, job)
     assert record["state"] == "succeeded", record
     for i in (0, 1):
         result = json.loads((node_dir(project, i) / "runs" / job / "result.json").read_text())

@@ -20,7 +20,7 @@ import pytest
 
 from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
-from tests.support.local_jobs import cli, cluster_up, module_env, node_processes
+from tests.support.local_jobs import cli, cluster_up, module_env, node_processes, wait_for_record
 from tests.support.resume_proof import lose_node_1
 from tests.support.workers import wait_for_line
 
@@ -88,18 +88,15 @@ def start_detached(project: Path, env: dict[str, str]) -> str:
 
 
 def wait_until_succeeded(project: Path, env: dict[str, str], job: str) -> dict[str, Any]:
-    """The job's record once it ended; on the way, `jobs` while it waited for node 1."""
-    record: dict[str, Any] = {}
-    until = time.monotonic() + 240  # a bound on the wait, not an assertion on time
-    while record.get("state") not in ("failed", "succeeded", "lost", "cancelled"):
-        assert time.monotonic() < until, record
-        time.sleep(0.5)
-        shown = cli(["jobs", job, "--json"], project, env)
-        assert shown.returncode == 0, shown.stdout + shown.stderr
-        record = json.loads(shown.stdout)
+    """The job's record once it ended (through needs_nodes while node 0 replaces node 1); a
+    head recovery that failed fails at once."""
+
+    def ended(record: dict[str, Any]) -> bool:
         failed = (record.get("head_recovery") or {}).get("state") == "failed"
         assert not failed, record["head_recovery"]
-    return record
+        return record["state"] in ("failed", "succeeded", "lost", "cancelled")
+
+    return wait_for_record(None, project, env, job, ended, "ended", deadline_s=240)
 
 
 def assert_recovered_by_node_0(record: dict[str, Any], cause: str) -> None:

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.local_jobs import cli as run_cli
 from tests.support.local_jobs import cluster_up, module_env, node_processes
+from tests.support.waits import wait_until
 
 # Three Keras jobs on 2 nodes and the standbys' imports: minutes on a loaded 2-core machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -102,10 +102,12 @@ def standby_processes(nodes: Path) -> dict[int, str]:
 
 def wait_for_standbys(nodes: Path) -> None:
     """Until node 0 and node 1 each have a standby waiting (its socket)."""
-    until = time.monotonic() + 200  # a bound on the wait, not an assertion on time
-    while not all(list((nodes / f"node-{i}" / "standby").glob("w0-*.sock")) for i in (0, 1)):
-        assert time.monotonic() < until, f"no standby became ready: {standby_folders(nodes)}"
-        time.sleep(0.5)
+    wait_until(
+        "a standby waiting on node 0 and node 1",
+        lambda: standby_folders(nodes),
+        lambda _: all(list((nodes / f"node-{i}" / "standby").glob("w0-*.sock")) for i in (0, 1)),
+        deadline_s=200,
+    )
 
 
 def standby_folders(nodes: Path) -> dict[str, str]:
@@ -192,8 +194,9 @@ def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_sec
     folder = nodes / "node-1" / "standby"
     (killed,) = [pid for pid, cmd in waiting.items() if str(folder) in cmd]
     os.kill(killed, signal.SIGKILL)
-    until = time.monotonic() + 300
-    while [p.name for p in folder.glob("w0-*.sock")] in ([], [f"w0-{killed}.sock"]):
-        assert time.monotonic() < until, "the killed standby was not replaced"
-        time.sleep(0.5)
+    wait_until(
+        "a standby in the killed one's place",
+        lambda: [p.name for p in folder.glob("w0-*.sock")],
+        lambda names: names not in ([], [f"w0-{killed}.sock"]),
+    )
     assert len(list(folder.glob("w0-*.sock"))) == 1
