@@ -8,12 +8,12 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from skyinfra_runtime.imds_standin import PID_FILE as IMDS_STANDIN_PID
+from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
 from tests.conftest import REPO_ROOT, skyinfra_argv
 from tests.support.specs import MODEL_PARALLEL_SPEC
@@ -285,15 +285,13 @@ def main():
         time.sleep(600)
 """
 
-KILLED = """import os, pathlib, signal, time
+KILLED = """import os, signal, time
 
 
 def main():
     if os.environ["SKYINFRA_NODE"] == "1":
         time.sleep(1)
         print("node 1 is about to be killed", flush=True)
-        shared = pathlib.Path(os.environ["SKYINFRA_SHARED_DIR"])
-        (shared / "killed_at").write_text(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as JAX blocked in a collective
     while True:
@@ -381,7 +379,6 @@ def test_runs_keep_their_own_dirs_and_the_shared_one(
 
     # Node 1's worker killed; node 0 ignores SIGTERM: said as it is, node 0 ended in seconds.
     killed = cli(["run", "--cluster", name, "killed.py:main"], project, clean_env)
-    ended_at = time.time()
     assert killed.returncode == 4, killed.stdout + killed.stderr
     assert (
         "node-1 failed first: exit 137 (a worker was killed by signal SIGKILL); ending node-0"
@@ -389,15 +386,19 @@ def test_runs_keep_their_own_dirs_and_the_shared_one(
     assert "[node-1] node 1 is about to be killed" in killed.stdout  # without --all-logs
     assert "user code raised" not in killed.stdout + killed.stderr
     assert "node-0: ended by skyinfra after node-1 failed" in killed.stdout
-    took = ended_at - float((nodes[1] / "shared" / "killed_at").read_text())
-    assert took < 8, f"node 0 took {took:.1f} s to stop (plus the CLI's own exit)"
+    # Ended by the SIGKILL after the short grace a failed peer's ending names (not the usual
+    # END_GRACE_S), as the job's record says; read from the record, not from a clock, so that
+    # a slow machine cannot fail it (tests/unit/runtime/test_job_end_grace.py times the kill).
+    record = json.loads((run_summaries(ws)[-1].parent / "job.json").read_text())
+    assert record["attempts"][-1]["end_grace_s"] == DEAD_PEER_GRACE_S < END_GRACE_S, record
+    node_0 = record["nodes"][0]
+    assert (node_0["exit_code"], node_0["ended_reason"]) == (-9, "after node-1 failed"), record
 
     # Node 1's launcher killed: noticed at once (its worker dies with it), node 0 ended.
-    began = time.monotonic()
     gone = cli(["run", "--cluster", name, "launcher_killed.py:main"], project, clean_env, 120)
     assert gone.returncode == 4, gone.stdout + gone.stderr
     assert "node-1 failed first: exit -9 (killed by signal SIGKILL)" in gone.stdout
-    assert time.monotonic() - began < 20
+    assert "node-0: ended by skyinfra after node-1 failed" in gone.stdout
 
     # Pruning: the newest runs are kept, the shared directory always.
     kept = cli(

@@ -265,9 +265,10 @@ def test_fail_fast_while_nobody_follows(project: Path, env: dict[str, str]) -> N
     assert rec["state"] == "failed" and rec["first_failure"] == 1, rec
     n0, n1 = rec["nodes"]
     assert n1["exit_code"] == 1 and n1["meaning"] == "user code raised"
-    assert n0["ended_reason"] == "after node-1 failed"
-    # node 0 (which would run forever) ended within 5 s of node 1's failure
-    assert n0["ended_at"] - n1["ended_at"] < 5, rec
+    # node 0's entry would run forever: only skyinfra ending it, for node 1's failure, ends it
+    # (its record says why; no clock is read, so a slow machine cannot fail this)
+    assert n0["ended_reason"] == "after node-1 failed", rec
+    assert n0["ended_at"] >= n1["ended_at"], rec
     follow = cli(["logs", "--cluster", NAME, job, "--node", "1", "--follow"], project, env)
     assert follow.returncode == 4 and "node 1 fails on purpose" in follow.stdout
     assert job_processes(project, job) == []
