@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.support.imports import loaded_by
+
 # Loaded only when they are used: urllib.request with http.client (and ssl) is about 15 ms of
 # start-up, needed only to ask the metadata service (skyinfra_runtime.spot.direct_opener);
 # http.client, ssl and xml.etree about 10 ms, needed only for a request to S3
@@ -26,13 +28,7 @@ LAZY = ("urllib.request", "http.client", "ssl", "xml.etree.ElementTree")
     ],
 )
 def test_importing_the_runtime_loads_no_http_client(module: str) -> None:
-    code = (
-        f"import json, sys, {module}\n"
-        f"print(json.dumps([m for m in {LAZY!r} if m in sys.modules]))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == []
+    assert loaded_by(f"import {module}", LAZY) == []
 
 
 # What the operator's frequent asks (`skyinfra jobs`, `logs`, `cancel` run `skyinfra-runtime
@@ -56,18 +52,15 @@ def test_the_job_asks_import_only_the_job_records() -> None:
     """`skyinfra-runtime jobs` as the node runs it (the console script's module, then the
     command's), on an empty node: it lists no job and loads none of NOT_FOR_THE_ASKS."""
     code = (
-        "import contextlib, io, json, sys, tempfile\n"
+        "import contextlib, io, tempfile\n"
         "from skyinfra_runtime.command import main\n"
         "with tempfile.TemporaryDirectory() as node, contextlib.redirect_stdout(io.StringIO()):\n"
         "    try:\n"
         "        main(['jobs', '--node-dir', node])\n"
         "    except SystemExit as exc:\n"
         "        assert exc.code == 0, exc.code\n"
-        f"print(json.dumps([m for m in {NOT_FOR_THE_ASKS!r} if m in sys.modules]))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == []
+    assert loaded_by(code, NOT_FOR_THE_ASKS) == []
 
 
 def test_the_package_imports_its_public_names_when_first_used() -> None:
