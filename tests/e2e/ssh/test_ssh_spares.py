@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from skyinfra_runtime.jobs.wire import SILENT_PEER_ENV
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import module_env
 from tests.support.ssh_hosts import Hosts, package_sources, stand_in_hosts
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -96,14 +96,6 @@ def node_dir(hosts: Hosts, host: int, node: int) -> Path:
     return hosts.hosts[host].home / ".skyinfra" / NAME / f"node-{node}"
 
 
-def wait_for(what: str, done: Callable[[], bool], deadline_s: float = 240.0) -> None:
-    until = time.monotonic() + deadline_s
-    while not done():
-        if time.monotonic() > until:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
     with package_sources() as sources, stand_in_hosts(4, {**sources, **SILENCE}) as made:
@@ -156,12 +148,13 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     assert started.returncode == 0, started.stdout + started.stderr
     job = started.stdout.split("job ", 1)[1].split()[0]
     head_set = node_dir(hosts, 0, 0) / "checkpoints" / SET
-    wait_for(
+    wait_until(
         "both nodes paused after step 3",
         lambda: (
             (head_set / f"step-{PAUSE_AT:08d}" / "COMMITTED").is_file()
             and (node_dir(hosts, 1, 1) / "checkpoints" / SET / "paused-1").is_file()
         ),
+        deadline_s=240,
     )
 
     # Host 1 vanishes: off the network, with every process of it still running.
@@ -171,7 +164,7 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
         shown = cli(["jobs", "--cluster", NAME, job, "--json"], root, env)
         return shown.returncode == 0 and json.loads(shown.stdout)["state"] == "needs_nodes"
 
-    wait_for("the job to wait for node 1", waits)
+    wait_until("the job to wait for node 1", waits, deadline_s=240)
     record = json.loads(cli(["jobs", "--cluster", NAME, job, "--json"], root, env).stdout)
     assert record["needs_nodes"] == [1], record
     said_of_1 = record["nodes"][1]["ended_reason"]
