@@ -165,6 +165,20 @@ def _project_on_path() -> str:
     return project
 
 
+def _scratch_parent() -> str | None:
+    """Where the workers' result and status files go: the run's own directory, where a
+    launcher killed before its cleanup leaves them to go with the run (pruned, or by `down`),
+    never in the node's /tmp; the system's temporary folder where there is no run directory."""
+    run_dir = os.environ.get(rundirs.RUN_DIR_ENV)
+    if not run_dir:
+        return None
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError:
+        return None
+    return run_dir
+
+
 def _supervise(
     entry: Entrypoint,
     args: list[str],
@@ -175,7 +189,7 @@ def _supervise(
     project: str,
 ) -> int:
     topology_json = json.dumps(topology.to_dict())
-    with tempfile.TemporaryDirectory(prefix="skyinfra-launch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".launch-", dir=_scratch_parent()) as tmp:
         workers: list[Worker] = []
         interrupted = False
 

@@ -9,6 +9,8 @@
                                        to that run's: replace a project file, never rewrite
                                        it in place)
             manifest.json              what work/ held when skyinfra run's copy ended
+            .launch-*/                 the launcher's scratch (its workers' result and status
+                                       files) while it runs; a killed launcher's stays here
         shared/                        $SKYINFRA_SHARED_DIR: never deleted by a run
         cache/jax/                     the jax plugin's compilation cache (plugins/jax.py)
 

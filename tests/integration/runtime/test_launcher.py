@@ -348,13 +348,17 @@ def test_a_worker_killed_by_a_signal_is_not_reported_as_user_code_raising(
 
 def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
     """SIGKILL to the launcher alone: its worker does not linger (holding the node's output
-    open and its peers waiting)."""
+    open and its peers waiting), and the workers' result and status files it could not clean
+    up are in the run's directory (they go with the run), not in the node's /tmp."""
     (tmp_path / "hang.py").write_text(
         "import os, time\n\n\ndef main():\n"
         "    open('worker.pid', 'w').write(str(os.getpid()))\n"
         "    time.sleep(600)\n"
     )
-    proc = subprocess.Popen(launch_argv("hang.py:main"), cwd=tmp_path)
+    temp, run_dir = tmp_path / "tmp", tmp_path / "node" / "runs" / "20260101-000000-000000-abcd"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "SKYINFRA_RUN_DIR": str(run_dir)}
+    proc = subprocess.Popen(launch_argv("hang.py:main"), cwd=tmp_path, env=env)
     pid_file = tmp_path / "worker.pid"
     deadline = time.monotonic() + 60
     while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
@@ -367,10 +371,13 @@ def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
         try:
             os.kill(worker, 0)
         except ProcessLookupError:
-            return
+            break
         time.sleep(0.05)
-    os.kill(worker, signal.SIGKILL)
-    raise AssertionError("the worker outlived its launcher")
+    else:
+        os.kill(worker, signal.SIGKILL)
+        raise AssertionError("the worker outlived its launcher")
+    assert list(temp.iterdir()) == []
+    assert len([p for p in run_dir.iterdir() if p.name.startswith(".launch-")]) == 1
 
 
 def test_the_shared_dir_is_made_and_old_runs_pruned(tmp_path: Path) -> None:
