@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, run_nodes, topology
@@ -29,15 +28,13 @@ def test_jax_two_processes_sum_across_processes(tmp_path: Path) -> None:
 
 
 def test_jax_peer_that_never_arrives_fails_within_the_timeout(tmp_path: Path) -> None:
+    # The option's 3 s ends it: with the default (600 s) the harness's deadline (120 s) would
+    # stop the run first, and run_nodes raises TimeoutExpired.
     topo = topology(nodes=2, plugins=[{"name": "jax", "options": {"init_timeout": 3}}])
-    started = time.monotonic()
     (run,) = run_nodes(tmp_path, topo, f"{ENTRIES}/jax_sum.py:main", nodes=[1])
-    elapsed = time.monotonic() - started
     assert run.returncode == 3, run.stderr
     assert "set-up of plugin 'jax'" in run.stderr
     assert "never reached the rendezvous" in run.stderr
-    # Not a performance bound: a hang would run into the harness deadline (120 s) instead.
-    assert elapsed < 90
 
 
 def test_torch_peer_that_never_arrives_fails_within_the_timeout(tmp_path: Path) -> None:
