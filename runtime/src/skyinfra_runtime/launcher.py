@@ -32,6 +32,7 @@ from skyinfra_runtime.errors import (
 from skyinfra_runtime.jobports import job_topology
 from skyinfra_runtime.jobrecord import WorkerStart, record_starts
 from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
+from skyinfra_runtime.restarts import worker_killed
 from skyinfra_runtime.topology import (
     NODE_ENV,
     TOPOLOGY_ENV,
@@ -192,11 +193,16 @@ def _supervise(
     with tempfile.TemporaryDirectory(prefix=".launch-", dir=_scratch_parent()) as tmp:
         workers: list[Worker] = []
         interrupted = False
+        # The workers have all ended and the exit code is known: a SIGTERM now (the job ending
+        # this node after a peer's failure) neither changes it nor kills this launcher.
+        decided = False
 
         warmth = _Warmth.of(topology, node, procs)
 
         def forward(signum: int, frame: object) -> None:
             nonlocal interrupted
+            if decided:
+                return
             interrupted = True
             for w in workers:
                 if w.poll() is None:
@@ -235,21 +241,32 @@ def _supervise(
                 workers.append(warmth.start(worker, argv, env))
             warmth.after_start(node)
             code = _wait(workers, node, Path(tmp))
+            decided = True
+            # A worker killed by a signal (137 for SIGKILL; never the SIGTERM this launcher
+            # forwards) died before the job ended this node: it, not the ending, is the exit,
+            # so the job's record names the killed worker as the cause (a restart), not the
+            # error its peers' collectives raised because of it.
+            if interrupted and not worker_killed(code):
+                return exitcodes.INTERRUPTED
+            if not interrupted:
+                warmth.after_end()
+            if code == exitcodes.OK and result_path:
+                _write_results(Path(tmp), procs, node, result_path)
+            return code
         finally:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
-        if interrupted:
-            return exitcodes.INTERRUPTED
-        warmth.after_end()
-        if code == exitcodes.OK and result_path:
-            results = [
-                json.loads((Path(tmp) / f"result-{w}.json").read_text()) for w in range(procs)
-            ]
-            Path(result_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(result_path).write_text(
-                json.dumps({"schema": 1, "node": node, "workers": results}, indent=2)
-            )
-        return code
+            # Once decided, forward stays (and ignores): this process exits with the code,
+            # and a SIGTERM before its exit would kill it (-15) and lose the code.
+            if not decided:
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, old_term)
+
+
+def _write_results(tmp: Path, procs: int, node: int, result_path: str) -> None:
+    results = [json.loads((tmp / f"result-{w}.json").read_text()) for w in range(procs)]
+    Path(result_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(result_path).write_text(
+        json.dumps({"schema": 1, "node": node, "workers": results}, indent=2)
+    )
 
 
 @dataclasses.dataclass

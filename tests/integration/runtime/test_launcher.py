@@ -380,6 +380,49 @@ def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
     assert len([p for p in run_dir.iterdir() if p.name.startswith(".launch-")]) == 1
 
 
+def test_a_worker_killed_before_the_launchers_sigterm_is_the_launchers_exit(
+    tmp_path: Path,
+) -> None:
+    """A worker killed by a signal, then the job's ending of its node (SIGTERM to the launcher,
+    as when a peer's collective failed because of that death and its node ended first): the
+    launcher exits 137, a killed worker (the job's record then names this node as the cause,
+    and restarts it), never 130 (ended by the job) nor -15 (killed while it exited)."""
+    (tmp_path / "die.py").write_text(
+        "import os, signal\n\n\ndef main():\n"
+        "    open('worker.pid', 'w').write(str(os.getpid()))\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.Popen(
+        launch_argv("die.py:main"), cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    pid_file = tmp_path / "worker.pid"
+
+    def dead() -> bool:  # a zombie its launcher has not reaped yet, or reaped
+        text = pid_file.read_text() if pid_file.is_file() else ""
+        if not text:
+            return False
+        try:
+            stat = Path(f"/proc/{text}/stat").read_text()
+        except OSError:
+            return True
+        return stat.rpartition(")")[2].split()[0] == "Z"
+
+    try:
+        # Polled fast on purpose: the SIGTERM should land while the launcher has not yet
+        # seen the death (it looks every 0.05 s), the order that lost the worker's code.
+        deadline = time.monotonic() + 60
+        while not dead() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 137, err
+    assert "was killed by signal SIGKILL" in err
+
+
 def test_the_shared_dir_is_made_and_old_runs_pruned(tmp_path: Path) -> None:
     node = tmp_path / "node"
     runs = node / "runs"
