@@ -35,3 +35,12 @@ def wait_for_line(log: Path, line: str, timeout_s: float = 180) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"{line!r} not in {log} after {timeout_s} s")
+
+
+def alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie (dead, its parent has not reaped it yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

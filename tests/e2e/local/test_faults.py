@@ -28,6 +28,7 @@ from skyinfra.terraform._embedded import SCRIPT as EMBEDDED_SCRIPT
 from skyinfra.workspace import Workspace
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli
+from tests.support.workers import alive
 
 pytestmark = pytest.mark.slow
 
@@ -267,14 +268,6 @@ def start_on_node(ws: Path, node: int, tag: str) -> int:
     dirs = {i: ws / "nodes" / f"node-{i}" for i in range(2)}
     proc = LocalTransport(dirs).start(node, ["sleep", "300"], env={}, cwd=str(dirs[node]), tag=tag)
     return proc._popen.pid
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_up_repairs_a_node_folder_deleted_by_hand(project: Path, env: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ from tests.integration.runtime.launch_harness import (
     run_nodes,
     topology,
 )
+from tests.support.workers import alive
 
 BASICS = ENTRIES / "basics.py"
 
@@ -399,13 +400,7 @@ def test_a_worker_killed_before_the_launchers_sigterm_is_the_launchers_exit(
 
     def dead() -> bool:  # a zombie its launcher has not reaped yet, or reaped
         text = pid_file.read_text() if pid_file.is_file() else ""
-        if not text:
-            return False
-        try:
-            stat = Path(f"/proc/{text}/stat").read_text()
-        except OSError:
-            return True
-        return stat.rpartition(")")[2].split()[0] == "Z"
+        return bool(text) and not alive(int(text))
 
     try:
         # Polled fast on purpose: the SIGTERM should land while the launcher has not yet
