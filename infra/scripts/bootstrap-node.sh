@@ -113,17 +113,36 @@ marked_processes() {
 }
 
 # End every process of the node: TERM, up to 5 s, then KILL what a fresh look still finds.
+# A process may start another while it is being ended (a launcher's SIGTERM handler asks for a
+# standby keeper, a keeper starts a standby just before its KILL): each look TERMs the ones it
+# has not signalled yet, and the KILLs repeat until a fresh look finds nothing.
 end_node_processes() {
-    local pid left
-    for pid in $(recorded_groups); do kill -TERM -- "-$pid" 2>/dev/null || true; done
-    for pid in $(marked_processes); do kill -TERM "$pid" 2>/dev/null || true; done
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        left="$(recorded_groups)$(marked_processes)"
+    local pid left termed=" "
+    for _ in 1 2 3 4 5 6 7 8 9 10 11; do
+        left=""
+        for pid in $(recorded_groups); do
+            left+="$pid "
+            case "$termed" in *" -$pid "*) continue ;; esac
+            kill -TERM -- "-$pid" 2>/dev/null || true
+            termed+="-$pid "
+        done
+        for pid in $(marked_processes); do
+            left+="$pid "
+            case "$termed" in *" $pid "*) continue ;; esac
+            kill -TERM "$pid" 2>/dev/null || true
+            termed+="$pid "
+        done
         [ -n "$left" ] || return 0
         sleep 0.5
     done
-    for pid in $(recorded_groups); do kill -KILL -- "-$pid" 2>/dev/null || true; done
-    for pid in $(marked_processes); do kill -KILL "$pid" 2>/dev/null || true; done
+    for _ in {1..50}; do
+        left="$(recorded_groups)$(marked_processes)"
+        [ -n "$left" ] || return 0
+        for pid in $(recorded_groups); do kill -KILL -- "-$pid" 2>/dev/null || true; done
+        for pid in $(marked_processes); do kill -KILL "$pid" 2>/dev/null || true; done
+        sleep 0.1
+    done
+    return 0
 }
 
 if [ "$remove" = 1 ]; then

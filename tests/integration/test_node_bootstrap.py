@@ -14,6 +14,7 @@ from pathlib import Path
 from skyinfra import resources
 from skyinfra.targets.local.target import operator_uv
 from skyinfra.wheel import build_runtime_wheel
+from tests.support.spawner import kill_all, marked_by, start_spawner
 
 
 def bootstrap(script: Path, node_dir: Path, *flags: str) -> str:
@@ -127,3 +128,24 @@ def test_a_runtime_without_the_standin_enrols_and_one_that_does_not_import_stops
     done = enrol(script, tmp_path / "node-1", made_wheel(broken, "raise ImportError('no')\n"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"skyinfra_runtime does not import in {tmp_path / 'node-1'}/venv" in done.stderr
+
+
+def test_remove_ends_the_children_a_node_process_starts_while_it_is_ended(tmp_path: Path) -> None:
+    """--remove TERMs each process of the node a later look finds and repeats its KILLs until
+    a look finds none: one KILL of what a look found left the children started meanwhile (a
+    keeper's standby started just before its KILL outlived `down`)."""
+    script = tmp_path / "bootstrap-node.sh"
+    script.write_text(resources.bootstrap_script())
+    node = tmp_path / "node-0"
+    mark = f"SKYINFRA_LOCAL_NODE_DIR={node}"
+    spawner = start_spawner({"SKYINFRA_LOCAL_NODE_DIR": str(node), "PATH": "/usr/bin:/bin"}, mark)
+    try:
+        done = subprocess.run(
+            ["bash", str(script), "--remove", "--node-dir", str(node)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert spawner.wait(timeout=5) == -9
+        assert marked_by(mark) == []
+    finally:
+        kill_all([spawner.pid, *marked_by(mark)])

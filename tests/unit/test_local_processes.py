@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+from skyinfra.spec import validate_spec
 from skyinfra.targets.local.processes import NODE_ENV, end_processes, marked_processes, start_time
+from skyinfra.targets.local.target import LocalTarget
 from skyinfra.targets.local.transport import LocalTransport
+from skyinfra.workspace import Workspace
+from tests.support.spawner import kill_all, marked_by, start_spawner
 
 
 def test_node_processes_carry_the_node_mark_and_pid_files_the_start_time(tmp_path: Path) -> None:
@@ -42,6 +47,42 @@ def test_end_processes_ends_marked_processes_only(tmp_path: Path) -> None:
         for proc in (marked, other):
             proc.kill()
             proc.wait()
+
+
+def test_end_processes_ends_the_children_a_process_starts_while_it_is_ended(
+    tmp_path: Path,
+) -> None:
+    # A launcher's SIGTERM handler asks for a standby keeper; a keeper starts a standby just
+    # before its KILL: one KILL of what a look found left those (a standby outlived `down`).
+    node = tmp_path / "nodes" / "node-0"
+    mark = f"{NODE_ENV}={node}"
+    spawner = start_spawner({NODE_ENV: str(node), "PATH": "/usr/bin:/bin"}, mark)
+    try:
+        assert end_processes([tmp_path / "nodes"], grace_s=0.5)[0] == spawner.pid
+        assert spawner.wait(timeout=5) == -9
+        assert marked_by(mark) == []
+    finally:
+        kill_all([spawner.pid, *marked_by(mark)])
+
+
+def test_down_does_not_name_a_node_process_that_is_still_ending(tmp_path: Path) -> None:
+    # A process keeps its working directory until late in its exit, after its memory (and
+    # the environment that marks it as a node's) is gone: freeing a standby's frameworks takes
+    # a while, and `down` named a standby it had just ended as left behind.
+    ws = Workspace(tmp_path / "ws")
+    folder = ws.nodes_dir / "node-0" / "standby"
+    folder.mkdir(parents=True)
+    big = "b = bytearray(1 << 29); print('ready', flush=True); import time; time.sleep(300)"
+    ending = subprocess.Popen([sys.executable, "-c", big], cwd=folder, stdout=subprocess.PIPE)
+    try:
+        assert ending.stdout is not None and ending.stdout.readline() == b"ready\n"
+        shutil.rmtree(ws.nodes_dir)
+        ending.kill()
+        spec = validate_spec({"name": "c", "nodes": 1})
+        assert LocalTarget().leftovers(ws, spec, echo=print) == []
+    finally:
+        ending.kill()
+        ending.wait()
 
 
 def test_start_time_reads_past_a_command_name_with_spaces(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 NODE_ENV = "SKYINFRA_LOCAL_NODE_DIR"
 _PROC = Path("/proc")
+# How long the KILLs repeat (a process in uninterruptible sleep may outlast them).
+KILL_LOOKS_S = 5.0
 
 
 def start_time(pid: int) -> str | None:
@@ -79,20 +81,47 @@ def marked_processes(node_dirs: Iterable[Path]) -> list[int]:
     return sorted(found)
 
 
+def _running(pid: int, started: str | None) -> bool:
+    """Process ``pid`` (the one that started at ``started``) has not ended: it exists and is
+    not a zombie. One whose environment can no longer be read may still be exiting."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return bool(fields) and fields[0] not in ("Z", "X") and fields[19:20] == [started]
+
+
 def end_processes(node_dirs: Iterable[Path], grace_s: float = 5.0) -> list[int]:
-    """TERM every process of ``node_dirs`` (``marked_processes``), KILL what a fresh look
-    still finds after ``grace_s``; the pids that were found."""
+    """TERM every process of ``node_dirs`` (``marked_processes``), and each one a later look
+    finds (a process may start another while it ends: a launcher's SIGTERM handler asks for a
+    standby keeper); after ``grace_s`` KILL what a fresh look finds, again until one finds
+    nothing. Returns once every process it signalled has ended; the pids it found."""
     dirs = list(node_dirs)
-    first = marked_processes(dirs)
-    for pid in first:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
+    found: dict[int, str | None] = {}
+
+    def left() -> list[int]:
+        ending = [pid for pid, started in found.items() if _running(pid, started)]
+        return sorted({*marked_processes(dirs), *ending})
+
+    def signal_all(pids: list[int], sig: signal.Signals, only_new: bool) -> None:
+        for pid in pids:
+            if only_new and pid in found:
+                continue
+            found.setdefault(pid, start_time(pid))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
     deadline = time.monotonic() + grace_s
-    left = first
-    while left and time.monotonic() < deadline:
+    pids = left()
+    while pids and time.monotonic() < deadline:
+        signal_all(pids, signal.SIGTERM, only_new=True)
         time.sleep(0.1)
-        left = marked_processes(dirs)
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return first
+        pids = left()
+    # A process killed just after it started a child leaves that child: look again.
+    until = time.monotonic() + KILL_LOOKS_S
+    while pids and time.monotonic() < until:
+        signal_all(pids, signal.SIGKILL, only_new=False)
+        time.sleep(0.05)
+        pids = left()
+    return sorted(found)

@@ -11,6 +11,7 @@ import re
 import shutil
 import socket
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -391,7 +392,7 @@ class LocalTarget(LocalDeclaration, WithoutLadder):
         """Node folders still there, and processes still running in one (their working
         directory under the workspace's nodes/; Linux's /proc)."""
         left = [f"node folder {p}" for p in sorted(ws.nodes_dir.glob("*")) if p.is_dir()]
-        left += [f"process {pid} in {cwd}" for pid, cwd in _processes_under(ws.nodes_dir)]
+        left += [f"process {pid} in {cwd}" for pid, cwd in _still_under(ws.nodes_dir)]
         return left
 
     def orphans(
@@ -418,6 +419,18 @@ def _set_info(found: CheckpointSet) -> CheckpointSetInfo:
         location_key="path",
         place=str(found.path),
     )
+
+
+def _still_under(folder: Path, settle_s: float = 3.0) -> list[tuple[int, str]]:
+    """``_processes_under``, once those a moment ago ended have had ``settle_s`` to go: a
+    process keeps its working directory until late in its exit, after its memory (and the
+    environment `down` finds node processes by) is already gone."""
+    until = time.monotonic() + settle_s
+    found = _processes_under(folder)
+    while found and time.monotonic() < until:
+        time.sleep(0.1)
+        found = _processes_under(folder)
+    return found
 
 
 def _processes_under(folder: Path) -> list[tuple[int, str]]:
