@@ -105,7 +105,10 @@ AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TO
 
 
 def without_credentials(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in (*AWS_CREDENTIALS, "AWS_PROFILE")}
+    """No AWS keys, and no shared files that could give a profile's (this machine's own)."""
+    kept = {k: v for k, v in env.items() if k not in (*AWS_CREDENTIALS, "AWS_PROFILE")}
+    nowhere = str(Path(env.get("SKYINFRA_CACHE", "/nonexistent")) / "no-aws-files")
+    return {**kept, "AWS_SHARED_CREDENTIALS_FILE": nowhere, "AWS_CONFIG_FILE": nowhere}
 
 
 @pytest.mark.parametrize(("text", "field", "expected"), [*BAD, NO_CREDENTIALS])

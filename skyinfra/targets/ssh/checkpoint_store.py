@@ -4,9 +4,10 @@ store at ``ssh.s3_endpoint``) when the hosts can reach it, as AWS nodes keep the
 Each node's ``checkpoints.json`` (written by the enrolment; the runtime's ckptsync reads it)
 says where the store is and that its agents sign with the operator's credentials: the hosts
 have no instance role. Those credentials are the operator's ``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``), read when a job starts and sent on every
-node agent's stdin with the job's secrets (skyinfra.run.jobstart): never in a file on a host,
-in a log or on a command line.
+``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``), else those of the AWS profile the
+shared config files give (``AWS_PROFILE``, else default: static keys, SSO, a role to assume),
+read when a job starts and sent on every node agent's stdin with the job's secrets
+(skyinfra.run.jobstart): never in a file on a host, in a log or on a command line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ STORE_KEYS = ("checkpoints_url", "s3_endpoint", "s3_region")
 DEFAULT_REGION = "us-east-1"
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 KEY_ENV, SECRET_ENV, TOKEN_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"
+PROFILE_ENV = "AWS_PROFILE"
 
 
 @dataclass(frozen=True)
@@ -114,15 +116,77 @@ def _endpoint_problem(value: object) -> str | None:
 def operator_credentials(
     store: SshCheckpointStore, environ: Mapping[str, str]
 ) -> Credentials | SpecError:
-    """The credentials each node's agent signs with, from this environment; a SpecError
-    naming ssh.checkpoints_url and what to set when there are none."""
+    """The credentials each node's agent signs with, as the AWS CLI finds them here: this
+    environment's keys, else the profile (``AWS_PROFILE``, else ``default``) of the shared
+    credentials and config files, with what a profile may name (SSO, a role to assume, a
+    credential process). Never the instance role or a container's of the machine skyinfra
+    runs on: the hosts are not that machine. A SpecError naming ssh.checkpoints_url and what
+    to set when there are none, or naming the profile when it fails."""
     key, secret = environ.get(KEY_ENV, ""), environ.get(SECRET_ENV, "")
     if key and secret:
         return Credentials(key, secret, environ.get(TOKEN_ENV) or None)
+    found = _profile_credentials(store, environ)
+    if found is not None:
+        return found
     return SpecError(
         "ssh.checkpoints_url", store.url,
         f"credentials for it where skyinfra runs: the hosts have no instance role, so each "
         f"job's agents get this shell's {KEY_ENV} and {SECRET_ENV} (and {TOKEN_ENV} for "
-        "temporary ones) on their stdin, never in a file there; export them, or remove "
-        "ssh.checkpoints_url to keep the checkpoints in a folder on each host",
+        "temporary ones), or those of its AWS profile (AWS_PROFILE, else default, in "
+        "~/.aws/credentials or ~/.aws/config), on their stdin, never in a file there; export "
+        "them or set a profile, or remove ssh.checkpoints_url to keep the checkpoints in a "
+        "folder on each host",
     )  # fmt: skip
+
+
+# botocore's providers of its default chain this machine's own identity would come from: the
+# hosts sign with the operator's credentials, never with this machine's role.
+_MACHINE_PROVIDERS = ("env", "container-role", "iam-role", "boto-config", "ec2-credentials-file")
+_PROFILE_SETTINGS = (
+    ("profile", PROFILE_ENV),
+    ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE"),
+    ("config_file", "AWS_CONFIG_FILE"),
+)
+
+
+def _profile_credentials(
+    store: SshCheckpointStore, environ: Mapping[str, str]
+) -> Credentials | SpecError | None:
+    """The credentials of the AWS profile ``environ`` names (``AWS_PROFILE``, else default)
+    in the shared files, frozen as they are now (temporary ones keep their session token);
+    None where there is no such file or the profile holds none; a SpecError naming the
+    profile when it is not there or gives none."""
+    import botocore.session
+    from botocore.exceptions import BotoCoreError, ProfileNotFound
+
+    session = botocore.session.Session()
+    for setting, name in _PROFILE_SETTINGS:
+        if environ.get(name):
+            session.set_config_variable(setting, environ[name])
+    profile = environ.get(PROFILE_ENV) or "default"
+    try:
+        resolver = session.get_component("credential_provider")
+        for method in _MACHINE_PROVIDERS:
+            resolver.remove(method)  # one this botocore lacks is passed over
+        loaded = resolver.load_credentials()
+        frozen = loaded.get_frozen_credentials() if loaded is not None else None
+    except ProfileNotFound:
+        known = sorted(session.available_profiles)
+        return SpecError(
+            "ssh.checkpoints_url",
+            store.url,
+            f"credentials for it from {PROFILE_ENV}={profile!r}, which is no profile of "
+            f"~/.aws/config or ~/.aws/credentials (those there: {', '.join(known) or 'none'}): "
+            f"set {PROFILE_ENV} to one of them, or export {KEY_ENV} and {SECRET_ENV}",
+        )
+    except BotoCoreError as err:
+        return SpecError(
+            "ssh.checkpoints_url",
+            store.url,
+            f"credentials for it from the AWS profile {profile!r}, which gave none ({err}): "
+            f"renew them (e.g. `aws sso login --profile {profile}`), or export {KEY_ENV} and "
+            f"{SECRET_ENV}",
+        )
+    if frozen is None or not frozen.access_key or not frozen.secret_key:
+        return None
+    return Credentials(frozen.access_key, frozen.secret_key, frozen.token or None)

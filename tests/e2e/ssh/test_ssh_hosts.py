@@ -38,8 +38,10 @@ pytestmark = pytest.mark.slow
 
 NAME = "lab"
 BUCKET, PREFIX = "lab-ck", "ssh"
-# The operator's credentials for ssh.checkpoints_url (moto takes any): each job's agents get
-# them on their stdin; the test looks for the secret in every file of the hosts.
+# The operator's credentials for ssh.checkpoints_url (moto takes any), in its AWS profile
+# PROFILE: each job's agents get them on their stdin; the test looks for the secret in every
+# file of the hosts.
+PROFILE = "lab-store"
 STORE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIDSSHHOSTSTEST",
     "AWS_SECRET_ACCESS_KEY": "s3cr3t-" + "7f3a9c1e5b2d4f60",
@@ -165,8 +167,19 @@ def env(tmp_path_factory: pytest.TempPathFactory, tf_plugin_cache: Path) -> dict
     # The operator's own known_hosts: an empty home, so nothing of this machine's is honoured.
     home = tmp_path_factory.mktemp("operator-home")
     made["HOME"] = str(home)
-    made.pop("AWS_SESSION_TOKEN", None)
-    return {**made, **STORE_CREDENTIALS}
+    # The store's credentials in the operator's AWS profile, as a team's laptop has them (the
+    # environment's keys would come first: none here).
+    (home / ".aws").mkdir(mode=0o700)
+    (home / ".aws" / "credentials").write_text(
+        f"[{PROFILE}]\n"
+        + "".join(f"{name.lower()} = {value}\n" for name, value in STORE_CREDENTIALS.items())
+    )
+    (home / ".aws" / "credentials").chmod(0o600)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        made.pop(name, None)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_DEFAULT_PROFILE"):
+        made.pop(name, None)
+    return {**made, "AWS_PROFILE": PROFILE}
 
 
 @pytest.fixture(scope="module")
