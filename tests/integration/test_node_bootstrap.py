@@ -14,7 +14,8 @@ from pathlib import Path
 from skyinfra import resources
 from skyinfra.targets.local.target import operator_uv
 from skyinfra.wheel import build_runtime_wheel
-from tests.support.spawner import kill_all, marked_by, start_spawner
+from tests.support.spawner import marked_by, start_spawner
+from tests.support.workers import kill_all
 
 
 def bootstrap(script: Path, node_dir: Path, *flags: str) -> str:

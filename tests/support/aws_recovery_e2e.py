@@ -8,10 +8,8 @@ processes a stand-in node runs, and the step a node last uploaded to S3.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,12 +179,6 @@ def processes_under(root: Path) -> list[int]:
         if str(root) in cmd and entry.name != str(os.getpid()):
             found.append(int(entry.name))
     return found
-
-
-def kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def manifest(env: dict[str, str], name: str, node: int) -> dict[str, Any] | None:

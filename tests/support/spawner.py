@@ -4,13 +4,11 @@ one look found leaves the children started since that look."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 from pathlib import Path
 
 from tests.support.waits import wait_until
+from tests.support.workers import alive
 
 # Bash: `trap '' TERM` is inherited by the children as an ignored signal.
 SCRIPT = "trap '' TERM; while :; do sleep 300 & sleep 0.005; done"
@@ -29,15 +27,8 @@ def marked_by(mark: str) -> list[int]:
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+        except OSError:
             continue
-        if mark.encode() in environ and state not in ("Z", "X"):
+        if mark.encode() in environ and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
-
-
-def kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)

@@ -13,7 +13,8 @@ from skyinfra.targets.local.processes import NODE_ENV, end_processes, marked_pro
 from skyinfra.targets.local.target import LocalTarget
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.workspace import Workspace
-from tests.support.spawner import kill_all, marked_by, start_spawner
+from tests.support.spawner import marked_by, start_spawner
+from tests.support.workers import kill_all
 
 
 def test_node_processes_carry_the_node_mark_and_pid_files_the_start_time(tmp_path: Path) -> None:

@@ -114,23 +114,23 @@ def test_without_keys_the_aws_profile_gives_them(
     assert (found.key, found.secret, found.token) == expected
 
 
-def test_a_profile_that_is_not_there_is_named_with_those_that_are(
-    aws_files: dict[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_PROFILE", "nope")
-    found = operator_credentials(STORE, {**aws_files, "AWS_PROFILE": "nope"})
-    assert isinstance(found, SpecError) and found.field == "ssh.checkpoints_url"
-    assert "AWS_PROFILE='nope', which is no profile" in str(found)
-    assert "(those there: default, expired, team, tool)" in str(found)
-
-
+@pytest.mark.parametrize(
+    ("profile", "said"),
+    [
+        # Not there: named with the profiles that are.
+        ("nope", "AWS_PROFILE='nope', which is no profile of ~/.aws/config or ~/.aws/credentials "
+         "(those there: default, expired, team, tool)"),
+        # There, but its credential process fails (an expired login).
+        ("expired", "the AWS profile 'expired', which gave none"),
+    ],
+)  # fmt: skip
 def test_a_profile_that_gives_no_credentials_is_named_with_why(
-    aws_files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    aws_files: dict[str, str], monkeypatch: pytest.MonkeyPatch, profile: str, said: str
 ) -> None:
-    monkeypatch.setenv("AWS_PROFILE", "expired")
-    found = operator_credentials(STORE, {**aws_files, "AWS_PROFILE": "expired"})
+    monkeypatch.setenv("AWS_PROFILE", profile)
+    found = operator_credentials(STORE, {**aws_files, "AWS_PROFILE": profile})
     assert isinstance(found, SpecError) and found.field == "ssh.checkpoints_url"
-    assert "the AWS profile 'expired', which gave none" in str(found)
+    assert said in str(found)
 
 
 def test_this_machine_s_own_role_is_never_asked(

@@ -41,7 +41,6 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     ENTRY,
     boot_replacement,
     client,
-    kill_all,
     node_root,
     processes_under,
     provision,
@@ -49,6 +48,7 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     saved_step,
 )
 from tests.support.deadlines import PROVISION_S, UP_S, setup_deadline, stage
+from tests.support.workers import kill_all
 
 # The waits inside (a run to step 3, Terraform replacing a node, the resumed attempt) have
 # bounds of their own that name what is slow; the test's timeout is only the last resort.

@@ -34,7 +34,6 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     ENTRY,
     boot_replacement,
     client,
-    kill_all,
     node_root,
     processes_under,
     recovery_env,
@@ -43,6 +42,7 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
 from tests.support.aws_recovery_e2e import provision as recovery_provision
 from tests.support.deadlines import PROVISION_S, UP_S, setup_deadline, stage
 from tests.support.leaks import files_holding
+from tests.support.workers import kill_all
 
 # The waits inside (a run to step 3, node 0's Terraform replacing node 1, the resumed
 # attempt) have bounds of their own; the test's timeout is only the last resort.
