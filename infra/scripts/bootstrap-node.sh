@@ -135,11 +135,12 @@ end_node_processes() {
         [ -n "$left" ] || return 0
         sleep 0.5
     done
+    local groups marked
     for _ in {1..50}; do
-        left="$(recorded_groups)$(marked_processes)"
-        [ -n "$left" ] || return 0
-        for pid in $(recorded_groups); do kill -KILL -- "-$pid" 2>/dev/null || true; done
-        for pid in $(marked_processes); do kill -KILL "$pid" 2>/dev/null || true; done
+        groups="$(recorded_groups)" marked="$(marked_processes)"
+        [ -n "$groups$marked" ] || return 0
+        for pid in $groups; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+        for pid in $marked; do kill -KILL "$pid" 2>/dev/null || true; done
         sleep 0.1
     done
     return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from skyinfra import resources
 from skyinfra.targets.local.target import operator_uv
 from skyinfra.wheel import build_runtime_wheel
-from tests.support.spawner import marked_by, start_spawner
+from tests.support.spawner import node_pids, start_spawner
 from tests.support.workers import kill_all
 
 
@@ -138,8 +138,7 @@ def test_remove_ends_the_children_a_node_process_starts_while_it_is_ended(tmp_pa
     script = tmp_path / "bootstrap-node.sh"
     script.write_text(resources.bootstrap_script())
     node = tmp_path / "node-0"
-    mark = f"SKYINFRA_LOCAL_NODE_DIR={node}"
-    spawner = start_spawner({"SKYINFRA_LOCAL_NODE_DIR": str(node), "PATH": "/usr/bin:/bin"}, mark)
+    spawner = start_spawner(node)
     try:
         done = subprocess.run(
             ["bash", str(script), "--remove", "--node-dir", str(node)],
@@ -147,6 +146,6 @@ def test_remove_ends_the_children_a_node_process_starts_while_it_is_ended(tmp_pa
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert spawner.wait(timeout=5) == -9
-        assert marked_by(mark) == []
+        assert node_pids(node) == []
     finally:
-        kill_all([spawner.pid, *marked_by(mark)])
+        kill_all([spawner.pid, *node_pids(node)])

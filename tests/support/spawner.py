@@ -7,28 +7,22 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.support.local_jobs import node_processes
 from tests.support.waits import wait_until
-from tests.support.workers import alive
 
 # Bash: `trap '' TERM` is inherited by the children as an ignored signal.
 SCRIPT = "trap '' TERM; while :; do sleep 300 & sleep 0.005; done"
 
 
-def start_spawner(env: dict[str, str], mark: str) -> subprocess.Popen[bytes]:
-    """The spawner, once it has started children (its trap is set by then)."""
+def start_spawner(node_dir: Path) -> subprocess.Popen[bytes]:
+    """The spawner, as a process of the node ``node_dir``, once it has started children (its
+    trap is set by then)."""
+    env = {"SKYINFRA_LOCAL_NODE_DIR": str(node_dir), "PATH": "/usr/bin:/bin"}
     proc = subprocess.Popen(["bash", "-c", SCRIPT], env=env, start_new_session=True)
-    wait_until("the spawner's children", lambda: len(marked_by(mark)) >= 3)
+    wait_until("the spawner's children", lambda: len(node_pids(node_dir)) >= 3)
     return proc
 
 
-def marked_by(mark: str) -> list[int]:
-    """Live (not zombie) processes with ``mark`` (NAME=VALUE) in their environment."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if mark.encode() in environ and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+def node_pids(node_dir: Path) -> list[int]:
+    """The pids of the processes marked as ``node_dir``'s (local_jobs.node_processes)."""
+    return [int(line.split()[0]) for line in node_processes(node_dir)]

@@ -13,7 +13,7 @@ from skyinfra.targets.local.processes import NODE_ENV, end_processes, marked_pro
 from skyinfra.targets.local.target import LocalTarget
 from skyinfra.targets.local.transport import LocalTransport
 from skyinfra.workspace import Workspace
-from tests.support.spawner import marked_by, start_spawner
+from tests.support.spawner import node_pids, start_spawner
 from tests.support.workers import kill_all
 
 
@@ -56,14 +56,13 @@ def test_end_processes_ends_the_children_a_process_starts_while_it_is_ended(
     # A launcher's SIGTERM handler asks for a standby keeper; a keeper starts a standby just
     # before its KILL: one KILL of what a look found left those (a standby outlived `down`).
     node = tmp_path / "nodes" / "node-0"
-    mark = f"{NODE_ENV}={node}"
-    spawner = start_spawner({NODE_ENV: str(node), "PATH": "/usr/bin:/bin"}, mark)
+    spawner = start_spawner(node)
     try:
         assert end_processes([tmp_path / "nodes"], grace_s=0.5)[0] == spawner.pid
         assert spawner.wait(timeout=5) == -9
-        assert marked_by(mark) == []
+        assert node_pids(node) == []
     finally:
-        kill_all([spawner.pid, *marked_by(mark)])
+        kill_all([spawner.pid, *node_pids(node)])
 
 
 def test_down_does_not_name_a_node_process_that_is_still_ending(tmp_path: Path) -> None:

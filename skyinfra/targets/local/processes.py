@@ -27,15 +27,21 @@ _PROC = Path("/proc")
 KILL_LOOKS_S = 5.0
 
 
-def start_time(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks after boot), or None when it is gone."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first, then the
+    parent's pid, ...), or None when the process is gone."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces or parentheses.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot), or None when it is gone."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def write_pid_file(path: Path, pid: int) -> None:
@@ -52,10 +58,10 @@ def _ancestors() -> set[int]:
     spared, pid = set(), os.getpid()
     while pid > 0 and pid not in spared:
         spared.add(pid)
+        fields = _stat_fields(pid)
         try:
-            stat = (_PROC / str(pid) / "stat").read_text()
-            pid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
+            pid = int(fields[1]) if fields is not None else 0
+        except (ValueError, IndexError):
             break
     return spared
 
@@ -84,12 +90,10 @@ def marked_processes(node_dirs: Iterable[Path]) -> list[int]:
 def _running(pid: int, started: str | None) -> bool:
     """Process ``pid`` (the one that started at ``started``) has not ended: it exists and is
     not a zombie. One whose environment can no longer be read may still be exiting."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
+    fields = _stat_fields(pid)
+    if not fields:
         return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return bool(fields) and fields[0] not in ("Z", "X") and fields[19:20] == [started]
+    return fields[0] not in ("Z", "X") and fields[19:20] == [started]
 
 
 def end_processes(node_dirs: Iterable[Path], grace_s: float = 5.0) -> list[int]:
