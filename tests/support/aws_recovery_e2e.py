@@ -167,20 +167,6 @@ def provision(project: Path, env: dict[str, str], node: int, cluster: str) -> st
     return done.stdout + done.stderr
 
 
-def processes_under(root: Path) -> list[int]:
-    """The processes a stand-in node runs: their command line names its root (the node's
-    venv, its node dir)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(root) in cmd and entry.name != str(os.getpid()):
-            found.append(int(entry.name))
-    return found
-
-
 def manifest(env: dict[str, str], name: str, node: int) -> dict[str, Any] | None:
     key = f"{CKPT_PREFIX}/{name}/nodes/node-{node}/manifest.json"
     try:

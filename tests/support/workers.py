@@ -53,3 +53,28 @@ def kill_all(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def processes_under(root: Path) -> list[int]:
+    """The processes an emulated AWS node runs: their command line names its root (the
+    node's venv, its node dir)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(root) in cmd and entry.name != str(os.getpid()):
+            found.append(int(entry.name))
+    return [pid for pid in found if alive(pid)]
+
+
+def end_all_under(root: Path, within_s: float = 10.0) -> list[int]:
+    """SIGKILL every process of an emulated node, look again, and repeat until a look finds
+    none: a standby keeper may start a standby between one look and its kill. Returns what
+    is still there after ``within_s`` (nothing, unless something outruns the kills)."""
+    deadline = time.monotonic() + within_s
+    while (found := processes_under(root)) and time.monotonic() < deadline:
+        kill_all(found)
+        time.sleep(0.05)
+    return found

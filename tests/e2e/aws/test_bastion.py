@@ -37,6 +37,7 @@ from tests.conftest import REPO_ROOT, VENV_BIN
 from tests.support.aws import DUMMY_AWS_ENV, REGION
 from tests.support.aws_e2e import aws_workspace, skyinfra
 from tests.support.bastion_hosts import PrivateNetwork, private_network
+from tests.support.workers import end_all_under
 
 pytestmark = pytest.mark.slow
 
@@ -159,7 +160,13 @@ def cluster(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 ),
             }
         )
-        yield Cluster(net, ws.path, project, env, roots)
+        try:
+            yield Cluster(net, ws.path, project, env, roots)
+        finally:
+            # No `down` here (no Terraform, no instance to terminate): what `run` left on the
+            # stand-ins (the standbys a job's end asks for) ends with the module.
+            left = {str(root): end_all_under(root) for root in roots}
+            assert not any(left.values()), f"processes outlived the stand-in nodes: {left}"
 
 
 def _values(summary: dict[str, Any]) -> list[Any]:

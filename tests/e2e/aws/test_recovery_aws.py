@@ -42,13 +42,12 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     boot_replacement,
     client,
     node_root,
-    processes_under,
     provision,
     recovery_env,
     saved_step,
 )
 from tests.support.deadlines import PROVISION_S, UP_S, setup_deadline, stage
-from tests.support.workers import kill_all
+from tests.support.workers import end_all_under
 
 # The waits inside (a run to step 3, Terraform replacing a node, the resumed attempt) have
 # bounds of their own that name what is slow; the test's timeout is only the last resort.
@@ -92,7 +91,7 @@ def project(
         yield proj
     finally:
         for node in range(2):
-            kill_all(processes_under(node_root(env, node)))
+            end_all_under(node_root(env, node))
         with stage(f"`down` of {NAME}", UP_S):
             down = skyinfra("down", "--yes", cwd=proj, env=env, timeout=2 * UP_S)
         assert down.returncode == 0, down.stdout + down.stderr
@@ -181,7 +180,7 @@ def lose_node_during_a_run(
                 assert time.monotonic() < until, out_file.read_text()
                 time.sleep(0.5)
             ec2.terminate_instances(InstanceIds=[before["nodes"][node]["instance_id"]])
-            kill_all(processes_under(root))
+            end_all_under(root)
             shutil.rmtree(root)
             booter.start()
             code = proc.wait(timeout=600)

@@ -35,14 +35,13 @@ from tests.support.aws_recovery_e2e import (  # noqa: F401 (the fixture)
     boot_replacement,
     client,
     node_root,
-    processes_under,
     recovery_env,
     saved_step,
 )
 from tests.support.aws_recovery_e2e import provision as recovery_provision
 from tests.support.deadlines import PROVISION_S, UP_S, setup_deadline, stage
 from tests.support.leaks import files_holding
-from tests.support.workers import kill_all
+from tests.support.workers import end_all_under
 
 # The waits inside (a run to step 3, node 0's Terraform replacing node 1, the resumed
 # attempt) have bounds of their own; the test's timeout is only the last resort.
@@ -116,7 +115,7 @@ def project(
     finally:
         (sshd_dir / "authorized_keys").write_text(authorized)
         for node in range(2):
-            kill_all(processes_under(node_root(env, node)))
+            end_all_under(node_root(env, node))
         with stage(f"`down` of {NAME}", UP_S):
             down = skyinfra("down", "--yes", cwd=proj, env=env, timeout=2 * UP_S)
         assert down.returncode == 0, down.stdout + down.stderr
@@ -136,7 +135,7 @@ def lose_node_1(
     and cloud-init's part on the instance node 0's Terraform makes for it, in a thread."""
     client(env, "ec2").terminate_instances(InstanceIds=[before["nodes"][1]["instance_id"]])
     root = node_root(env, 1)
-    kill_all(processes_under(root))
+    end_all_under(root)
     shutil.rmtree(root)
     replaced: list[str] = []
     errors: list[BaseException] = []
