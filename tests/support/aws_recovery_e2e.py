@@ -2,8 +2,9 @@
 test_unattended_recovery_aws.py): the training entry that checkpoints each step and resumes,
 the checkpoint bucket, the operator's shell for a module whose nodes are emulated (each node a
 root of its own reached over the tests' sshd; the `recovery_env` fixture, which each module
-wraps as its `env`), provisioning a node and a replacement node as cloud-init would, the
-processes a stand-in node runs, and the step a node last uploaded to S3.
+wraps as its `env`), provisioning a node and a replacement node as cloud-init would, and the
+step a node last uploaded to S3. Ending what a stand-in node runs is tests/support/workers.py's
+(end_all_under).
 """
 
 from __future__ import annotations
