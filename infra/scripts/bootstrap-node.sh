@@ -152,13 +152,23 @@ if [ "$remove" = 1 ]; then
     if [ ! -f "$node_dir/.skyinfra-node" ]; then
         # An empty folder is what a bootstrap stopped before its first step leaves.
         rmdir -- "$node_dir" 2>/dev/null && exit 0
+        [ -e "$node_dir" ] || exit 0 # another removal took it meanwhile
         die "refusing to remove '$node_dir': no .skyinfra-node marker"
     fi
+    # Renamed beside itself first, in one step: the node is gone at once for whoever waits
+    # on it (the destroy of its replacement, `up`) however long its venv's GBs take to
+    # delete, and a second removal at the same time finds nothing left to do. Hidden, so no
+    # glob of node folders finds it; `down` on the ssh target finishes one left behind.
+    trash="$(dirname "$node_dir")/.$(basename "$node_dir").removing-$$-$RANDOM"
+    if ! mv -- "$node_dir" "$trash" 2>/dev/null; then
+        [ -e "$node_dir" ] || exit 0 # another removal took it first
+        trash="$node_dir"
+    fi
     for _ in 1 2 3; do
-        rm -rf -- "$node_dir" 2>/dev/null && break
+        rm -rf -- "$trash" 2>/dev/null && break
         sleep 0.5
     done
-    [ ! -e "$node_dir" ] || die "could not remove '$node_dir'"
+    [ ! -e "$trash" ] || die "could not remove '$trash'"
     echo "bootstrap-node: removed $node_dir"
     exit 0
 fi

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -149,3 +150,48 @@ def test_remove_ends_the_children_a_node_process_starts_while_it_is_ended(tmp_pa
         assert node_pids(node) == []
     finally:
         kill_all([spawner.pid, *node_pids(node)])
+
+
+def test_remove_renames_the_node_away_before_it_deletes_it(tmp_path: Path) -> None:
+    """--remove renames the folder beside itself before it deletes it: while the delete is
+    held (an `rm` first on its PATH that waits to be let go), the node's folder is already
+    gone, so a second --remove (the destroy of the node's replacement) ends at once with
+    nothing to do, and once let go nothing of the node is left. The folder stayed until its
+    last file went: a replacement's destroy gave up after a minute on a venv of GBs."""
+    script = tmp_path / "bootstrap-node.sh"
+    script.write_text(resources.bootstrap_script())
+    nodes = tmp_path / "nodes"
+    node = nodes / "node-1"
+    (node / "venv" / "lib").mkdir(parents=True)
+    (node / ".skyinfra-node").touch()
+    (node / "venv" / "lib" / "torch.py").write_text("x = 1\n")
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "rm").write_text(
+        '#!/bin/bash\ntouch "$HOLD/started"\n'
+        'while [ ! -e "$HOLD/go" ]; do sleep 0.05; done\nexec /bin/rm "$@"\n'
+    )
+    (hold / "rm").chmod(0o755)
+    env = {**os.environ, "PATH": f"{hold}:{os.environ['PATH']}", "HOLD": str(hold)}
+    remove = ["bash", str(script), "--remove", "--node-dir", str(node)]
+    first = subprocess.Popen(remove, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (hold / "started").exists() and first.poll() is None:
+            assert time.monotonic() < deadline, "--remove never reached its delete"
+            time.sleep(0.05)
+        assert (hold / "started").exists(), first.communicate()[0]
+        assert not node.exists()
+        [trash] = nodes.iterdir()
+        assert trash.name.startswith(".node-1.removing-") and (trash / ".skyinfra-node").exists()
+        second = subprocess.run(remove, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0 and second.stdout == "", second.stdout + second.stderr
+        (hold / "go").touch()
+        said = first.communicate(timeout=60)[0].decode()
+        assert first.returncode == 0 and f"removed {node}" in said, said
+        assert list(nodes.iterdir()) == []
+    finally:
+        (hold / "go").touch()
+        if first.poll() is None:
+            first.kill()
+            first.wait()

@@ -94,8 +94,9 @@ resource "terraform_data" "node" {
   provisioner "remote-exec" {
     when = destroy
     inline = [
-      # A folder already going (an interrupted node's own --remove: a venv of GBs takes
-      # seconds, its bootstrap copy gone first) is waited for, up to a minute.
+      # A folder already going (an interrupted node's own --remove, which ends the node's
+      # processes, then renames the folder away before it deletes it) is waited for, up to
+      # a minute.
       "bash '${self.input.node_dir}/.enrol/bootstrap-node.sh' --remove --node-dir '${self.input.node_dir}' || bash -c 'for _ in $(seq 600); do [ -e \"$1\" ] || exit 0; sleep 0.1; done; exit 1' _ '${self.input.node_dir}'",
     ]
     connection {

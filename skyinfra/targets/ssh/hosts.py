@@ -133,8 +133,9 @@ def left_on_host(node_dir: str) -> str:
     return f"sh -c {shlex.quote(_LEFT_SCRIPT)} _ {shlex.quote(node_dir)}"
 
 
-# Shell: what of a node is left on its host: the folder, the destroy provisioner's script
-# beside it, and processes started in it or from its venv ($1: node folder). One line each.
+# Shell: what of a node is left on its host: the folder (or what of it its removal, which
+# renames it first, still deletes), the destroy provisioner's script beside it, and processes
+# started in it or from its venv ($1: node folder). One line each.
 # Once the node's folder is gone, what its destroy provisioner leaves beside it (its script's
 # empty copy) and the folders above, once empty, go first: a partial `down` (another host
 # did not answer) asks here without after_down's tidy.
@@ -146,6 +147,9 @@ if [ ! -e "$nd" ]; then
     rmdir "$cluster" 2>/dev/null; rmdir "$top" 2>/dev/null
 fi
 [ -e "$nd" ] && echo "folder $nd"
+for t in "$cluster/.$(basename "$nd").removing-"*; do
+    [ -e "$t" ] && echo "folder $t (the node's folder, still being deleted)"
+done
 [ -e "$script" ] && echo "file $script"
 for p in /proc/[0-9]*; do
     cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
@@ -161,13 +165,14 @@ exit 0
 # Shell ($1: node folder): remove the node as the destroy provisioner does (its processes
 # ended, its folder removed: Terraform runs no destroy provisioner for a tainted resource, the
 # one a failed enrolment leaves in state), what that provisioner leaves beside it (its
-# script's empty copy) and the folders above it once empty: ~/.skyinfra/<cluster>, ~/.skyinfra.
+# script's empty copy, what an interrupted node's own removal still deletes) and the folders
+# above it once empty: ~/.skyinfra/<cluster>, ~/.skyinfra.
 _TIDY_SCRIPT = r"""
 nd="$1"; cluster="$(dirname "$nd")"; top="$(dirname "$cluster")"
 if [ -f "$nd/.enrol/bootstrap-node.sh" ]; then
     bash "$nd/.enrol/bootstrap-node.sh" --remove --node-dir "$nd" >/dev/null || exit 1
 fi
-rm -rf "$nd"
+rm -rf "$nd" "$cluster/.$(basename "$nd").removing-"*
 rm -f "$cluster/.$(basename "$nd")-remove.sh"
 rmdir "$cluster" 2>/dev/null || true
 rmdir "$top" 2>/dev/null || true
