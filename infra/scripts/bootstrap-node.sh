@@ -25,9 +25,11 @@
 # appends "PHASE EPOCH_SECONDS" to it (AWS nodes: `skyinfra status` shows the last one).
 #
 # Every process of a node carries SKYINFRA_LOCAL_NODE_DIR=DIR in its environment (the
-# bootstrap's own, and what the local transport starts). --remove ends all of them, whether or
-# not DIR still exists, and the process groups recorded in DIR/pids/*.pid ("PID START", START
-# being field 22 of /proc/PID/stat), never a process that reused the pid of a stale pid file.
+# bootstrap's own, and what the local transport starts), or SKYINFRA_NODE_DIR=DIR (what the
+# runtime starts on any target: agents, launchers, workers, the standby keeper and its
+# standbys, in sessions of their own). --remove ends all of them, whether or not DIR still
+# exists, and the process groups recorded in DIR/pids/*.pid ("PID START", START being field 22
+# of /proc/PID/stat), never a process that reused the pid of a stale pid file.
 # A new bootstrap first ends what an earlier, interrupted one of the same DIR left running.
 set -euo pipefail
 
@@ -103,7 +105,8 @@ marked_processes() {
         stat_field "$p" 2
         p="$REPLY"
     done
-    { grep -lzxF -- "SKYINFRA_LOCAL_NODE_DIR=$node_dir" /proc/[0-9]*/environ 2>/dev/null || true; } |
+    { grep -lzxF -e "SKYINFRA_LOCAL_NODE_DIR=$node_dir" -e "SKYINFRA_NODE_DIR=$node_dir" \
+        /proc/[0-9]*/environ 2>/dev/null || true; } |
         while read -r f; do
             pid="${f#/proc/}"
             pid="${pid%/environ}"

@@ -78,7 +78,8 @@ def terraform_env(workdir: Path, base: Mapping[str, str] | None = None) -> dict[
         NO_COLOR="1",
     )
     env.pop("TF_CLI_ARGS", None)
-    # The mark of a local node's processes (skyinfra/targets/local/processes.py): a command
-    # started from inside a node must not pass it to every node's bootstrap.
+    # The marks of a node's processes (infra/scripts/bootstrap-node.sh ends what carries
+    # one): a command started from inside a node must not pass them to every node's bootstrap.
     env.pop("SKYINFRA_LOCAL_NODE_DIR", None)
+    env.pop("SKYINFRA_NODE_DIR", None)
     return env

@@ -195,3 +195,34 @@ def test_remove_renames_the_node_away_before_it_deletes_it(tmp_path: Path) -> No
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+def test_remove_ends_what_the_runtime_started_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """--remove ends a process that carries only SKYINFRA_NODE_DIR=DIR, in a session of its
+    own and in no pid file: what the runtime starts on an ssh host (the standby keeper, its
+    standbys, a warm worker that outlived its launcher) carries no local node's mark, and
+    outlived the removal of its node. A neighbour node's process is left alone."""
+    script = tmp_path / "bootstrap-node.sh"
+    script.write_text(resources.bootstrap_script())
+    node, neighbour = tmp_path / "node-0", tmp_path / "node-00"
+    for folder in (node, neighbour):
+        folder.mkdir()
+        (folder / ".skyinfra-node").touch()
+    marks = ("SKYINFRA_LOCAL_NODE_DIR", "SKYINFRA_NODE_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in marks}
+    wait = [sys.executable, "-c", "import time; time.sleep(600)"]
+    kept = [
+        subprocess.Popen(wait, env={**env, "SKYINFRA_NODE_DIR": str(folder)},
+                         start_new_session=True)
+        for folder in (node, neighbour)
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["bash", str(script), "--remove", "--node-dir", str(node)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert kept[0].wait(timeout=10) == -15
+        assert kept[1].poll() is None and not node.exists() and neighbour.is_dir()
+    finally:
+        kill_all([p.pid for p in kept])
