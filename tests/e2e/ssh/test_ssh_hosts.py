@@ -551,6 +551,10 @@ def test_a_drill_notice_is_saved_within_and_the_node_enrolled_again_on_its_host(
 def test_down_leaves_each_host_as_it_was(
     cluster: subprocess.CompletedProcess[str], project: Path, env: dict[str, str], hosts: Hosts
 ) -> None:
+    # Both nodes there whatever the tests before left (a failed one may leave a node gone):
+    # an `up` with nothing to do, or one that enrols such a node again.
+    again = cli(["up", "--yes"], project, env)
+    assert again.returncode == 0, again.stdout + again.stderr
     # Host 1 off the network: `down` removes host 0's node, names host 1 and what is left to
     # clean there, fails as an unreachable host fails `up`, and keeps host 1 in the state.
     lost = hosts.hosts[1]
