@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from skyinfra_runtime.rundirs import NODE_MARK_ENVS
+
 from skyinfra.errors import TerraformError
 
 # Environment variable naming a Terraform provider filesystem mirror (a directory holding
@@ -78,8 +80,8 @@ def terraform_env(workdir: Path, base: Mapping[str, str] | None = None) -> dict[
         NO_COLOR="1",
     )
     env.pop("TF_CLI_ARGS", None)
-    # The marks of a node's processes (infra/scripts/bootstrap-node.sh ends what carries
-    # one): a command started from inside a node must not pass them to every node's bootstrap.
-    env.pop("SKYINFRA_LOCAL_NODE_DIR", None)
-    env.pop("SKYINFRA_NODE_DIR", None)
+    # The marks of a node's processes: a command started from inside a node must not pass
+    # them to every node's bootstrap.
+    for mark in NODE_MARK_ENVS:
+        env.pop(mark, None)
     return env

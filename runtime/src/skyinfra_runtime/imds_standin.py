@@ -38,9 +38,6 @@ from skyinfra_runtime import rundirs, spot
 from skyinfra_runtime.jobs.records import pid_alive, process_start_time, write_json
 
 INTERRUPT_PATH = "/skyinfra/interrupt"
-# What marks a node's processes for its bootstrap's --remove: a local node's every process
-# (skyinfra.targets.local.processes.NODE_ENV), and what the runtime starts on any target.
-NODE_MARK_ENVS = ("SKYINFRA_LOCAL_NODE_DIR", rundirs.NODE_DIR_ENV)
 PID_FILE = "imds-standin.pid"
 POLL_S = 0.5  # what the stand-in tells the node's watcher (loopback: cheap)
 MAX_NOTICE_S = 3600
@@ -227,7 +224,7 @@ def terminate_when_due(node_dir: Path, state: StandIn, remove_script: str) -> No
             pid_file.unlink(missing_ok=True)
     # Without the node's marks: --remove ends every process that carries one, and would find
     # its own subshells (they carry this process's environment) until it gave up after 5 s.
-    env = {k: v for k, v in os.environ.items() if k not in NODE_MARK_ENVS}
+    env = {k: v for k, v in os.environ.items() if k not in rundirs.NODE_MARK_ENVS}
     argv = ["bash", remove_script, "--remove", "--node-dir", str(node_dir)]
     os.execve("/bin/bash", argv, env)
 

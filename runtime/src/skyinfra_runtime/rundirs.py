@@ -33,6 +33,10 @@ from pathlib import Path
 NODE_DIR_FIELD = "{node_dir}"
 
 NODE_DIR_ENV = "SKYINFRA_NODE_DIR"
+# What marks a node's processes for its bootstrap's --remove, which ends every process that
+# carries one for its folder (infra/scripts/bootstrap-node.sh): a local node's every process
+# (skyinfra.targets.local.processes.NODE_ENV), and what the runtime starts on any target.
+NODE_MARK_ENVS = ("SKYINFRA_LOCAL_NODE_DIR", NODE_DIR_ENV)
 RUN_DIR_ENV = "SKYINFRA_RUN_DIR"
 SHARED_DIR_ENV = "SKYINFRA_SHARED_DIR"
 KEEP_RUNS_ENV = "SKYINFRA_KEEP_RUNS"
