@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -131,3 +133,59 @@ def interrupt_after(proc: subprocess.Popen[str], marker: str, sig: int = signal.
             proc.send_signal(sig)
             return
     raise AssertionError(f"process ended before printing {marker!r}")
+
+
+# Set for a launcher whose hang a test must be able to explain: SIGABRT then makes each
+# Python process of its group print every thread's stack (faulthandler) before it ends.
+FAULTHANDLER_ENV = {"PYTHONFAULTHANDLER": "1"}
+
+
+def rest_of_output(proc: subprocess.Popen[str], seconds: float = RUN_DEADLINE) -> str:
+    """What ``proc`` prints until it ends, at most ``seconds``; past that, fail with the
+    evidence: each process of its group (state, signals pending, blocked, caught, where it
+    waits in the kernel) and, from faulthandler, its Python stacks."""
+    assert proc.stdout is not None
+    stream = proc.stdout
+    chunks: list[str] = []
+    # A thread, not communicate(): the stream's buffer may already hold what was read ahead.
+    reader = threading.Thread(target=lambda: chunks.append(stream.read()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    if not reader.is_alive():
+        return "".join(chunks)
+    evidence = [_process_state(pid) for pid in _group_members(proc.pid)]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGABRT)
+    reader.join(30)
+    raise AssertionError(
+        f"the launcher's group did not end within {seconds:g} s:\n"
+        + "\n".join(evidence)
+        + "\n--- its output, with each process's stacks after SIGABRT ---\n"
+        + "".join(chunks)
+    )
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # Fields after the command's closing parenthesis: state, ppid, pgrp, ...
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return sorted(members)
+
+
+def _process_state(pid: int) -> str:
+    proc_dir = Path("/proc") / str(pid)
+    try:
+        argv = proc_dir.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode()
+        wchan = proc_dir.joinpath("wchan").read_text()
+        status = proc_dir.joinpath("status").read_text().splitlines()
+    except OSError as exc:
+        return f"pid {pid}: gone ({exc})"
+    wanted = ("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    lines = [line for line in status if line.split(":")[0] in wanted]
+    return f"pid {pid} (waits in {wchan or '?'}): {argv}\n  " + "\n  ".join(lines)

@@ -16,8 +16,10 @@ import pytest
 
 from tests.integration.runtime.launch_harness import (
     ENTRIES,
+    FAULTHANDLER_ENV,
     interrupt_after,
     launch_argv,
+    rest_of_output,
     run_nodes,
     topology,
 )
@@ -256,6 +258,7 @@ def test_a_sigterm_to_the_launchers_group_ends_each_worker_once_without_a_traceb
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group, as the agent starts it
+            env={**os.environ, **FAULTHANDLER_ENV},
         )
         try:
             assert proc.stdout is not None
@@ -263,7 +266,7 @@ def test_a_sigterm_to_the_launchers_group_ends_each_worker_once_without_a_traceb
                 if "sleeping" in line:
                     break
             os.killpg(proc.pid, signal.SIGTERM)
-            rest = proc.stdout.read()
+            rest = rest_of_output(proc)
             assert proc.wait(timeout=30) == 130, rest
         finally:
             proc.kill()
