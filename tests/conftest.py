@@ -51,6 +51,7 @@ from tests.support.collector import (  # noqa: E402, F401
 # own, which name the stage that ran out (tests/support/deadlines.py).
 from tests.support.deadlines import (  # noqa: E402, F401
     pytest_fixture_setup,
+    pytest_itemcollected,
     pytest_runtest_teardown,
 )
 

@@ -2,7 +2,7 @@
 slow instead of a test whose fixture ate its time.
 
 - A test's own timeout (pytest-timeout's `timeout`, with `timeout_func_only`) counts the test
-  function alone.
+  function alone; an end-to-end test without one of its own gets `E2E_TEST_S`.
 - Every fixture's set-up has a deadline of its own: `DEFAULT_SETUP_S` by its scope, or what
   `@setup_deadline(seconds)` (under `@pytest.fixture`) says for a fixture with more work.
 - Every test's teardown (the fixtures' finalizers: a `down`, a server's stop) has
@@ -38,6 +38,11 @@ _DEADLINE_ATTR = "_skyinfra_setup_deadline_s"
 # node's provisioning (its user data run as cloud-init would: a venv, uv, the wheels).
 UP_S = 480.0
 PROVISION_S = 480.0
+
+# A test function's own ceiling where none is marked: pyproject's `timeout` for most tests;
+# an end-to-end test drives whole clusters, and the slowest unmarked ones took up to 235 s
+# of a 300 s ceiling in CI on a slow 2-core VM.
+E2E_TEST_S = 900.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -141,3 +146,9 @@ def pytest_fixture_setup(
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, Any]:
     with stage(f"teardown after {item.nodeid}", TEARDOWN_S):
         return (yield)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """An end-to-end test without a timeout of its own gets `E2E_TEST_S`."""
+    if item.nodeid.startswith("tests/e2e/") and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(E2E_TEST_S))

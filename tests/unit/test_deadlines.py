@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.support.deadlines import E2E_TEST_S
 
 CONFTEST = """
 import threading
@@ -110,3 +111,40 @@ def test_fixtures_and_teardowns_fail_naming_the_stage_that_ran_out(tmp_path: Pat
     assert lines["test_inner.py::test_the_test_itself_still_times_out"].startswith("FAILED")
     assert "Timeout" in lines["test_inner.py::test_the_test_itself_still_times_out"], out
     assert "1 failed, 2 passed, 3 errors" in out, out
+
+
+def test_an_end_to_end_test_without_a_timeout_of_its_own_gets_the_e2e_ceiling(
+    tmp_path: Path,
+) -> None:
+    """The inner tests read their own ceiling: an unmarked one under tests/e2e gets
+    `E2E_TEST_S`; a marked one keeps its mark; one elsewhere keeps the ini's timeout."""
+    (tmp_path / "conftest.py").write_text(
+        "from tests.support.deadlines import pytest_itemcollected\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 300\ntimeout_func_only = true\n")
+    ceiling = (
+        "import pytest\n\n"
+        "def ceiling(request):\n"
+        "    mark = request.node.get_closest_marker('timeout')\n"
+        "    return mark.args[0] if mark else None\n\n"
+    )
+    e2e = tmp_path / "tests" / "e2e"
+    e2e.mkdir(parents=True)
+    (e2e / "test_cluster.py").write_text(
+        ceiling + f"def test_unmarked(request):\n    assert ceiling(request) == {E2E_TEST_S}\n\n"
+        "@pytest.mark.timeout(1200)\n"
+        "def test_marked(request):\n    assert ceiling(request) == 1200\n"
+    )
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir()
+    (unit / "test_fast.py").write_text(
+        ceiling + "def test_elsewhere(request):\n    assert ceiling(request) is None\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
+         "-p", "no:cacheprovider", "-p", "no:xdist", "tests"],
+        cwd=tmp_path, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert "3 passed" in out, out
