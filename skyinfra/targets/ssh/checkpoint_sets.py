@@ -2,11 +2,12 @@
 (``<node folder>/checkpoints/<NAME>``) and, with ``ssh.checkpoints_url``, under the store's
 prefix too (``<prefix>/<NAME>/nodes/node-<i>/...``, the runtime's ckptsync layout).
 
-Listing asks every enrolled host at once (one SSH command each) and lists the store with the
-operator's credentials (checkpoint_store.operator_credentials); one entry per set name, its
-size and items summed over every copy. Deleting removes the set from every host and from the
-store; a host that cannot be reached is named with what is left there. The pure part (merge,
-what a delete says) is apart from the SSH and S3 calls, for unit tests.
+Listing asks every enrolled host at once (one SSH command each), and every lost host a spare
+replaced (its node's folder stays there until `down` removes it, and may hold sets), and lists
+the store with the operator's credentials (checkpoint_store.operator_credentials); one entry
+per set name, its size and items summed over every copy. Deleting removes the set from every
+host and from the store; a host that cannot be reached is named with what is left there. The
+pure part (merge, what a delete says) is apart from the SSH and S3 calls, for unit tests.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from skyinfra.errors import CommandError, SkyinfraError, SpecError, UsageError
 from skyinfra.spec import ClusterSpec
 from skyinfra.targets.base import CheckpointListing, CheckpointSetInfo
 from skyinfra.targets.ssh.checkpoint_store import SshCheckpointStore, operator_credentials
-from skyinfra.targets.ssh.hosts import HOSTS_FILE, enrolled, node_transport
+from skyinfra.targets.ssh.hosts import (
+    HOSTS_FILE,
+    enrolled,
+    lost_hosts,
+    lost_transport,
+    node_transport,
+)
 from skyinfra.targets.ssh.spec import SshSpec
 from skyinfra.workspace import Workspace
 
@@ -65,7 +72,8 @@ print(json.dumps(out))
 
 @dataclass(frozen=True)
 class Copy:
-    """One copy of a set: in node ``node``'s folder on its host, or (node None) the store."""
+    """One copy of a set: in node ``node``'s folder on its host, in the folder a lost host
+    kept (node None, ``on_lost_host``), or (node None) the store."""
 
     name: str
     node: int | None
@@ -73,12 +81,40 @@ class Copy:
     size_bytes: int
     items: int
     newest: float | None  # epoch seconds (None: empty)
+    on_lost_host: bool = False
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """The nodes' copies first, by node; then the lost hosts'; the store's last."""
+        return (0, self.node) if self.node is not None else (1 if self.on_lost_host else 2, 0)
+
+
+@dataclass(frozen=True)
+class HostFolder:
+    """A node's folder on a host, where sets may be: an enrolled node's (``node``), or the one
+    a lost host kept (node None): ``label`` names it in what the listing says."""
+
+    host: str
+    node_dir: str
+    node: int | None
+    label: str
+
+    @classmethod
+    def of_lost(cls, host: str, node_dir: str, index: int, replaced_by: str) -> HostFolder:
+        return cls(
+            host, node_dir, None,
+            f"lost host {host} (node-{index} until spare {replaced_by} replaced it)",
+        )  # fmt: skip
+
+    def place(self, name: str) -> str:
+        where = f"{self.host}:{posixpath.join(self.node_dir, CHECKPOINTS_FOLDER, name)}"
+        return f"node-{self.node} {where}" if self.node is not None else f"{self.label}: {where}"
 
 
 @dataclass(frozen=True)
 class Found:
     """What the hosts and the store hold: the copies, and the hosts that did not answer
-    (host -> why)."""
+    (what names the host: "host H", or a lost host's label -> why)."""
 
     copies: list[Copy]
     unreachable: dict[str, str]
@@ -92,10 +128,10 @@ def merge(copies: Sequence[Copy], used: Mapping[str, Sequence[str]]) -> list[Che
         by_name.setdefault(c.name, []).append(c)
     out = []
     for name, found in sorted(by_name.items()):
-        found.sort(key=lambda c: (c.node is None, c.node or 0))
+        found.sort(key=lambda c: c.order)
         times = [c.newest for c in found if c.newest is not None]
-        in_store = any(c.node is None for c in found)
-        on_hosts = any(c.node is not None for c in found)
+        in_store = any(c.node is None and not c.on_lost_host for c in found)
+        on_hosts = any(c.node is not None or c.on_lost_host for c in found)
         places = "; ".join(c.place for c in found)
         unit = "file or object" if in_store and on_hosts else "object" if in_store else "file"
         out.append(
@@ -121,7 +157,7 @@ def where_words(ws: Workspace, store: SshCheckpointStore | None, found: Found) -
     if store:
         words += f" and under {store.url}/"
     for host, why in sorted(found.unreachable.items()):
-        words += f" (host {host}: its sets not listed: {why})"
+        words += f" ({host}: its sets not listed: {why})"
     return words
 
 
@@ -131,14 +167,14 @@ def deleted_words(
 ) -> str:  # fmt: skip
     """What follows "deleted <set>": where it was removed (``removed``: "node-0 (host)";
     ``store_objects``: None without a store). A SkyinfraError instead when a host did not
-    answer (``left``: host -> what is left there and why), naming it, what is left there and
-    what was deleted."""
+    answer (``left``: "host H" or a lost host's label -> what is left there and why), naming
+    it, what is left there and what was deleted."""
     parts = [f"the folders of {', '.join(removed)}" if removed else ""]
     if store_objects is not None:
         parts.append(f"{store_objects} object(s) under {store_url}/{name}/")
     done = " and ".join(p for p in parts if p) or "nothing"
     if left:
-        hosts = "; ".join(f"host {h}: {what}" for h, what in sorted(left.items()))
+        hosts = "; ".join(f"{h}: {what}" for h, what in sorted(left.items()))
         raise SkyinfraError(
             f"checkpoint set {name!r}: deleted from {done}, but {hosts}. Run `skyinfra "
             f"checkpoints delete {name}` again once the host answers"
@@ -181,54 +217,85 @@ def store_copies(store: SshCheckpointStore, objects: Sequence[StoredObject]) -> 
     return copies
 
 
+def folders(ws: Workspace) -> list[HostFolder]:
+    """Where sets may be on the hosts: each enrolled node's folder, then each lost host's
+    (not one that is enrolled again, whose folder is its node's now)."""
+    if not (ws.path / HOSTS_FILE).is_file():
+        return []
+    hosts = enrolled(ws)
+    nodes = [
+        HostFolder(h["host"], h["node_dir"], i, f"host {h['host']}")
+        for i, h in sorted(hosts.items())
+    ]
+    now = {(h["host"], h["node_dir"]) for h in hosts.values()}
+    lost = [
+        HostFolder.of_lost(x.host, x.node_dir, x.index, x.replaced_by)
+        for x in lost_hosts(ws)
+        if (x.host, x.node_dir) not in now
+    ]
+    return nodes + lost
+
+
 def _on_hosts(
     ws: Workspace, spec: ClusterSpec, command: Callable[[str], str]
-) -> tuple[dict[int, str], dict[str, str]]:
-    """``command(checkpoints folder)`` run on every enrolled host at once: node -> its
-    output, and host -> why for those that did not answer. None enrolled (down): nothing."""
-    if not (ws.path / HOSTS_FILE).is_file():
+) -> tuple[dict[HostFolder, str], dict[HostFolder, str]]:
+    """``command(checkpoints folder)`` run on every folder's host at once: folder -> its
+    output, and folder -> why for those that did not answer. None enrolled (down): nothing."""
+    where = folders(ws)
+    if not where:
         return {}, {}
-    hosts = enrolled(ws)
     nodes = node_transport(ws, spec, rooted=False)
+    lost = [f for f in where if f.node is None]
+    # The lost hosts as hosts.json keeps them: lost_transport dials them by that position.
+    kept = lost_hosts(ws)
+    position = {(x.host, x.node_dir): k for k, x in enumerate(kept)}
+    strays = lost_transport(ws, spec, kept) if lost else None
 
-    def ask(i: int) -> tuple[int, str, bool]:
-        root = posixpath.join(hosts[i]["node_dir"], CHECKPOINTS_FOLDER)
+    def ask(folder: HostFolder) -> tuple[HostFolder, str, bool]:
+        root = posixpath.join(folder.node_dir, CHECKPOINTS_FOLDER)
         try:
-            return i, nodes.check_call(i, command(root)), True
+            if folder.node is not None:
+                return folder, nodes.check_call(folder.node, command(root)), True
+            assert strays is not None
+            k = position[(folder.host, folder.node_dir)]
+            return folder, strays.check_call(k, command(root)), True
         except CommandError as err:
             if err.returncode is None:
-                return i, f"not reachable ({err})", False
+                return folder, f"not reachable ({err})", False
             tail = " ".join(err.stderr.strip().splitlines()[-3:])[-300:]
-            return i, f"its command failed (exit {err.returncode}: {tail})", False
+            return folder, f"its command failed (exit {err.returncode}: {tail})", False
         except SkyinfraError as err:
-            return i, f"not reachable ({err})", False
+            return folder, f"not reachable ({err})", False
 
     try:
-        with ThreadPoolExecutor(max_workers=min(16, len(hosts) or 1)) as pool:
-            answers = list(pool.map(ask, sorted(hosts)))
+        with ThreadPoolExecutor(max_workers=min(16, len(where))) as pool:
+            answers = list(pool.map(ask, where))
     finally:
         nodes.close()
-    said = {i: out for i, out, ok in answers if ok}
-    return said, {hosts[i]["host"]: out for i, out, ok in answers if not ok}
+        if strays is not None:
+            strays.close()
+    said = {f: out for f, out, ok in answers if ok}
+    return said, {f: out for f, out, ok in answers if not ok}
 
 
 def find_copies(ws: Workspace, spec: ClusterSpec) -> Found:
     section = spec.section_as(SshSpec)
     measure = f"{shlex.quote(section.python)} -c {shlex.quote(_MEASURE)}"
-    said, unreachable = _on_hosts(ws, spec, lambda root: f"{measure} {shlex.quote(root)}")
-    hosts = enrolled(ws) if said else {}
+    said, failed = _on_hosts(ws, spec, lambda root: f"{measure} {shlex.quote(root)}")
+    unreachable = {f.label: why for f, why in failed.items()}
     copies = []
-    for i, out in sorted(said.items()):
+    for folder, out in said.items():
         try:
             sets: dict[str, list[Any]] = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            unreachable[hosts[i]["host"]] = f"its answer was not a listing: {out.strip()[:200]!r}"
+            unreachable[folder.label] = f"its answer was not a listing: {out.strip()[:200]!r}"
             continue
-        root = posixpath.join(hosts[i]["node_dir"], CHECKPOINTS_FOLDER)
         for name, (size, files, newest) in sets.items():
             if not name_problem(name):
-                place = f"node-{i} {hosts[i]['host']}:{root}/{name}"
-                copies.append(Copy(name, i, place, int(size), int(files), newest))
+                copies.append(
+                    Copy(name, folder.node, folder.place(name), int(size), int(files), newest,
+                         on_lost_host=folder.node is None)
+                )  # fmt: skip
     store = section.checkpoints
     if store:
         copies += store_copies(store, _store_objects(store))
@@ -259,8 +326,8 @@ def find(ws: Workspace, spec: ClusterSpec, name: str) -> CheckpointSetInfo:
 
 
 def delete(ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo) -> str:
-    """From every enrolled host (not only those that listed it: one that did not answer
-    then may have it), then from the store."""
+    """From every enrolled host and every lost host (not only those that listed it: one that
+    did not answer then may have it), then from the store."""
     name = found.name
     if name_problem(name):  # found came from a listing; never rm a path made of anything else
         raise UsageError(f"checkpoint set {name!r}: expected {name_problem(name)}")
@@ -269,14 +336,15 @@ def delete(ws: Workspace, spec: ClusterSpec, found: CheckpointSetInfo) -> str:
         path = shlex.quote(posixpath.join(root, name))
         return f"rm -rf -- {path} && [ ! -e {path} ]"
 
-    said, unreachable = _on_hosts(ws, spec, remove)
-    hosts = enrolled(ws) if said or unreachable else {}
-    removed = [f"node-{i} ({hosts[i]['host']})" for i in sorted(said)]
-    by_host = {h["host"]: h for h in hosts.values()}
+    said, failed = _on_hosts(ws, spec, remove)
+    removed = [
+        f"node-{f.node} ({f.host})" if f.node is not None else f.label
+        for f in sorted(said, key=lambda f: (f.node is None, f.node or 0, f.host))
+    ]
     left = {
-        host: f"{why}; left there: "
-        f"{posixpath.join(by_host[host]['node_dir'], CHECKPOINTS_FOLDER, name)} if it holds the set"
-        for host, why in unreachable.items()
+        f.label: f"{why}; left there: "
+        f"{posixpath.join(f.node_dir, CHECKPOINTS_FOLDER, name)} if it holds the set"
+        for f, why in failed.items()
     }
     store = spec.section_as(SshSpec).checkpoints
     count = None

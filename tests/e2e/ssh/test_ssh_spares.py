@@ -17,9 +17,10 @@ nothing; once it accepts the key again, `jobs recover` passes over the switched-
 the one without Python 3.10+ (each named with why) and enrols the live one as node 1 through
 the same Terraform (its key pinned at first contact), copies node 0's checkpoint sets to it,
 and the job's attempt 2 resumes on both nodes from step 3 and ends with what an
-uninterrupted run computes. `down` with host 1 still off the network names it with what is
-left to clean there; once it answers again, `down` removes that too: nothing is left on any of
-the three hosts. No timed assertions: every wait ends on a condition.
+uninterrupted run computes. `checkpoints` names host 1 as lost while it is away, and lists and
+deletes its copy of the set once it answers. `down` with host 1 still off the network names it
+with what is left to clean there; once it answers again, `down` removes that too: nothing is
+left on any of the three hosts. No timed assertions: every wait ends on a condition.
 """
 
 from __future__ import annotations
@@ -234,6 +235,26 @@ def test_a_lost_host_is_replaced_by_the_spare_and_the_job_resumes_there(
     shown = json.loads(status.stdout)
     assert status.returncode == 0 and shown["spare_hosts"] == [off, old.address], status.stdout
     assert [x["host"] for x in shown["lost_hosts"]] == [lost.address]
+
+    # `checkpoints` asks the lost host too (its node's folder stays there until `down`):
+    # away, it is named as lost and not listed; back, its copy is listed and deleted with
+    # the others.
+    lost_label = f"lost host {lost.address} (node-1 until spare {spare.address} replaced it)"
+    table = cli(["checkpoints", "--cluster", NAME], root, env)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert f"({lost_label}: its sets not listed: not reachable (" in table.stdout
+    hosts.cut_link(lost, up=True)
+    listed = cli(["checkpoints", "--cluster", NAME, "--json"], root, env)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    (ck,) = json.loads(listed.stdout)
+    lost_set = node_dir(hosts, 1, 1) / "checkpoints" / SET
+    assert f"{lost_label}: {lost.address}:{lost_set}" in ck["places"], ck
+    assert ck["nodes"] == [0, 1], ck  # node 1 is the spare's folder; the lost host is no node
+    gone = cli(["checkpoints", "--cluster", NAME, "delete", SET, "--yes"], root, env)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert lost_label in gone.stdout
+    assert not lost_set.exists() and not head_set.exists()
+    hosts.cut_link(lost)
 
     # `down` with host 1 still away: the nodes go, host 1 is named with what is left there.
     down = cli(["down", "--yes", "--cluster", NAME], root, env)
