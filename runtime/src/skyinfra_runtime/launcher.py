@@ -204,9 +204,7 @@ def _supervise(
             if decided:
                 return
             interrupted = True
-            for w in workers:
-                if w.poll() is None:
-                    w.send_signal(signal.SIGTERM)
+            _signal_each(workers, signal.SIGTERM)
             # Ended from outside (a peer died, a cancel, a notice), this launcher may be
             # killed before its end: the refill is asked now, so a restart finds it.
             warmth.after_end()
@@ -215,6 +213,8 @@ def _supervise(
         old_term = signal.signal(signal.SIGTERM, forward)
         try:
             for worker in range(procs):
+                if interrupted:
+                    break  # ended while its workers were being started: start no more
                 env = dict(os.environ)
                 env.update(
                     {
@@ -239,6 +239,10 @@ def _supervise(
                     *args,
                 ]
                 workers.append(warmth.start(worker, argv, env))
+            if interrupted:
+                # The signal came while a worker was being started (a standby's imports, which
+                # its take waits for, can last a while): forward reached only those before it.
+                _signal_each(workers, signal.SIGTERM)
             warmth.after_start(node)
             code = _wait(workers, node, Path(tmp))
             decided = True
@@ -334,7 +338,17 @@ class _Warmth:
         assert self.folder is not None and self.warmup is not None
         if warm.job_sets_framework(warm.job_env_names(os.environ)):
             return  # such a job never uses a standby: a spec's env saying so asks for none
-        standbys.ensure(self.folder, self.procs, self.warmup, warm.standby_env(os.environ))
+        try:
+            standbys.ensure(self.folder, self.procs, self.warmup, warm.standby_env(os.environ))
+        except OSError as err:
+            # Standbys only speed up a later start: a node that cannot keep them (a full disk)
+            # fails neither the job nor a launcher ending its workers (this runs in forward).
+            # One os.write: print() in a signal handler can meet a write already under way.
+            os.write(
+                sys.stderr.fileno(),
+                f"skyinfra-runtime: standby workers not asked for ({err}); the next job on "
+                "this node starts cold\n".encode(),
+            )
 
 
 def _wait(workers: list[Worker], node: int, tmp: Path) -> int:
@@ -354,10 +368,14 @@ def _wait(workers: list[Worker], node: int, tmp: Path) -> int:
         time.sleep(0.05)
 
 
-def _end(workers: list[Worker]) -> None:
+def _signal_each(workers: list[Worker], sig: int) -> None:
     for proc in workers:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
+
+
+def _end(workers: list[Worker]) -> None:
+    _signal_each(workers, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     for proc in workers:
         try:

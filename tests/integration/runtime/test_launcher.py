@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from skyinfra_runtime import standbys
 
 from tests.integration.runtime.launch_harness import (
     ENTRIES,
@@ -497,3 +498,21 @@ def test_a_run_still_going_is_not_pruned(tmp_path: Path) -> None:
     with old_run_held_by(tmp_path, argv, b"skyinfra") as runs:
         assert prune(runs / CURRENT_RUN, 1, runs.parent / "pids") == []
         assert (runs / OLD_RUN).is_dir()
+
+
+def test_a_node_that_cannot_keep_standbys_still_runs_the_job(tmp_path: Path) -> None:
+    """Asking for standbys (as a job starts on a node with cores to spare, or once its part
+    ended) failed the launcher with a traceback when the node's standbys folder could not be
+    written (a full disk): after the job's part, or inside its SIGTERM handler, where the
+    workers then died with it. Here a file stands where the folder goes."""
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    standbys.folder(node_dir).write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["SKYINFRA_NODE_DIR"] = str(node_dir)
+    topo = json.dumps(topology(nodes=1, plugins=[{"name": "jax", "options": {}}]))
+    proc = launch(tmp_path, "--topology", topo, f"{BASICS}:info", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "skyinfra-runtime: standby workers not asked for (" in proc.stderr, proc.stderr
+    assert "the next job on this node starts cold" in proc.stderr

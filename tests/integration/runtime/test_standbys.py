@@ -3,25 +3,29 @@ jax and keras standbys are proven end to end in tests/e2e/local/test_warm_worker
 node's runtime reports a waiting standby and its resident memory (`skyinfra status`), and a
 standby that took a job gives the launcher the job's exit code even when its keeper (its
 parent) was killed while the job ran; a slot a job took gets a fresh standby once the
-launcher asks again."""
+launcher asks again; a launcher sent SIGTERM while it waits for a standby's imports (a held
+`import jax`) still ends the worker it takes."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from skyinfra_runtime import nodefacts, standbys
+from skyinfra_runtime import exitcodes, nodefacts, standbys, warm
 from skyinfra_runtime.jobrecord import WorkerStart
-from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV
+from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, load_topology
 from skyinfra_runtime.warm import Warmup, standby_env
 
-from tests.integration.runtime.launch_harness import topology
+from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, topology
+
+BASICS = ENTRIES / "basics.py"
 
 WARMUP = Warmup(("json",))
 # A job that waits for its go file, then exits with 0.
@@ -203,3 +207,72 @@ def _connections_to(folder: Path) -> int:
     bound = [f".{p.name}.tmp" for p in folder.glob("w0-*.importing")]
     lines = Path("/proc/net/unix").read_text().splitlines()[1:]
     return sum(1 for line in lines if line.split()[5] == "03" and line.split()[-1] in bound)
+
+
+# The standby's `import jax`, held until the test lets it go, then the real jax in its place
+# (the import system returns what sys.modules holds once the module ran).
+HELD_JAX = """\
+import os, pathlib, sys, time
+
+pathlib.Path(os.environ["IMPORT_STARTED"]).touch()
+while not pathlib.Path(os.environ["IMPORT_GO"]).exists():
+    time.sleep(0.02)
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+del sys.modules["jax"]
+import jax  # noqa: E402,F401
+"""
+
+
+def test_a_sigterm_while_the_launcher_waits_for_a_standbys_imports_still_ends_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The launcher forwards SIGTERM to the workers it started; one it was still taking from
+    a standby (waiting for its imports: seconds, for torch on a GPU node) was not among them,
+    and ran the job to its end, deaf to the cancel or notice. The standby is in its keeper's
+    session, out of the launcher's group: nothing else told it."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "jax.py").write_text(HELD_JAX)
+    started, go_import = tmp_path / "import-started", tmp_path / "import-go"
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    folder = standbys.folder(node_dir)
+    plugins = [{"name": "jax", "options": {}}]
+    topo = topology(nodes=1, plugins=plugins)
+    warmup = warm.node_warmup(load_topology(json.dumps(topo)).plugins, 1, os.environ)
+    assert warmup == Warmup(("jax",))  # the standby the launcher looks for
+    keeper_env = {
+        **standby_env(os.environ),
+        "SKYINFRA_NODE_DIR": str(node_dir),
+        "PYTHONPATH": str(mods),
+        "IMPORT_STARTED": str(started),
+        "IMPORT_GO": str(go_import),
+    }
+    standbys.ensure(folder, 1, warmup, keeper_env)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env["SKYINFRA_NODE_DIR"] = str(node_dir)
+    output = tmp_path / "launcher.out"
+    launcher = None
+    try:
+        wait_until("the standby imports", started.exists)
+        with output.open("w") as out:
+            launcher = subprocess.Popen(
+                launch_argv("--topology", json.dumps(topo), f"{BASICS}:sleep_forever"),
+                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        wait_until("the launcher connects", lambda: _connections_to(folder) > 0)
+        launcher.send_signal(signal.SIGTERM)  # the launcher alone: the standby is not its group
+        go_import.touch()
+        try:
+            code = launcher.wait(timeout=120)  # a bound on a hang; the worker sleeps 600 s
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the worker taken from the standby ran on:\n{output.read_text()}")
+        assert code == exitcodes.INTERRUPTED, output.read_text()
+        said = output.read_text()
+        assert "Traceback" not in said, said
+    finally:
+        go_import.touch()
+        if launcher is not None:
+            launcher.kill()
+        standbys.stop(folder)
