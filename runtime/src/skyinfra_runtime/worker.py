@@ -37,17 +37,22 @@ class _Terminated(BaseException):
     """SIGTERM turned into an exception so that teardown still runs."""
 
 
+class _Ending:
+    """Set once the worker is ending (its entry returned, raised or was interrupted)."""
+
+    now = False
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
-    # Once. The agent's SIGTERM reaches the launcher's whole group, and the launcher forwards
-    # it to its workers again: that second one, raised in the middle of the teardown, cut the
-    # plugins' teardown short (a checkpoint still being written among it) with a traceback.
-    # The agent's SIGKILL after its grace still bounds a teardown that hangs.
-    signal.signal(signal.SIGTERM, _after_sigterm)
-    raise _Terminated()
-
-
-def _after_sigterm(signum: int, frame: object) -> None:
-    """A SIGTERM after the first: the worker is already ending."""
+    # Raised until the worker is ending, then ignored. The agent's SIGTERM reaches the
+    # launcher's whole group, and the launcher forwards it to its workers again: that second
+    # one, raised in the teardown, cut the plugins' teardown short (a checkpoint still being
+    # written among it) with a traceback. Not merely once: an exception raised in a finalizer
+    # (a __del__ running when the signal is handled) is ignored by Python, and a worker that
+    # had disarmed itself then ran on, deaf to the launcher's SIGTERM. The agent's SIGKILL
+    # after its grace still bounds a teardown that hangs.
+    if not _Ending.now:
+        raise _Terminated()
 
 
 def json_value(value: Any) -> Any:
@@ -74,8 +79,25 @@ def run_worker(
     """Set up, run, tear down; returns the exit code. ``ready`` receives each plugin whose
     set-up began: a set-up that fails midway may hold what it made (torch's process group,
     when only the barrier after its init failed), and its teardown undoes that too."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    _Ending.now = False
+    try:
+        # In the try: a SIGTERM as soon as the handler is in place, before the set-up began
+        # (the launcher forwards one to a standby it has just handed the job), is an
+        # interruption like any other, not a traceback.
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        return _set_up_run_tear_down(entry_text, args, result_path, status_path, ready)
+    except (KeyboardInterrupt, _Terminated):
+        _Ending.now = True
+        return exitcodes.INTERRUPTED
 
+
+def _set_up_run_tear_down(
+    entry_text: str,
+    args: list[str],
+    result_path: Path,
+    status_path: Path,
+    ready: list[Plugin] | None,
+) -> int:
     def phase(name: str) -> None:
         status_path.write_text(name)
 
@@ -123,8 +145,10 @@ def run_worker(
             _explain(ready, exc)
             code = exitcodes.USER_FAILED
     except (KeyboardInterrupt, _Terminated):
+        _Ending.now = True  # first: a SIGTERM from here on lets the teardown run
         code = exitcodes.INTERRUPTED
     finally:
+        _Ending.now = True
         sys.stdout.flush()
         for plugin in reversed(ready):
             try:

@@ -274,6 +274,37 @@ def test_a_sigterm_to_the_launchers_group_ends_each_worker_once_without_a_traceb
         assert "Traceback" not in rest and "_Terminated" not in rest, rest
 
 
+def test_a_sigterm_lost_in_a_finalizer_leaves_the_worker_ending_on_the_next(
+    tmp_path: Path,
+) -> None:
+    """Python drops an exception raised in a __del__, so a SIGTERM handled while one ran was
+    lost; the worker, which let only its first SIGTERM raise, then ignored every later one and
+    ran on (until the agent's SIGKILL, its teardown skipped; a launcher run by hand: for
+    ever)."""
+    proc = subprocess.Popen(
+        launch_argv(f"{BASICS}:sleep_forever_after_a_sigterm_lost_in_a_finalizer"),
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **FAULTHANDLER_ENV},
+    )
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "sleeping" in line:
+                break
+        assert any("Exception ignored in" in line for line in seen), seen  # the lost one
+        os.killpg(proc.pid, signal.SIGTERM)
+        rest = rest_of_output(proc, 60)  # a bound on a hang: the worker sleeps 600 s
+        assert proc.wait(timeout=30) == 130, rest
+    finally:
+        proc.kill()
+
+
 def test_workers_run_on_the_launchers_interpreter(tmp_path: Path) -> None:
     """Every worker process is started with the interpreter the launcher runs on (the node's
     venv), never a `python` found on PATH."""

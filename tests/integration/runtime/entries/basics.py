@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -40,6 +41,21 @@ def fail() -> None:
 
 
 def sleep_forever() -> None:
+    print("sleeping", flush=True)
+    time.sleep(600)
+
+
+class _SignalledInItsFinalizer:
+    def __del__(self) -> None:
+        # SIGTERM to this thread, handled at the loop's next turn: inside this __del__, whose
+        # exceptions Python prints as "Exception ignored" and drops.
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(1000):
+            pass
+
+
+def sleep_forever_after_a_sigterm_lost_in_a_finalizer() -> None:
+    _SignalledInItsFinalizer()  # collected at once: its __del__ runs here
     print("sleeping", flush=True)
     time.sleep(600)
 
