@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -78,3 +79,14 @@ def end_all_under(root: Path, within_s: float = 10.0) -> list[int]:
         kill_all(found)
         time.sleep(0.05)
     return found
+
+
+def until_first_line(proc: subprocess.Popen[str], text: str) -> list[str]:
+    """``proc``'s stdout lines up to the first that holds ``text`` (its end: a failure)."""
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never came: {''.join(seen)}")

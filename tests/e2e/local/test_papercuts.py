@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli, cluster_up, job_record, module_env, wait_until_ended
+from tests.support.workers import until_first_line
 
 pytestmark = pytest.mark.slow
 
@@ -103,17 +104,6 @@ def open_gate(project: Path, job: str) -> None:
     nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
     for i in (0, 1):
         (nodes / f"node-{i}" / "shared" / f"gate-{job}").write_text("")
-
-
-def until_first_line(proc: subprocess.Popen[str], text: str) -> list[str]:
-    """``proc``'s stdout lines up to the first that holds ``text`` (its end: a failure)."""
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never came: {''.join(seen)}")
 
 
 def test_no_at_a_prompt_changes_nothing_and_is_not_an_error(

@@ -140,6 +140,20 @@ def interrupt_after(proc: subprocess.Popen[str], marker: str, sig: int = signal.
 FAULTHANDLER_ENV = {"PYTHONFAULTHANDLER": "1"}
 
 
+def launch_in_its_own_group(tmp_path: Path, entry: str) -> subprocess.Popen[str]:
+    """The launcher as the job's agent starts it (a session and group of its own), its output
+    and errors on one pipe, ready to explain a hang (FAULTHANDLER_ENV)."""
+    return subprocess.Popen(
+        launch_argv(entry),
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **FAULTHANDLER_ENV},
+    )
+
+
 def rest_of_output(proc: subprocess.Popen[str], seconds: float = RUN_DEADLINE) -> str:
     """What ``proc`` prints until it ends, at most ``seconds``; past that, fail with the
     evidence: each process of its group (state, signals pending, blocked, caught, where it

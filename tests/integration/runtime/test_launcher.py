@@ -17,14 +17,14 @@ from skyinfra_runtime import standbys
 
 from tests.integration.runtime.launch_harness import (
     ENTRIES,
-    FAULTHANDLER_ENV,
     interrupt_after,
     launch_argv,
+    launch_in_its_own_group,
     rest_of_output,
     run_nodes,
     topology,
 )
-from tests.support.workers import alive
+from tests.support.workers import alive, until_first_line
 
 BASICS = ENTRIES / "basics.py"
 
@@ -252,20 +252,9 @@ def test_a_sigterm_to_the_launchers_group_ends_each_worker_once_without_a_traceb
     launcher forwards to its workers again. The second one used to land in the worker's
     teardown and cut it short with a traceback (4 runs in 5 here); a race, so five runs."""
     for _ in range(5):
-        proc = subprocess.Popen(
-            launch_argv(f"{BASICS}:sleep_forever"),
-            cwd=tmp_path,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group, as the agent starts it
-            env={**os.environ, **FAULTHANDLER_ENV},
-        )
+        proc = launch_in_its_own_group(tmp_path, f"{BASICS}:sleep_forever")
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if "sleeping" in line:
-                    break
+            until_first_line(proc, "sleeping")
             os.killpg(proc.pid, signal.SIGTERM)
             rest = rest_of_output(proc)
             assert proc.wait(timeout=30) == 130, rest
@@ -281,22 +270,11 @@ def test_a_sigterm_lost_in_a_finalizer_leaves_the_worker_ending_on_the_next(
     lost; the worker, which let only its first SIGTERM raise, then ignored every later one and
     ran on (until the agent's SIGKILL, its teardown skipped; a launcher run by hand: for
     ever)."""
-    proc = subprocess.Popen(
-        launch_argv(f"{BASICS}:sleep_forever_after_a_sigterm_lost_in_a_finalizer"),
-        cwd=tmp_path,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, **FAULTHANDLER_ENV},
+    proc = launch_in_its_own_group(
+        tmp_path, f"{BASICS}:sleep_forever_after_a_sigterm_lost_in_a_finalizer"
     )
     try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if "sleeping" in line:
-                break
+        seen = until_first_line(proc, "sleeping")
         assert any("Exception ignored in" in line for line in seen), seen  # the lost one
         os.killpg(proc.pid, signal.SIGTERM)
         rest = rest_of_output(proc, 60)  # a bound on a hang: the worker sleeps 600 s
