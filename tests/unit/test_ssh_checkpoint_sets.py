@@ -82,7 +82,7 @@ def test_a_host_that_did_not_answer_is_named_with_what_is_left_there() -> None:
     assert "`skyinfra checkpoints delete ck` again once the host answers" in said
 
 
-LOST = HostFolder.of_lost("h1", "/home/u/.skyinfra/lab/node-1", 1, "h2")
+LOST = HostFolder.of_lost(LostHost(1, "h1", "h2", "/home/u/.skyinfra/lab/node-1"), 0)
 
 
 def test_a_set_a_lost_host_kept_is_listed_there_and_held_by_no_node() -> None:
@@ -138,8 +138,8 @@ def test_the_folders_asked_are_the_nodes_then_the_lost_hosts_not_one_enrolled_ag
         LostHost(0, "h0", "h3", "/home/u/.skyinfra/lab/node-0"),
     ]
     write_hosts(ws, nodes, lost)
-    assert [(f.label, f.node) for f in folders(ws)] == [
-        ("host h0", 0),
-        ("host h2", 1),
-        ("lost host h1 (node-1 until spare h2 replaced it)", None),
+    assert [(f.label, f.node, f.lost_at) for f in folders(ws)] == [
+        ("host h0", 0, None),
+        ("host h2", 1, None),
+        ("lost host h1 (node-1 until spare h2 replaced it)", None, 0),
     ]

@@ -37,6 +37,7 @@ from skyinfra.targets.ssh.hosts import (
     lost_transport,
     node_transport,
 )
+from skyinfra.targets.ssh.spares import LostHost
 from skyinfra.targets.ssh.spec import SshSpec
 from skyinfra.workspace import Workspace
 
@@ -92,18 +93,22 @@ class Copy:
 @dataclass(frozen=True)
 class HostFolder:
     """A node's folder on a host, where sets may be: an enrolled node's (``node``), or the one
-    a lost host kept (node None): ``label`` names it in what the listing says."""
+    a lost host kept (node None; ``lost_at``: its place among hosts.json's lost hosts, as
+    lost_transport dials them): ``label`` names it in what the listing says."""
 
     host: str
     node_dir: str
     node: int | None
     label: str
+    lost_at: int | None = None
 
     @classmethod
-    def of_lost(cls, host: str, node_dir: str, index: int, replaced_by: str) -> HostFolder:
+    def of_lost(cls, lost: LostHost, lost_at: int) -> HostFolder:
         return cls(
-            host, node_dir, None,
-            f"lost host {host} (node-{index} until spare {replaced_by} replaced it)",
+            lost.host, lost.node_dir, None,
+            f"lost host {lost.host} (node-{lost.index} until spare {lost.replaced_by} "
+            "replaced it)",
+            lost_at,
         )  # fmt: skip
 
     def place(self, name: str) -> str:
@@ -229,8 +234,8 @@ def folders(ws: Workspace) -> list[HostFolder]:
     ]
     now = {(h["host"], h["node_dir"]) for h in hosts.values()}
     lost = [
-        HostFolder.of_lost(x.host, x.node_dir, x.index, x.replaced_by)
-        for x in lost_hosts(ws)
+        HostFolder.of_lost(x, k)
+        for k, x in enumerate(lost_hosts(ws))
         if (x.host, x.node_dir) not in now
     ]
     return nodes + lost
@@ -245,20 +250,17 @@ def _on_hosts(
     if not where:
         return {}, {}
     nodes = node_transport(ws, spec, rooted=False)
-    lost = [f for f in where if f.node is None]
-    # The lost hosts as hosts.json keeps them: lost_transport dials them by that position.
-    kept = lost_hosts(ws)
-    position = {(x.host, x.node_dir): k for k, x in enumerate(kept)}
-    strays = lost_transport(ws, spec, kept) if lost else None
+    strays = (
+        lost_transport(ws, spec, lost_hosts(ws)) if any(f.node is None for f in where) else None
+    )
 
     def ask(folder: HostFolder) -> tuple[HostFolder, str, bool]:
         root = posixpath.join(folder.node_dir, CHECKPOINTS_FOLDER)
         try:
             if folder.node is not None:
                 return folder, nodes.check_call(folder.node, command(root)), True
-            assert strays is not None
-            k = position[(folder.host, folder.node_dir)]
-            return folder, strays.check_call(k, command(root)), True
+            assert strays is not None and folder.lost_at is not None
+            return folder, strays.check_call(folder.lost_at, command(root)), True
         except CommandError as err:
             if err.returncode is None:
                 return folder, f"not reachable ({err})", False
