@@ -65,6 +65,13 @@ class NodeRun:
         return [w["value"] for w in self.result["workers"]]
 
 
+def launcher_env(**extra: str) -> dict[str, str]:
+    """This process's environment less the suite's own SKYINFRA_ variables (a node's launcher
+    gets only what its node sets), with ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    return {**env, **extra}
+
+
 def launch_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "skyinfra_runtime", "launch", *args]
 
@@ -85,8 +92,7 @@ def run_nodes(
     topo_file = tmp_path / "topology.json"
     topo_file.write_text(json.dumps(topo))
     indices = range(len(topo["nodes"])) if nodes is None else nodes
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    base_env.update(env or {})
+    base_env = launcher_env(**(env or {}))
     procs = {}
     for i in indices:
         result = tmp_path / f"result-{i}.json"

@@ -20,6 +20,7 @@ from tests.integration.runtime.launch_harness import (
     interrupt_after,
     launch_argv,
     launch_in_its_own_group,
+    launcher_env,
     rest_of_output,
     run_nodes,
     topology,
@@ -327,7 +328,7 @@ def test_module_entry_from_the_project_in_the_current_directory(tmp_path: Path) 
     other = tmp_path / "other" / "mypkg"
     other.mkdir(parents=True)
     (other / "__init__.py").write_text("raise ImportError('the wrong mypkg')\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
+    env = launcher_env()
     env["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(other.parent)])
     result = tmp_path / "result.json"
     script = str(console_script(tmp_path))
@@ -517,8 +518,7 @@ def test_a_node_that_cannot_keep_standbys_still_runs_the_job(tmp_path: Path) -> 
     node_dir = tmp_path / "node-0"
     node_dir.mkdir()
     standbys.folder(node_dir).write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_NODE_DIR"] = str(node_dir)
+    env = launcher_env(SKYINFRA_NODE_DIR=str(node_dir))
     topo = json.dumps(topology(nodes=1, plugins=[{"name": "jax", "options": {}}]))
     proc = launch(tmp_path, "--topology", topo, f"{BASICS}:info", env=env)
     assert proc.returncode == 0, proc.stderr

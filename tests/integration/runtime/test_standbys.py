@@ -23,7 +23,7 @@ from skyinfra_runtime.jobrecord import WorkerStart
 from skyinfra_runtime.topology import NODE_ENV, TOPOLOGY_ENV, load_topology
 from skyinfra_runtime.warm import Warmup, standby_env
 
-from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, topology
+from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, launcher_env, topology
 
 BASICS = ENTRIES / "basics.py"
 
@@ -250,8 +250,7 @@ def test_a_sigterm_while_the_launcher_waits_for_a_standbys_imports_still_ends_th
         "IMPORT_GO": str(go_import),
     }
     standbys.ensure(folder, 1, warmup, keeper_env)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYINFRA_")}
-    env["SKYINFRA_NODE_DIR"] = str(node_dir)
+    env = launcher_env(SKYINFRA_NODE_DIR=str(node_dir))
     output = tmp_path / "launcher.out"
     launcher = None
     try:
