@@ -38,14 +38,14 @@ $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(BIN)/python -m pip install -q -e runtime -e '.[dev]'
 	touch $@ $(DEMO_STAMP)
 
-# `make demo` on a fresh machine: only skyinfra and the demo extra (jax, keras,
-# scikit-learn), into the same .venv, with pip's progress shown; make venv/test add the rest.
+# `make demo` on a fresh machine: only skyinfra and the demo extra (jax, keras),
+# into the same .venv, with pip's progress shown; make venv/test add the rest.
 $(DEMO_STAMP): pyproject.toml runtime/pyproject.toml
 	@echo "[make demo] step 1/3: a virtual environment in $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "[make demo] step 2/3: pip itself"
 	$(BIN)/python -m pip install --upgrade pip
-	@echo "[make demo] step 3/3: skyinfra, skyinfra-runtime and the demo extra (jax, keras, scikit-learn)"
+	@echo "[make demo] step 3/3: skyinfra, skyinfra-runtime and the demo extra (jax, keras)"
 	$(BIN)/python -m pip install -e runtime -e '.[demo]'
 	touch $@
 

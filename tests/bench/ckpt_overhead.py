@@ -40,6 +40,7 @@ def checkpoint_overhead(reps: int) -> dict[str, Any]:
     with project(2, KERAS) as root:
         shutil.copy(HERE / "ckpt_overhead_entry.py", root / "ckpt_overhead_entry.py")
         shutil.copy(REPO / "examples" / "keras_digits.py", root / "keras_digits.py")
+        shutil.copy(REPO / "examples" / "digits.csv.gz", root / "digits.csv.gz")
         entry = "ckpt_overhead_entry.py:main"
         args = ["--", "--epochs", str(EPOCHS)]
         cli(["up", "--yes"], root, env)

@@ -1,5 +1,5 @@
 """The checkpoint-overhead benchmark's user code: the demo's model and data
-(examples/keras_digits.py: scikit-learn's digits, Dense 64 + Dense 10, Adam, batch 50 per
+(examples/keras_digits.py: its digits, Dense 64 + Dense 10, Adam, batch 50 per
 node), trained for --epochs epochs, with `keras.callbacks.BackupAndRestore` on the job's
 checkpoint directory when --checkpoint is given (the keras plugin puts skyinfra's multi-process
 one in its place). Returns each epoch's wall time: from its start to the next one's (or to the
@@ -18,8 +18,7 @@ from typing import Any
 def main() -> dict[str, Any]:
     import keras
     import numpy as np
-    from keras_digits import batch_plan
-    from sklearn.datasets import load_digits
+    from keras_digits import batch_plan, load_digits
     from skyinfra_runtime import instance_info, shard
 
     parser = argparse.ArgumentParser()
@@ -28,9 +27,7 @@ def main() -> dict[str, Any]:
     ns = parser.parse_args(sys.argv[1:])
 
     keras.utils.set_random_seed(0)
-    digits = load_digits()
-    x = (digits.data / 16.0).astype("float32")
-    y = digits.target.astype("int32")
+    x, y = load_digits()
     train = np.random.default_rng(0).permutation(len(x))[297:]
     x_train, y_train = shard(x[train], y[train], shuffle=True, seed=42, drop_last=True)
     model = keras.Sequential(
