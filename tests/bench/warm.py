@@ -6,7 +6,10 @@ turns so that both see the same load; then a torch DDP job (torch_first_step_ent
 torch plugin, gloo) likewise on a cluster of its own, cold with `--env
 TORCH_SHOW_CPP_STACKTRACES=0` (torch's default, but a TORCH_ variable: cold). Each
 cluster's first job, on the standbys `up` started (warm: issue 48), is shown on its own;
-before each warm run the benchmark waits until both nodes' standbys are ready.
+before each run the benchmark waits until both nodes' standbys are ready (a run right after a
+warm one would share the cores with the refills' imports). The Keras job
+runs a third way too: cold with each node's JAX compilation cache emptied first (what the
+jax plugin's persistent cache saves of the first compile).
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ def _wait_for_standbys(root: Path) -> None:
         time.sleep(0.2)
 
 
+def _empty_compilation_caches(root: Path) -> None:
+    """Each node's JAX compilation cache (the jax plugin's, $SKYINFRA_NODE_DIR/cache/jax)
+    removed: the next job compiles everything again."""
+    for i in (0, 1):
+        cache = _nodes(root) / f"node-{i}" / "cache" / "jax"
+        if not cache.is_dir():  # a moved cache would make the uncached runs cached ones
+            raise BenchError(f"no compilation cache at {cache}")
+        shutil.rmtree(cache)
+
+
 def _run(root: Path, env: dict[str, str], entry: str, *flags: str) -> dict[str, Any]:
     started = time.time()
     cli(["run", *flags, entry], root, env)
@@ -62,6 +75,10 @@ def _run(root: Path, env: dict[str, str], entry: str, *flags: str) -> dict[str, 
     }
 
 
+def _stats_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: stats([r[k] for r in runs]) for k in runs[0] if k != "starts"}
+
+
 def _side_by_side(
     plugins: tuple[str, ...], job: tuple[str, tuple[str, ...]], reps: int
 ) -> dict[str, Any]:
@@ -69,6 +86,7 @@ def _side_by_side(
     entry, cold_flags = job
     warm: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
+    uncached: list[dict[str, Any]] = []  # cold, each node's JAX compilation cache emptied
     with project(2, plugins) as root:
         shutil.copy(HERE / "torch_first_step_entry.py", root)
         cli(["up", "--yes"], root, env)
@@ -76,13 +94,19 @@ def _side_by_side(
             _wait_for_standbys(root)  # `up` started them: the first job is warm too
             first = _run(root, env, entry)
             for _ in range(reps):
+                # Each run once the standbys wait: a cold run right after a warm one would
+                # share the cores with the refills' imports.
                 _wait_for_standbys(root)
                 warm.append(_run(root, env, entry))
+                _wait_for_standbys(root)
                 cold.append(_run(root, env, entry, *cold_flags))
+                if "jax" in plugins:
+                    _empty_compilation_caches(root)
+                    uncached.append(_run(root, env, entry, *cold_flags))
         finally:
             cli(["down", "--yes"], root, env)
     if any(s != "warm" for r in [first, *warm] for s in r["starts"]) or any(
-        s != "cold" for r in cold for s in r["starts"]
+        s != "cold" for r in [*cold, *uncached] for s in r["starts"]
     ):
         raise BenchError(f"a run did not start as meant: warm {warm}, cold {cold}")
     ratios = [w["first_step_s"] / c["first_step_s"] for w, c in zip(warm, cold, strict=True)]
@@ -90,6 +114,7 @@ def _side_by_side(
         "warm": {k: stats([r[k] for r in warm]) for k in warm[0] if k != "starts"},
         "cold": {k: stats([r[k] for r in cold]) for k in cold[0] if k != "starts"},
         "ratio": stats(ratios),
+        **({"cold_uncached": _stats_of(uncached)} if uncached else {}),
         "first_after_up": {k: v for k, v in first.items() if k != "starts"},
     }
 
@@ -112,6 +137,8 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         return f"{x['median']:.2f} s (min {x['min']:.2f}, max {x['max']:.2f}, n={x['n']})"
 
     met = "met" if r["median"] <= GOAL else f"missed ({r['median']:.2f}x)"
+    u = fig.get("cold_uncached")
+    later = u["first_step_s"]["median"] - c["first_step_s"]["median"] if u else 0.0
     rows = [
         ("`run` start → first step on every node", "first_step_s"),
         ("`run` start → entry entered (plugins set up)", "entered_s"),
@@ -132,15 +159,19 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         " `up` started) is shown apart"
         " (tests/bench/warm.py, `make bench ONLY=19`).",
         "",
-        "| | warm | cold |",
-        "|---|---|---|",
-        *[f"| {label} | {s(w[key])} | {s(c[key])} |" for label, key in rows],
+        "| | warm | cold |" + (" cold, each node's compilation cache emptied first |" if u else ""),
+        "|---|---|---|" + ("---|" if u else ""),
+        *[
+            f"| {label} | {s(w[key])} | {s(c[key])} |" + (f" {s(u[key])} |" if u else "")
+            for label, key in rows
+        ],
         f"| ratio warm / cold, first step (goal: at most {GOAL}x) |"
-        f" {r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f}) | |",
+        f" {r['median']:.2f}x (min {r['min']:.2f}, max {r['max']:.2f}) | |" + (" |" if u else ""),
         *(
             [
                 "| the cluster's first job, on the standbys `up` started: `run` start → first"
                 f" step | {fig['first_after_up']['first_step_s']:.2f} s (n=1) | |"
+                + (" |" if u else "")
             ]
             if "first_after_up" in fig
             else []
@@ -149,8 +180,18 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         f"Goal: {met}. A standby saves the interpreter's start and the imports (the time to"
         " the entry); what a warm start leaves is the job's own work: the distributed set-up"
         " (`jax.distributed`, Keras' DataParallel), the entry's model and the first compile."
-        " JAX's persistent compilation cache on the node (the jax plugin's) can serve"
-        " both kinds of run here (every counted run follows a run of the same program)."
+        " JAX's persistent compilation cache on the node (the jax plugin's) serves"
+        " the warm and the cold runs here (every one follows a run of the same program)"
+        + (
+            f": with each node's cache emptied first, the first compile takes"
+            f" {u['compile_s']['median']:.2f} s instead of {c['compile_s']['median']:.2f} s"
+            f" (medians), and the first step on every node comes"
+            f" {u['first_step_s']['median']:.2f} s after `run` started instead of"
+            f" {c['first_step_s']['median']:.2f} s ({later:+.2f} s): what the cache saves a"
+            " restart, a resumed job or the next job on a node, warm or cold."
+            if u
+            else "."
+        )
         + (
             " On this 2-core machine the warm run's compile is the slower one: the two"
             " standbys that replace the taken ones import jax and keras on the same cores"
@@ -161,6 +202,20 @@ def section(fig: dict[str, Any] | None, date: str) -> list[str]:
         "",
         *_torch_section(fig.get("torch"), s),
     ]
+
+
+# Measured by hand (tests/bench/torch_warm_stress.py), kept with the figure it explains.
+TORCH_HANG = (
+    "The hang that kept `torch._dynamo` out of the standby (issue 48): at the end of a torchrun"
+    " script whose DDP model outlived `destroy_process_group()`, DDP's Reducer was the gloo"
+    " group's last holder and destroyed it with the GIL held, joining gloo's thread while that"
+    " thread waited for the GIL (to drop the Python context autograd had stashed in the last"
+    " all-reduce's thread state). The torch plugin now holds every group of the job until its"
+    " teardown. `tests/bench/torch_warm_stress.py` (2 nodes of 2 workers,"
+    " examples/torchrun_ddp.py as `-m`, each job on the standbys), 2026-11-27, load 8-9: with"
+    " the fix 10 of 10 warm jobs ended (exit 0, 1.8-3.3 s each); without it (standbys"
+    " importing torch._dynamo) the 5th job hung (no end in 120 s)."
+)
 
 
 def _torch_section(torch: dict[str, Any] | None, s: Any) -> list[str]:
@@ -193,6 +248,8 @@ def _torch_section(torch: dict[str, Any] | None, s: Any) -> list[str]:
         " step."
         " torch compiles nothing here (no `torch.compile`), so a compilation cache on the"
         " node would save nothing more.",
+        "",
+        TORCH_HANG,
         "",
     ]
 
