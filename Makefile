@@ -14,7 +14,7 @@ WHEELHOUSE       := .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.stamp
 DIST             := dist
 
-.PHONY: venv venvs system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu test-random test-fast test-gpu record-plans docs-reference lint demo bench clean
+.PHONY: venv venvs system-deps wheelhouse wheels test test-cold test-durations bench-suite-then bench-suite-cpu bench-suite-processes test-random test-fast test-gpu record-plans docs-reference lint demo bench clean
 
 venv: $(STAMP)
 
@@ -139,6 +139,18 @@ bench-suite-cpu: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
 	kill $$sampler; wait $$sampler; \
 	$(BIN)/python tests/bench/cpu_by_file.py report $(CPU_PROFILE) \
 		--json tests/bench/results/cpu-by-file.json; exit $$rc
+
+# The same by program (standby and cold workers, Terraform, the provider, CLI calls, the
+# runtime's processes): the kernel's process accounting (root only) and a command-line sampler
+# (tests/bench/cpu_by_process.py); the report also goes to tests/bench/results/cpu-by-process.json.
+bench-suite-processes: $(STAMP) $(CHECKOV_STAMP) $(WHEELHOUSE_STAMP) system-deps
+	rm -rf $(CPU_PROFILE) && mkdir -p $(CPU_PROFILE)
+	$(BIN)/python tests/bench/cpu_by_process.py sample $(CPU_PROFILE)/cmdlines & sampler=$$!; \
+	$(BIN)/python tests/bench/cpu_by_process.py on $(CPU_PROFILE)/acct || { kill $$sampler; exit 1; }; \
+	$(SUITE) -p no:randomly $(TESTS); rc=$$?; \
+	$(BIN)/python tests/bench/cpu_by_process.py off; kill $$sampler; wait $$sampler 2>/dev/null; \
+	$(BIN)/python tests/bench/cpu_by_process.py report $(CPU_PROFILE)/acct $(CPU_PROFILE)/cmdlines \
+		--json tests/bench/results/cpu-by-process.json; exit $$rc
 
 # The same suite in a random order (pytest-randomly prints its seed; `make test-random
 # RANDOM_SEED=N` repeats that order): proves no test depends on another having run first.
