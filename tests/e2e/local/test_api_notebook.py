@@ -1,8 +1,8 @@
 """examples/keras_notebook.ipynb executed headless by a real Jupyter kernel (nbclient,
 ipykernel): it brings a 2-node local cluster up, trains the seeds' Keras example on both nodes
-(a function of a cell, sent by value) with identical weights, and brings the cluster down,
-leaving no node folder and no process. The kernel's stdout is not a terminal: no control
-codes in what the cells printed."""
+(a function of a cell and the digits it read, sent by value) with identical weights, and
+brings the cluster down, leaving no node folder and no process. The kernel's stdout is not a
+terminal: no control codes in what the cells printed."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def test_the_keras_notebook_runs_on_two_nodes_and_leaves_nothing(
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(NOTEBOOK, project / NOTEBOOK.name)
+    shutil.copy(NOTEBOOK.with_name("digits.csv.gz"), project)  # the notebook reads it
     for key in [k for k in os.environ if k.startswith("SKYINFRA_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("SKYINFRA_CACHE", str(tmp_path / "cache"))
