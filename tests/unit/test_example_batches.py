@@ -1,4 +1,5 @@
-"""The Keras demo's batch arithmetic: every batch splits evenly over 1, 4 or 8 devices."""
+"""The Keras demo: its batch arithmetic (every batch splits evenly over 1, 4 or 8 devices) and
+its digits file."""
 
 from __future__ import annotations
 
@@ -33,3 +34,14 @@ def test_one_device_keeps_the_demos_batches() -> None:
     assert demo().batch_plan(297, 1, target=99) == (99, 297)
     with pytest.raises(ValueError, match="must be >= 1"):
         demo().batch_plan(10, 0, target=5)
+
+
+def test_the_digits_file_holds_the_whole_data_set_as_the_demo_reads_it() -> None:
+    """examples/digits.csv.gz, as load_digits() gives it: 1797 images of 8x8 pixels scaled to
+    0-1, every digit 0-9 present (the counts of the UCI set's test part)."""
+    import numpy as np
+
+    x, y = demo().load_digits()
+    assert x.shape == (1797, 64) and x.dtype == np.float32 and y.dtype == np.int32
+    assert x.min() == 0.0 and x.max() == 1.0
+    assert np.bincount(y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
