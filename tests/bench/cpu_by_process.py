@@ -10,7 +10,7 @@ SAMPLE_S (a process that lives less than that is grouped by its command name onl
     python tests/bench/cpu_by_process.py on FILE        # acct(2) into FILE (root)
     python tests/bench/cpu_by_process.py sample OUT     # command lines, until killed
     python tests/bench/cpu_by_process.py off
-    python tests/bench/cpu_by_process.py report FILE OUT [--json J]
+    python tests/bench/cpu_by_process.py report FILE CMDLINES [--json J]
 """
 
 from __future__ import annotations

@@ -108,11 +108,13 @@ def _side_by_side(
     if any(s != "warm" for r in [first, *warm] for s in r["starts"]) or any(
         s != "cold" for r in [*cold, *uncached] for s in r["starts"]
     ):
-        raise BenchError(f"a run did not start as meant: warm {warm}, cold {cold}")
+        raise BenchError(
+            f"a run did not start as meant: warm {warm}, cold {cold}, uncached {uncached}"
+        )
     ratios = [w["first_step_s"] / c["first_step_s"] for w, c in zip(warm, cold, strict=True)]
     return {
-        "warm": {k: stats([r[k] for r in warm]) for k in warm[0] if k != "starts"},
-        "cold": {k: stats([r[k] for r in cold]) for k in cold[0] if k != "starts"},
+        "warm": _stats_of(warm),
+        "cold": _stats_of(cold),
         "ratio": stats(ratios),
         **({"cold_uncached": _stats_of(uncached)} if uncached else {}),
         "first_after_up": {k: v for k, v in first.items() if k != "starts"},
