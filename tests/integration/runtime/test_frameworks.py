@@ -27,6 +27,23 @@ def test_jax_two_processes_sum_across_processes(tmp_path: Path) -> None:
     assert "plugin jax torn down" in runs[0].stderr
 
 
+def test_every_nodes_next_worker_loads_what_its_node_compiled(tmp_path: Path) -> None:
+    # JAX writes its persistent cache from process 0 only (it expects a folder every host
+    # shares); each node's folder is its own, so node 1 compiled everything again each run.
+    topo = {**topology(nodes=2, plugins=[JAX]), "warm_workers": False}
+    node_env = {i: {"SKYINFRA_NODE_DIR": str(tmp_path / f"node-{i}")} for i in (0, 1)}
+    for attempt in ("first", "second"):
+        runs = run_nodes(tmp_path, topo, f"{ENTRIES}/jax_sum.py:cache_use", node_env=node_env)
+        for run in runs:
+            assert run.returncode == 0, run.stderr
+            (counts,) = run.values()
+            assert counts["requests"] >= 1, counts
+            expected = 0 if attempt == "first" else counts["requests"]
+            assert counts["hits"] == expected, (attempt, run.node, counts)
+    for i in (0, 1):
+        assert any((tmp_path / f"node-{i}" / "cache" / "jax").iterdir()), i
+
+
 def test_jax_peer_that_never_arrives_fails_within_the_timeout(tmp_path: Path) -> None:
     # The option's 3 s ends it: with the default (600 s) the harness's deadline (120 s) would
     # stop the run first, and run_nodes raises TimeoutExpired.

@@ -16,10 +16,12 @@ process_id=int(os.environ["JAX_PROCESS_ID"]))`` is all a script needs
 Compiled programs are kept on the node (JAX's persistent compilation cache, in
 ``$SKYINFRA_NODE_DIR/cache/jax``), so the node's next worker (a restart, a resumed job, the
 next job of a sweep) loads what an earlier one compiled instead of compiling it again; every
-program is kept, however quick its compile. JAX writes entries from process 0 only (it
-expects a folder every host shares): on several nodes, node 0's worker gains. A cache the
-user configured (JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS) is
-left as it is; ``compilation_cache = false`` turns it off.
+program is kept, however quick its compile. JAX itself writes entries from process 0 only (it
+expects one folder every host shares, and the other processes' keys differ from process 0's
+anyway): the first worker of every node writes to its node's folder too, so that a restart
+reaches its first step as soon on node 1 as on node 0. A cache the user configured
+(JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS) is left as JAX runs
+it; ``compilation_cache = false`` turns it off.
 """
 
 from __future__ import annotations
@@ -76,14 +78,84 @@ def compilation_cache_settings(environ: Mapping[str, str]) -> dict[str, object]:
     return settings
 
 
-def use_compilation_cache(jax: ModuleType, environ: Mapping[str, str]) -> None:
-    """Apply compilation_cache_settings; a jax too old to know one of them keeps its own."""
+def use_compilation_cache(jax: ModuleType, environ: Mapping[str, str], first_on_node: bool) -> None:
+    """Apply compilation_cache_settings; a jax too old to know one of them keeps its own. The
+    node's first worker also writes the node's folder when it is not process 0."""
     settings = compilation_cache_settings(environ)
     if "jax_compilation_cache_dir" in settings:
         os.makedirs(str(settings["jax_compilation_cache_dir"]), mode=0o700, exist_ok=True)
+        if first_on_node:
+            _write_cache_from_any_process()
     for name, value in settings.items():
         with contextlib.suppress(AttributeError):
             jax.config.update(name, value)
+
+
+# jax/_src/compiler.py's writer and jax/_src/compilation_cache.py's put, as jax 0.10 has them: a
+# jax whose internals differ keeps its own rule (process 0 writes).
+_CACHE_WRITE_PARAMS = (
+    "cache_key", "compile_time_secs", "module_name", "backend", "executable", "host_callbacks"
+)  # fmt: skip
+_PUT_PARAMS = ("cache_key", "module_name", "executable", "backend", "compile_time")
+
+
+def _write_cache_from_any_process() -> None:
+    """Make this process write its compilation cache entries whatever its process index.
+
+    JAX's writer returns at once unless process_id is 0; the rest of its rules (no program
+    with host callbacks, none quicker to compile than the threshold) are kept here. Only a
+    node's first worker calls this: several writers in one folder could tear an entry.
+    """
+    import inspect
+    import warnings
+
+    try:
+        from jax._src import compilation_cache, compiler, distributed
+        from jax._src import config as jax_config
+    except ImportError:
+        return
+    write = getattr(compiler, "_cache_write", None)
+    put = getattr(compilation_cache, "put_executable_and_time", None)
+    must_raise = getattr(compiler, "_should_raise_persistent_cache_error", lambda exc: False)
+    threshold = getattr(jax_config, "persistent_cache_min_compile_time_secs", None)
+    if write is None or put is None or threshold is None or hasattr(write, "jax_own_writer"):
+        return
+    try:
+        names = (
+            tuple(inspect.signature(write).parameters),
+            tuple(inspect.signature(put).parameters),
+        )
+    except (TypeError, ValueError):
+        return
+    if names != (_CACHE_WRITE_PARAMS, _PUT_PARAMS):
+        return
+
+    def write_any_process(
+        cache_key: str,
+        compile_time_secs: float,
+        module_name: str,
+        backend: object,
+        executable: object,
+        host_callbacks: object,
+    ) -> None:
+        if distributed.global_state.process_id == 0:
+            write(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks)
+            return
+        if host_callbacks or compile_time_secs < threshold.value:
+            return
+        try:
+            put(cache_key, module_name, executable, backend, int(compile_time_secs))
+        except Exception as exc:  # as JAX's writer: a cache that cannot be written warns
+            if must_raise(exc):
+                raise
+            warnings.warn(
+                f"Error writing persistent compilation cache entry for '{module_name}':"
+                f" {type(exc).__name__}: {exc}",
+                stacklevel=2,
+            )
+
+    write_any_process.jax_own_writer = write  # type: ignore[attr-defined]
+    compiler._cache_write = write_any_process
 
 
 def coordinator_bind_address(topology: Topology) -> str | None:
@@ -169,7 +241,7 @@ class JaxPlugin:
         with contextlib.suppress(AttributeError):  # very old jax: no option, nothing to choose
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         if self.compilation_cache:
-            use_compilation_cache(jax, os.environ)
+            use_compilation_cache(jax, os.environ, first_on_node=info.worker == 0)
         if not self.initialize or info.total_workers == 1:
             return  # the script initialises (initialize = false), or nothing to coordinate
         kwargs: dict[str, object] = {
