@@ -82,6 +82,18 @@ def project(nodes: int, plugins: Sequence[str] = ()) -> Iterator[Path]:
         yield root
 
 
+def wait_for_standbys(root: Path, cluster: str, nodes: int = 2, timeout_s: float = 300) -> None:
+    """Until each local node of ``cluster`` has a standby waiting for a job (worker slot 0):
+    a run measured while they import would share the cores with them."""
+    folders = [root / ".skyinfra" / "clusters" / cluster / "nodes" / f"node-{i}" / "standby"
+               for i in range(nodes)]  # fmt: skip
+    until = time.monotonic() + timeout_s
+    while not all(list(folder.glob("w0-*.sock")) for folder in folders):
+        if time.monotonic() > until:
+            raise BenchError(f"the standbys never became ready in {folders}")
+        time.sleep(0.2)
+
+
 def stats(values: Sequence[float]) -> dict[str, Any]:
     return {
         "median": round(statistics.median(values), 2),

@@ -3,7 +3,8 @@ its second step, restarted by itself (`run --max-restarts 1`): from the worker's
 first step of attempt 2 (the latest node's), against a fresh cold `run`'s start to its first
 step (the goal: at most 1.2x; with warm workers, 0.4x), and how many nodes' attempt 2 started
 on a standby. Also the record's own recovery_s (failure seen by the head -> every node's
-launcher of attempt 2 started). Not part of `make test`; nothing here asserts a time.
+launcher of attempt 2 started). Each run starts once both nodes' standbys wait (the last
+job's refills would share the cores). Not part of `make test`; nothing here asserts a time.
 
     python tests/bench/recovery.py [--reps N] [--out FILE] [--kill-after S]
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import HERE, base_env, cli, machine, project, stats
+from common import HERE, base_env, cli, machine, project, stats, wait_for_standbys
 
 KERAS = ("jax", "keras:backend=jax")
 
@@ -55,6 +56,9 @@ def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
         "others_ended_s": [],
         "attempt_2_started_s": [],
         "started_to_first_step_s": [],
+        "started_to_entered_s": [],
+        "entered_to_fit_s": [],
+        "fit_to_first_step_s": [],
     }
     with project(2, KERAS) as root:
         shutil.copy(HERE / "recovery_entry.py", root / "recovery_entry.py")
@@ -62,12 +66,16 @@ def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
         try:
             cli(["run", "--checkpoints", "warm", "recovery_entry.py:main"], root, env)  # caches
             for rep in range(reps):
+                # Each run once both nodes' standbys wait (the last job's refills import
+                # jax and keras on the same cores: a cold run beside them would stretch).
+                wait_for_standbys(root, "bench")
                 started = time.time()
                 # The cold reference: a job that sets KERAS_BACKEND never takes a standby.
                 cold = ["--env", "KERAS_BACKEND=jax"]
                 argv = ["run", *cold, "--checkpoints", f"fresh-{rep}", "recovery_entry.py:main"]
                 cli(argv, root, env)
                 fresh_s = max(_first_steps(_summary(root))) - started
+                wait_for_standbys(root, "bench")
                 name = f"restart-{rep}"
                 argv = [
                     "run",
@@ -94,6 +102,13 @@ def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
                 parts["started_to_first_step_s"].append(
                     max(_first_steps(summary)) - second["started_at"]
                 )
+                # The framework's start, split where the entry notes it (the latest node's).
+                values = [n["result"]["workers"][0]["value"] for n in summary["nodes"]]
+                entered = max(v["entered"] for v in values)
+                fit = max(v["fit_start"] for v in values)
+                parts["started_to_entered_s"].append(entered - second["started_at"])
+                parts["entered_to_fit_s"].append(fit - entered)
+                parts["fit_to_first_step_s"].append(max(_first_steps(summary)) - fit)
                 warm_nodes.append(_warm_nodes(root, summary["run_id"], attempt=2))
                 fresh.append(fresh_s)
                 recovered.append(recovery_s)

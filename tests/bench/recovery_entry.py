@@ -11,6 +11,7 @@ from pathlib import Path
 
 
 def main() -> dict[str, float]:
+    entered = time.time()  # plugins are set up before the entry is even imported
     import keras
     import numpy as np
     from skyinfra_runtime import shard
@@ -18,7 +19,7 @@ def main() -> dict[str, float]:
     attempt = int(os.environ["SKYINFRA_ATTEMPT"])
     killer = attempt == 1 and os.environ["SKYINFRA_NODE"] == "1" and "KILL_NODE_1" in os.environ
     died_at = Path(os.environ["SKYINFRA_CHECKPOINT_DIR"]) / "died_at"
-    times: dict[str, float] = {"attempt": float(attempt)}
+    times: dict[str, float] = {"attempt": float(attempt), "entered": entered}
 
     class FirstStep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
@@ -39,5 +40,6 @@ def main() -> dict[str, float]:
         [keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)]
     )
     model.compile(optimizer="adam", loss="mse")
+    times["fit_start"] = time.time()
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[FirstStep()])
     return times
