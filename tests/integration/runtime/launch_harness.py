@@ -92,7 +92,9 @@ def run_nodes(
     topo_file = tmp_path / "topology.json"
     topo_file.write_text(json.dumps(topo))
     indices = range(len(topo["nodes"])) if nodes is None else nodes
-    base_env = launcher_env(**(env or {}))
+    # Launchers without a run directory keep their scratch in TMPDIR: the test's, should the
+    # deadline below kill them.
+    base_env = launcher_env(**{"TMPDIR": str(tmp_path), **(env or {})})
     procs = {}
     for i in indices:
         result = tmp_path / f"result-{i}.json"

@@ -6,7 +6,13 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, run_nodes, topology
+from tests.integration.runtime.launch_harness import (
+    ENTRIES,
+    launch_argv,
+    launcher_env,
+    run_nodes,
+    topology,
+)
 
 JAX = {"name": "jax", "options": {"init_timeout": 30}}
 KERAS = {"name": "keras", "options": {"backend": "jax"}}
@@ -159,14 +165,19 @@ def test_failed_jax_process_exits_without_waiting_in_the_shutdown_barrier(
     topo_file = tmp_path / "topology.json"
     topo_file.write_text(json.dumps(topo))
     entry = f"{ENTRIES}/basics.py:fail_on_node_1_after_setup"
+    # No run directory: the launchers' scratch goes to TMPDIR, which the head's SIGKILL below
+    # leaves behind (here, not in the machine's /tmp).
+    env = launcher_env(TMPDIR=str(tmp_path))
     head = subprocess.Popen(
         launch_argv("--topology", str(topo_file), "--node", "0", entry),
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         failed = subprocess.run(
             launch_argv("--topology", str(topo_file), "--node", "1", entry),
+            env=env,
             capture_output=True,
             text=True,
             timeout=60,  # the barrier would wait 300 s (jax's default shutdown timeout)

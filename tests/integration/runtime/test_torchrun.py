@@ -38,6 +38,7 @@ def test_a_torchrun_script_sees_what_torchrun_gives_it_on_2_nodes_by_2(tmp_path:
     base = {k: v for k, v in os.environ.items() if not k.startswith(OURS)}
     base.pop("OMP_NUM_THREADS", None)
     base["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    base["TMPDIR"] = str(tmp_path)  # what run_nodes gives its launchers, torchrun's too
     # The reference: real torchrun, one machine, two processes.
     ref = tmp_path / "torchrun"
     ref.mkdir()
