@@ -31,6 +31,7 @@ from skyinfra_runtime.errors import (
 )
 from skyinfra_runtime.jobports import job_topology
 from skyinfra_runtime.jobrecord import WorkerStart, record_starts
+from skyinfra_runtime.parentdeath import AGENT_PID_ENV, end_with_parent
 from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
 from skyinfra_runtime.restarts import worker_killed
 from skyinfra_runtime.topology import (
@@ -99,6 +100,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def launch(argv: list[str]) -> int:
+    # Started by a job's agent: never outlive it (Linux), whatever ends it.
+    agent = os.environ.pop(AGENT_PID_ENV, None)
+    if agent is not None and not end_with_parent(signal.SIGTERM, agent):
+        return exitcodes.INTERRUPTED  # the agent died before the call took effect
     parser = _parser()
     try:
         ns = parser.parse_args(argv)

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import worker
+from skyinfra_runtime.parentdeath import end_with_parent, signal_on_parent_death
 from skyinfra_runtime.warm import PATH_NAME, Warmup
 
 HANDSHAKE_TIMEOUT_S = 30.0
-PR_SET_PDEATHSIG = 1
 
 
 def socket_path(folder: Path, slot: int, pid: int) -> Path:
@@ -59,17 +59,9 @@ def taken_file(folder: Path, pid: int) -> Path:
     return folder / f"taken-{pid}"
 
 
-def _pdeathsig(sig: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
-
-
 def main(argv: list[str]) -> int:
     folder, slot, keeper, warmup = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3]
-    _pdeathsig(signal.SIGKILL)  # a waiting standby ends with its keeper
-    if os.getppid() != keeper:
+    if not end_with_parent(signal.SIGKILL, str(keeper)):  # a waiting standby ends with its keeper
         return 1
     # Before any framework registers its own: runs last, as in a cold worker.
     atexit.register(worker._EndBeforeTeardown.hook)
@@ -100,7 +92,7 @@ def main(argv: list[str]) -> int:
     listener.close()
     # From now on the launcher's, not the keeper's: before it hears "taken", so that a
     # keeper that dies once the job is handed over does not take the worker with it.
-    _pdeathsig(0)
+    signal_on_parent_death(0)
     conn.sendall(b'{"taken": true}\n')
     conn.settimeout(None)
     _become_worker(job, fds, conn)

@@ -26,6 +26,7 @@ from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import EntrypointError, RuntimeSetupError
 from skyinfra_runtime.info import instance_info
 from skyinfra_runtime.jobenv import mask_value
+from skyinfra_runtime.parentdeath import end_with_parent
 from skyinfra_runtime.plugins import Plugin, from_name
 from skyinfra_runtime.topology import load_topology
 
@@ -198,17 +199,10 @@ def _system_exit_code(exc: SystemExit) -> int:
 
 def _die_with_launcher() -> None:
     """Linux: be killed (SIGKILL) when the launcher dies, so that a launcher killed by a signal
-    leaves no worker behind holding the node's output open (and its peers waiting)."""
-    launcher = os.environ.get(LAUNCHER_PID_ENV, str(os.getppid()))
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: the operator still ends the node's process group
-    if str(os.getppid()) != launcher:  # it died before prctl took effect
-        os._exit(exitcodes.INTERRUPTED)
+    leaves no worker behind holding the node's output open (and its peers waiting); elsewhere
+    the operator still ends the node's process group."""
+    if not end_with_parent(signal.SIGKILL, os.environ.get(LAUNCHER_PID_ENV)):
+        os._exit(exitcodes.INTERRUPTED)  # the launcher died before the call took effect
 
 
 class _EndBeforeTeardown:

@@ -41,6 +41,7 @@ from skyinfra_runtime.jobs.wire import (
     send,
     silent_peer_s,
 )
+from skyinfra_runtime.parentdeath import AGENT_PID_ENV
 
 # The attempt a worker belongs to (1, then 2, ... after each restart of the job: as torchrun's
 # TORCHELASTIC_RESTART_COUNT), in every worker's environment.
@@ -149,12 +150,14 @@ class Agent:
                 **self.env,
                 ATTEMPT_ENV: str(self.attempt),
                 spot.DEADLINE_ENV: str(self.deadline_file),
+                # The launcher ends (SIGTERM) when this agent dies, even of SIGKILL: it sets
+                # that up itself (parentdeath.py), never a preexec_fn in this threaded process.
+                AGENT_PID_ENV: str(os.getpid()),
             },
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: end() reaches the workers too
-            preexec_fn=_end_with_parent,
         )
         self.save("running")
         threading.Thread(target=self._pump, daemon=True).start()
@@ -232,15 +235,6 @@ def _grace(msg: dict[str, Any]) -> float:
     if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
         return min(float(grace), END_GRACE_S)
     return END_GRACE_S
-
-
-def _end_with_parent() -> None:
-    """In the launcher, before exec: SIGTERM when its agent dies (even of SIGKILL), so a
-    launcher never outlives the agent that owns it (Linux; elsewhere nothing)."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def report_to_head(agent: Agent, head: str, token: str, *, wait_start: bool = False) -> None:
