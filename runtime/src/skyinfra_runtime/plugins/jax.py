@@ -17,9 +17,9 @@ Compiled programs are kept on the node (JAX's persistent compilation cache, in
 ``$SKYINFRA_NODE_DIR/cache/jax``), so the node's next worker (a restart, a resumed job, the
 next job of a sweep) loads what an earlier one compiled instead of compiling it again; every
 program is kept, however quick its compile. JAX itself writes entries from process 0 only (it
-expects one folder every host shares, and the other processes' keys differ from process 0's
-anyway): the first worker of every node writes to its node's folder too, so that a restart
-reaches its first step as soon on node 1 as on node 0. A cache the user configured
+expects one folder every host shares; on CPU the other processes' keys differ from process
+0's anyway): the first worker of every node writes to its node's folder too, so that a
+restart reaches its first step as soon on node 1 as on node 0. A cache the user configured
 (JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS) is left as JAX runs
 it; ``compilation_cache = false`` turns it off.
 """
