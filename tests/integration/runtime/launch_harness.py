@@ -175,7 +175,7 @@ def rest_of_output(proc: subprocess.Popen[str], seconds: float = RUN_DEADLINE) -
     reader.join(seconds)
     if not reader.is_alive():
         return "".join(chunks)
-    evidence = [_process_state(pid) for pid in _group_members(proc.pid)]
+    evidence = [_process_state(pid) for pid in group_members(proc.pid)]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGABRT)
     reader.join(30)
@@ -187,7 +187,8 @@ def rest_of_output(proc: subprocess.Popen[str], seconds: float = RUN_DEADLINE) -
     )
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (a launcher's: itself and its workers)."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:

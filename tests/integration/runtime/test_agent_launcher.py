@@ -12,7 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.runtime.launch_harness import ENTRIES, launch_argv, launcher_env, topology
+from tests.integration.runtime.launch_harness import (
+    ENTRIES,
+    group_members,
+    launch_argv,
+    launcher_env,
+    topology,
+)
 from tests.support.waits import wait_until
 from tests.support.workers import alive
 
@@ -30,18 +36,6 @@ agent.start()
 print(json.dumps({"launcher": agent.proc.pid, "python_in_child": len(forks)}), flush=True)
 time.sleep(600)
 """
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def test_a_launcher_ends_with_its_agent_and_starts_without_python_in_the_child(
@@ -72,8 +66,9 @@ def test_a_launcher_ends_with_its_agent_and_starts_without_python_in_the_child(
             lambda text: "sleeping" in text,
             deadline_s=120,
         )
-        started += _children(said["launcher"])
-        assert len(started) == 2, f"the launcher's children: {started[1:]}"
+        # The launcher leads a group of its own (start_new_session), its worker in it.
+        started = group_members(said["launcher"])
+        assert len(started) == 2 and said["launcher"] in started, f"its group: {started}"
         agent.kill()  # SIGKILL: nothing of the agent's own runs
         agent.wait()
         for pid in started:
