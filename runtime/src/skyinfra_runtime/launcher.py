@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from skyinfra_runtime import exitcodes, rundirs, standbys, warm
@@ -249,7 +250,7 @@ def _supervise(
                 # its take waits for, can last a while): forward reached only those before it.
                 _signal_each(workers, signal.SIGTERM)
             warmth.after_start(node)
-            code = _wait(workers, node, Path(tmp))
+            code = _wait(workers, node, Path(tmp), lambda: warmth.when_past_start(Path(tmp)))
             decided = True
             # A worker killed by a signal (137 for SIGKILL; never the SIGTERM this launcher
             # forwards) died before the job ended this node: it, not the ending, is the exit,
@@ -283,8 +284,9 @@ class _Warmth:
     """This job's use of the node's standbys: each worker taken from one or started cold,
     recorded in the run's timeline.json (the node's agent puts it in the job's record); then
     the keeper asked to fill every slot: as the job starts on a node with cores to spare (a
-    restart within the job then starts warm), else once it ended (the standbys' imports never
-    compete with the job; a cluster that runs nothing never pays for standbys)."""
+    restart within the job then starts warm), else once the job's workers here are past their
+    start (the standbys' imports never compete with it) or it ended, whichever comes first
+    (a cluster that runs nothing never pays for standbys)."""
 
     folder: Path | None
     warmup: warm.Warmup | None
@@ -293,6 +295,8 @@ class _Warmth:
     why_cold: str = ""  # why every worker starts cold (no standby is kept here)
     at_once: bool = False  # the node has cores to spare: ask as the job starts
     ended: bool = False  # the refill after the job's part was asked for
+    past_start: bool = False  # the refill once the job's workers were past their start
+    checked_at: float = 0.0  # when their status files were last read for it
 
     @classmethod
     def of(cls, topology: Topology, node: int, procs: int) -> _Warmth:
@@ -330,11 +334,26 @@ class _Warmth:
         if self.at_once and self.folder is not None and self.warmup is not None:
             self._ensure()
 
+    def when_past_start(self, tmp: Path) -> None:
+        """On a node without cores to spare, asked for once every worker of the job here is
+        past its start (warm.past_start), read from their status files twice a second: a
+        restart later in the job then finds its standbys imported."""
+        if self.at_once or self.ended or self.past_start:
+            return
+        if self.folder is None or self.warmup is None:
+            return
+        now = time.time()
+        if now - self.checked_at < 0.5:
+            return
+        self.checked_at = now
+        if warm.past_start([_phase(tmp / f"status-{w}") for w in range(self.procs)], now):
+            self.past_start = True
+            self._ensure()
+
     def after_end(self) -> None:
         """Asked for (again) once the job's part here ended, or is being ended: a node
-        without cores to spare refills the slots the job took only now, so its standbys never
-        compete with the job for CPU; a cluster that runs one job and goes pays for them only
-        until `down`."""
+        without cores to spare whose job ended before it was past its start refills the slots
+        the job took only now, so its standbys never compete with the job's start."""
         if self.folder is not None and self.warmup is not None and not self.ended:
             self.ended = True
             self._ensure()
@@ -356,9 +375,19 @@ class _Warmth:
             )
 
 
-def _wait(workers: list[Worker], node: int, tmp: Path) -> int:
-    """Wait for every worker; at the first failure end the rest and return its exit code."""
+def _phase(status: Path) -> tuple[str, float] | None:
+    """A worker's phase and when it last entered one or did start-up work (None: none yet)."""
+    try:
+        return status.read_text(), status.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _wait(workers: list[Worker], node: int, tmp: Path, tick: Callable[[], None]) -> int:
+    """Wait for every worker, calling ``tick`` as it polls; at the first failure end the rest
+    and return its exit code."""
     while True:
+        tick()
         running = False
         for worker, proc in enumerate(workers):
             code = proc.poll()

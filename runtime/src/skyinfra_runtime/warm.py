@@ -182,9 +182,29 @@ def cores_to_spare(cores: int, nodes_on_host: int, procs: int) -> bool:
     """Whether a node has cores beyond its worker slots: its share of the host's cores (see
     nodes_on_host) more than its workers. Such a node
     asks for standbys as a job starts and refills a taken one at once, so that a restart
-    within the job (its first included) starts warm; any other waits until the job ended, so
-    that standbys' imports never compete with the job's own start or steps."""
+    within the job (its first included) starts warm; any other waits until the job's workers
+    there are past their start (past_start), so that standbys' imports never compete with
+    the job's own start, and a restart later in the job still starts warm."""
     return cores // max(1, nodes_on_host) > procs
+
+
+# How long every worker of a job on a node without cores to spare must have run its entry
+# with no start-up work (a compile) before the node's standbys are refilled beside it: the
+# gaps between a Keras model's compiles and its first step's are well under a second.
+START_QUIET_S = 3.0
+
+
+def past_start(
+    phases: Sequence[tuple[str, float] | None], now: float, quiet_s: float = START_QUIET_S
+) -> bool:
+    """Whether every worker on a node is past its start: each is done, or runs its entry and
+    did no start-up work for ``quiet_s``. ``phases``: each worker's phase and the time it
+    last entered one or did start-up work (its status file; None: none written yet)."""
+    return all(
+        phase is not None
+        and (phase[0] == "done" or (phase[0] == "running" and now - phase[1] >= quiet_s))
+        for phase in phases
+    )
 
 
 def slots_to_fill(slots: int, waiting: Iterable[int], taken: Iterable[int]) -> list[int]:

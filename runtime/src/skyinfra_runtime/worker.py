@@ -3,7 +3,8 @@
 Started by the launcher (``python -m skyinfra_runtime.worker``) with the topology, node and
 worker index in the environment. It writes its phase to a status file so the launcher can
 tell a set-up failure (exit 3) from a user failure (exit 1) even if the process is killed by
-a signal (XLA and NCCL abort the process on some errors instead of raising).
+a signal (XLA and NCCL abort the process on some errors instead of raising); the file's time
+also tells it when the worker last did framework start-up work (startwork.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skyinfra_runtime import exitcodes
+from skyinfra_runtime import exitcodes, startwork
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import EntrypointError, RuntimeSetupError
 from skyinfra_runtime.info import instance_info
@@ -102,6 +103,7 @@ def _set_up_run_tear_down(
     def phase(name: str) -> None:
         status_path.write_text(name)
 
+    startwork.mark_in(status_path)
     phase("setup")
     try:
         topology = load_topology()

@@ -4,7 +4,8 @@ memory); the first job's workers are those standbys and train bit for bit what a
 trains (a job whose --env sets KERAS_BACKEND starts cold, and its timeline says why); a
 secret passed with a job is in no standby's environment or command line; the job's record
 says how each worker started; a used standby is replaced after the job, and one killed while
-it waits at once; `down` leaves no standby. Two small jobs."""
+it waits at once; on nodes without cores to spare a job past its start has its standbys
+replaced while it runs; `down` leaves no standby. Three small jobs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import skyinfra_argv
 from tests.support.local_jobs import cli as run_cli
 from tests.support.local_jobs import cluster_up, module_env, node_processes
 from tests.support.waits import wait_until
@@ -62,6 +64,25 @@ def train():
     }
 """
 
+# Compiles a program (its node's start-up work), says where it runs, then holds until told.
+HOLD_ENTRY = """\
+import os, pathlib, time
+
+
+def hold():
+    import jax
+    from skyinfra_runtime import instance_info
+
+    jax.jit(lambda x: x * 2.0)(jax.numpy.ones(4)).block_until_ready()
+    folder = pathlib.Path(os.environ["HOLD_DIR"])
+    node = instance_info().node
+    launcher = int(os.environ["SKYINFRA_LAUNCHER_PID"])  # it decides when to refill
+    (folder / f"cores-{node}").write_text(str(len(os.sched_getaffinity(launcher))))
+    (folder / f"worker-{node}").write_text(str(os.getpid()))
+    while not (folder / "go").exists():
+        time.sleep(0.05)
+"""
+
 
 def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return run_cli(args, cwd, env, timeout=600)
@@ -79,6 +100,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> It
     proj = tmp_path_factory.mktemp("warm-project")
     (proj / "skyinfra.toml").write_text(SPEC)
     (proj / "warm_entry.py").write_text(ENTRY)
+    (proj / "hold_entry.py").write_text(HOLD_ENTRY)
     nodes = proj / ".skyinfra" / "clusters" / NAME / "nodes"
     with cluster_up(proj, env, NAME):
         yield proj
@@ -200,3 +222,51 @@ def test_a_standby_trains_bit_for_bit_what_a_cold_worker_trains_and_holds_no_sec
         lambda names: names not in ([], [f"w0-{killed}.sock"]),
     )
     assert len(list(folder.glob("w0-*.sock"))) == 1
+
+
+def test_a_job_past_its_start_on_nodes_without_cores_to_spare_has_its_standbys_replaced(
+    project: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two nodes on one core (taskset): no core to spare, so the slots a job took are filled
+    again only once its workers are past their start (their compiles done, then quiet), while
+    it still runs: a restart later in the job finds standbys that imported."""
+    nodes = project / ".skyinfra" / "clusters" / NAME / "nodes"
+    wait_for_standbys(nodes)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    argv = ["run", "--cluster", NAME, "--env", f"HOLD_DIR={hold}", "hold_entry.py:hold"]
+    run = subprocess.Popen(
+        ["taskset", "-c", str(min(os.sched_getaffinity(0))), *skyinfra_argv(), *argv],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def holding() -> dict[str, str]:
+            if run.poll() is not None:
+                pytest.fail(f"the job ended before it held: {run.communicate()[0]}")
+            return {p.name: p.read_text() for p in hold.glob("worker-*")}
+
+        workers = wait_until(
+            "each node's worker holding",
+            holding,
+            lambda found: len(found) == 2 and all(found.values()),
+            deadline_s=400,
+        )
+        assert {(hold / f"cores-{i}").read_text() for i in (0, 1)} == {"1"}
+        for i in (0, 1):
+            mine = f"w0-{workers[f'worker-{i}']}.sock"
+            wait_until(
+                f"a fresh standby on node {i} while its job still runs",
+                lambda i=i: [p.name for p in (nodes / f"node-{i}" / "standby").glob("w0-*.sock")],
+                lambda names, mine=mine: names not in ([], [mine]),
+                deadline_s=200,
+            )
+        assert run.poll() is None, run.communicate()[0]
+    finally:
+        (hold / "go").touch()
+        out = run.communicate(timeout=300)[0]
+    assert run.returncode == 0, out

@@ -19,6 +19,7 @@ from skyinfra_runtime.warm import (
     cores_to_spare,
     job_names_env,
     nodes_on_host,
+    past_start,
     slots_to_fill,
     standby_env,
     standby_warmup,
@@ -190,6 +191,26 @@ def test_a_node_asks_for_standbys_at_once_only_with_cores_to_spare(
     cores: int, nodes_on_host: int, procs: int, spare: bool
 ) -> None:
     assert cores_to_spare(cores, nodes_on_host, procs) is spare
+
+
+@pytest.mark.parametrize(
+    ("phases", "past"),
+    [
+        ([("running", 90.0)], True),  # quiet for 10 s
+        ([("running", 98.0)], False),  # compiled 2 s ago
+        ([("running", 97.0)], True),  # exactly the quiet time
+        ([("running", 90.0), ("running", 99.5)], False),  # every worker, not the first
+        ([("done", 99.9), ("running", 90.0)], True),  # an ended worker is past its start
+        ([("setup:jax", 10.0)], False),  # still in a plugin's set-up, however long
+        ([("setup", 10.0)], False),
+        ([None], False),  # no status written yet
+        ([("", 10.0)], False),  # read while being written
+    ],
+)
+def test_a_node_without_cores_to_spare_refills_once_every_worker_is_past_its_start(
+    phases: list[tuple[str, float] | None], past: bool
+) -> None:
+    assert past_start(phases, now=100.0, quiet_s=3.0) is past
 
 
 def test_a_slot_a_job_took_waits_for_the_next_ask_and_a_dead_one_does_not() -> None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from skyinfra_runtime import startwork
 from skyinfra_runtime.devices import jax_local_devices, node_gpus
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
@@ -158,6 +159,27 @@ def _write_cache_from_any_process() -> None:
     compiler._cache_write = write_any_process
 
 
+# JAX's duration events for tracing, lowering and compiling a program (a persistent-cache hit
+# included): the worker's start-up work, which its launcher waits out before a refill.
+_COMPILE_EVENTS = ("/jax/core/compile/", "/jax/compilation_cache/")
+_noting_compiles = False
+
+
+def _note_compiles(jax: ModuleType) -> None:
+    """Have every compile of this process move its status file's time (startwork.py)."""
+    global _noting_compiles
+    if _noting_compiles:
+        return
+
+    def listener(event: str, duration_secs: float, **kwargs: object) -> None:
+        if event.startswith(_COMPILE_EVENTS):
+            startwork.note()
+
+    with contextlib.suppress(AttributeError):  # a jax without monitoring: no note, no harm
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        _noting_compiles = True
+
+
 def coordinator_bind_address(topology: Topology) -> str | None:
     """head_addr:jax_port when this machine has the head's address (a real head, or a local
     cluster's loopback address); None elsewhere (a stand-in node whose topology names an
@@ -234,6 +256,7 @@ class JaxPlugin:
             import jax
         except ImportError:
             raise PluginError("plugin 'jax' needs jax installed on the node") from None
+        _note_compiles(jax)
         # Without gloo, JAX's CPU client has no cross-process collectives: psum over processes
         # fails ("Multiprocess CPU computations require a collectives implementation"). It only
         # affects the CPU client, so setting it on GPU nodes is harmless. Must precede init,
