@@ -31,6 +31,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import ClassVar
 
 from skyinfra_runtime import startwork
 from skyinfra_runtime.devices import jax_local_devices, node_gpus
@@ -235,6 +236,9 @@ class JaxPlugin:
     initialize: bool = True
     compilation_cache: bool = True
     name: str = field(default="jax", init=False)
+    # The worker leaves after the atexit hooks, skipping the interpreter's teardown: a
+    # process that loaded XLA takes about a second there (skyinfra_runtime.worker).
+    end_before_teardown: ClassVar[bool] = True
     _initialized: bool = field(default=False, init=False, repr=False)
     # Set after a failed run: jax registers its own atexit hook that calls shutdown(), the
     # same barrier, so the process must leave without running atexit hooks (see worker.py).
