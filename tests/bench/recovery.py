@@ -1,4 +1,5 @@
-"""Recovery time (issue 25): a 2-node Keras-on-JAX job whose node-1 worker is SIGKILLed after
+"""Recovery time (issue 25): a 2-node Keras-on-JAX (or, --framework torch, torch DDP) job
+whose node-1 worker is SIGKILLed after
 its second step, restarted by itself (`run --max-restarts 1`): from the worker's death to the
 first step of attempt 2 (the latest node's), against a fresh cold `run`'s start to its first
 step (the goal: at most 1.2x; with warm workers, 0.4x), and how many nodes' attempt 2 started
@@ -6,7 +7,7 @@ on a standby. Also the record's own recovery_s (failure seen by the head -> ever
 launcher of attempt 2 started). Each run starts once both nodes' standbys wait (the last
 job's refills would share the cores). Not part of `make test`; nothing here asserts a time.
 
-    python tests/bench/recovery.py [--reps N] [--out FILE] [--kill-after S]
+    python tests/bench/recovery.py [--reps N] [--out FILE] [--kill-after S] [--framework F]
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import HERE, base_env, cli, machine, project, stats, wait_for_standbys
 
-KERAS = ("jax", "keras:backend=jax")
+# framework -> the cluster's plugins, the entry, and a job env that keeps it off the standbys
+# (the cold reference): KERAS_BACKEND, or torch's own default for TORCH_SHOW_CPP_STACKTRACES.
+FRAMEWORKS = {
+    "keras": (("jax", "keras:backend=jax"), "recovery_entry.py:main", "KERAS_BACKEND=jax"),
+    "torch": (("torch",), "recovery_entry.py:torch_main", "TORCH_SHOW_CPP_STACKTRACES=0"),
+}
 
 
 def _summary(root: Path) -> dict[str, Any]:
@@ -47,7 +53,8 @@ def _warm_nodes(root: Path, job: str, attempt: int) -> int:
     return warm
 
 
-def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
+def measure(reps: int, kill_after_s: float = 0.0, framework: str = "keras") -> dict[str, Any]:
+    plugins, entry, cold_env = FRAMEWORKS[framework]
     env = base_env()
     fresh, recovered, ratio, head_recovery = [], [], [], []
     warm_nodes: list[int] = []  # per repetition: the nodes whose attempt 2 started warm
@@ -60,19 +67,18 @@ def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
         "entered_to_fit_s": [],
         "fit_to_first_step_s": [],
     }
-    with project(2, KERAS) as root:
+    with project(2, plugins) as root:
         shutil.copy(HERE / "recovery_entry.py", root / "recovery_entry.py")
         cli(["up", "--yes"], root, env)
         try:
-            cli(["run", "--checkpoints", "warm", "recovery_entry.py:main"], root, env)  # caches
+            cli(["run", "--checkpoints", "warm", entry], root, env)  # caches
             for rep in range(reps):
                 # Each run once both nodes' standbys wait (the last job's refills import
                 # jax and keras on the same cores: a cold run beside them would stretch).
                 wait_for_standbys(root, "bench")
                 started = time.time()
-                # The cold reference: a job that sets KERAS_BACKEND never takes a standby.
-                cold = ["--env", "KERAS_BACKEND=jax"]
-                argv = ["run", *cold, "--checkpoints", f"fresh-{rep}", "recovery_entry.py:main"]
+                # The cold reference: a job that sets a framework variable takes no standby.
+                argv = ["run", "--env", cold_env, "--checkpoints", f"fresh-{rep}", entry]
                 cli(argv, root, env)
                 fresh_s = max(_first_steps(_summary(root))) - started
                 wait_for_standbys(root, "bench")
@@ -88,7 +94,7 @@ def measure(reps: int, kill_after_s: float = 0.0) -> dict[str, Any]:
                     "--env",
                     f"KILL_AFTER_S={kill_after_s:g}",
                 ]
-                cli([*argv, "recovery_entry.py:main"], root, env)
+                cli([*argv, entry], root, env)
                 summary = _summary(root)
                 died = float((root / ".skyinfra/clusters/bench/checkpoints" / name / "died_at")
                              .read_text())  # fmt: skip
@@ -133,8 +139,10 @@ def main() -> None:
     parser.add_argument(
         "--kill-after", type=float, default=0.0, help="seconds node 1 runs on before its death"
     )
+    parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="keras")
     ns = parser.parse_args()
-    result = {"machine": machine(), "recovery": measure(ns.reps, ns.kill_after)}
+    recovery = measure(ns.reps, ns.kill_after, ns.framework)
+    result = {"machine": machine(), "framework": ns.framework, "recovery": recovery}
     text = json.dumps(result, indent=2)
     print(text)
     if ns.out:

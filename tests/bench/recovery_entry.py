@@ -1,6 +1,6 @@
-"""The recovery benchmark's user code: Keras on JAX; records when its first step ends and, in
-the job's first attempt, with KILL_NODE_1 set, node 1's worker SIGKILLs itself after its second
-step (noting when)."""
+"""The recovery benchmark's user code: Keras on JAX (``main``) or a torch DDP loop
+(``torch_main``); records when its first step ends and, in the job's first attempt, with
+KILL_NODE_1 set, node 1's worker SIGKILLs itself after its second step (noting when)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,34 @@ import time
 from pathlib import Path
 
 
+def _killer() -> bool:
+    attempt = int(os.environ["SKYINFRA_ATTEMPT"])
+    return attempt == 1 and os.environ["SKYINFRA_NODE"] == "1" and "KILL_NODE_1" in os.environ
+
+
+def _die() -> None:
+    # A failure later in the job (the node's standby had time to import): seconds to wait.
+    time.sleep(float(os.environ.get("KILL_AFTER_S", "0")))
+    died_at = Path(os.environ["SKYINFRA_CHECKPOINT_DIR"]) / "died_at"
+    died_at.parent.mkdir(parents=True, exist_ok=True)
+    died_at.write_text(str(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does
+
+
 def main() -> dict[str, float]:
     entered = time.time()  # plugins are set up before the entry is even imported
     import keras
     import numpy as np
     from skyinfra_runtime import shard
 
-    attempt = int(os.environ["SKYINFRA_ATTEMPT"])
-    killer = attempt == 1 and os.environ["SKYINFRA_NODE"] == "1" and "KILL_NODE_1" in os.environ
-    died_at = Path(os.environ["SKYINFRA_CHECKPOINT_DIR"]) / "died_at"
-    times: dict[str, float] = {"attempt": float(attempt), "entered": entered}
+    killer = _killer()
+    times: dict[str, float] = {"attempt": float(os.environ["SKYINFRA_ATTEMPT"]), "entered": entered}
 
     class FirstStep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
             times.setdefault("first_step", time.time())
             if killer and batch == 1:
-                # A failure later in the job (the node's standby had time to import, when it
-                # has cores to spare): seconds to wait first.
-                time.sleep(float(os.environ.get("KILL_AFTER_S", "0")))
-                died_at.parent.mkdir(parents=True, exist_ok=True)
-                died_at.write_text(str(time.time()))
-                os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does
+                _die()
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(512, 32)).astype("float32")
@@ -42,4 +49,33 @@ def main() -> dict[str, float]:
     model.compile(optimizer="adam", loss="mse")
     times["fit_start"] = time.time()
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[FirstStep()])
+    return times
+
+
+def torch_main() -> dict[str, float]:
+    entered = time.time()  # plugins are set up (torch imported, the group made) before this
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    killer = _killer()
+    times: dict[str, float] = {"attempt": float(os.environ["SKYINFRA_ATTEMPT"]), "entered": entered}
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    x = torch.randn(512, 32)
+    y = (x.sum(dim=1) > 0).float()
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    )
+    optimizer = torch.optim.Adam(model.parameters())
+    times["fit_start"] = time.time()
+    for step in range(len(x) // (world * 32)):  # as many steps on every rank
+        start = (step * world + rank) * 32
+        optimizer.zero_grad()
+        out = model(x[start : start + 32]).squeeze(-1)
+        torch.nn.functional.mse_loss(out, y[start : start + 32]).backward()
+        optimizer.step()
+        times.setdefault("first_step", time.time())
+        if killer and step == 1:
+            _die()
     return times
