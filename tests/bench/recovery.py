@@ -68,7 +68,8 @@ def measure(reps: int, kill_after_s: float = 0.0, framework: str = "keras") -> d
         "fit_to_first_step_s": [],
     }
     with project(2, plugins) as root:
-        shutil.copy(HERE / "recovery_entry.py", root / "recovery_entry.py")
+        for name in ("recovery_entry.py", "torch_first_step_entry.py"):
+            shutil.copy(HERE / name, root / name)
         cli(["up", "--yes"], root, env)
         try:
             cli(["run", "--checkpoints", "warm", entry], root, env)  # caches

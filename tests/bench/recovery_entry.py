@@ -53,29 +53,10 @@ def main() -> dict[str, float]:
 
 
 def torch_main() -> dict[str, float]:
-    entered = time.time()  # plugins are set up (torch imported, the group made) before this
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+    """torch_first_step_entry.py's DDP loop (recovery.py copies it beside this file)."""
+    from torch_first_step_entry import train
 
     killer = _killer()
-    times: dict[str, float] = {"attempt": float(os.environ["SKYINFRA_ATTEMPT"]), "entered": entered}
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    x = torch.randn(512, 32)
-    y = (x.sum(dim=1) > 0).float()
-    model = DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-    )
-    optimizer = torch.optim.Adam(model.parameters())
-    times["fit_start"] = time.time()
-    for step in range(len(x) // (world * 32)):  # as many steps on every rank
-        start = (step * world + rank) * 32
-        optimizer.zero_grad()
-        out = model(x[start : start + 32]).squeeze(-1)
-        torch.nn.functional.mse_loss(out, y[start : start + 32]).backward()
-        optimizer.step()
-        times.setdefault("first_step", time.time())
-        if killer and step == 1:
-            _die()
+    times = train(lambda step: _die() if killer and step == 1 else None)
+    times["attempt"] = float(os.environ["SKYINFRA_ATTEMPT"])
     return times

@@ -4,9 +4,15 @@ records wall-clock times of its first step, as first_step_entry.py does for Kera
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 def main() -> dict[str, float]:
+    return train()
+
+
+def train(after_step: Callable[[int], None] = lambda step: None) -> dict[str, float]:
+    """``after_step``: called with each step's index once it ended (recovery_entry.py's kill)."""
     entered = time.time()  # plugins are set up (torch imported, the group made) before this
     import torch
     import torch.distributed as dist
@@ -29,5 +35,6 @@ def main() -> dict[str, float]:
         torch.nn.functional.mse_loss(out, y[start : start + 32]).backward()
         optimizer.step()
         times.setdefault("first_step", time.time())
+        after_step(step)
     times["done"] = time.time()
     return times
