@@ -240,7 +240,7 @@ def _supervise(
                     "skyinfra_runtime.worker",
                     entry.text,
                     str(Path(tmp) / f"result-{worker}.json"),
-                    str(Path(tmp) / f"status-{worker}"),
+                    str(_status_file(Path(tmp), worker)),
                     "--",
                     *args,
                 ]
@@ -346,7 +346,7 @@ class _Warmth:
         if now - self.checked_at < 0.5:
             return
         self.checked_at = now
-        if warm.past_start([_phase(tmp / f"status-{w}") for w in range(self.procs)], now):
+        if warm.past_start([_phase(_status_file(tmp, w)) for w in range(self.procs)], now):
             self.past_start = True
             self._ensure()
 
@@ -375,6 +375,12 @@ class _Warmth:
             )
 
 
+def _status_file(tmp: Path, worker: int) -> Path:
+    """Where a worker writes its phase (worker.py): the launcher reads it while it waits and
+    to explain a worker killed by a signal."""
+    return tmp / f"status-{worker}"
+
+
 def _phase(status: Path) -> tuple[str, float] | None:
     """A worker's phase and when it last entered one or did start-up work (None: none yet)."""
     try:
@@ -396,7 +402,7 @@ def _wait(workers: list[Worker], node: int, tmp: Path, tick: Callable[[], None])
                 continue
             if code != exitcodes.OK:
                 _end(workers)
-                return _explain(code, node, worker, tmp / f"status-{worker}")
+                return _explain(code, node, worker, _status_file(tmp, worker))
         if not running:
             return exitcodes.OK
         time.sleep(0.05)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.integration.runtime.launch_harness import (
     ENTRIES,
@@ -247,25 +248,33 @@ def test_keras_backup_of_a_model_split_across_processes_is_refused_before_the_fi
         assert "use DataParallel" in str(value["refused"])
 
 
+def run_exit_probe(tmp_path: Path, plugin: dict[str, Any], function: str) -> tuple[Path, list[Any]]:
+    """One node's worker runs entries/exit_work.py's ``function`` with ``plugin``; its exit
+    did what an exit must: the atexit hook ran, the non-daemon thread was joined, and the
+    file it never closed was flushed (by the worker: the interpreter's own teardown left it
+    empty). The probe's folder and the worker's value."""
+    out = tmp_path / "probe"
+    out.mkdir()
+    (run,) = run_nodes(
+        tmp_path,
+        topology(nodes=1, plugins=[plugin]),
+        f"{ENTRIES}/exit_work.py:{function}",
+        env={"EXIT_PROBE_DIR": str(out)},
+    )
+    assert run.returncode == 0, run.stderr
+    assert (out / "atexit").read_text() == "ran"
+    assert (out / "thread").read_text() == "joined"
+    assert (out / "never-closed.txt").read_text() == "buffered, never closed\n"
+    return out, run.values()
+
+
 def test_torch_worker_ends_before_the_interpreter_tears_down_gloo(tmp_path: Path) -> None:
     # torch 2.13: a process group that outlives destroy_process_group() (DDP keeps it) is
     # destroyed in the interpreter's teardown, and one of gloo's threads can then abort the
     # process ("terminate called without an active exception", SIGABRT): a job that finished
     # failed, 1 process in 10 on this VM. The worker ends first, after what an exit must do.
-    out = tmp_path / "probe"
-    out.mkdir()
-    (run,) = run_nodes(
-        tmp_path,
-        topology(nodes=1, plugins=[TORCH]),
-        f"{ENTRIES}/exit_work.py:leaves_work_for_the_exit",
-        env={"EXIT_PROBE_DIR": str(out)},
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.values() == [0]
-    assert (out / "atexit").read_text() == "ran"
-    assert (out / "thread").read_text() == "joined"
-    # Flushed by the worker; the interpreter's own teardown left this file empty.
-    assert (out / "never-closed.txt").read_text() == "buffered, never closed\n"
+    out, values = run_exit_probe(tmp_path, TORCH, "leaves_work_for_the_exit")
+    assert values == [0]
     seen = (out / "teardown").read_text() if (out / "teardown").exists() else None
     assert seen is None, f"the interpreter tore down with {seen} gloo threads running"
 
@@ -277,19 +286,8 @@ def test_a_jax_worker_skips_the_interpreters_teardown_after_what_an_exit_must_do
     # s from a Keras entry's return to its launcher's exit, on 2 cores), at the end of every
     # jax job, and a file the entry left open lost what it had buffered. The worker now
     # leaves once the atexit hooks and threads are done, and flushes such files itself.
-    out = tmp_path / "probe"
-    out.mkdir()
-    (run,) = run_nodes(
-        tmp_path,
-        topology(nodes=1, plugins=[JAX]),
-        f"{ENTRIES}/exit_work.py:jax_leaves_work_for_the_exit",
-        env={"EXIT_PROBE_DIR": str(out)},
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.values() == [16.0]
-    assert (out / "atexit").read_text() == "ran"
-    assert (out / "thread").read_text() == "joined"
-    assert (out / "never-closed.txt").read_text() == "buffered, never closed\n"
+    out, values = run_exit_probe(tmp_path, JAX, "jax_leaves_work_for_the_exit")
+    assert values == [16.0]
     assert not (out / "teardown").exists(), "the interpreter tore down"
 
 
