@@ -131,7 +131,7 @@ TARGETS: dict[str, Entry] = {
         "skyinfra.targets.aws.target:AwsTarget",
     ),
     "ssh": Entry(
-        "skyinfra.targets.ssh.spec:SshDeclaration",
+        "skyinfra.targets.ssh.declaration:SshDeclaration",
         "skyinfra.targets.ssh.target:SshHostsTarget",
     ),
 }

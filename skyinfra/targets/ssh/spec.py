@@ -11,27 +11,22 @@ checked when `up` first contacts it (preflight.py).
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from skyinfra.errors import SpecError
-from skyinfra.guardrail_table import Guardrails
-from skyinfra.spec import ClusterSpec, Problems, read_int, reject_unknown
-from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
+from skyinfra.spec import Problems, read_int, reject_unknown
 from skyinfra.targets.ssh.checkpoint_store import (
     STORE_KEYS,
     SshCheckpointStore,
-    operator_credentials,
     parse_store,
 )
 
 SSH_KEYS = (
     "hosts", "user", "key", "port", "private_addresses", "python", "spare_hosts", *STORE_KEYS,
 )  # fmt: skip
-MAX_SSH_NODES = 64
 DEFAULT_PYTHON = "python3"
 # A host name (RFC 1123 labels) or an IPv4/IPv6 address; no user@ or :port (those are
 # ssh.user and ssh.port).
@@ -231,38 +226,3 @@ def check_key_file(section: SshSpec) -> Path:
             "is in ~/.ssh/authorized_keys of ssh.user on every host",
         )  # fmt: skip
     return private
-
-
-class SshDeclaration:
-    """The ssh target as the spec and the CLI know it (skyinfra.target_registry); SshTarget
-    (target.py) adds the verbs."""
-
-    name: ClassVar[str] = "ssh"
-    max_nodes: ClassVar[int] = MAX_SSH_NODES
-    options: ClassVar[tuple[TargetOption, ...]] = ()
-    plan_traits: ClassVar[PlanTraits] = PlanTraits(
-        node_resource="terraform_data",
-        node_noun="host",
-        diagram_parts=(DiagramPart("hosts", "your machines, reached over SSH"),),
-        priced=False,
-        # Each host's own machine: its address, folder and pinned key are in the plan's
-        # resources (plan.md's full plan) and the root module's header; its GPUs, counted at
-        # first contact, are in the plan's node outputs.
-        fixed_shape=FixedShape(instance_type="SSH host", gpus_per_node=None, zone="your hosts"),
-    )
-
-    def parse_section(self, raw: Any, *, nodes: int) -> SshSpec:
-        return parse_ssh_section(raw, nodes)
-
-    def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
-        problems = Problems()
-        problems.check(lambda: check_key_file(section), None)
-        return problems.found
-
-    def environment_problems(self, spec: ClusterSpec) -> list[SpecError]:
-        """Only ssh.checkpoints_url's credentials, which each job's agents get from this
-        environment; the hosts install everything else themselves (the enrolment's node
-        check says what a host lacks)."""
-        store = spec.section_as(SshSpec).checkpoints
-        found = operator_credentials(store, os.environ) if store else None
-        return [found] if isinstance(found, SpecError) else []

@@ -43,6 +43,7 @@ from skyinfra.targets.base import (
 from skyinfra.targets.ssh import drill, enrol, replace
 from skyinfra.targets.ssh.checkpoint_store import operator_credentials
 from skyinfra.targets.ssh.contact import KNOWN_HOSTS, write_known_hosts
+from skyinfra.targets.ssh.declaration import SshDeclaration
 from skyinfra.targets.ssh.hosts import (
     HOSTS_FILE,
     enrolled,
@@ -53,7 +54,7 @@ from skyinfra.targets.ssh.hosts import (
     write_hosts,
 )
 from skyinfra.targets.ssh.spares import spares_left
-from skyinfra.targets.ssh.spec import SshDeclaration, SshSpec, check_key_file
+from skyinfra.targets.ssh.spec import SshSpec, check_key_file
 from skyinfra.topology import Topology
 from skyinfra.transport.bootstrap import node_shell_line
 from skyinfra.transport.ssh import SshTransport
