@@ -5,17 +5,23 @@ Importing skyinfra loads neither Terraform nor any cloud SDK: each method import
 needs when it runs.
 """
 
-from skyinfra.api.cluster import Cluster
-from skyinfra.api.errors import PythonVersionError, RemoteError
-from skyinfra.errors import (
-    ClusterDownError,
-    ConfirmationRequired,
-    RunError,
-    RunTimeoutError,
-    SkyinfraError,
-    SpecError,
-    UsageError,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyinfra.api.cluster import Cluster
+    from skyinfra.api.errors import PythonVersionError, RemoteError
+    from skyinfra.errors import (
+        ClusterDownError,
+        ConfirmationRequired,
+        RunError,
+        RunTimeoutError,
+        SkyinfraError,
+        SpecError,
+        UsageError,
+    )
 
 __version__ = "0.1.0"
 
@@ -31,3 +37,27 @@ __all__ = [
     "SpecError",
     "UsageError",
 ]
+
+# Each name from its module when first used: every `skyinfra` command imports this package
+# (skyinfra.errors is in it), and only the Python API needs the API's modules.
+_PUBLIC = {
+    "Cluster": "skyinfra.api.cluster",
+    "ClusterDownError": "skyinfra.errors",
+    "ConfirmationRequired": "skyinfra.errors",
+    "PythonVersionError": "skyinfra.api.errors",
+    "RemoteError": "skyinfra.api.errors",
+    "RunError": "skyinfra.errors",
+    "RunTimeoutError": "skyinfra.errors",
+    "SkyinfraError": "skyinfra.errors",
+    "SpecError": "skyinfra.errors",
+    "UsageError": "skyinfra.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'skyinfra' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyinfra import exitcodes
-from skyinfra.lock_holders import LockHolder
+
+if TYPE_CHECKING:
+    from skyinfra.lock_holders import LockHolder
 
 
 class SkyinfraError(Exception):

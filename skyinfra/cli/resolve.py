@@ -146,11 +146,12 @@ def spec_file_or_default(spec_path: Path | None) -> Path | None:
 def refresh_shared_topology(ws: Workspace) -> None:
     """With state in a shared backend, topology.json is rebuilt from its outputs first:
     another operator may have changed or destroyed the cluster."""
-    from skyinfra import shared_state
     from skyinfra.terraform.backend import has_backend
 
     if not has_backend(ws.path):
         return
+    from skyinfra import shared_state
+
     spec = ws.spec()
     engine = engine_factory(None, spec)(ws.path)
     shared_state.ensure_init(ws, engine)

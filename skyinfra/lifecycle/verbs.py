@@ -5,12 +5,9 @@ how `run` and `status` reach the nodes; nothing here knows which target it asks.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from skyinfra_runtime.s3 import Credentials
+from typing import TYPE_CHECKING
 
 from skyinfra.errors import SpecError
-from skyinfra.review.cost import PlannedPlace, SpotPrices
-from skyinfra.run.head_recovery import HeadRecovery
 from skyinfra.spec import ClusterSpec
 from skyinfra.target_registry import declaration, declarations
 from skyinfra.targets import get_target
@@ -18,6 +15,12 @@ from skyinfra.targets.base import Target, TargetOptions
 from skyinfra.topology import Topology
 from skyinfra.transport import NodeTransport
 from skyinfra.workspace import Workspace
+
+if TYPE_CHECKING:
+    from skyinfra_runtime.s3 import Credentials
+
+    from skyinfra.review.cost import PlannedPlace, SpotPrices
+    from skyinfra.run.head_recovery import HeadRecovery
 
 Echo = Callable[[str], None]
 

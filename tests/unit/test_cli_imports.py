@@ -94,3 +94,55 @@ def test_the_job_commands_path_on_a_local_cluster_loads_no_templates_or_metadata
         "import skyinfra.targets.local.target\n"
     )
     assert loaded_by(code, NOT_FOR_JOBS) == []
+
+
+# What every command on a local cluster (and `run`, the most frequent) never needs: another
+# target's spec parsers (each command builds its flags from every target's declaration), the
+# Python API, the Terraform engine (a workspace without a shared backend), the wheel builder and
+# the renderer (`up`'s), the API's review of costs, concurrent.futures with logging. Together
+# about a third of `skyinfra run`'s start before.
+NOT_FOR_A_LOCAL_RUN = (
+    "skyinfra.targets.aws.spec",
+    "skyinfra.targets.aws.spec_parsing",
+    "skyinfra.targets.ssh.spec",
+    "skyinfra.targets.ssh.checkpoint_store",
+    "skyinfra.api.cluster",
+    "skyinfra.terraform.engine",
+    "skyinfra.wheel",
+    "skyinfra.render",
+    "skyinfra.review.cost",
+    "concurrent.futures",
+    "logging",
+)
+
+
+def test_run_on_a_local_cluster_loads_no_other_target_nor_up_s_modules(tmp_path: Path) -> None:
+    """The modules `skyinfra run` imports on its way to a local cluster's nodes (the CLI with
+    every target's flags, the run session, the lifecycle's verbs, the local target, the
+    readiness of two nodes asked in parallel, the shared-state check) load none of
+    NOT_FOR_A_LOCAL_RUN."""
+    nodes = [Node(i, f"node-{i}", f"127.0.0.{2 + i}", None, None) for i in range(2)]
+    spec = validate_spec({"name": "quiet", "nodes": 2, "provider": "local"})
+    topology = build_topology(spec, head_addr="127.0.0.2", nodes=nodes)
+    (tmp_path / "topology.json").write_text(json.dumps(topology.to_dict()))
+    code = (
+        "import pathlib\n"
+        "import skyinfra.cli.main, skyinfra.cli.running, skyinfra.run.session\n"
+        "from skyinfra.api.subset import selected_nodes\n"
+        "from skyinfra.cli.resolve import refresh_shared_topology\n"
+        "from skyinfra.lifecycle import verbs\n"
+        "from skyinfra.spec import validate_spec\n"
+        "from skyinfra.topology import read_topology\n"
+        "from skyinfra.transport.base import Readiness\n"
+        "from skyinfra.transport.readiness import check_readiness\n"
+        "from skyinfra.workspace import Workspace\n"
+        "spec = validate_spec({'name': 'quiet', 'nodes': 2, 'provider': 'local'})\n"
+        "target = verbs.target_of(spec)\n"
+        f"topology = read_topology(pathlib.Path({str(tmp_path / 'topology.json')!r}))\n"
+        "class Asked:\n"
+        "    def readiness(self, node):\n"
+        "        return Readiness('ready')\n"
+        "assert set(check_readiness(Asked(), topology)) == {0, 1}\n"
+        f"refresh_shared_topology(Workspace(pathlib.Path({str(tmp_path)!r})))\n"
+    )
+    assert loaded_by(code, NOT_FOR_A_LOCAL_RUN) == []

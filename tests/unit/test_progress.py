@@ -1,15 +1,20 @@
 """Live progress while `run` waits for nodes (a bar on a terminal, plain lines in a log),
-and the head's way to its entrypoint that `run` prints (pure: fake clocks and streams)."""
+and the head's way to its entrypoint that `run` prints (pure: fake clocks and streams); the
+nodes asked in parallel."""
 
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterator
 
+import pytest
+
+from skyinfra.errors import TransportError
 from skyinfra.progress import ProgressLine, bar
 from skyinfra.run.startup import HeadStartup
 from skyinfra.transport.base import Readiness
-from skyinfra.transport.readiness import wait_until_ready
+from skyinfra.transport.readiness import check_readiness, wait_until_ready
 from tests.support.topologies import local_topology
 
 
@@ -127,3 +132,30 @@ def test_the_heads_way_to_its_entrypoint() -> None:
         "[skyinfra] node-0 reached its entrypoint 4.0 s after `run` began: ready check 0.5 s, "
         "copy 0.2 s, launch 1.0 s, plugin jax 1.5 s, plugin keras 0.8 s"
     )
+
+
+def test_every_node_is_asked_at_once_and_a_bug_in_an_answer_is_raised() -> None:
+    """check_readiness asks the nodes in parallel (each waits until every one is asked: one at
+    a time, the first would wait forever); a SkyinfraError is an unreachable node, anything
+    else a bug that reaches the caller."""
+    topology = local_topology(3)
+    everyone = threading.Barrier(3, timeout=60)
+
+    class Nodes:
+        def readiness(self, node: int) -> Readiness:
+            everyone.wait()
+            if node == 1:
+                raise TransportError("node 1 refused")
+            return Readiness("ready")
+
+    found = check_readiness(Nodes(), topology)  # type: ignore[arg-type]
+    assert [found[i].state for i in (0, 1, 2)] == ["ready", "unreachable", "ready"]
+
+    class Broken:
+        def readiness(self, node: int) -> Readiness:
+            if node == 2:
+                raise KeyError("a bug")
+            return Readiness("ready")
+
+    with pytest.raises(KeyError):
+        check_readiness(Broken(), topology)  # type: ignore[arg-type]

@@ -5,14 +5,16 @@ of its table and its offline checks.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
 from skyinfra.spec import ClusterSpec, Problems
 from skyinfra.target_registry import DiagramPart, PlanTraits, TargetOption
-from skyinfra.targets.aws.spec import MAX_AWS_NODES, AwsSpec, check_ssh_key_file
-from skyinfra.targets.aws.spec_parsing import parse_aws_section
+from skyinfra.targets.aws.addressing import MAX_NODES_DEFAULT_VPC
+
+if TYPE_CHECKING:
+    from skyinfra.targets.aws.spec import AwsSpec
 
 SKIP_PREFLIGHT = TargetOption(
     name="skip_preflight",
@@ -43,7 +45,7 @@ class AwsDeclaration:
     aws spec loads no boto3. AwsTarget (target.py) adds the verbs."""
 
     name: ClassVar[str] = "aws"
-    max_nodes: ClassVar[int] = MAX_AWS_NODES
+    max_nodes: ClassVar[int] = MAX_NODES_DEFAULT_VPC  # spec.MAX_AWS_NODES
     options: ClassVar[tuple[TargetOption, ...]] = (SKIP_PREFLIGHT, ZONES, RETRY_FOR)
     plan_traits: ClassVar[PlanTraits] = PlanTraits(
         node_resource="aws_instance",
@@ -70,7 +72,11 @@ class AwsDeclaration:
         ),
     )
 
+    # The table's parser and checks are imported when an aws spec is read: every command
+    # builds its flags from each target's declaration, most on clusters of another target.
     def parse_section(self, raw: Any, *, nodes: int) -> AwsSpec:
+        from skyinfra.targets.aws.spec_parsing import parse_aws_section
+
         return parse_aws_section(raw)
 
     def environment_problems(self, spec: ClusterSpec) -> list[SpecError]:
@@ -78,6 +84,8 @@ class AwsDeclaration:
         return []
 
     def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
+        from skyinfra.targets.aws.spec import check_ssh_key_file
+
         problems = Problems()
         problems.check(lambda: check_ssh_key_file(section), None)
         if guardrails.require_idle_shutdown and section.idle_shutdown_minutes == 0:

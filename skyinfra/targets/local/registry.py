@@ -14,13 +14,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skyinfra.wheel import cache_root
 from skyinfra.workspace import Workspace, write_private
 
 REGISTRY_DIR = "local-clusters"
 
 
 def registry_dir() -> Path:
+    from skyinfra.wheel import cache_root  # the wheel builder's module: `up`'s, not every command's
+
     return cache_root() / REGISTRY_DIR
 
 

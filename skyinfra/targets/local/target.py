@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra_runtime.jobports import port_range
 
-from skyinfra import render, timeline
+from skyinfra import timeline
 from skyinfra.errors import (
     ConfigError,
     SpecError,
@@ -44,7 +44,6 @@ from skyinfra.targets.local.processes import end_processes
 from skyinfra.targets.local.spec import LocalDeclaration, LocalSpec
 from skyinfra.targets.local.transport import LocalTransport, node_problem, node_shell
 from skyinfra.topology import Topology
-from skyinfra.wheel import build_runtime_wheel
 from skyinfra.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -93,6 +92,8 @@ def local_context(
     uv_cache_dir: str = "",
 ) -> dict[str, Any]:
     """The values of the local root module's templates (pure)."""
+    from skyinfra import render  # `up`'s alone: each command on a local cluster loads this module
+
     local = spec.section_as(LocalSpec)
     return {
         "cluster_name": spec.name,
@@ -130,6 +131,8 @@ LOCAL_TFVARS = (
 def local_files(context: dict[str, Any]) -> dict[str, str]:
     """Everything a local cluster's workspace holds: root module, tfvars, the local module's
     copy and the bootstrap script."""
+    from skyinfra import render
+
     tfvars = {name: context[name] for name in LOCAL_TFVARS}
     return {
         **render.render_root("local", context),
@@ -225,6 +228,8 @@ class LocalTarget(LocalDeclaration, WithoutLadder):
         check_head_port(spec, ws)
         timeline.lap("validate and port check")
         local = spec.section_as(LocalSpec)
+        from skyinfra.wheel import build_runtime_wheel
+
         wheel = build_runtime_wheel()
         timeline.lap("wheel build")
         context = local_context(

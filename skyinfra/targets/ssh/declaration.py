@@ -1,18 +1,20 @@
-"""The ssh target as the spec and the CLI know it (skyinfra.target_registry): its name, node
-limit, flags and plan traits, the parser of its table and its checks.
+"""The ssh target as the spec and the CLI know it (skyinfra.target_registry loads
+:class:`SshDeclaration` alone): its name, node limit, flags and plan traits; the parser of its
+table (spec.py) and its checks are imported when an ssh spec is read.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from skyinfra.errors import SpecError
 from skyinfra.guardrail_table import Guardrails
 from skyinfra.spec import ClusterSpec, Problems
 from skyinfra.target_registry import DiagramPart, FixedShape, PlanTraits, TargetOption
-from skyinfra.targets.ssh.checkpoint_store import operator_credentials
-from skyinfra.targets.ssh.spec import SshSpec, check_key_file, parse_ssh_section
+
+if TYPE_CHECKING:
+    from skyinfra.targets.ssh.spec import SshSpec
 
 MAX_SSH_NODES = 64
 
@@ -36,9 +38,13 @@ class SshDeclaration:
     )
 
     def parse_section(self, raw: Any, *, nodes: int) -> SshSpec:
+        from skyinfra.targets.ssh.spec import parse_ssh_section
+
         return parse_ssh_section(raw, nodes)
 
     def offline_problems(self, section: Any, guardrails: Guardrails) -> list[SpecError]:
+        from skyinfra.targets.ssh.spec import check_key_file
+
         problems = Problems()
         problems.check(lambda: check_key_file(section), None)
         return problems.found
@@ -47,6 +53,9 @@ class SshDeclaration:
         """Only ssh.checkpoints_url's credentials, which each job's agents get from this
         environment; the hosts install everything else themselves (the enrolment's node
         check says what a host lacks)."""
+        from skyinfra.targets.ssh.checkpoint_store import operator_credentials
+        from skyinfra.targets.ssh.spec import SshSpec
+
         store = spec.section_as(SshSpec).checkpoints
         found = operator_credentials(store, os.environ) if store else None
         return [found] if isinstance(found, SpecError) else []
