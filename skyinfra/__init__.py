@@ -7,8 +7,9 @@ needs when it runs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from skyinfra.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from skyinfra.api.cluster import Cluster
@@ -54,10 +55,4 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'skyinfra' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _PUBLIC, globals())

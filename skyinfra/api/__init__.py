@@ -3,19 +3,14 @@ handle of a detached job (jobs.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from skyinfra.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from skyinfra.api.cluster import Cluster
 
 __all__ = ["Cluster"]
 
-
-def __getattr__(name: str) -> Any:
-    # Loaded when first used: `skyinfra run` imports skyinfra.api.subset, not the API.
-    if name != "Cluster":
-        raise AttributeError(f"module 'skyinfra.api' has no attribute {name!r}")
-    from skyinfra.api.cluster import Cluster
-
-    globals()["Cluster"] = Cluster
-    return Cluster
+# Loaded when first used: `skyinfra run` imports skyinfra.api.subset, not the API.
+__getattr__ = lazy_getattr(__name__, {"Cluster": "skyinfra.api.cluster"}, globals())

@@ -4,8 +4,9 @@ runs (signals.py)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from skyinfra.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from skyinfra.terraform.config import (
@@ -35,24 +36,18 @@ __all__ = [
 # Each name from its module when first used: a command that reaches a submodule alone (the
 # state backend's file, for one) does not load the engine with it.
 _PUBLIC = {
-    "MIRROR_ENV": "config",
-    "PLUGIN_CACHE_ENV": "config",
-    "provider_mirror": "config",
-    "terraform_env": "config",
-    "EmbeddedTerraform": "engine",
-    "EngineFactory": "engine",
-    "TerraformEngine": "engine",
-    "EventHandler": "events",
-    "PlanSummary": "events",
-    "format_event": "events",
-    "signals_as_interrupt": "signals",
+    "MIRROR_ENV": "skyinfra.terraform.config",
+    "PLUGIN_CACHE_ENV": "skyinfra.terraform.config",
+    "provider_mirror": "skyinfra.terraform.config",
+    "terraform_env": "skyinfra.terraform.config",
+    "EmbeddedTerraform": "skyinfra.terraform.engine",
+    "EngineFactory": "skyinfra.terraform.engine",
+    "TerraformEngine": "skyinfra.terraform.engine",
+    "EventHandler": "skyinfra.terraform.events",
+    "PlanSummary": "skyinfra.terraform.events",
+    "format_event": "skyinfra.terraform.events",
+    "signals_as_interrupt": "skyinfra.terraform.signals",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'skyinfra.terraform' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"skyinfra.terraform.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _PUBLIC, globals())
