@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from skyinfra_runtime import exitcodes, rundirs, standbys, warm
+from skyinfra_runtime import exitcodes, rundirs, standbys, startwork, warm
 from skyinfra_runtime.devices import node_gpus, torch_procs
 from skyinfra_runtime.entry import Entrypoint
 from skyinfra_runtime.errors import (
@@ -428,9 +428,10 @@ def _end(workers: list[Worker]) -> None:
 def _explain(code: int, node: int, worker: int, status: Path) -> int:
     if code >= 0:
         return code
-    phase = status.read_text() if status.is_file() else "setup"
+    found = _phase(status)
+    phase = found[0] if found is not None else startwork.SETUP
     during = phase
-    if phase.startswith("setup:"):
+    if phase.startswith(startwork.plugin_setup("")):
         plugin = phase.partition(":")[2]
         during = f"set-up of plugin {plugin!r}"
         if plugin in ("jax", "torch"):
@@ -445,7 +446,7 @@ def _explain(code: int, node: int, worker: int, status: Path) -> int:
     )
     if -code in (signal.SIGTERM, signal.SIGINT):
         return exitcodes.INTERRUPTED
-    if phase.startswith("setup"):
+    if phase.startswith(startwork.SETUP):
         return exitcodes.SETUP_FAILED
     # Killed while the entry ran (OOM killer, kill -9): not an exception of the user's code.
     return exitcodes.SIGNALLED + -code

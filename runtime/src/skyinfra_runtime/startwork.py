@@ -11,6 +11,18 @@ import contextlib
 import os
 from pathlib import Path
 
+# The phases a worker writes to its status file (worker.py), which its launcher reads: set-up
+# ("setup", then "setup:NAME" while plugin NAME sets up), its entry running, done.
+SETUP = "setup"
+RUNNING = "running"
+DONE = "done"
+
+
+def plugin_setup(name: str) -> str:
+    """The phase while plugin ``name`` sets up."""
+    return f"{SETUP}:{name}"
+
+
 _status: Path | None = None
 
 

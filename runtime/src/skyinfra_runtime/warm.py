@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyinfra_runtime import startwork
 from skyinfra_runtime.topology import PluginRef
 from skyinfra_runtime.torchrun import OMP_NUM_THREADS, omp_num_threads
 
@@ -202,7 +203,10 @@ def past_start(
     last entered one or did start-up work (its status file; None: none written yet)."""
     return all(
         phase is not None
-        and (phase[0] == "done" or (phase[0] == "running" and now - phase[1] >= quiet_s))
+        and (
+            phase[0] == startwork.DONE
+            or (phase[0] == startwork.RUNNING and now - phase[1] >= quiet_s)
+        )
         for phase in phases
     )
 

@@ -104,7 +104,7 @@ def _set_up_run_tear_down(
         status_path.write_text(name)
 
     startwork.mark_in(status_path)
-    phase("setup")
+    phase(startwork.SETUP)
     try:
         topology = load_topology()
         info = instance_info()
@@ -124,7 +124,7 @@ def _set_up_run_tear_down(
     try:
         try:
             for plugin in plugins:
-                phase(f"setup:{plugin.name}")
+                phase(startwork.plugin_setup(plugin.name))
                 started = time.monotonic()
                 ready.append(plugin)  # torn down whatever its set-up got to
                 plugin.setup(info, topology, script=entry.runs_as_main)
@@ -133,7 +133,7 @@ def _set_up_run_tear_down(
             _log(f"set-up failed: {exc}")
             code = exitcodes.SETUP_FAILED
             return code
-        phase("running")
+        phase(startwork.RUNNING)
         try:
             value = entry.run(args)
         except EntrypointError as exc:
@@ -159,7 +159,7 @@ def _set_up_run_tear_down(
                 _log(f"plugin {plugin.name} torn down")
             except Exception as exc:  # a failing teardown must not hide the real result
                 _log(f"teardown of plugin {plugin.name!r} failed: {exc}")
-        phase("done")
+        phase(startwork.DONE)
     if code == exitcodes.OK:
         result = {"worker": info.worker, "global_index": info.global_index}
         # A script (or -m module) returns nothing: no "value", where a function's None is null.
