@@ -88,7 +88,7 @@ class LockHolder:
 
 def _process_start(pid: int) -> str | None:
     # The job records' own reading of /proc (imported here only: every command imports this).
-    from skyinfra_runtime.jobs.records import process_start_time
+    from skyinfra_runtime.jobs.files import process_start_time
 
     return process_start_time(pid)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import rundirs, spot
-from skyinfra_runtime.jobs.records import pid_alive, process_start_time, write_json
+from skyinfra_runtime.jobs.files import pid_alive, process_start_time, write_json
 
 INTERRUPT_PATH = "/skyinfra/interrupt"
 PID_FILE = "imds-standin.pid"

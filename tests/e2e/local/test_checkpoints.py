@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from skyinfra_runtime.jobs.records import Paths
+from skyinfra_runtime.jobs.files import Paths
 
 from tests.conftest import REPO_ROOT
 from tests.support.local_jobs import cli, job_record, module_env

@@ -28,7 +28,7 @@ AGENT = """
 import json, os, sys, time
 from pathlib import Path
 from skyinfra_runtime.jobs.agent import Agent
-from skyinfra_runtime.jobs.records import Paths
+from skyinfra_runtime.jobs.files import Paths
 forks = []
 os.register_at_fork(before=lambda: forks.append(1))
 agent = Agent(Paths(Path(sys.argv[1]), "job-1"), 0, sys.argv[2:])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from skyinfra_runtime.jobs import recovery
-from skyinfra_runtime.jobs.records import Paths, read_json, write_json
+from skyinfra_runtime.jobs.files import Paths, read_json, write_json
 from skyinfra_runtime.jobs.supervise import read_private
 
 from skyinfra.cli.jobs_shown import needs_nodes_words

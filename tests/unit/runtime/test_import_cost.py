@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,38 @@ def test_the_package_imports_its_public_names_when_first_used() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [[], True, True, []]
+
+
+# What a log follower never needs: the typed job record and topology, and dataclasses with
+# inspect under them (about half of a follower's start). `skyinfra run` starts one
+# `skyinfra-runtime logs --follow` on every node of every attached run.
+NOT_FOR_A_FOLLOWER = (
+    "dataclasses",
+    "inspect",
+    "skyinfra_runtime.jobrecord",
+    "skyinfra_runtime.topology",
+    "skyinfra_runtime.jobs.records",
+    *NOT_FOR_THE_ASKS,
+)
+
+
+def test_a_log_follower_imports_no_typed_record(tmp_path: Path) -> None:
+    """`skyinfra-runtime logs --follow` as the node runs it, on a node whose part of the job
+    ended: it prints the node's whole log and loads none of NOT_FOR_A_FOLLOWER."""
+    run = tmp_path / "runs" / "j1"
+    run.mkdir(parents=True)
+    (run / "output.log").write_text("first\nlast\n")
+    (run / "node.json").write_text(json.dumps({"node": 0, "state": "ended"}))
+    code = (
+        "import sys\n"
+        "from skyinfra_runtime.command import main\n"
+        "try:\n"
+        f"    main(['logs', '--job', 'j1', '--node-dir', {str(tmp_path)!r}, '--follow'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "sys.stdout.flush()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "first\nlast\n"
+    assert loaded_by(code, NOT_FOR_A_FOLLOWER) == []

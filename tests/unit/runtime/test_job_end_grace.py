@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from skyinfra_runtime.jobs.agent import Agent, _grace
-from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S, Paths
+from skyinfra_runtime.jobs.files import Paths
+from skyinfra_runtime.jobs.records import DEAD_PEER_GRACE_S, END_GRACE_S
 
 
 def test_an_end_names_its_grace_within_the_usual_one() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from skyinfra_runtime.jobs import commands
-from skyinfra_runtime.jobs.records import Paths
+from skyinfra_runtime.jobs.files import Paths
 
 JOB = "20261127-120000-ab12"
 

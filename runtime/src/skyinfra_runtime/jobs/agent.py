@@ -23,15 +23,13 @@ from skyinfra_runtime.exitcodes import SETUP_FAILED
 from skyinfra_runtime.jobenv import mask_bytes
 from skyinfra_runtime.jobports import PORT_ENV, WORLD_ENV
 from skyinfra_runtime.jobrecord import WorkerStart, recorded_starts
+from skyinfra_runtime.jobs.files import Paths, now, write_json
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
     END_GRACE_S,
     OUTPUT_EVERY_S,
     SCHEMA,
     TAIL_LINES,
-    Paths,
-    now,
-    write_json,
 )
 from skyinfra_runtime.jobs.wire import (
     bound_silence,

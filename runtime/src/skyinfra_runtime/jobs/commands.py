@@ -1,7 +1,9 @@
 """The node-side commands: ``supervise`` (detached; supervise.py), ``logs``, ``cancel``, ``jobs``.
 
-``logs``, ``cancel`` and ``jobs`` run for every `skyinfra jobs`, `logs` and `cancel`: they import
-only what they use (the job records), and ``supervise`` what it needs when it is the command."""
+``logs``, ``cancel`` and ``jobs`` run for every `skyinfra jobs`, `logs` and `cancel`, and a
+``logs --follow`` for every node of every attached run: each imports only what it uses (the
+typed job records for ``cancel`` and ``jobs``, none for ``logs``), and ``supervise`` what it
+needs when it is the command."""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ import os
 import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from skyinfra_runtime import exitcodes
-from skyinfra_runtime.jobrecord import JobRecord, JobState
-from skyinfra_runtime.jobs.records import Paths, now, pid_alive, read_json, write_json
+from skyinfra_runtime.jobs.files import Paths, now, pid_alive, read_json, write_json
 from skyinfra_runtime.restarts import RETRY_ON
+
+if TYPE_CHECKING:
+    from skyinfra_runtime.jobrecord import JobRecord
 
 
 def logs(ns: argparse.Namespace) -> int:
@@ -61,6 +65,10 @@ def cancel(ns: argparse.Namespace) -> int:
     """End the job: SIGTERM to its supervisor, which ends every node (TERM, then KILL after
     the grace), or takes a queued job out of the queue (it never starts); wait until the
     supervisor is gone. Prints the record's final state."""
+    from dataclasses import replace
+
+    from skyinfra_runtime.jobrecord import JobState
+
     paths = Paths(Path(ns.node_dir), ns.job)
     before = _read_record(paths.record)
     pid = pid_alive(paths.pid_file)
@@ -94,6 +102,10 @@ def list_jobs(ns: argparse.Namespace) -> int:
     """Every job record on this node (the head), as one JSON list; a record whose supervisor
     died without finishing it says so (state "lost"). Each carries ``checked_at``, the
     head's time now: the age of its last output, counted on one clock."""
+    from dataclasses import replace
+
+    from skyinfra_runtime.jobrecord import JobState
+
     root = Path(ns.node_dir)
     out = []
     checked_at = now()
@@ -113,6 +125,8 @@ def list_jobs(ns: argparse.Namespace) -> int:
 
 def _read_record(path: Path) -> JobRecord | None:
     """The job record at ``path``; None when there is none (or it is not one)."""
+    from skyinfra_runtime.jobrecord import JobRecord
+
     data = read_json(path)
     try:
         return JobRecord.from_dict(data) if isinstance(data, dict) else None

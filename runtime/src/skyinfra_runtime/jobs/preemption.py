@@ -16,7 +16,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyinfra_runtime.jobs.records import Paths, now, pid_alive, read_json, write_json
+from skyinfra_runtime.jobs.files import Paths, now, pid_alive, read_json, write_json
 
 # The time a preempted job's workers get to save, as a Spot notice's two minutes give them
 # theirs (less agent.PREEMPT_MARGIN_S for the final upload): seconds_left() counts it down.

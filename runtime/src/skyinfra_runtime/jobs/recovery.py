@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime.jobrecord import HeadRecoveryRun, JobRecord, JobState
-from skyinfra_runtime.jobs.records import Paths, now, read_json, write_json
+from skyinfra_runtime.jobs.files import Paths, now, read_json, write_json
 from skyinfra_runtime.rundirs import NODE_DIR_FIELD
 
 LOG_NAME = "recover.log"

@@ -19,17 +19,19 @@ from skyinfra_runtime.jobprio import Waiter, ahead_of
 from skyinfra_runtime.jobrecord import JobPorts, JobState
 from skyinfra_runtime.jobs import recovery
 from skyinfra_runtime.jobs.agent import Agent, report_to_head
-from skyinfra_runtime.jobs.records import (
+from skyinfra_runtime.jobs.files import (
     Paths,
+    now,
+    process_start_time,
+    read_json,
+    write_json,
+)
+from skyinfra_runtime.jobs.records import (
     holders,
     lock_job_starts,
     next_queue_seq,
-    now,
-    process_start_time,
     queued_jobs,
-    read_json,
     starting,
-    write_json,
 )
 from skyinfra_runtime.jobs.supervisor import Supervisor
 from skyinfra_runtime.restarts import RETRY_ON

@@ -67,6 +67,7 @@ from skyinfra_runtime.jobrecord import (
 )
 from skyinfra_runtime.jobs import preemption, recovery
 from skyinfra_runtime.jobs.agent import Agent
+from skyinfra_runtime.jobs.files import now, write_json
 from skyinfra_runtime.jobs.records import (
     DEAD_PEER_GRACE_S,
     END_GRACE_S,
@@ -76,10 +77,8 @@ from skyinfra_runtime.jobs.records import (
     holder_jobs,
     holders,
     lock_job_starts,
-    now,
     queued_jobs,
     starting,
-    write_json,
 )
 from skyinfra_runtime.jobs.wire import (
     bound_silence,
