@@ -44,7 +44,6 @@ from skyinfra_runtime.topology import (
     load_topology,
     node_index,
 )
-from skyinfra_runtime.worker import LAUNCHER_PID_ENV
 
 GRACE_SECONDS = 10.0
 # A worker: a process started cold, or a standby that took the job (standbys.py).
@@ -228,7 +227,7 @@ def _supervise(
                         NODE_ENV: str(node),
                         WORKER_ENV: str(worker),
                         WORKERS_PER_NODE_ENV: str(procs),
-                        LAUNCHER_PID_ENV: str(os.getpid()),
+                        startwork.LAUNCHER_PID_ENV: str(os.getpid()),
                         "PYTHONPATH": os.pathsep.join(
                             p for p in (project, os.environ.get("PYTHONPATH")) if p
                         ),

@@ -18,7 +18,7 @@ from typing import Any
 
 from skyinfra_runtime import spot, standbys
 
-# A waiting standby's socket (standby.socket_path): w<slot>-<pid>.sock.
+# A waiting standby's socket (warm.socket_path): w<slot>-<pid>.sock.
 _SOCKET = re.compile(r"w(\d+)-(\d+)\.sock")
 
 

@@ -40,23 +40,9 @@ from typing import Any
 
 from skyinfra_runtime import worker
 from skyinfra_runtime.parentdeath import end_with_parent, signal_on_parent_death
-from skyinfra_runtime.warm import PATH_NAME, Warmup
+from skyinfra_runtime.warm import PATH_NAME, Warmup, importing_path, socket_path, taken_file
 
 HANDSHAKE_TIMEOUT_S = 30.0
-
-
-def socket_path(folder: Path, slot: int, pid: int) -> Path:
-    return folder / f"w{slot}-{pid}.sock"
-
-
-def importing_path(folder: Path, slot: int, pid: int) -> Path:
-    """The socket's name while the standby imports (connectable: the launcher may wait)."""
-    return folder / f"w{slot}-{pid}.importing"
-
-
-def taken_file(folder: Path, pid: int) -> Path:
-    """Written by a standby as it takes a job: its keeper then waits for it as a worker."""
-    return folder / f"taken-{pid}"
 
 
 def main(argv: list[str]) -> int:

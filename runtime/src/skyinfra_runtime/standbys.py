@@ -34,8 +34,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from skyinfra_runtime.jobrecord import WorkerStart
-from skyinfra_runtime.standby import importing_path, socket_path, taken_file
-from skyinfra_runtime.warm import Warmup, cold_reason, job_sets_framework, slots_to_fill
+from skyinfra_runtime.warm import (
+    Warmup,
+    cold_reason,
+    importing_path,
+    job_sets_framework,
+    slots_to_fill,
+    socket_path,
+    taken_file,
+)
 
 FOLDER = "standby"
 WANT_FILE = "want.json"

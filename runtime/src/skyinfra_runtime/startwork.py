@@ -11,6 +11,9 @@ import contextlib
 import os
 from pathlib import Path
 
+# The launcher's pid, set by the launcher for its workers (a worker ends with its launcher).
+LAUNCHER_PID_ENV = "SKYINFRA_LAUNCHER_PID"
+
 # The phases a worker writes to its status file (worker.py), which its launcher reads: set-up
 # ("setup", then "setup:NAME" while plugin NAME sets up), its entry running, done.
 SETUP = "setup"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from skyinfra_runtime import startwork
@@ -217,3 +218,19 @@ def slots_to_fill(slots: int, waiting: Iterable[int], taken: Iterable[int]) -> l
     on a node with cores to spare); a standby that died waiting is replaced at once."""
     busy = set(waiting) | set(taken)
     return [slot for slot in range(slots) if slot not in busy]
+
+
+# A node's standby folder: the names a standby (standby.py), its keeper and the launchers
+# (standbys.py) find each other by.
+def socket_path(folder: Path, slot: int, pid: int) -> Path:
+    return folder / f"w{slot}-{pid}.sock"
+
+
+def importing_path(folder: Path, slot: int, pid: int) -> Path:
+    """The socket's name while the standby imports (connectable: the launcher may wait)."""
+    return folder / f"w{slot}-{pid}.importing"
+
+
+def taken_file(folder: Path, pid: int) -> Path:
+    """Written by a standby as it takes a job: its keeper then waits for it as a worker."""
+    return folder / f"taken-{pid}"

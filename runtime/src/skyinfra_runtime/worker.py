@@ -31,9 +31,6 @@ from skyinfra_runtime.parentdeath import end_with_parent
 from skyinfra_runtime.plugins import Plugin, from_name
 from skyinfra_runtime.topology import load_topology
 
-# The launcher's pid, set by the launcher for its workers.
-LAUNCHER_PID_ENV = "SKYINFRA_LAUNCHER_PID"
-
 
 class _Terminated(BaseException):
     """SIGTERM turned into an exception so that teardown still runs."""
@@ -203,7 +200,7 @@ def _die_with_launcher() -> None:
     """Linux: be killed (SIGKILL) when the launcher dies, so that a launcher killed by a signal
     leaves no worker behind holding the node's output open (and its peers waiting); elsewhere
     the operator still ends the node's process group."""
-    if not end_with_parent(signal.SIGKILL, os.environ.get(LAUNCHER_PID_ENV)):
+    if not end_with_parent(signal.SIGKILL, os.environ.get(startwork.LAUNCHER_PID_ENV)):
         os._exit(exitcodes.INTERRUPTED)  # the launcher died before the call took effect
 
 

@@ -115,3 +115,15 @@ def test_a_log_follower_imports_no_typed_record(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "first\nlast\n"
     assert loaded_by(code, NOT_FOR_A_FOLLOWER) == []
+
+
+def test_the_launcher_imports_no_worker_module() -> None:
+    """The launcher starts workers (or hands a job to a standby) and never runs one: the
+    worker's and the standby's modules are theirs alone."""
+    assert (
+        loaded_by(
+            "import skyinfra_runtime.launcher",
+            ("skyinfra_runtime.worker", "skyinfra_runtime.standby"),
+        )
+        == []
+    )
