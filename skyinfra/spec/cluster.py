@@ -68,7 +68,7 @@ MAX_RUN_TIMEOUT_S = 7 * 24 * 3600
 
 # A plugin as the spec names it: the runtime's own type, so the topology carries it as is.
 # Its options are JSON values (strings, numbers, booleans, lists, tables), checked against
-# the runtime's plugin table (skyinfra_runtime.plugins.table).
+# the runtime's plugin table (skyinfra_runtime.plugin_table).
 PluginSpec = PluginRef
 
 Section = TypeVar("Section")

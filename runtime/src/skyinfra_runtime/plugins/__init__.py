@@ -1,6 +1,6 @@
 """The built-in plugins: ``jax()``, ``keras(backend="jax")``, ``torch(backend=None)``.
 
-Their names, options and option rules are the table in :mod:`skyinfra_runtime.plugins.table`.
+Their names, options and option rules are the table in :mod:`skyinfra_runtime.plugin_table`.
 """
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyinfra_runtime.plugins.base import Plugin
-from skyinfra_runtime.plugins.jax import JaxPlugin
-from skyinfra_runtime.plugins.keras import KerasPlugin
-from skyinfra_runtime.plugins.table import (
+from skyinfra_runtime.plugin_table import (
     PLUGINS,
     parse_plugin_flag,
     plugin_problems,
     validate_plugin,
     validate_plugins,
 )
+from skyinfra_runtime.plugins.base import Plugin
+from skyinfra_runtime.plugins.jax import JaxPlugin
+from skyinfra_runtime.plugins.keras import KerasPlugin
 from skyinfra_runtime.plugins.torch import TorchPlugin
 
 __all__ = [

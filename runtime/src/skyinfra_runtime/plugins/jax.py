@@ -37,8 +37,8 @@ from skyinfra_runtime import startwork
 from skyinfra_runtime.devices import jax_local_devices, node_gpus
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
+from skyinfra_runtime.plugin_table import validate_plugin
 from skyinfra_runtime.plugins.base import gloo_address, init_timeout
-from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.rundirs import NODE_DIR_ENV
 from skyinfra_runtime.topology import Topology
 

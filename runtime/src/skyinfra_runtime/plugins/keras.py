@@ -18,7 +18,7 @@ from typing import Any
 
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
-from skyinfra_runtime.plugins.table import validate_plugin
+from skyinfra_runtime.plugin_table import validate_plugin
 from skyinfra_runtime.topology import Topology
 
 

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 from skyinfra_runtime.devices import torch_device
 from skyinfra_runtime.errors import PluginError
 from skyinfra_runtime.info import InstanceInfo
+from skyinfra_runtime.plugin_table import validate_plugin
 from skyinfra_runtime.plugins.base import gloo_address, init_timeout, interface_of
-from skyinfra_runtime.plugins.table import validate_plugin
 from skyinfra_runtime.rundirs import RUN_ID_ENV
 from skyinfra_runtime.topology import Topology
 from skyinfra_runtime.torchrun import torchrun_env
