@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 from skyinfra_runtime import checkpoints as runtime_checkpoints
 from skyinfra_runtime import jobenv
 from skyinfra_runtime.errors import PluginFlagError
-from skyinfra_runtime.plugins import parse_plugin_flag as runtime_parse_plugin_flag
-from skyinfra_runtime.plugins import plugin_problems
+from skyinfra_runtime.plugin_table import parse_plugin_flag as runtime_parse_plugin_flag
+from skyinfra_runtime.plugin_table import plugin_problems
 from skyinfra_runtime.restarts import RETRY_ON as RUNTIME_RETRY_ON
 from skyinfra_runtime.topology import PluginRef
 

@@ -113,6 +113,9 @@ NOT_FOR_A_LOCAL_RUN = (
     "skyinfra.review.cost",
     "concurrent.futures",
     "logging",
+    # The plugins' classes are the workers' (the operator checks a spec against the plugin
+    # table alone): about 20 ms of every command's start.
+    "skyinfra_runtime.plugins",
 )
 
 

@@ -33,7 +33,7 @@ from skyinfra_runtime.errors import (
 from skyinfra_runtime.jobports import job_topology
 from skyinfra_runtime.jobrecord import WorkerStart, record_starts
 from skyinfra_runtime.parentdeath import AGENT_PID_ENV, end_with_parent
-from skyinfra_runtime.plugins import parse_plugin_flag, validate_plugins
+from skyinfra_runtime.plugin_table import parse_plugin_flag, validate_plugins
 from skyinfra_runtime.restarts import worker_killed
 from skyinfra_runtime.topology import (
     NODE_ENV,

@@ -119,11 +119,7 @@ def test_a_log_follower_imports_no_typed_record(tmp_path: Path) -> None:
 
 def test_the_launcher_imports_no_worker_module() -> None:
     """The launcher starts workers (or hands a job to a standby) and never runs one: the
-    worker's and the standby's modules are theirs alone."""
-    assert (
-        loaded_by(
-            "import skyinfra_runtime.launcher",
-            ("skyinfra_runtime.worker", "skyinfra_runtime.standby"),
-        )
-        == []
-    )
+    worker's, the standby's and the plugins' modules are theirs alone (the launcher checks
+    plugin flags against the plugin table)."""
+    workers = ("skyinfra_runtime.worker", "skyinfra_runtime.standby", "skyinfra_runtime.plugins")
+    assert loaded_by("import skyinfra_runtime.launcher", workers) == []
