@@ -19,8 +19,9 @@ operator already reaches every node), where reaching peers from the head would n
 the head. The supervisor enforces fail-fast (the first failing node ends the others) and the
 timeout, and records the job in ``<head node dir>/jobs/<id>.json`` (atomic writes, 0600).
 
-Standard library only: this runs on the nodes. The parts: ``records`` (a job's files on a
-node), ``wire`` (peer <-> head messages), ``agent`` (one node's launcher, a peer's reports),
+Standard library only: this runs on the nodes. The parts: ``files`` (where a job's files are
+on a node, how they are written), ``records`` (the head's records, queue and start lock),
+``wire`` (peer <-> head messages), ``agent`` (one node's launcher, a peer's reports),
 ``supervisor`` (the head), ``commands`` (the command line). The record's schema is
 ``skyinfra_runtime.jobrecord``, outside this package: the operator reads records through it.
 """
