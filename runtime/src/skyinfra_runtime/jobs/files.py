@@ -12,7 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def now() -> float:
@@ -62,26 +62,12 @@ def pid_alive(pid_file: Path) -> int | None:
     return pid
 
 
-class Paths:
-    """Where one job's files are in one node's folder."""
+class Paths(NamedTuple):
+    """Where one job's files are in one node's folder (a NamedTuple, not a dataclass: this
+    module is imported without dataclasses and inspect)."""
 
-    __slots__ = ("job_id", "node_dir")
-
-    def __init__(self, node_dir: Path, job_id: str) -> None:
-        self.node_dir = node_dir
-        self.job_id = job_id
-
-    def __repr__(self) -> str:
-        return f"Paths(node_dir={self.node_dir!r}, job_id={self.job_id!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Paths) and (self.node_dir, self.job_id) == (
-            other.node_dir,
-            other.job_id,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.node_dir, self.job_id))
+    node_dir: Path
+    job_id: str
 
     @property
     def run(self) -> Path:
