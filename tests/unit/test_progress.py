@@ -13,6 +13,7 @@ import pytest
 from skyinfra.errors import TransportError
 from skyinfra.progress import ProgressLine, bar
 from skyinfra.run.startup import HeadStartup
+from skyinfra.transport import readiness
 from skyinfra.transport.base import Readiness
 from skyinfra.transport.readiness import check_readiness, wait_until_ready
 from tests.support.topologies import local_topology
@@ -159,3 +160,25 @@ def test_every_node_is_asked_at_once_and_a_bug_in_an_answer_is_raised() -> None:
 
     with pytest.raises(KeyError):
         check_readiness(Broken(), topology)  # type: ignore[arg-type]
+
+
+def test_at_most_max_asking_nodes_are_asked_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ask may be an SSH session: a large cluster's nodes are asked by MAX_ASKING
+    threads, each taking the next node, as the thread pool before them was bounded."""
+    monkeypatch.setattr(readiness, "MAX_ASKING", 3)
+    started: list[threading.Thread] = []
+
+    class CountedThread(threading.Thread):
+        def start(self) -> None:
+            started.append(self)
+            super().start()
+
+    monkeypatch.setattr(readiness.threading, "Thread", CountedThread)
+
+    class Nodes:
+        def readiness(self, node: int) -> Readiness:
+            return Readiness("ready")
+
+    found = check_readiness(Nodes(), local_topology(10))  # type: ignore[arg-type]
+    assert sorted(found) == list(range(10))
+    assert len(started) == 3
