@@ -16,8 +16,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ssm.models import Parameter, ssm_backends
 
 from skyinfra.targets.aws.preflight import DEFAULT_DLAMI_PARAMETER
 from skyinfra.terraform import MIRROR_ENV, PLUGIN_CACHE_ENV, EmbeddedTerraform
@@ -34,6 +32,11 @@ from tests.support.tools import require_system_tool
 
 def seed_dlami(ami: str, name: str = DEFAULT_DLAMI_PARAMETER) -> None:
     """Put a public DLAMI parameter into moto's SSM backend (its API refuses /aws/...)."""
+    # Imported here: tests/conftest.py imports this module in every worker, and moto's
+    # models are 1.7 s of CPU a worker that only the AWS tests need.
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import Parameter, ssm_backends
+
     store = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters
     store[name] = [
         Parameter(
@@ -52,6 +55,9 @@ def seed_dlami(ami: str, name: str = DEFAULT_DLAMI_PARAMETER) -> None:
 
 
 def unseed_dlami(name: str = DEFAULT_DLAMI_PARAMETER) -> None:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import ssm_backends
+
     ssm_backends[DEFAULT_ACCOUNT_ID][REGION]._parameters.pop(name, None)
 
 
