@@ -35,6 +35,9 @@ class LockHolder:
     # The process's start in clock ticks after boot (/proc/PID/stat), which tells a holder from
     # a later process given its pid; None: not known (another system, an older file).
     started: str | None = None
+    # When the hold was taken, in ns since the epoch: orders holders taken within one tick of
+    # the coarse clock that file times come from. None: an older file (its mtime orders it).
+    taken_ns: int | None = None
 
     @classmethod
     def of_this_process(cls, command: str) -> LockHolder:
@@ -44,6 +47,7 @@ class LockHolder:
             host=socket.gethostname(),
             since=time.strftime("%Y-%m-%d %H:%M:%S %z"),
             started=_process_start(os.getpid()),
+            taken_ns=time.time_ns(),
         )
 
     @classmethod
@@ -57,6 +61,7 @@ class LockHolder:
                 host=str(data["host"]),
                 since=str(data["since"]),
                 started=None if data.get("started") is None else str(data["started"]),
+                taken_ns=None if data.get("taken_ns") is None else int(data["taken_ns"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -109,20 +114,23 @@ def write_holder(workspace: Path, holder: LockHolder) -> Path:
 
 
 def _holder_files(workspace: Path) -> Iterator[tuple[Path, LockHolder | None]]:
-    """Each holder file and what it says, in the order they were written."""
+    """Each holder file and what it says, in the order the holds were taken."""
     folder = workspace / HOLDERS_DIR
-    written: list[tuple[int, Path, str]] = []
+    written: list[tuple[int, Path, LockHolder | None]] = []
     try:
         paths = list(folder.glob("*.json"))
     except OSError:
         return
     for path in paths:
         try:
-            written.append((path.stat().st_mtime_ns, path, path.read_text(encoding="utf-8")))
+            mtime_ns, text = path.stat().st_mtime_ns, path.read_text(encoding="utf-8")
         except OSError:
             continue  # removed meanwhile: its holder left
-    for _, path, text in sorted(written):
-        yield path, LockHolder.from_json(text)
+        holder = LockHolder.from_json(text)
+        taken = holder.taken_ns if holder is not None else None
+        written.append((mtime_ns if taken is None else taken, path, holder))
+    for _, path, holder in sorted(written, key=lambda w: (w[0], w[1])):
+        yield path, holder
 
 
 def live_holders(workspace: Path, *, besides: Path | None = None) -> list[LockHolder]:

@@ -160,3 +160,24 @@ def test_a_holder_file_whose_pid_another_process_took_is_not_named(tmp_path: Pat
         said = refusal(ws)
         assert named(a, "run a.py") in said and "run old.py" not in said, said
         assert [h.command for h in ws.lock_holders()] == ["run a.py"]
+
+
+def test_holders_taken_within_one_tick_of_the_file_clock_are_listed_in_the_order_taken(
+    tmp_path: Path,
+) -> None:
+    """File times come from the kernel's coarse clock (a tick of a few ms): two holds taken
+    within one tick have the same mtime, and their files' names (pid and a random token) then
+    decided the order. Here the two files carry one mtime and names that sort the other way."""
+    ws = Workspace(tmp_path / "tick")
+    with ws.lock("run a.py", shared=True), ws.lock("run b.py", shared=True):
+        folder = ws.path / HOLDERS_DIR
+        by_command = {json.loads(p.read_text())["command"]: p for p in folder.glob("*.json")}
+        first = by_command["run a.py"].rename(folder / f"{os.getpid()}-ffffffff.json")
+        second = by_command["run b.py"].rename(folder / f"{os.getpid()}-00000000.json")
+        same = first.stat().st_mtime_ns
+        os.utime(first, ns=(same, same))
+        os.utime(second, ns=(same, same))
+        assert [h.command for h in ws.lock_holders()] == ["run a.py", "run b.py"]
+        refused = pytest.raises(WorkspaceBusyError, match=r"run a\.py.* and .*run b\.py")
+        with refused, ws.lock("up"):
+            pass
