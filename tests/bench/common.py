@@ -104,6 +104,15 @@ def stats(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def ratio_verdict(ratio: float, worst: float, goal: float) -> str:
+    """A "at most GOAL x" goal's verdict from the ratio of the medians and the worst pair's."""
+    if ratio > goal:
+        return f"missed by the median, by {ratio - goal:.2f}x"
+    if worst > goal:
+        return f"met by the median, not in every repetition (up to {worst:.2f}x)"
+    return "met in every repetition"
+
+
 def machine() -> dict[str, Any]:
     mem_kb = 0
     try:

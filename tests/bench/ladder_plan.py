@@ -23,7 +23,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aws_emulated import UBUNTU_DLAMI, emulator
-from common import VENV_BIN, BenchError, figure_script, machine, splice_figure, stats
+from common import (
+    VENV_BIN,
+    BenchError,
+    figure_script,
+    machine,
+    ratio_verdict,
+    splice_figure,
+    stats,
+)
 
 TYPES = ("p5en.48xlarge", "p5.48xlarge")
 REGIONS = ("us-east-1", "us-west-2", "us-east-2")
@@ -104,12 +112,7 @@ def section(fig: dict[str, Any], date: str, notes: str = "") -> list[str]:
     m, six = fig["machine"], fig["six_rungs_plan_s"]
     ratio = fig["ratio_of_medians"]
     worst = fig["ratio_per_pair"]["max"]
-    if ratio > GOAL_RATIO:
-        verdict = f"missed by the median, by {ratio - GOAL_RATIO:.2f}x"
-    elif worst > GOAL_RATIO:
-        verdict = f"met by the median, not in every repetition (up to {worst:.2f}x)"
-    else:
-        verdict = "met in every repetition"
+    verdict = ratio_verdict(ratio, worst, GOAL_RATIO)
     added = six["median"] - fig["one_rung_plan_s"]["median"]
     rungs = ", ".join(f"{t} in {r} ({v})" for t, r, v in fig["ladders"]["six_rungs"])
     return [

@@ -39,7 +39,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from common import VENV_BIN, BenchError, figure_script, machine, splice_figure, stats
+from common import (
+    VENV_BIN,
+    BenchError,
+    figure_script,
+    machine,
+    ratio_verdict,
+    splice_figure,
+    stats,
+)
 
 from tests.support.ssh_hosts import Hosts, stand_in_hosts
 
@@ -204,18 +212,10 @@ def _row(what: str, v: dict[str, Any]) -> str:
     return f"| {what} | {v['median']:.2f} s | {v['min']:.2f} s | {v['max']:.2f} s |"
 
 
-def _verdict(fig: dict[str, Any]) -> str:
-    ratio, worst = fig["ratio_of_medians"], fig["ratio_per_pair"]["max"]
-    if ratio > GOAL_RATIO:
-        return f"missed by the median, by {ratio - GOAL_RATIO:.2f}x"
-    if worst > GOAL_RATIO:
-        return f"met by the median, not in every repetition (up to {worst:.2f}x)"
-    return "met in every repetition"
-
-
 def _mode_lines(title: str, fig: dict[str, Any], *, judged: bool = True) -> list[str]:
     pair = fig["ratio_per_pair"]
-    goal = f"Goal (at most {GOAL_RATIO}x): {_verdict(fig)}." if judged else "Not judged."
+    verdict = ratio_verdict(fig["ratio_of_medians"], pair["max"], GOAL_RATIO)
+    goal = f"Goal (at most {GOAL_RATIO}x): {verdict}." if judged else "Not judged."
     stage_rows = [
         f"| {name} | {fig['last_up_stages_s']['two'].get(name, 0.0):.2f} s | {seconds:.2f} s |"
         for name, seconds in fig["last_up_stages_s"]["eight"].items()
