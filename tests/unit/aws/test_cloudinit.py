@@ -127,7 +127,7 @@ for path in sys.argv[1:]:
 """
 # A document the schema refuses (runcmd must be a list): proves the validation ran, since
 # cloud-init skips it, with only a warning, where jsonschema is missing.
-NOT_CLOUD_CONFIG = "#cloud-config\nruncmd: 5\n"
+REFUSED_CLOUD_CONFIG = "#cloud-config\nruncmd: 5\n"
 
 
 def cloud_init_python() -> list[str]:
@@ -143,7 +143,7 @@ def schema_verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """cloud-init's verdict on every variant, and on the refused control document."""
     folder = tmp_path_factory.mktemp("user-data")
     documents = {name: render_user_data(v) for name, v in VARIANTS.items()}
-    documents["control"] = NOT_CLOUD_CONFIG
+    documents["control"] = REFUSED_CLOUD_CONFIG
     paths = {name: folder / name for name in documents}
     for name, path in paths.items():
         path.write_text(documents[name])
