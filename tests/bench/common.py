@@ -104,8 +104,25 @@ def stats(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def ratio_verdict(ratio: float, worst: float, goal: float) -> str:
-    """A "at most GOAL x" goal's verdict from the ratio of the medians and the worst pair's."""
+def ratios(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
+    """``other`` against ``base``, repetition by repetition: the ratio of the medians and each
+    pair's, rounded for the text, and the unrounded ones a goal is judged on (rounded first,
+    1.504 would read as 1.50 and meet "at most 1.5x")."""
+    per_pair = [b / a for a, b in zip(base, other, strict=True)]
+    of_medians = statistics.median(other) / statistics.median(base)
+    return {
+        "ratio_of_medians": round(of_medians, 2),
+        "ratio_per_pair": stats(per_pair),
+        "ratio_exact": {"of_medians": round(of_medians, 6), "worst_pair": round(max(per_pair), 6)},
+    }
+
+
+def ratio_verdict(fig: dict[str, Any], goal: float) -> str:
+    """An "at most GOAL x" goal's verdict on ``ratios()``' fields: the ratio of the medians and
+    the worst pair's, unrounded (results written before they were kept: the rounded ones)."""
+    exact = fig.get("ratio_exact", {})
+    ratio = exact.get("of_medians", fig["ratio_of_medians"])
+    worst = exact.get("worst_pair", fig["ratio_per_pair"]["max"])
     if ratio > goal:
         return f"missed by the median, by {ratio - goal:.2f}x"
     if worst > goal:

@@ -29,6 +29,7 @@ from common import (
     figure_script,
     machine,
     ratio_verdict,
+    ratios,
     splice_figure,
     stats,
 )
@@ -88,14 +89,11 @@ def measure(reps: int) -> dict[str, Any]:
         for _ in range(reps):
             for side, root in roots.items():
                 times[side].append(_plan(root, env))
-    one, six = stats(times["one_rung"]), stats(times["six_rungs"])
-    ratios = [b / a for a, b in zip(times["one_rung"], times["six_rungs"], strict=True)]
     return {
         "machine": at_start,
-        "one_rung_plan_s": one,
-        "six_rungs_plan_s": six,
-        "ratio_of_medians": round(six["median"] / one["median"], 2),
-        "ratio_per_pair": stats(ratios),
+        "one_rung_plan_s": stats(times["one_rung"]),
+        "six_rungs_plan_s": stats(times["six_rungs"]),
+        **ratios(times["one_rung"], times["six_rungs"]),
         "goal_ratio": GOAL_RATIO,
         "ladders": ladders,
     }
@@ -111,8 +109,7 @@ def section(fig: dict[str, Any], date: str, notes: str = "") -> list[str]:
         return [*out, f"failed: `{fig['error'][:300]}`", ""]
     m, six = fig["machine"], fig["six_rungs_plan_s"]
     ratio = fig["ratio_of_medians"]
-    worst = fig["ratio_per_pair"]["max"]
-    verdict = ratio_verdict(ratio, worst, GOAL_RATIO)
+    verdict = ratio_verdict(fig, GOAL_RATIO)
     added = six["median"] - fig["one_rung_plan_s"]["median"]
     rungs = ", ".join(f"{t} in {r} ({v})" for t, r, v in fig["ladders"]["six_rungs"])
     return [

@@ -45,6 +45,7 @@ from common import (
     figure_script,
     machine,
     ratio_verdict,
+    ratios,
     splice_figure,
     stats,
 )
@@ -163,15 +164,12 @@ def _sides(roots: dict[str, Path], env: dict[str, str], reps: int) -> dict[str, 
             ups[side].append(_cli(["up", "--yes"], root, env))
             stages[side] = _stages(root, side)
             downs[side].append(_cli(["down", "--yes"], root, env))
-    two, eight = stats(ups["two"]), stats(ups["eight"])
-    ratios = [b / a for a, b in zip(ups["two"], ups["eight"], strict=True)]
     return {
-        "up_2_hosts_s": two,
-        "up_8_hosts_s": eight,
+        "up_2_hosts_s": stats(ups["two"]),
+        "up_8_hosts_s": stats(ups["eight"]),
         "down_2_hosts_s": stats(downs["two"]),
         "down_8_hosts_s": stats(downs["eight"]),
-        "ratio_of_medians": round(eight["median"] / two["median"], 2),
-        "ratio_per_pair": stats(ratios),
+        **ratios(ups["two"], ups["eight"]),
         "last_up_stages_s": stages,
     }
 
@@ -214,7 +212,7 @@ def _row(what: str, v: dict[str, Any]) -> str:
 
 def _mode_lines(title: str, fig: dict[str, Any], *, judged: bool = True) -> list[str]:
     pair = fig["ratio_per_pair"]
-    verdict = ratio_verdict(fig["ratio_of_medians"], pair["max"], GOAL_RATIO)
+    verdict = ratio_verdict(fig, GOAL_RATIO)
     goal = f"Goal (at most {GOAL_RATIO}x): {verdict}." if judged else "Not judged."
     stage_rows = [
         f"| {name} | {fig['last_up_stages_s']['two'].get(name, 0.0):.2f} s | {seconds:.2f} s |"

@@ -83,3 +83,15 @@ def test_the_real_file_loses_no_section_when_rewritten_from_itself() -> None:
         if line.startswith("## ") and line[3:].partition(".")[0].isdigit()
     ]
     assert len(numbered) >= 20  # every figure up to the newest has its section
+
+
+def test_an_at_most_ratio_goal_is_judged_on_the_unrounded_ratios() -> None:
+    """Figures 18 and 20 judged "at most 1.5x" on ratios rounded to 2 decimals: 1.504 met it."""
+    fig = bench_common.ratios([2.0, 2.0, 2.0], [3.008, 3.008, 3.008])
+    assert fig["ratio_of_medians"] == 1.5  # the text's
+    assert bench_common.ratio_verdict(fig, 1.5) == "missed by the median, by 0.00x"
+    mixed = bench_common.ratios([2.0, 2.0, 2.0], [2.0, 2.4, 3.008])
+    assert bench_common.ratio_verdict(mixed, 1.5).startswith("met by the median, not in every")
+    # Results written before the unrounded ratios were kept: judged on the rounded ones.
+    older = {"ratio_of_medians": 1.5, "ratio_per_pair": {"max": 1.5}}
+    assert bench_common.ratio_verdict(older, 1.5) == "met in every repetition"
